@@ -1,0 +1,88 @@
+// h2o: Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023, Sec. 3-4, Algorithm 1).
+//
+// score(j) = attention probability received by j accumulated over every query so far: all rows of
+// the causal prompt attention, then each decode step's attention over the retained set, summed
+// over the query heads of the KV head. After the prefill and after each decode step, while more
+// than B entries are held: keep the `recent` most recent entries and, of the others, the highest
+// scores; ties evict the older position.
+// Reading chosen: `recent` is a percentage of B rounded down (H2O's recent_ratio * budget).
+#include <algorithm>
+#include <cmath>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class H2O final : public Policy {
+ public:
+  H2O(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "h2o")), total_len_(s.total_len()) {
+    const Size r = p.get_size("recent");
+    recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
+                        : static_cast<int>(r.value);
+    recent_ = std::min(recent_, budget_);
+  }
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    scores_.assign(cache.kv_heads(), std::vector<double>(total_len_, 0.0));
+    const int P = view.prompt_len(), group = view.group_size();
+    for (int g = 0; g < cache.kv_heads(); ++g)
+      for (int r = 0; r < group; ++r) {
+        const float* col = view.attention().prefill_column_sums(g * group + r);
+        for (int j = 0; j < P; ++j) scores_[g][j] += col[j];
+      }
+    trim(cache);
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      const int n = cache.size(g);
+      for (int r = 0; r < att.group; ++r) {
+        const float* p = att.head(g, r, n);
+        for (int e = 0; e < n; ++e) scores_[g][cache.position(g, e)] += p[e];
+      }
+    }
+    trim(cache);
+  }
+
+  int capacity(int, int) const override { return budget_; }
+
+ private:
+  void trim(KvCache& cache) const {
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      const int n = cache.size(g);
+      if (n <= budget_) continue;
+      std::vector<double> s(n);
+      for (int e = 0; e < n; ++e) s[e] = scores_[g][cache.position(g, e)];
+      cache.keep_only(g, keep_top_scores(s, budget_, sink_and_recent_mask(n, 0, recent_)));
+    }
+  }
+  int budget_;
+  int recent_ = 0;
+  int total_len_;
+  std::vector<std::vector<double>> scores_;  // [kv head][position]
+};
+
+const PolicyRegistration reg({
+    .name = "h2o",
+    .summary = "Heavy hitters: cumulative attention received (prefill + every decode step) plus "
+               "a recent window.",
+    .provenance = "Zhang et al. 2023, H2O, Sec. 4 / Algorithm 1",
+    .params = {budget_param(),
+               {"recent", ParamType::kSize, "50%",
+                "most recent entries always kept: a count, or a percentage of the budget "
+                "(rounded down)",
+                0, 1e9}},
+    .needs = {.prefill_column_sums = true, .prefill_window = 0},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<H2O>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim

@@ -1,0 +1,65 @@
+#include "policies/policy.hpp"
+
+#include <stdexcept>
+
+namespace kvsim {
+
+const float* LayerView::future_decode_probs(int t, int h) const {
+  if (!lookahead_)
+    throw std::logic_error("a policy without `lookahead` read future attention");
+  return att_.decode_probs(t, h);
+}
+
+PolicyRegistry& PolicyRegistry::instance() {
+  static PolicyRegistry registry;
+  return registry;
+}
+
+void PolicyRegistry::add(PolicyInfo info) {
+  const std::string name = info.name;
+  if (!policies_.emplace(name, std::move(info)).second)
+    throw std::logic_error("policy '" + name + "' registered twice");
+}
+
+const PolicyInfo& PolicyRegistry::get(const std::string& name) const {
+  auto it = policies_.find(name);
+  if (it == policies_.end()) {
+    std::string known;
+    for (const auto& [n, _] : policies_) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown policy '" + name + "' (known: " + known + ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> PolicyRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, _] : policies_) out.push_back(n);
+  return out;
+}
+
+PolicyConfig make_policy_config(const std::string& name,
+                                const std::map<std::string, std::string>& overrides) {
+  PolicyConfig c;
+  c.label = name;
+  c.info = &PolicyRegistry::instance().get(name);
+  c.params = resolve_params(name, c.info->params, overrides);
+  return c;
+}
+
+ParamSpec budget_param(const std::string& default_value) {
+  return {"budget", ParamType::kSize, default_value,
+          "KV entries kept per (layer, KV head): a count, or a percentage of the prompt length "
+          "(20% -> ceil(0.2 P))",
+          1, 1e9};
+}
+
+int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy) {
+  const int b = params.get_size("budget").resolve(prompt_len);
+  if (b < 1)
+    throw std::invalid_argument(policy + ": parameter 'budget' = '" + params.get_string("budget") +
+                                "' resolves to " + std::to_string(b) + " entries for a " +
+                                std::to_string(prompt_len) + "-token prompt; need at least 1");
+  return b;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,113 @@
+// The eviction-policy interface and registry.
+//
+// A Policy decides which KV entries of one sample stay cached: it keeps its own state and edits
+// the KvCache through two hooks. It sees only attention statistics up to the current step (never
+// future queries, except policies that declare `lookahead`, whose results are labelled as such)
+// and does no trace I/O, so the same code can drive eviction inside a live model.
+//
+// Call order, per sample: on_prefill(layer l) for l = 0..L-1 in increasing order, and
+// on_decode(step t, layer l) with t increasing within each layer. Replay runs each layer's
+// prefill and all its decode steps before the next layer; a live model runs step-major. A policy
+// that keeps per-layer state and only carries information from lower to higher layers at prefill
+// works under both orders.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/kv_cache.hpp"
+#include "sim/layer_attention.hpp"
+#include "sim/params.hpp"
+
+namespace kvsim {
+
+// Renormalised attention of one decode step over the attended entries of the cache (the
+// full-cache probabilities renormalised over the attended set; 0 for stored-but-unused entries).
+struct StepAttention {
+  int step = 0;
+  int position = 0;  // P + step, the query's position (already appended to the cache)
+  int group = 1;     // query heads per KV head
+  // probs[g][r * n_g + e]: query head g*group + r on entry e of KV head g (n_g = cache size).
+  std::vector<std::vector<float>> probs;
+  const float* head(int g, int r, int n) const { return &probs[g][static_cast<std::size_t>(r) * n]; }
+};
+
+// What a policy may read at a hook: the layer's shared statistics, gated by its declared needs.
+class LayerView {
+ public:
+  LayerView(const LayerAttention& att, bool lookahead) : att_(att), lookahead_(lookahead) {}
+  const LayerAttention& attention() const { return att_; }
+  int layer() const { return att_.layer(); }
+  int prompt_len() const { return att_.prompt_len(); }
+  int gen_len() const { return att_.gen_len(); }
+  int group_size() const { return att_.group_size(); }
+  int num_kv_heads() const { return att_.num_kv_heads(); }
+  const std::vector<std::uint8_t>& modality() const { return att_.sample().modality; }
+  // Full-cache probabilities of any decode step: future attention, for lookahead policies only.
+  const float* future_decode_probs(int t, int h) const;
+
+ private:
+  const LayerAttention& att_;
+  bool lookahead_;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // End of the prefill of a layer: the cache holds positions 0..P-1 in every KV head.
+  virtual void on_prefill(const LayerView& view, KvCache& cache) = 0;
+  // After decode step t attended (att); the cache already holds position P + t.
+  virtual void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) = 0;
+  // Most entries a KV head may hold after a hook returns, or -1 when unbounded. Checked by the
+  // engine after every hook.
+  virtual int capacity(int layer, int kv_head) const { return -1; }
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string summary;     // one line
+  std::string provenance;  // paper and section, or repository and file
+  std::vector<ParamSpec> params;
+  AttentionNeeds needs;  // statistics computed once per layer for the whole run
+  bool lookahead = false;  // reads future attention: an upper reference, not a deployable policy
+  bool merges = false;     // may merge entries (decision dumps then carry `merged`)
+  // Needs may depend on parameters (e.g. SnapKV's window).
+  std::function<AttentionNeeds(const ParamSet&)> needs_for;
+  std::function<std::unique_ptr<Policy>(const ParamSet&, const SampleInfo&)> create;
+};
+
+class PolicyRegistry {
+ public:
+  static PolicyRegistry& instance();
+  void add(PolicyInfo info);
+  const PolicyInfo& get(const std::string& name) const;  // throws listing known names
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, PolicyInfo> policies_;
+};
+
+// One policy of a run: name, label, resolved parameters.
+struct PolicyConfig {
+  std::string label;
+  const PolicyInfo* info = nullptr;
+  ParamSet params;
+  AttentionNeeds needs() const { return info->needs_for ? info->needs_for(params) : info->needs; }
+};
+
+PolicyConfig make_policy_config(const std::string& name,
+                                const std::map<std::string, std::string>& overrides);
+
+// Registers a policy from a static initialiser in its own .cpp.
+struct PolicyRegistration {
+  explicit PolicyRegistration(PolicyInfo info) { PolicyRegistry::instance().add(std::move(info)); }
+};
+
+// The budget parameter every budgeted policy declares, and its resolution against P.
+ParamSpec budget_param(const std::string& default_value = "20%");
+int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);
+
+}  // namespace kvsim

@@ -1,0 +1,25 @@
+// Selection: which entries to keep under a budget, given scores. Written once, shared by every
+// scorer. In every selection equal scores keep the newer position and evict the older (pooling
+// makes ties common, so the rule is part of each policy's definition).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvsim {
+
+// Keep mask over n entries (ordered by position): every `forced` entry is kept, and of the others
+// the (keep - forced) highest scores, ties to the later entry. If keep >= n everything is kept.
+std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int keep,
+                                          std::span<const std::uint8_t> forced = {});
+
+// Forced mask for "the first `sinks` entries and the last `recent` entries".
+std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
+
+// 1-D pooling along positions, size `kernel` (odd), stride 1, same padding. Max pooling ignores
+// the padding; average pooling counts it as zeros (PyTorch's count_include_pad default).
+std::vector<double> pool_max(std::span<const double> x, int kernel);
+std::vector<double> pool_avg(std::span<const double> x, int kernel);
+
+}  // namespace kvsim

@@ -1,0 +1,90 @@
+// snapkv: SnapKV (Li et al., NeurIPS 2024, Sec. 4.2, Listing 1).
+//
+// At the end of the prefill, for j < P - window:
+//   score(j) = mean over the query heads of the KV head of
+//              Σ over the last `window` prompt queries i of p_ij (causal, full cache),
+// then pooled along positions (size `kernel`, stride 1, same padding; max or average). Keep the
+// window plus the top B - window prefix entries, ties to the newer position. Decoding appends
+// without eviction, as in the paper (the cache grows by one entry per step).
+// Reading chosen: summing over the window (the original repository) rather than averaging
+// (kvpress) ranks identically, so it is not a parameter; average pooling counts padding as zeros
+// (F.avg_pool1d's default in the reference code).
+#include <stdexcept>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class SnapKV final : public Policy {
+ public:
+  SnapKV(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "snapkv")),
+        window_(p.get_int("window")),
+        kernel_(p.get_int("kernel")),
+        max_pool_(p.get_string("pooling") == "max"),
+        prompt_len_(s.prompt_len) {
+    if (kernel_ % 2 == 0)
+      throw std::invalid_argument("snapkv: parameter 'kernel' = " + std::to_string(kernel_) +
+                                  " must be odd (same padding)");
+    if (budget_ <= window_ && budget_ < s.prompt_len)
+      throw std::invalid_argument("snapkv: budget (" + std::to_string(budget_) +
+                                  " entries) must exceed parameter 'window' = " +
+                                  std::to_string(window_));
+  }
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    const int P = view.prompt_len(), group = view.group_size();
+    if (P <= budget_) return;
+    const int prefix = P - window_;
+    const auto& att = view.attention();
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      std::vector<double> score(prefix, 0.0);
+      for (int r = 0; r < group; ++r)
+        for (int w = 0; w < window_; ++w) {
+          const float* row = att.prefill_window_row(g * group + r, att.prefill_window() - window_ + w);
+          for (int j = 0; j < prefix; ++j) score[j] += row[j];
+        }
+      for (auto& x : score) x /= group;
+      score = max_pool_ ? pool_max(score, kernel_) : pool_avg(score, kernel_);
+      score.resize(P, 0.0);  // window entries are forced, their score is unused
+      std::vector<std::uint8_t> forced(P, 0);
+      for (int j = prefix; j < P; ++j) forced[j] = 1;
+      cache.keep_only(g, keep_top_scores(score, budget_, forced));
+    }
+  }
+
+  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+
+  int capacity(int, int) const override { return -1; }  // grows during decoding by design
+
+ private:
+  int budget_, window_, kernel_;
+  bool max_pool_;
+  int prompt_len_;
+};
+
+const PolicyRegistration reg({
+    .name = "snapkv",
+    .summary = "Observation-window voting at the end of the prefill, pooled; no decode eviction.",
+    .provenance = "Li et al. 2024, SnapKV, Sec. 4.2 / Listing 1",
+    .params = {budget_param(),
+               {"window", ParamType::kInt, "32", "observation window: last prompt queries", 1,
+                1e9},
+               {"kernel", ParamType::kInt, "7", "pooling size along positions (odd)", 1, 1e9},
+               {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}},
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = [](const ParamSet& p) {
+      return AttentionNeeds{.prefill_column_sums = false,
+                            .prefill_window = static_cast<int>(p.get_int("window"))};
+    },
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<SnapKV>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim

@@ -1,0 +1,51 @@
+// streamingllm: attention sinks plus a sliding window (Xiao et al., "Efficient Streaming Language
+// Models with Attention Sinks", ICLR 2024, Sec. 3.2): keep the first `sinks` positions and the
+// budget - sinks most recent, after the prefill and after every decode step.
+#include <stdexcept>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class StreamingLlm final : public Policy {
+ public:
+  StreamingLlm(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "streamingllm")), sinks_(p.get_int("sinks")) {
+    if (budget_ <= sinks_)
+      throw std::invalid_argument("streamingllm: budget (" + std::to_string(budget_) +
+                                  " entries) must exceed parameter 'sinks' = " +
+                                  std::to_string(sinks_));
+  }
+  void on_prefill(const LayerView&, KvCache& cache) override { trim(cache); }
+  void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override { trim(cache); }
+  int capacity(int, int) const override { return budget_; }
+
+ private:
+  void trim(KvCache& cache) const {
+    for (int g = 0; g < cache.kv_heads(); ++g)
+      if (cache.size(g) > budget_)
+        cache.keep_only(g, sink_and_recent_mask(cache.size(g), sinks_, budget_ - sinks_));
+  }
+  int budget_;
+  int sinks_;
+};
+
+const PolicyRegistration reg({
+    .name = "streamingllm",
+    .summary = "Attention sinks + sliding window: the first `sinks` positions and the most recent.",
+    .provenance = "Xiao et al. 2024, StreamingLLM, Sec. 3.2",
+    .params = {budget_param(),
+               {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9}},
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<StreamingLlm>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim

@@ -1,0 +1,33 @@
+#include <cstdio>
+
+#include "policies/policy.hpp"
+#include "sim/cli.hpp"
+
+namespace kvsim::cli {
+
+Runner add_policies(CLI::App& app) {
+  app.description(
+      "List every registered policy: one-line description, provenance, and each parameter with "
+      "its type, default, valid range and meaning. Set parameters with --set NAME.key=value or "
+      "an INI file (--config) with one [NAME] section per policy.");
+  return [] {
+    for (const auto& name : PolicyRegistry::instance().names()) {
+      const PolicyInfo& p = PolicyRegistry::instance().get(name);
+      std::printf("%s%s\n  %s\n  source: %s\n", p.name.c_str(),
+                  p.lookahead ? "  [lookahead: reads future attention, upper reference]" : "",
+                  p.summary.c_str(), p.provenance.c_str());
+      for (const auto& s : p.params) {
+        std::string range;
+        if (s.type == ParamType::kInt || s.type == ParamType::kFloat)
+          range = " in [" + CLI::detail::to_string(s.min) + ", " + CLI::detail::to_string(s.max) + "]";
+        std::printf("    %-10s %-14s default %-6s%s  %s\n", s.name.c_str(),
+                    param_type_name(s).c_str(), s.default_value.c_str(), range.c_str(),
+                    s.doc.c_str());
+      }
+      std::printf("\n");
+    }
+    return 0;
+  };
+}
+
+}  // namespace kvsim::cli

@@ -1,0 +1,107 @@
+#include <cstdio>
+#include <thread>
+
+#include "sim/cli.hpp"
+#include "sim/config.hpp"
+#include "sim/engine.hpp"
+#include "sim/progress.hpp"
+#include "sim/results.hpp"
+
+namespace kvsim::cli {
+
+namespace {
+
+struct ReplayArgs {
+  std::string trace;
+  std::vector<std::string> samples, policies, sets;
+  std::string config, out, summary, decisions, budget;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+};
+
+std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
+  PolicyOverrides overrides;
+  if (!a.config.empty()) overrides = read_policy_config(a.config);
+  for (const auto& [name, _] : overrides) PolicyRegistry::instance().get(name);  // known names
+  for (const auto& s : a.sets) {
+    PolicyOverrides one;
+    apply_set_option(s, one);
+    const auto& [name, kv] = *one.begin();
+    if (std::find(a.policies.begin(), a.policies.end(), name) == a.policies.end())
+      throw std::invalid_argument("--set " + s + ": policy '" + name +
+                                  "' is not replayed (add --policy " + name + ")");
+    for (const auto& [k, v] : kv) overrides[name][k] = v;
+  }
+  std::vector<PolicyConfig> out;
+  for (const auto& name : a.policies) {
+    if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
+      throw std::invalid_argument("--policy " + name + " given twice");
+    auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
+    const PolicyInfo& info = PolicyRegistry::instance().get(name);
+    const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
+                                        [](const ParamSpec& s) { return s.name == "budget"; });
+    if (!a.budget.empty() && has_budget && !ov.count("budget")) ov["budget"] = a.budget;
+    out.push_back(make_policy_config(name, ov));
+  }
+  return out;
+}
+
+}  // namespace
+
+Runner add_replay(CLI::App& app) {
+  app.description(
+      "Teacher-forced replay of trace samples through eviction policies. Per layer and KV head: "
+      "prefill, then every decode step appends its token, attends over the retained entries, "
+      "lets the policy update and evict. Several --policy share one attention computation per "
+      "(sample, layer). Prints a comparison table; --out writes one CSV row per (policy, sample, "
+      "layer, KV head, decode step).");
+  auto a = std::make_shared<ReplayArgs>();
+  app.add_option("-t,--trace", a->trace, "kvtrace v1 file")->required();
+  app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
+  app.add_option("-p,--policy", a->policies, "Policy name (repeatable; see `kvsim policies`)")
+      ->required();
+  app.add_option("--set", a->sets, "Parameter override NAME.key=value (repeatable)");
+  app.add_option("--config", a->config, "INI file with one [NAME] section per policy");
+  app.add_option("--budget", a->budget,
+                 "Budget for every replayed policy that has one and no explicit budget "
+                 "(count or percentage of the prompt)");
+  app.add_option("-o,--out", a->out, "Per-step results CSV (and NAME.policies.csv beside it)");
+  app.add_option("--summary", a->summary, "Per-layer and overall summary CSV");
+  app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");
+  app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  return [a] {
+    TraceReader reader(a->trace);
+    std::vector<PolicyConfig> policies = resolve_policies(*a);
+    std::vector<std::string> samples = a->samples.empty() ? reader.sample_names() : a->samples;
+    std::unique_ptr<StepCsvWriter> csv;
+    if (!a->out.empty()) {
+      csv = std::make_unique<StepCsvWriter>(a->out, policies);
+      write_policies_sidecar(a->out, policies);
+    }
+    std::unique_ptr<DecisionWriter> decisions;
+    if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
+    Summary summary(policies);
+    Replayer replayer(reader, policies, ReplayOptions{.threads = a->threads});
+    Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
+    for (const auto& s : samples)
+      replayer.replay_sample(
+          s,
+          [&](const LayerResult& r) {
+            summary.add(r);
+            if (csv) csv->write(r);
+            if (decisions) decisions->write(r);
+          },
+          [&](int) { progress.advance(); });
+    progress.finish();
+    if (csv) csv->close();
+    if (decisions) decisions->close();
+    if (!a->summary.empty()) summary.write_csv(a->summary);
+    std::printf("%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
+                "out_rel_err = |o - o_hat| / |o|, means over layers, heads and decode steps\n%s",
+                a->trace.c_str(), samples.size(), reader.info().num_layers,
+                reader.info().num_kv_heads, summary.table().c_str());
+    return 0;
+  };
+}
+
+}  // namespace kvsim::cli

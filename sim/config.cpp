@@ -1,0 +1,42 @@
+#include "sim/config.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <stdexcept>
+
+namespace kvsim {
+
+namespace po = boost::program_options;
+
+PolicyOverrides read_policy_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path + ": cannot open config file");
+  PolicyOverrides out;
+  try {
+    po::options_description none;
+    const po::parsed_options parsed = po::parse_config_file(in, none, /*allow_unregistered=*/true);
+    for (const auto& opt : parsed.options) {
+      const auto dot = opt.string_key.find('.');
+      if (dot == std::string::npos)
+        throw std::invalid_argument(path + ": key '" + opt.string_key +
+                                    "' is outside a [policy] section");
+      if (opt.value.size() != 1)
+        throw std::invalid_argument(path + ": key '" + opt.string_key + "' needs one value");
+      out[opt.string_key.substr(0, dot)][opt.string_key.substr(dot + 1)] = opt.value[0];
+    }
+  } catch (const po::error& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+  return out;
+}
+
+void apply_set_option(const std::string& assignment, PolicyOverrides& overrides) {
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq)
+    throw std::invalid_argument("--set '" + assignment + "': expected NAME.key=value");
+  overrides[assignment.substr(0, dot)][assignment.substr(dot + 1, eq - dot - 1)] =
+      assignment.substr(eq + 1);
+}
+
+}  // namespace kvsim

@@ -1,0 +1,188 @@
+#include "sim/engine.hpp"
+
+#include <stdexcept>
+
+#include "sim/parallel.hpp"
+
+namespace kvsim {
+
+Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies,
+                   ReplayOptions options)
+    : reader_(reader), policies_(std::move(policies)), options_(options) {
+  for (const auto& p : policies_) needs_.merge(p.needs());
+}
+
+namespace {
+
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    cache.check_invariants(g);
+    const int cap = policy.capacity(layer, g);
+    if (cap >= 0 && cache.size(g) > cap)
+      throw std::logic_error(label + ": holds " + std::to_string(cache.size(g)) +
+                             " entries in layer " + std::to_string(layer) + ", KV head " +
+                             std::to_string(g) + " after " + hook + ", above its capacity " +
+                             std::to_string(cap));
+  }
+}
+
+}  // namespace
+
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
+                         std::size_t bytes_per_element, bool check_invariants,
+                         const StepAttentionFn& step_attention) {
+  const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
+  const LayerView view(att, lookahead);
+  KvCache cache(Hkv, att.head_dim());
+  cache.fill_prompt(P);
+  cache.set_step(-1);
+  policy.on_prefill(view, cache);
+  if (check_invariants) check_capacity(policy, cache, att.layer(), "the prefill", "policy");
+
+  LayerResult r;
+  r.layer = att.layer();
+  r.steps.assign(Hkv, std::vector<StepMetrics>(G));
+  r.prefill_kept_min = P;
+  for (int g = 0; g < Hkv; ++g) r.prefill_kept_min = std::min(r.prefill_kept_min, cache.size(g));
+  StepAttention sa;
+  std::vector<StepMetrics> m(Hkv);
+  const std::int64_t entry_bytes = 2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
+  for (int t = 0; t < G; ++t) {
+    cache.set_step(t);
+    for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
+    step_attention(att, cache, t, sa, m);
+    for (int g = 0; g < Hkv; ++g) {
+      m[g].kv_bytes = m[g].cache_size * entry_bytes;
+      m[g].position = P + t;
+      r.steps[g][t] = m[g];
+    }
+    policy.on_decode(view, sa, cache);
+    if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
+  }
+  r.evicted.resize(Hkv);
+  r.merged.resize(Hkv);
+  for (int g = 0; g < Hkv; ++g) {
+    r.evicted[g] = cache.evictions(g);
+    r.merged[g] = cache.merges(g);
+  }
+  return r;
+}
+
+void shared_step_attention(const LayerAttention& att, const KvCache& cache, int step,
+                           StepAttention& out, std::vector<StepMetrics>& metrics) {
+  const int Hkv = att.num_kv_heads(), group = att.group_size(), d = att.head_dim();
+  const int s = att.prompt_len() + step;
+  const auto& tensors = att.tensors();
+  const bool with_v = att.has_output();
+  out.step = step;
+  out.position = s;
+  out.group = group;
+  out.probs.resize(Hkv);
+  std::vector<std::uint8_t> attended_mask;
+  std::vector<double> o_hat(d);
+  for (int g = 0; g < Hkv; ++g) {
+    const int n = cache.size(g);
+    auto& probs = out.probs[g];
+    probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
+    const bool merged = cache.has_merged(g);
+    const int n_att = cache.attended_size(g);
+    // Output via the complement (o_full minus what is missing) when that is the smaller sum.
+    const bool complement = with_v && !merged && (s + 1 - n_att) < n_att;
+    if (complement) {
+      attended_mask.assign(s + 1, 0);
+      for (int e = 0; e < n; ++e)
+        if (cache.attended(g, e)) attended_mask[cache.position(g, e)] = 1;
+    }
+    double mass_sum = 0, err2 = 0, ref2 = 0;
+    for (int r = 0; r < group; ++r) {
+      const int h = g * group + r;
+      const float* pf = att.decode_probs(step, h);
+      float* p = &probs[static_cast<std::size_t>(r) * n];
+      double recall = 0, weight = 0;
+      for (int e = 0; e < n; ++e) {
+        if (!cache.attended(g, e)) continue;
+        const int pos = cache.position(g, e);
+        recall += pf[pos];
+        if (const float* mk = cache.merged_key(g, e)) {
+          const float* q = &tensors.q(s, h, 0);
+          double dot = 0;
+          for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
+          p[e] = static_cast<float>(std::exp(att.scale() * dot - att.decode_lse(step, h)));
+        } else {
+          p[e] = pf[pos];
+        }
+        weight += p[e];
+      }
+      const double inv = 1.0 / weight;
+      for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
+      mass_sum += recall;
+      if (!with_v) continue;
+      const float* o = att.full_output(step, h);
+      if (complement) {
+        double missing = 0;
+        for (int i = 0; i < d; ++i) o_hat[i] = o[i];
+        for (int j = 0; j <= s; ++j) {
+          if (attended_mask[j]) continue;
+          const float* v = &tensors.v(j, g, 0);
+          missing += pf[j];
+          for (int i = 0; i < d; ++i) o_hat[i] -= pf[j] * v[i];
+        }
+        const double norm = 1.0 / (1.0 - missing);
+        for (int i = 0; i < d; ++i) o_hat[i] *= norm;
+      } else {
+        std::fill(o_hat.begin(), o_hat.end(), 0.0);
+        for (int e = 0; e < n; ++e) {
+          if (p[e] == 0.0f) continue;
+          const float* mv = cache.merged_value(g, e);
+          const float* v = mv ? mv : &tensors.v(cache.position(g, e), g, 0);
+          for (int i = 0; i < d; ++i) o_hat[i] += p[e] * v[i];
+        }
+      }
+      for (int i = 0; i < d; ++i) {
+        err2 += (o[i] - o_hat[i]) * (o[i] - o_hat[i]);
+        ref2 += static_cast<double>(o[i]) * o[i];
+      }
+    }
+    StepMetrics& m = metrics[g];
+    m.cache_size = n;
+    m.attended_size = n_att;
+    m.mass_recall = static_cast<float>(mass_sum / group);
+    m.output_rel_error = with_v ? static_cast<float>(std::sqrt(err2 / ref2)) : NAN;
+  }
+}
+
+void Replayer::replay_sample(const std::string& sample_name,
+                             const std::function<void(const LayerResult&)>& on_result,
+                             const std::function<void(int)>& on_layer) {
+  const SampleInfo sample = reader_.read_sample(sample_name);
+  const TraceInfo& info = reader_.info();
+  // Policies are created per sample: their state may carry from lower to higher layers.
+  std::vector<std::unique_ptr<Policy>> instances;
+  for (const auto& p : policies_) {
+    try {
+      instances.push_back(p.info->create(p.params, sample));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
+    }
+  }
+  for (int l = 0; l < info.num_layers; ++l) {
+    const LayerAttention att(info, sample, reader_.read_layer(sample, l), needs_, options_.threads);
+    std::vector<LayerResult> results(policies_.size());
+    parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
+      try {
+        results[i] = replay_layer(*instances[i], att, policies_[i].info->lookahead,
+                                  dtype_bytes(sample.dtype), options_.check_invariants,
+                                  shared_step_attention);
+      } catch (const std::logic_error& e) {
+        throw std::logic_error(policies_[i].label + ", sample '" + sample_name + "': " + e.what());
+      }
+      results[i].policy_index = i;
+      results[i].sample = sample_name;
+    });
+    for (const auto& r : results) on_result(r);
+    if (on_layer) on_layer(l);
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,76 @@
+// Teacher-forced replay: one sample, every policy of a run, layer by layer.
+//
+// Per layer the loop is: load q/k/v, compute the shared attention statistics once, then for each
+// policy: fill the cache with the prompt, on_prefill (evict), and for each decode step append the
+// token, attend over the retained entries, record metrics, on_decode (evict), check invariants.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policies/policy.hpp"
+#include "traces/kvtrace.hpp"
+
+namespace kvsim {
+
+struct StepMetrics {
+  int position = 0;        // the decode step's query position, P + step
+  int cache_size = 0;      // entries stored (K and V), including the current token
+  int attended_size = 0;   // entries that took part in attention
+  float mass_recall = 0;   // Σ full-cache probability of attended positions, mean over the group
+  float output_rel_error = NAN;  // ‖o - ô‖ / ‖o‖ over the group's query heads; NaN without v
+  std::int64_t kv_bytes = 0;     // cache_size * 2 * head_dim * bytes per element of the trace
+};
+
+// Everything one policy did in one layer of one sample.
+struct LayerResult {
+  int policy_index = 0;
+  std::string sample;
+  int layer = 0;
+  int prefill_kept_min = 0;  // entries kept after the prefill, min over KV heads
+  std::vector<std::vector<StepMetrics>> steps;  // [kv head][step]
+  std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
+  std::vector<std::vector<MergeRecord>> merged;      // [kv head]
+};
+
+struct ReplayOptions {
+  int threads = 1;
+  bool check_invariants = true;
+};
+
+// Replays samples of one trace through a list of policies, sharing the attention work.
+class Replayer {
+ public:
+  Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies, ReplayOptions options);
+  const std::vector<PolicyConfig>& policies() const { return policies_; }
+
+  // Calls on_result for every (layer, policy) in that order, and on_layer after each layer.
+  void replay_sample(const std::string& sample,
+                     const std::function<void(const LayerResult&)>& on_result,
+                     const std::function<void(int layer)>& on_layer = {});
+
+ private:
+  const TraceReader& reader_;
+  std::vector<PolicyConfig> policies_;
+  ReplayOptions options_;
+  AttentionNeeds needs_;
+};
+
+// Runs one policy through one layer given precomputed statistics (shared by the engine and the
+// plain reference). step_attention computes a decode step's attention and metrics.
+using StepAttentionFn =
+    std::function<void(const LayerAttention&, const KvCache&, int step, StepAttention&,
+                       std::vector<StepMetrics>&)>;
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
+                         std::size_t bytes_per_element, bool check_invariants,
+                         const StepAttentionFn& step_attention);
+
+// The engine's decode-step attention: gathers the shared full-cache probabilities of the
+// attended entries and renormalises them; merged entries are attended with their merged key.
+void shared_step_attention(const LayerAttention& att, const KvCache& cache, int step,
+                           StepAttention& out, std::vector<StepMetrics>& metrics);
+
+}  // namespace kvsim

@@ -1,0 +1,110 @@
+#include "sim/kv_cache.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace kvsim {
+
+KvCache::KvCache(int kv_heads, int head_dim) : heads_(kv_heads), d_(head_dim) {}
+
+int KvCache::attended_size(int g) const {
+  const auto& a = heads_[g].attended;
+  return static_cast<int>(std::count(a.begin(), a.end(), 1));
+}
+
+const float* KvCache::merged_key(int g, int e) const {
+  const int s = heads_[g].slot[e];
+  return s < 0 ? nullptr : &heads_[g].kv[static_cast<std::size_t>(s) * 2 * d_];
+}
+
+const float* KvCache::merged_value(int g, int e) const {
+  const int s = heads_[g].slot[e];
+  return s < 0 ? nullptr : &heads_[g].kv[(static_cast<std::size_t>(s) * 2 + 1) * d_];
+}
+
+void KvCache::fill_prompt(int prompt_len) {
+  for (auto& h : heads_) {
+    h = Head{};
+    h.positions.resize(prompt_len);
+    for (int i = 0; i < prompt_len; ++i) h.positions[i] = i;
+    h.attended.assign(prompt_len, 1);
+    h.slot.assign(prompt_len, -1);
+  }
+}
+
+void KvCache::append(int g, std::int32_t position) {
+  auto& h = heads_[g];
+  if (!h.positions.empty() && h.positions.back() >= position)
+    throw std::logic_error("KvCache::append: position " + std::to_string(position) +
+                           " is not newer than every cached entry");
+  h.positions.push_back(position);
+  h.attended.push_back(1);
+  h.slot.push_back(-1);
+}
+
+void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
+  auto& h = heads_[g];
+  std::size_t out = 0;
+  for (std::size_t e = 0; e < h.positions.size(); ++e) {
+    if (!keep[e]) {
+      if (log) h.evicted.push_back({step_, h.positions[e]});
+      if (h.slot[e] >= 0) --h.merged_count;  // its slot's storage is simply abandoned
+      continue;
+    }
+    h.positions[out] = h.positions[e];
+    h.attended[out] = h.attended[e];
+    h.slot[out] = h.slot[e];
+    ++out;
+  }
+  h.positions.resize(out);
+  h.attended.resize(out);
+  h.slot.resize(out);
+}
+
+void KvCache::evict(int g, std::span<const int> entries) {
+  std::vector<std::uint8_t> keep(heads_[g].positions.size(), 1);
+  for (int e : entries) {
+    if (e < 0 || e >= static_cast<int>(keep.size()) || !keep[e])
+      throw std::logic_error("KvCache::evict: entry " + std::to_string(e) +
+                             " is out of range or listed twice");
+    keep[e] = 0;
+  }
+  compact(g, keep, true);
+}
+
+void KvCache::keep_only(int g, const std::vector<std::uint8_t>& keep) {
+  if (keep.size() != heads_[g].positions.size())
+    throw std::logic_error("KvCache::keep_only: mask size does not match the cache");
+  compact(g, keep, true);
+}
+
+void KvCache::set_attended(int g, int e, bool attended) { heads_[g].attended.at(e) = attended; }
+
+void KvCache::merge(int g, int from, int into, const float* key, const float* value) {
+  auto& h = heads_[g];
+  if (from == into || from < 0 || into < 0 || from >= size(g) || into >= size(g))
+    throw std::logic_error("KvCache::merge: bad entries");
+  if (h.slot[into] < 0) {
+    h.slot[into] = static_cast<int>(h.kv.size() / (2 * d_));
+    h.kv.resize(h.kv.size() + 2 * d_);
+    ++h.merged_count;
+  }
+  float* dst = &h.kv[static_cast<std::size_t>(h.slot[into]) * 2 * d_];
+  std::copy(key, key + d_, dst);
+  std::copy(value, value + d_, dst + d_);
+  h.merged.push_back({step_, h.positions[from], h.positions[into]});
+  std::vector<std::uint8_t> keep(h.positions.size(), 1);
+  keep[from] = 0;
+  compact(g, keep, false);
+}
+
+void KvCache::check_invariants(int g) const {
+  const auto& p = heads_[g].positions;
+  for (std::size_t e = 1; e < p.size(); ++e)
+    if (p[e - 1] >= p[e])
+      throw std::logic_error("KV cache head " + std::to_string(g) +
+                             ": positions not strictly increasing at entry " + std::to_string(e));
+}
+
+}  // namespace kvsim

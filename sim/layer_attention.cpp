@@ -1,0 +1,134 @@
+#include "sim/layer_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <xsimd/xsimd.hpp>
+
+#include "sim/parallel.hpp"
+
+namespace kvsim {
+
+void AttentionNeeds::merge(const AttentionNeeds& o) {
+  prefill_column_sums |= o.prefill_column_sums;
+  prefill_window = std::max(prefill_window, o.prefill_window);
+}
+
+float softmax_inplace(float* x, int n, float scale) {
+  using batch = xsimd::batch<float>;
+  constexpr int W = static_cast<int>(batch::size);
+  float mx = -INFINITY;
+  int i = 0;
+  if (n >= W) {
+    batch m = xsimd::load_unaligned(x);
+    for (i = W; i + W <= n; i += W) m = xsimd::max(m, xsimd::load_unaligned(x + i));
+    alignas(64) float lanes[W];
+    m.store_aligned(lanes);
+    for (float v : lanes) mx = std::max(mx, v);
+  }
+  for (; i < n; ++i) mx = std::max(mx, x[i]);
+  const batch bs(scale), bm(scale * mx);
+  batch acc(0.0f);
+  for (i = 0; i + W <= n; i += W) {
+    const batch e = xsimd::exp(xsimd::fms(xsimd::load_unaligned(x + i), bs, bm));
+    e.store_unaligned(x + i);
+    acc += e;
+  }
+  double sum = xsimd::hadd(acc);
+  for (; i < n; ++i) sum += x[i] = std::exp(x[i] * scale - scale * mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  const batch binv(inv);
+  for (i = 0; i + W <= n; i += W) (xsimd::load_unaligned(x + i) * binv).store_unaligned(x + i);
+  for (; i < n; ++i) x[i] *= inv;
+  return static_cast<float>(scale * mx + std::log(sum));
+}
+
+LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+    : sample_(sample),
+      tensors_(std::move(tensors)),
+      P_(sample.prompt_len),
+      G_(sample.gen_len),
+      T_(sample.total_len()),
+      H_(trace.num_heads),
+      Hkv_(trace.num_kv_heads),
+      d_(trace.head_dim),
+      window_(std::min(needs.prefill_window, sample.prompt_len)),
+      scale_(static_cast<float>(trace.scale)),
+      want_colsums_(needs.prefill_column_sums) {
+  allocate(needs);
+  // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
+  openblas_set_num_threads(1);
+  parallel_for(H_, threads, [&](int h) {
+    if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
+    if (G_ > 0) compute_decode(h);
+  });
+}
+
+void LayerAttention::allocate(const AttentionNeeds& needs) {
+  if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
+  window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
+  decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
+  decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
+  if (tensors_.has_v()) full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
+}
+
+void LayerAttention::compute_prefill(int h, int block_rows) {
+  const int g = h / group_size();
+  const float* q = tensors_.q.data() + static_cast<std::size_t>(h) * d_;
+  const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
+  const int first_row = want_colsums_ ? 0 : P_ - window_;
+  std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
+  float* colsum = want_colsums_ ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  for (int i0 = first_row; i0 < P_; i0 += block_rows) {
+    const int rows = std::min(block_rows, P_ - i0);
+    const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d_, 1.0f,
+                q + static_cast<std::size_t>(i0) * H_ * d_, H_ * d_, k, Hkv_ * d_, 0.0f,
+                logits.data(), keys);
+    for (int r = 0; r < rows; ++r) {
+      const int i = i0 + r;
+      float* row = &logits[static_cast<std::size_t>(r) * keys];
+      softmax_inplace(row, i + 1, scale_);
+      if (colsum)
+        for (int j = 0; j <= i; ++j) colsum[j] += row[j];
+      if (i >= P_ - window_)
+        std::copy(row, row + i + 1,
+                  &window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_]);
+    }
+  }
+}
+
+void LayerAttention::compute_decode(int h) {
+  const int g = h / group_size();
+  const float* q = tensors_.q.data() + (static_cast<std::size_t>(P_) * H_ + h) * d_;
+  const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
+  float* probs = &decode_probs_[static_cast<std::size_t>(h) * T_];
+  const int ld = H_ * T_;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G_, T_, d_, 1.0f, q, H_ * d_, k, Hkv_ * d_,
+              0.0f, probs, ld);
+  for (int t = 0; t < G_; ++t) {
+    float* row = probs + static_cast<std::size_t>(t) * ld;
+    const int n = P_ + t + 1;
+    decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
+    std::fill(row + n, row + T_, 0.0f);
+  }
+  if (!full_output_.empty()) {
+    const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G_, d_, T_, 1.0f, probs, ld, v,
+                Hkv_ * d_, 0.0f, &full_output_[static_cast<std::size_t>(h) * d_], H_ * d_);
+  }
+}
+
+const float* LayerAttention::prefill_column_sums(int h) const {
+  if (!want_colsums_) throw std::logic_error("prefill column sums were not requested");
+  return &colsums_[static_cast<std::size_t>(h) * P_];
+}
+
+const float* LayerAttention::prefill_window_row(int h, int r) const {
+  if (r < 0 || r >= window_) throw std::logic_error("prefill window row out of range");
+  return &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
+}
+
+}  // namespace kvsim

@@ -1,0 +1,81 @@
+// Attention statistics of one (sample, layer), computed once and shared by every policy and
+// metric replayed in the same run: in teacher-forced replay the logits q·k do not depend on the
+// policy, so nothing here is recomputed per policy.
+#pragma once
+
+#include <vector>
+
+#include "traces/kvtrace.hpp"
+
+namespace kvsim {
+
+// What the policies of a run need beyond the always-computed decode attention.
+struct AttentionNeeds {
+  bool prefill_column_sums = false;  // Σ over all causal prompt rows of p_ij, per query head
+  int prefill_window = 0;            // keep the last `prefill_window` prompt rows' probabilities
+  void merge(const AttentionNeeds& o);
+};
+
+class LayerAttention {
+ public:
+  // Computes the statistics with `threads` threads (results independent of the count). Prefill
+  // rows are processed in blocks, so at most one block of logits per thread is ever held: a
+  // 16k-token prompt needs no [P, P] matrix.
+  LayerAttention(const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs, int threads);
+  // The plain reference: the same statistics from scalar loops, row by row, no BLAS, no blocking
+  // (sim/reference_replay.cpp). Used to check the fast path and as the benchmark's baseline.
+  struct Naive {};
+  LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs);
+
+  int layer() const { return tensors_.layer; }
+  int prompt_len() const { return P_; }
+  int gen_len() const { return G_; }
+  int total_len() const { return P_ + G_; }
+  int num_heads() const { return H_; }
+  int num_kv_heads() const { return Hkv_; }
+  int group_size() const { return H_ / Hkv_; }
+  int head_dim() const { return d_; }
+  float scale() const { return scale_; }
+  const SampleInfo& sample() const { return sample_; }
+  const LayerTensors& tensors() const { return tensors_; }
+
+  // [P]: Σ_{i<P} p_ij for query head h (causal prompt attention received by key j).
+  const float* prefill_column_sums(int h) const;
+  int prefill_window() const { return window_; }
+  // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
+  const float* prefill_window_row(int h, int r) const;
+  // [T]: full-cache probabilities of decode step t (query P + t) for query head h; zero beyond.
+  const float* decode_probs(int t, int h) const {
+    return &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
+  }
+  // log Σ_j exp(scale q·k_j) of decode step t over the full cache, for attending merged keys.
+  float decode_lse(int t, int h) const { return decode_lse_[static_cast<std::size_t>(t) * H_ + h]; }
+  // [d]: full-cache attention output of decode step t for query head h (needs v).
+  const float* full_output(int t, int h) const {
+    return &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_];
+  }
+  bool has_output() const { return !full_output_.empty(); }
+
+ private:
+  void allocate(const AttentionNeeds& needs);
+  void compute_prefill(int h, int block_rows);
+  void compute_decode(int h);
+
+  SampleInfo sample_;
+  LayerTensors tensors_;
+  int P_, G_, T_, H_, Hkv_, d_, window_;
+  float scale_;
+  bool want_colsums_;
+  std::vector<float> colsums_;       // [H, P]
+  std::vector<float> window_rows_;   // [H, window, P]
+  std::vector<float> decode_probs_;  // [G, H, T]
+  std::vector<float> decode_lse_;    // [G, H]
+  std::vector<float> full_output_;   // [G, H, d]
+};
+
+// Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.
+float softmax_inplace(float* x, int n, float scale);
+
+}  // namespace kvsim

@@ -1,0 +1,66 @@
+// Typed, validated policy parameters (declared by each policy, set by --set / --config).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvsim {
+
+enum class ParamType {
+  kInt,    // integer in [min, max]
+  kFloat,  // real in [min, max]
+  kBool,   // true/false/1/0
+  kChoice, // one of `choices`
+  kSize,   // a count ("128") or a percentage of a base the parameter names ("20%")
+};
+
+struct ParamSpec {
+  std::string name;
+  ParamType type;
+  std::string default_value;
+  std::string doc;
+  double min = 0;
+  double max = 1e18;
+  std::vector<std::string> choices;  // kChoice only
+};
+
+// A count or a percentage, resolved against a base (the prompt length for budgets).
+struct Size {
+  bool percent = false;
+  double value = 0;
+  // Percentages round up: 20% of P keeps ceil(0.2 P) entries.
+  int resolve(int base) const;
+  std::string str() const;
+  static Size parse(const std::string& text);  // throws std::invalid_argument
+};
+
+// The fully resolved parameters of one policy instance: every declared key has a value.
+class ParamSet {
+ public:
+  ParamSet() = default;
+  ParamSet(std::string owner, std::map<std::string, std::string> values)
+      : owner_(std::move(owner)), values_(std::move(values)) {}
+  long get_int(const std::string& key) const;
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  const std::string& get_string(const std::string& key) const;
+  Size get_size(const std::string& key) const;
+  const std::map<std::string, std::string>& values() const { return values_; }
+  // "key=value,key=value" in key order; stable, used in results and decision dumps.
+  std::string str() const;
+
+ private:
+  std::string owner_;
+  std::map<std::string, std::string> values_;
+};
+
+// Applies overrides on top of the specs' defaults; every override key must be declared and every
+// value valid. Errors (std::invalid_argument) name the owner, the key, the value, the rule and,
+// for unknown keys, the valid keys.
+ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& specs,
+                        const std::map<std::string, std::string>& overrides);
+
+std::string param_type_name(const ParamSpec& spec);
+
+}  // namespace kvsim

@@ -1,0 +1,225 @@
+#include "sim/results.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace kvsim {
+
+namespace {
+
+std::FILE* open_for_write(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
+  return f;
+}
+
+// Numbers print with %.9g (exact float round trip), so identical results give identical bytes.
+void append_float(std::string& out, double x) {
+  if (std::isnan(x)) return;  // empty field
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  out += buf;
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+}  // namespace
+
+StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
+    : path_(path), file_(open_for_write(path)) {
+  for (const auto& p : policies) labels_.push_back(p.label);
+  std::fputs("policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+             "output_rel_error,kv_bytes\n",
+             file_);
+}
+
+StepCsvWriter::~StepCsvWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void StepCsvWriter::write(const LayerResult& r) {
+  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
+                             std::to_string(r.layer) + ",";
+  for (std::size_t g = 0; g < r.steps.size(); ++g) {
+    for (std::size_t t = 0; t < r.steps[g].size(); ++t) {
+      const StepMetrics& m = r.steps[g][t];
+      buffer_ += prefix;
+      buffer_ += std::to_string(g) + "," + std::to_string(t) + ",";
+      buffer_ += std::to_string(m.position) + ",";
+      buffer_ += std::to_string(m.cache_size) + "," + std::to_string(m.attended_size) + ",";
+      append_float(buffer_, m.mass_recall);
+      buffer_ += ",";
+      append_float(buffer_, m.output_rel_error);
+      buffer_ += "," + std::to_string(m.kv_bytes) + "\n";
+    }
+  }
+  if (buffer_.size() > (1 << 20)) {
+    std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+    buffer_.clear();
+  }
+}
+
+void StepCsvWriter::close() {
+  if (!file_) return;
+  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+  buffer_.clear();
+  const bool failed = std::ferror(file_) != 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (failed) throw std::runtime_error(path_ + ": write failed (disk full?)");
+}
+
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies) {
+  std::string stem = csv_path;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0) stem.resize(stem.size() - 4);
+  const std::string path = stem + ".policies.csv";
+  std::FILE* f = open_for_write(path);
+  std::string out = "label,policy,lookahead,params\n";
+  for (const auto& p : policies)
+    out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
+           "," + csv_quote(p.params.str()) + "\n";
+  std::fputs(out.c_str(), f);
+  std::fclose(f);
+}
+
+void Summary::Acc::add(const StepMetrics& m) {
+  cache += m.cache_size;
+  attended += m.attended_size;
+  recall += m.mass_recall;
+  min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
+  kv_bytes += m.kv_bytes;
+  ++count;
+  if (!std::isnan(m.output_rel_error)) {
+    error += m.output_rel_error;
+    ++error_count;
+  }
+}
+
+void Summary::add(const LayerResult& r) {
+  Acc& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
+  Acc& all = per_policy_[r.policy_index];
+  for (const auto& head : r.steps)
+    for (const auto& m : head) {
+      layer.add(m);
+      all.add(m);
+      kv_bytes_per_step_[r.policy_index] += m.kv_bytes;
+    }
+  if (r.layer == 0 && !r.steps.empty()) steps_[r.policy_index] += r.steps[0].size();
+  prefill_kept_[r.policy_index] += r.prefill_kept_min;
+  prefill_layers_[r.policy_index] += 1;
+}
+
+void Summary::write_csv(const std::string& path) const {
+  std::FILE* f = open_for_write(path);
+  std::string out =
+      "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
+      "min_mass_recall,mean_output_rel_error,mean_kv_bytes\n";
+  auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
+                 const Acc& a) {
+    out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," + std::to_string(a.count) + ",";
+    const double n = std::max<long>(a.count, 1);
+    append_float(out, a.cache / n);
+    out += ",";
+    append_float(out, a.attended / n);
+    out += ",";
+    append_float(out, a.recall / n);
+    out += ",";
+    append_float(out, a.count ? a.min_recall : NAN);
+    out += ",";
+    append_float(out, a.error_count ? a.error / a.error_count : NAN);
+    out += ",";
+    append_float(out, a.kv_bytes / n);
+    out += "\n";
+  };
+  for (const auto& [key, acc] : per_layer_)
+    row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc);
+  for (const auto& [p, acc] : per_policy_) row(policies_[p].label, "all", "all", acc);
+  std::fputs(out.c_str(), f);
+  std::fclose(f);
+}
+
+std::string Summary::table() const {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-14s %-22s %9s %9s %10s %10s %11s %11s\n", "policy", "budget",
+                "kept@P", "mean_kv", "recall", "min_recall", "out_rel_err", "KV_MiB/step");
+  os << line;
+  for (const auto& [p, a] : per_policy_) {
+    const auto& cfg = policies_[p];
+    const auto& vals = cfg.params.values();
+    const auto it = vals.find("budget");
+    std::string budget = it == vals.end() ? "-" : it->second;
+    if (cfg.info->lookahead) budget += " (lookahead)";
+    const double n = std::max<long>(a.count, 1);
+    const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
+    const double mib = kv_bytes_per_step_.at(p) / std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) /
+                       (1024.0 * 1024.0);
+    char err[32] = "-";
+    if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+    std::snprintf(line, sizeof line, "%-14s %-22s %9.1f %9.1f %10.4f %10.4f %11s %11.2f\n",
+                  cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.recall / n,
+                  a.count ? a.min_recall : 0.0, err, mib);
+    os << line;
+  }
+  return os.str();
+}
+
+DecisionWriter::DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
+    : path_(path), policies_(policies) {
+  silence_hdf5_errors();
+  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+  for (const auto& p : policies) {
+    H5Handle g = h5_require_group(file_.get(), p.label);
+    h5_write_string_attr(g.get(), "policy", p.info->name);
+    h5_write_string_attr(g.get(), "params", p.params.str());
+    h5_write_int_attr(g.get(), "lookahead", p.info->lookahead ? 1 : 0);
+  }
+}
+
+namespace {
+
+void write_int_matrix(hid_t group, const char* name, const std::vector<std::int32_t>& data,
+                      hsize_t cols, const std::string& path) {
+  const hsize_t dims[2] = {data.size() / cols, cols};
+  H5Handle space(H5Screate_simple(2, dims, nullptr));
+  H5Handle d(H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                        H5P_DEFAULT));
+  if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
+                                               H5P_DEFAULT, data.data()) < 0))
+    throw TraceError(path + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+
+}  // namespace
+
+void DecisionWriter::write(const LayerResult& r) {
+  const auto& cfg = policies_[r.policy_index];
+  const std::string base = cfg.label + "/samples/" + r.sample + "/layers/" + std::to_string(r.layer) + "/heads/";
+  for (std::size_t g = 0; g < r.evicted.size(); ++g) {
+    H5Handle grp = h5_require_group(file_.get(), base + std::to_string(g));
+    std::vector<std::int32_t> ev;
+    ev.reserve(r.evicted[g].size() * 2);
+    for (const auto& e : r.evicted[g]) ev.insert(ev.end(), {e.step, e.position});
+    write_int_matrix(grp.get(), "evicted", ev, 2, path_);
+    if (!cfg.info->merges) continue;
+    std::vector<std::int32_t> mg;
+    for (const auto& m : r.merged[g]) mg.insert(mg.end(), {m.step, m.position, m.into_position});
+    write_int_matrix(grp.get(), "merged", mg, 3, path_);
+  }
+}
+
+void DecisionWriter::close() {
+  if (file_.valid()) {
+    H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+    file_.reset();
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,76 @@
+// Replay outputs: the per-step CSV (--out), its policies sidecar, the per-layer summary
+// (--summary), the stdout comparison table, and the decisions dump (--dump-decisions).
+// Column meanings are documented in README.md, "Outputs".
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/engine.hpp"
+#include "traces/hdf5_util.hpp"
+
+namespace kvsim {
+
+// One row per (policy, sample, layer, KV head, decode step).
+class StepCsvWriter {
+ public:
+  StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
+  ~StepCsvWriter();
+  void write(const LayerResult& r);
+  void close();
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<std::string> labels_;
+  std::string buffer_;
+};
+
+// Writes `<csv path without .csv>.policies.csv`: label, policy, lookahead, params.
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies);
+
+// Aggregates results per (policy, sample, layer) and overall.
+class Summary {
+ public:
+  explicit Summary(const std::vector<PolicyConfig>& policies) : policies_(policies) {}
+  void add(const LayerResult& r);
+  void write_csv(const std::string& path) const;
+  // The human-readable comparison table printed by `kvsim replay`.
+  std::string table() const;
+
+  struct Acc {
+    double cache = 0, attended = 0, recall = 0, error = 0, kv_bytes = 0;
+    double min_recall = 1e30;
+    long count = 0, error_count = 0;
+    void add(const StepMetrics& m);
+  };
+
+ private:
+  std::vector<PolicyConfig> policies_;
+  std::map<std::tuple<int, std::string, int>, Acc> per_layer_;  // (policy, sample, layer)
+  std::map<int, Acc> per_policy_;
+  std::map<int, double> kv_bytes_per_step_;  // Σ over layers/heads/steps/samples, per policy
+  std::map<int, long> steps_;                // decode steps counted (per sample) per policy
+  std::map<int, double> prefill_kept_;       // Σ over layers of min entries kept after prefill
+  std::map<int, long> prefill_layers_;
+};
+
+// --dump-decisions: one group per policy (named by its label, attribute `params`), then
+// samples/<name>/layers/<l>/heads/<g>/evicted int32 [N, 2] (step, position) in eviction order,
+// step -1 for the end of the prefill; merging policies add merged int32 [M, 3].
+class DecisionWriter {
+ public:
+  DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
+  void write(const LayerResult& r);
+  void close();
+
+ private:
+  std::string path_;
+  std::vector<PolicyConfig> policies_;
+  H5Handle file_;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,64 @@
+// Thin RAII and error helpers over the HDF5 C API, shared by the kvtrace reader and writer.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvsim {
+
+// Every problem with a trace file: the message names the file, sample and dataset.
+class TraceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class H5Handle {
+ public:
+  H5Handle() = default;
+  explicit H5Handle(hid_t id) : id_(id) {}
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  H5Handle(H5Handle&& o) noexcept : id_(o.id_) { o.id_ = H5I_INVALID_HID; }
+  H5Handle& operator=(H5Handle&& o) noexcept;
+  ~H5Handle() { reset(); }
+  void reset();
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+// Turns off HDF5's own printing to stderr; kvsim reports errors itself. Idempotent.
+void silence_hdf5_errors();
+
+// The innermost message of HDF5's current error stack ("" if none).
+std::string hdf5_last_error();
+
+bool h5_path_exists(hid_t loc, const std::string& path);
+bool h5_attr_exists(hid_t obj, const std::string& name);
+
+std::optional<std::int64_t> h5_read_int_attr(hid_t obj, const std::string& name);
+std::optional<double> h5_read_float_attr(hid_t obj, const std::string& name);
+std::optional<std::string> h5_read_string_attr(hid_t obj, const std::string& name);
+
+void h5_write_int_attr(hid_t obj, const std::string& name, std::int64_t value);
+void h5_write_float_attr(hid_t obj, const std::string& name, double value);
+void h5_write_string_attr(hid_t obj, const std::string& name, const std::string& value);
+
+// Shape of a dataset.
+std::vector<hsize_t> h5_dataset_shape(hid_t dset);
+
+// The IEEE binary16 type as h5py and numpy write it.
+hid_t h5_float16_type();
+
+// Creates (or opens) every group along path.
+H5Handle h5_require_group(hid_t loc, const std::string& path);
+
+}  // namespace kvsim

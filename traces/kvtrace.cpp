@@ -1,0 +1,264 @@
+#include "traces/kvtrace.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "traces/half.hpp"
+
+namespace kvsim {
+
+const char* dtype_name(DType t) { return t == DType::kFloat16 ? "float16" : "float32"; }
+std::size_t dtype_bytes(DType t) { return t == DType::kFloat16 ? 2 : 4; }
+
+namespace {
+
+std::string shape_str(const std::vector<hsize_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+// Classifies a dataset's element type; throws for anything kvtrace does not allow.
+DType tensor_dtype(hid_t dset, const std::string& where) {
+  H5Handle type(H5Dget_type(dset));
+  if (H5Tget_class(type.get()) == H5T_FLOAT) {
+    const std::size_t size = H5Tget_size(type.get());
+    if (size == 4) return DType::kFloat32;
+    if (size == 2) {
+      std::size_t spos, epos, esize, mpos, msize;
+      H5Tget_fields(type.get(), &spos, &epos, &esize, &mpos, &msize);
+      if (spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 &&
+          H5Tget_ebias(type.get()) == 15 && H5Tget_order(type.get()) == H5T_ORDER_LE)
+        return DType::kFloat16;
+      throw TraceError(where + ": 16-bit float type is not IEEE binary16 little-endian");
+    }
+    throw TraceError(where + ": element type is float" + std::to_string(size * 8) +
+                     "; kvtrace v1 allows float16 or float32");
+  }
+  throw TraceError(where + ": element type is not floating point; kvtrace v1 allows float16 "
+                           "or float32");
+}
+
+template <typename T>
+std::vector<T> read_1d(hid_t group, const std::string& name, hid_t mem_type, int expected_len,
+                       const std::string& where, H5T_class_t want_class) {
+  H5Handle dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
+  if (!dset.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(dset.get());
+  if (shape.size() != 1 || shape[0] != static_cast<hsize_t>(expected_len))
+    throw TraceError(where + ": shape " + shape_str(shape) + " does not match [T] = [" +
+                     std::to_string(expected_len) + "] (T = prompt_len + gen_len)");
+  H5Handle type(H5Dget_type(dset.get()));
+  if (H5Tget_class(type.get()) != want_class)
+    throw TraceError(where + ": element type must be an integer type");
+  std::vector<T> out(expected_len);
+  if (expected_len > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                   out.data()) < 0)
+    throw TraceError(where + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
+  return out;
+}
+
+int require_positive_int(hid_t obj, const char* name, const std::string& where, bool allow_zero) {
+  std::optional<std::int64_t> v;
+  try {
+    v = h5_read_int_attr(obj, name);
+  } catch (const TraceError& e) {
+    throw TraceError(where + ": " + e.what());
+  }
+  if (!v) throw TraceError(where + ": missing attribute '" + name + "'");
+  if (*v < (allow_zero ? 0 : 1) || *v > (1ll << 30))
+    throw TraceError(where + ": attribute '" + name + "' = " + std::to_string(*v) +
+                     " is out of range (must be " + (allow_zero ? ">= 0" : ">= 1") + ")");
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+TraceReader::TraceReader(const std::string& path) : path_(path) {
+  silence_hdf5_errors();
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw TraceError(path + ": cannot open file (does it exist and is it readable?)");
+  std::fclose(f);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    hdf5_last_error();
+    throw TraceError(path + ": not an HDF5 file (or its superblock is truncated or corrupt)");
+  }
+  file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file_.valid())
+    throw TraceError(path + ": cannot open HDF5 file (truncated or corrupt?): " +
+                     hdf5_last_error());
+  read_file_attrs();
+}
+
+std::string TraceReader::where(const std::string& sample, const std::string& dataset) const {
+  std::string w = path_;
+  if (!sample.empty()) w += ": sample '" + sample + "'";
+  if (!dataset.empty()) w += ", dataset '" + dataset + "'";
+  return w;
+}
+
+void TraceReader::read_file_attrs() {
+  const hid_t root = file_.get();
+  const std::string w = path_ + ": file attribute";
+  auto version = h5_read_int_attr(root, "kvtrace_version");
+  if (!version) throw TraceError(path_ + ": missing file attribute 'kvtrace_version' (on '/')");
+  if (*version != 1)
+    throw TraceError(path_ + ": kvtrace_version is " + std::to_string(*version) +
+                     "; this kvsim reads version 1");
+  try {
+    info_.model = h5_read_string_attr(root, "model").value_or("");
+  } catch (const TraceError& e) {
+    throw TraceError(path_ + ": " + e.what());
+  }
+  if (!h5_attr_exists(root, "model")) throw TraceError(path_ + ": missing file attribute 'model'");
+  info_.num_layers = require_positive_int(root, "num_layers", path_, false);
+  info_.num_heads = require_positive_int(root, "num_heads", path_, false);
+  info_.num_kv_heads = require_positive_int(root, "num_kv_heads", path_, false);
+  info_.head_dim = require_positive_int(root, "head_dim", path_, false);
+  if (info_.num_heads % info_.num_kv_heads != 0)
+    throw TraceError(path_ + ": num_kv_heads = " + std::to_string(info_.num_kv_heads) +
+                     " does not divide num_heads = " + std::to_string(info_.num_heads));
+  auto scale = h5_read_float_attr(root, "scale");
+  info_.scale_given = scale.has_value();
+  info_.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(info_.head_dim)));
+  if (!std::isfinite(info_.scale) || info_.scale <= 0)
+    throw TraceError(path_ + ": file attribute 'scale' must be a positive finite number");
+
+  if (!h5_path_exists(root, "samples"))
+    throw TraceError(path_ + ": missing group '/samples'");
+  H5Handle samples(H5Gopen2(root, "samples", H5P_DEFAULT));
+  H5G_info_t ginfo;
+  H5Gget_info(samples.get(), &ginfo);
+  for (hsize_t i = 0; i < ginfo.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                           nullptr, 0, H5P_DEFAULT);
+    std::string name(len, '\0');
+    H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
+                       H5P_DEFAULT);
+    samples_.push_back(name);
+  }
+  if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
+}
+
+SampleInfo TraceReader::read_sample(const std::string& name) const {
+  const std::string group_path = "samples/" + name;
+  if (!h5_path_exists(file_.get(), group_path))
+    throw TraceError(where(name) + ": no such sample (the file has " +
+                     std::to_string(samples_.size()) + ")");
+  H5Handle g(H5Gopen2(file_.get(), group_path.c_str(), H5P_DEFAULT));
+  if (!g.valid()) throw TraceError(where(name) + ": not a group");
+  SampleInfo s;
+  s.name = name;
+  s.prompt_len = require_positive_int(g.get(), "prompt_len", where(name), false);
+  s.gen_len = require_positive_int(g.get(), "gen_len", where(name), true);
+  try {
+    s.task = h5_read_string_attr(g.get(), "task").value_or("");
+    s.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+  } catch (const TraceError& e) {
+    throw TraceError(where(name) + ": " + e.what());
+  }
+  const int T = s.total_len();
+  for (const char* req : {"modality", "segment"})
+    if (!h5_path_exists(g.get(), req))
+      throw TraceError(where(name, req) + ": missing required dataset");
+  s.modality = read_1d<std::uint8_t>(g.get(), "modality", H5T_NATIVE_UINT8, T,
+                                     where(name, "modality"), H5T_INTEGER);
+  s.segment = read_1d<std::uint8_t>(g.get(), "segment", H5T_NATIVE_UINT8, T,
+                                    where(name, "segment"), H5T_INTEGER);
+  if (h5_path_exists(g.get(), "media_id"))
+    s.media_id = read_1d<std::int32_t>(g.get(), "media_id", H5T_NATIVE_INT32, T,
+                                       where(name, "media_id"), H5T_INTEGER);
+  if (h5_path_exists(g.get(), "token_ids"))
+    s.token_ids = read_1d<std::int32_t>(g.get(), "token_ids", H5T_NATIVE_INT32, T,
+                                        where(name, "token_ids"), H5T_INTEGER);
+  for (int i = 0; i < T; ++i) {
+    if (s.modality[i] > 2)
+      throw TraceError(where(name, "modality") + ": value " + std::to_string(s.modality[i]) +
+                       " at position " + std::to_string(i) + " (allowed: 0 text, 1 image, 2 video)");
+    const bool generated = i >= s.prompt_len;
+    if (s.segment[i] > 2 || (s.segment[i] == 2) != generated)
+      throw TraceError(where(name, "segment") + ": value " + std::to_string(s.segment[i]) +
+                       " at position " + std::to_string(i) + " is inconsistent with prompt_len = " +
+                       std::to_string(s.prompt_len) + " (positions 0..P-1 must be 0 or 1, "
+                       "positions P..T-1 must be 2)");
+  }
+  for (int l = 0; l < info_.num_layers; ++l)
+    for (const char* t : {"q", "k"})
+      if (!h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/" + t))
+        throw TraceError(where(name, "layers/" + std::to_string(l) + "/" + t) +
+                         ": missing dataset (num_layers = " + std::to_string(info_.num_layers) + ")");
+  s.has_v = h5_path_exists(g.get(), "layers/0/v");
+  for (int l = 1; l < info_.num_layers; ++l)
+    if (h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/v") != s.has_v)
+      throw TraceError(where(name, "layers/" + std::to_string(l) + "/v") +
+                       ": 'v' must be present in every layer or in none");
+  H5Handle q0(H5Dopen2(g.get(), "layers/0/q", H5P_DEFAULT));
+  s.dtype = tensor_dtype(q0.get(), where(name, "layers/0/q"));
+  return s;
+}
+
+void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int heads,
+                              xt::xtensor<float, 3>& out) const {
+  const std::string rel = "layers/" + std::to_string(layer) + "/" + name;
+  const std::string w = where(s.name, rel);
+  const std::string full = "samples/" + s.name + "/" + rel;
+  H5Handle dset(H5Dopen2(file_.get(), full.c_str(), H5P_DEFAULT));
+  if (!dset.valid()) throw TraceError(w + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(dset.get());
+  const std::vector<hsize_t> want = {static_cast<hsize_t>(s.total_len()),
+                                     static_cast<hsize_t>(heads),
+                                     static_cast<hsize_t>(info_.head_dim)};
+  if (shape != want)
+    throw TraceError(w + ": shape " + shape_str(shape) + " does not match " +
+                     (heads == info_.num_heads ? "[T, H, d] = " : "[T, Hkv, d] = ") +
+                     shape_str(want));
+  const DType dt = tensor_dtype(dset.get(), w);
+  out.resize({want[0], want[1], want[2]});
+  const std::size_t n = out.size();
+  std::size_t bad = n;
+  if (dt == DType::kFloat16) {
+    // Read the raw 16-bit words with the file's own type (no HDF5 conversion), then F16C.
+    std::vector<std::uint16_t> raw(n);
+    if (n && H5Dread(dset.get(), h5_float16_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
+      throw TraceError(w + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
+    bad = half_to_float(raw.data(), out.data(), n);
+  } else {
+    if (n && H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      throw TraceError(w + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
+    bad = first_non_finite(out.data(), n);
+  }
+  if (bad != n) {
+    const std::size_t d = info_.head_dim;
+    throw TraceError(w + ": " + (std::isnan(out.data()[bad]) ? "NaN" : "Inf") +
+                     " at [token " + std::to_string(bad / (heads * d)) + ", head " +
+                     std::to_string(bad / d % heads) + ", dim " + std::to_string(bad % d) + "]");
+  }
+}
+
+LayerTensors TraceReader::read_layer(const SampleInfo& s, int layer) const {
+  if (layer < 0 || layer >= info_.num_layers)
+    throw TraceError(where(s.name) + ": layer " + std::to_string(layer) + " out of range [0, " +
+                     std::to_string(info_.num_layers) + ")");
+  LayerTensors t;
+  t.layer = layer;
+  read_tensor(s, layer, "q", info_.num_heads, t.q);
+  read_tensor(s, layer, "k", info_.num_kv_heads, t.k);
+  if (s.has_v) read_tensor(s, layer, "v", info_.num_kv_heads, t.v);
+  return t;
+}
+
+std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {
+  std::uint64_t total = 0;
+  for (int l = 0; l < info_.num_layers; ++l)
+    for (const char* t : {"q", "k", "v"}) {
+      const std::string p = "samples/" + sample + "/layers/" + std::to_string(l) + "/" + t;
+      if (!h5_path_exists(file_.get(), p)) continue;
+      H5Handle d(H5Dopen2(file_.get(), p.c_str(), H5P_DEFAULT));
+      total += H5Dget_storage_size(d.get());
+    }
+  return total;
+}
+
+}  // namespace kvsim

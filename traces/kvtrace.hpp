@@ -1,0 +1,88 @@
+// kvtrace v1 (../shared/kvtrace-v1.md): metadata types and a validating, layer-at-a-time reader.
+#pragma once
+
+#include <xtensor/xtensor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/hdf5_util.hpp"
+
+namespace kvsim {
+
+enum class Modality : std::uint8_t { kText = 0, kImage = 1, kVideo = 2 };
+enum class Segment : std::uint8_t { kSystem = 0, kUser = 1, kGenerated = 2 };
+enum class DType { kFloat16, kFloat32 };
+
+const char* dtype_name(DType t);
+std::size_t dtype_bytes(DType t);
+
+// File-level attributes.
+struct TraceInfo {
+  std::string model;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  double scale = 0.0;  // resolved: the attribute, or 1/sqrt(d)
+  bool scale_given = false;
+  int group_size() const { return num_heads / num_kv_heads; }
+};
+
+// Per-sample attributes and token metadata (everything but the per-layer tensors).
+struct SampleInfo {
+  std::string name;
+  int prompt_len = 0;  // P
+  int gen_len = 0;     // G
+  std::string task;
+  std::string reference;
+  std::vector<std::uint8_t> modality;  // [T]
+  std::vector<std::uint8_t> segment;   // [T]
+  std::vector<std::int32_t> media_id;  // [T] or empty
+  std::vector<std::int32_t> token_ids;  // [T] or empty
+  bool has_v = false;
+  DType dtype = DType::kFloat32;
+  int total_len() const { return prompt_len + gen_len; }
+};
+
+// One layer of one sample, converted to float32, layout [T, heads, d] as in the file.
+struct LayerTensors {
+  int layer = 0;
+  xt::xtensor<float, 3> q;  // [T, H, d]
+  xt::xtensor<float, 3> k;  // [T, Hkv, d]
+  xt::xtensor<float, 3> v;  // [T, Hkv, d], empty (size 0) when the trace has no values
+  bool has_v() const { return v.size() > 0; }
+};
+
+// Opens a kvtrace v1 file and validates its file-level attributes on construction. Samples and
+// layers are read on demand and validated as they are read; every violation throws TraceError
+// with the file, sample and dataset in the message.
+class TraceReader {
+ public:
+  explicit TraceReader(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const TraceInfo& info() const { return info_; }
+  const std::vector<std::string>& sample_names() const { return samples_; }
+
+  SampleInfo read_sample(const std::string& name) const;
+  // Reads layer l of a sample whose SampleInfo came from read_sample().
+  LayerTensors read_layer(const SampleInfo& sample, int layer) const;
+
+  // Bytes of q/k/v data stored in the file for a sample (on disk, after any compression).
+  std::uint64_t stored_bytes(const std::string& sample) const;
+
+ private:
+  std::string where(const std::string& sample, const std::string& dataset = "") const;
+  void read_file_attrs();
+  void read_tensor(const SampleInfo& s, int layer, const char* name, int heads,
+                   xt::xtensor<float, 3>& out) const;
+
+  std::string path_;
+  H5Handle file_;
+  TraceInfo info_;
+  std::vector<std::string> samples_;
+};
+
+}  // namespace kvsim

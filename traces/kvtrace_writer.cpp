@@ -1,0 +1,100 @@
+#include "traces/kvtrace_writer.hpp"
+
+#include <algorithm>
+
+#include "traces/half.hpp"
+
+namespace kvsim {
+
+TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
+                         const WriteOptions& options)
+    : path_(path), info_(info), options_(options) {
+  silence_hdf5_errors();
+  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+  const hid_t root = file_.get();
+  h5_write_int_attr(root, "kvtrace_version", 1);
+  h5_write_string_attr(root, "model", info.model);
+  h5_write_int_attr(root, "num_layers", info.num_layers);
+  h5_write_int_attr(root, "num_heads", info.num_heads);
+  h5_write_int_attr(root, "num_kv_heads", info.num_kv_heads);
+  h5_write_int_attr(root, "head_dim", info.head_dim);
+  if (info.scale_given) h5_write_float_attr(root, "scale", info.scale);
+  h5_require_group(root, "samples");
+}
+
+namespace {
+
+template <typename T>
+void write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
+              const std::vector<T>& data, const std::string& where) {
+  const hsize_t dims[1] = {data.size()};
+  H5Handle space(H5Screate_simple(1, dims, nullptr));
+  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                        H5P_DEFAULT));
+  if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                               data.data()) < 0))
+    throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+
+}  // namespace
+
+void TraceWriter::write_sample(const SampleInfo& s) {
+  const std::string where = path_ + ": sample '" + s.name + "'";
+  H5Handle g = h5_require_group(file_.get(), "samples/" + s.name);
+  h5_write_int_attr(g.get(), "prompt_len", s.prompt_len);
+  h5_write_int_attr(g.get(), "gen_len", s.gen_len);
+  if (!s.task.empty()) h5_write_string_attr(g.get(), "task", s.task);
+  if (!s.reference.empty()) h5_write_string_attr(g.get(), "reference", s.reference);
+  write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.modality, where);
+  write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.segment, where);
+  if (!s.media_id.empty())
+    write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.media_id, where);
+  if (!s.token_ids.empty())
+    write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.token_ids, where);
+}
+
+void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<float, 3>& t) {
+  const hsize_t dims[3] = {t.shape(0), t.shape(1), t.shape(2)};
+  H5Handle space(H5Screate_simple(3, dims, nullptr));
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  const bool chunked = options_.chunked || options_.gzip_level > 0 || options_.shuffle;
+  if (chunked && dims[0] > 0) {
+    const hsize_t chunk[3] = {std::min<hsize_t>(dims[0], 64), dims[1], dims[2]};
+    H5Pset_chunk(dcpl.get(), 3, chunk);
+    if (options_.shuffle) H5Pset_shuffle(dcpl.get());
+    if (options_.gzip_level > 0) H5Pset_deflate(dcpl.get(), options_.gzip_level);
+  }
+  const bool half = options_.dtype == DType::kFloat16;
+  const hid_t file_type = half ? h5_float16_type() : H5T_IEEE_F32LE;
+  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  herr_t rc = d.valid() ? 0 : -1;
+  if (rc >= 0 && t.size() > 0) {
+    if (half) {
+      std::vector<std::uint16_t> raw(t.size());
+      float_to_half(t.data(), raw.data(), t.size());
+      rc = H5Dwrite(d.get(), h5_float16_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data());
+    } else {
+      rc = H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data());
+    }
+  }
+  if (rc < 0)
+    throw TraceError(path_ + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+
+void TraceWriter::write_layer(const SampleInfo& s, const LayerTensors& t) {
+  H5Handle g = h5_require_group(file_.get(),
+                                "samples/" + s.name + "/layers/" + std::to_string(t.layer));
+  write_tensor(g.get(), "q", t.q);
+  write_tensor(g.get(), "k", t.k);
+  if (t.has_v()) write_tensor(g.get(), "v", t.v);
+}
+
+void TraceWriter::close() {
+  if (file_.valid()) {
+    H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+    file_.reset();
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,70 @@
+// Synthetic multimodal kvtrace files whose attention has the structure the papers in
+// ../shared/papers observe in real MLLMs (see the knob list below and README "kvsim synth").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "traces/kvtrace_writer.hpp"
+
+namespace kvsim {
+
+struct SynthConfig {
+  // Shape (defaults: LLaVA-1.5-7B).
+  std::string model = "synthetic-llava-1.5-7b";
+  int layers = 32;
+  int heads = 32;
+  int kv_heads = 32;
+  int head_dim = 128;
+  int samples = 1;
+  std::uint64_t seed = 1;
+  bool with_v = true;
+  WriteOptions write;
+
+  // Prompt layout: [system][media 1][sep][media 2]...[user] then gen_tokens generated.
+  int system_tokens = 35;
+  int media_count = 1;
+  int media_tokens = 576;   // per image / frame (576 = LLaVA-1.5 CLIP-336 grid)
+  bool video = false;       // media are video frames (modality 2) rather than images
+  int separator_tokens = 2;
+  int user_tokens = 29;
+  int gen_tokens = 64;
+
+  // Attention structure, in logit units before the per-layer sharpness factor.
+  double rope_base = 10000.0;       // rotary base; content lives in the slowest pairs
+  int sinks = 2;                    // first positions that act as attention sinks
+  double sink_strength = 5.0;       // logit bonus of a sink key (ramps up over layers 0-2)
+  double locality = 4.0;            // logit bonus of a key at distance 0 (rotary kernel)
+  double locality_width = 4.0;      // e-folding of the rotary spectrum, in frequency pairs
+  double vision_locality = 0.3;     // locality of vision keys relative to text keys
+  double vision_offset = -1.0;      // mean logit of vision keys relative to text keys
+  double head_preference = 1.5;     // per-head modality preference spread (+ vision, - text)
+  double saliency_first = 0.3;      // spread of vision saliency logits in the first layer
+  double saliency_last = 3.0;       // ... in the last layer (dense early, concentrated deep)
+  double sharpness_first = 0.6;     // factor on all logits in the first layer
+  double sharpness_last = 1.5;      // ... in the last layer
+  double layer_correlation = 0.95;  // AR(1) correlation of saliency between adjacent layers
+  double vision_decay = 1.5;        // vision logit drop after gen_decay_steps generated tokens
+  int gen_decay_steps = 64;
+  double saliency_drift = 0.01;     // radians per decode step the salient set rotates
+  double noise = 0.5;               // std of per-pair logit noise
+
+  int prompt_len() const {
+    return system_tokens + media_count * media_tokens + (media_count - 1) * separator_tokens +
+           user_tokens;
+  }
+  void validate() const;  // throws std::invalid_argument naming the knob
+};
+
+// Metadata of synthetic sample `index` (modality, segment, media_id, token_ids).
+SampleInfo synth_sample_info(const SynthConfig& c, int index);
+
+// Generates one layer of one sample (deterministic for (seed, sample, layer)).
+LayerTensors synth_layer(const SynthConfig& c, int sample, int layer);
+
+// Writes the whole trace, calling progress(done, total) after each layer.
+void synth_write(const SynthConfig& c, const std::string& path,
+                 const std::function<void(int, int)>& progress = {});
+
+}  // namespace kvsim
