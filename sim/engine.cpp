@@ -166,8 +166,10 @@ void Replayer::replay_sample(const std::string& sample_name,
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }
   }
+  LayerTensors tensors;  // storage recycled from layer to layer
   for (int l = 0; l < info.num_layers; ++l) {
-    const LayerAttention att(info, sample, reader_.read_layer(sample, l), needs_, options_.threads);
+    reader_.read_layer_into(sample, l, tensors);
+    LayerAttention att(info, sample, std::move(tensors), needs_, options_.threads);
     std::vector<LayerResult> results(policies_.size());
     parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
       try {
@@ -182,6 +184,7 @@ void Replayer::replay_sample(const std::string& sample_name,
     });
     for (const auto& r : results) on_result(r);
     if (on_layer) on_layer(l);
+    tensors = att.release_tensors();
   }
 }
 

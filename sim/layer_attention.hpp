@@ -40,6 +40,8 @@ class LayerAttention {
   float scale() const { return scale_; }
   const SampleInfo& sample() const { return sample_; }
   const LayerTensors& tensors() const { return tensors_; }
+  // Hands the q/k/v storage back for the next layer's read.
+  LayerTensors release_tensors() { return std::move(tensors_); }
 
   // [P]: Σ_{i<P} p_ij for query head h (causal prompt attention received by key j).
   const float* prefill_column_sums(int h) const;

@@ -215,15 +215,16 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
                      (heads == info_.num_heads ? "[T, H, d] = " : "[T, Hkv, d] = ") +
                      shape_str(want));
   const DType dt = tensor_dtype(dset.get(), w);
-  out.resize({want[0], want[1], want[2]});
+  if (out.shape(0) != want[0] || out.shape(1) != want[1] || out.shape(2) != want[2])
+    out.resize({want[0], want[1], want[2]});
   const std::size_t n = out.size();
   std::size_t bad = n;
   if (dt == DType::kFloat16) {
     // Read the raw 16-bit words with the file's own type (no HDF5 conversion), then F16C.
-    std::vector<std::uint16_t> raw(n);
-    if (n && H5Dread(dset.get(), h5_float16_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
+    raw_.resize(n);
+    if (n && H5Dread(dset.get(), h5_float16_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw_.data()) < 0)
       throw TraceError(w + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
-    bad = half_to_float(raw.data(), out.data(), n);
+    bad = half_to_float(raw_.data(), out.data(), n);
   } else {
     if (n && H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
       throw TraceError(w + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
@@ -238,15 +239,22 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
 }
 
 LayerTensors TraceReader::read_layer(const SampleInfo& s, int layer) const {
+  LayerTensors t;
+  read_layer_into(s, layer, t);
+  return t;
+}
+
+void TraceReader::read_layer_into(const SampleInfo& s, int layer, LayerTensors& t) const {
   if (layer < 0 || layer >= info_.num_layers)
     throw TraceError(where(s.name) + ": layer " + std::to_string(layer) + " out of range [0, " +
                      std::to_string(info_.num_layers) + ")");
-  LayerTensors t;
   t.layer = layer;
   read_tensor(s, layer, "q", info_.num_heads, t.q);
   read_tensor(s, layer, "k", info_.num_kv_heads, t.k);
-  if (s.has_v) read_tensor(s, layer, "v", info_.num_kv_heads, t.v);
-  return t;
+  if (s.has_v)
+    read_tensor(s, layer, "v", info_.num_kv_heads, t.v);
+  else
+    t.v = xt::xtensor<float, 3>();
 }
 
 std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {

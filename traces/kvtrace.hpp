@@ -69,6 +69,8 @@ class TraceReader {
   SampleInfo read_sample(const std::string& name) const;
   // Reads layer l of a sample whose SampleInfo came from read_sample().
   LayerTensors read_layer(const SampleInfo& sample, int layer) const;
+  // The same into `out`, reusing its storage when the shapes match (no allocation per layer).
+  void read_layer_into(const SampleInfo& sample, int layer, LayerTensors& out) const;
 
   // Bytes of q/k/v data stored in the file for a sample (on disk, after any compression).
   std::uint64_t stored_bytes(const std::string& sample) const;
@@ -83,6 +85,7 @@ class TraceReader {
   H5Handle file_;
   TraceInfo info_;
   std::vector<std::string> samples_;
+  mutable std::vector<std::uint16_t> raw_;  // float16 staging buffer, reused across reads
 };
 
 }  // namespace kvsim
