@@ -190,7 +190,9 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
     for (int j = 0; j < T; ++j) {
       float* k = &out.k(j, kv, 0);
       const bool vis = is_vision(info.modality[j]);
-      const double w = vis ? std::sqrt(c.vision_locality) : 1.0;
+      // Sinks draw attention by content alone: the rotary kernel's aliasing at long range would
+      // otherwise make their share swing from step to step.
+      const double w = j < c.sinks ? 0.0 : vis ? std::sqrt(c.vision_locality) : 1.0;
       for (int f = 0; f < g.content_first; ++f) k[f] = static_cast<float>(spectrum[f] * w);
       k[g.sink] = j < c.sinks ? 1.0f : 0.0f;
       k[g.vision] = vis ? 1.0f : 0.0f;

@@ -36,9 +36,9 @@ struct SynthConfig {
   int sinks = 2;                    // first positions that act as attention sinks
   double sink_strength = 5.0;       // logit bonus of a sink key (ramps up over layers 0-2)
   double locality = 4.0;            // logit bonus of a key at distance 0 (rotary kernel)
-  double locality_width = 4.0;      // e-folding of the rotary spectrum, in frequency pairs
-  double vision_locality = 0.3;     // locality of vision keys relative to text keys
-  double vision_offset = -1.0;      // mean logit of vision keys relative to text keys
+  double locality_width = 8.0;      // e-folding of the rotary spectrum, in frequency pairs
+  double vision_locality = 0.0;     // locality of vision keys relative to text keys
+  double vision_offset = -2.0;      // mean logit of vision keys relative to text keys
   double head_preference = 1.5;     // per-head modality preference spread (+ vision, - text)
   double saliency_first = 0.3;      // spread of vision saliency logits in the first layer
   double saliency_last = 3.0;       // ... in the last layer (dense early, concentrated deep)
@@ -48,7 +48,7 @@ struct SynthConfig {
   double vision_decay = 1.5;        // vision logit drop after gen_decay_steps generated tokens
   int gen_decay_steps = 64;
   double saliency_drift = 0.01;     // radians per decode step the salient set rotates
-  double noise = 0.5;               // std of per-pair logit noise
+  double noise = 0.3;               // std of the logit noise
 
   int prompt_len() const {
     return system_tokens + media_count * media_tokens + (media_count - 1) * separator_tokens +

@@ -1,0 +1,126 @@
+// The kvsim binary end to end: help texts, exit codes, output files, byte-identical results.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+struct CliRun {
+  int code;
+  std::string output;  // stdout and stderr
+};
+
+CliRun kvsim(const std::string& args) {
+  const std::string cmd = std::string(KVSIM_BINARY) + " " + args + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Cli, HelpEverywhere) {
+  const CliRun top = kvsim("--help");
+  EXPECT_EQ(top.code, 0);
+  for (const char* sub : {"synth", "inspect", "replay", "policies"}) {
+    EXPECT_NE(top.output.find(sub), std::string::npos) << sub;
+    const CliRun r = kvsim(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_GT(r.output.size(), 300u) << sub;
+  }
+  EXPECT_NE(kvsim("").code, 0);  // a subcommand is required
+}
+
+TEST(Cli, PoliciesListsParametersAndProvenance) {
+  const CliRun r = kvsim("policies");
+  EXPECT_EQ(r.code, 0);
+  for (const char* s : {"full", "streamingllm", "h2o", "snapkv", "oracle", "lookahead",
+                        "Zhang et al. 2023", "window", "kernel", "pooling", "recent", "sinks"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, SynthInspectReplay) {
+  const std::string trace = temp_path("cli.h5");
+  CliRun r = kvsim("synth --out " + trace +
+                " --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --media-tokens 30 --gen-tokens 6");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = kvsim("inspect " + trace);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("image=30"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("valid"), std::string::npos);
+
+  const std::string csv1 = temp_path("r1.csv"), csv2 = temp_path("r2.csv");
+  const std::string base = "replay --trace " + trace +
+                           " --policy full --policy h2o --policy snapkv --policy streamingllm"
+                           " --policy oracle --budget 40% --set snapkv.window=4 ";
+  r = kvsim(base + "-j 1 --out " + csv1 + " --summary " + temp_path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("oracle"), std::string::npos);
+  EXPECT_NE(r.output.find("(lookahead)"), std::string::npos);
+  ASSERT_EQ(kvsim(base + "-j 2 --out " + csv2).code, 0);
+  const std::string a = slurp(csv1);
+  EXPECT_EQ(a, slurp(csv2));  // byte-identical whatever the thread count
+  EXPECT_EQ(a.substr(0, a.find('\n')),
+            "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+            "output_rel_error,kv_bytes");
+  // 5 policies x 2 layers x 2 KV heads x 6 steps + header.
+  EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
+  const std::string sidecar = slurp(temp_path("r1.policies.csv"));
+  EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,kernel=7,pooling=max,window=4\""),
+            std::string::npos) << sidecar;
+  EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
+}
+
+TEST(Cli, BadInputExitsNonZeroWithAMessage) {
+  const std::string text = temp_path("garbage.h5");
+  std::ofstream(text) << "garbage";
+  CliRun r = kvsim("inspect " + text);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("not an HDF5 file"), std::string::npos) << r.output;
+
+  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5}};
+  const std::string trace = t.write("cli_tiny.h5");
+  r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, recent)"), std::string::npos)
+      << r.output;
+  r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("not replayed"), std::string::npos) << r.output;
+  r = kvsim("replay --trace " + trace + " --policy nope");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("unknown policy 'nope'"), std::string::npos) << r.output;
+  r = kvsim("replay --trace " + trace + " --policy h2o --sample missing");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("sample 'missing'"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ConfigFile) {
+  TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}};
+  const std::string trace = t.write("cli_cfg.h5");
+  const std::string ini = temp_path("cfg.ini");
+  std::ofstream(ini) << "[h2o]\nbudget = 2\n";
+  const std::string dump = temp_path("cfg_decisions.h5");
+  const CliRun r = kvsim("replay --trace " + trace + " --policy h2o --config " + ini +
+                      " --dump-decisions " + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("h2o            2 "), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -1,0 +1,180 @@
+// The replay engine: agreement with the plain reference, determinism across thread counts,
+// merged and stored-but-unused entries, the lookahead gate, and the decisions dump.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "sim/reference_replay.hpp"
+#include "sim/results.hpp"
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+// Test-only policy: at the prefill, merges entry 1 into entry 0 (mean key and value) and parks
+// entry 2 (stored, not attended); never evicts.
+class MergeAndPark final : public Policy {
+ public:
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    const auto& t = view.attention().tensors();
+    const int d = cache.head_dim();
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      std::vector<float> k(d), v(d);
+      for (int i = 0; i < d; ++i) {
+        k[i] = (t.k(0, g, i) + t.k(1, g, i)) / 2;
+        v[i] = t.has_v() ? (t.v(0, g, i) + t.v(1, g, i)) / 2 : 0.0f;
+      }
+      cache.merge(g, 1, 0, k.data(), v.data());
+      cache.set_attended(g, 1, false);  // position 2 is now entry 1
+    }
+  }
+  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+};
+
+const PolicyRegistration merge_reg({
+    .name = "test_merge_park",
+    .summary = "test only",
+    .provenance = "tests",
+    .params = {},
+    .needs = {},
+    .lookahead = false,
+    .merges = true,
+    .needs_for = {},
+    .create = [](const ParamSet&, const SampleInfo&) -> std::unique_ptr<Policy> {
+      return std::make_unique<MergeAndPark>();
+    },
+});
+
+void expect_same(const LayerResult& a, const LayerResult& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
+  for (std::size_t g = 0; g < a.steps.size(); ++g) {
+    ASSERT_EQ(a.evicted[g].size(), b.evicted[g].size()) << what << " head " << g;
+    for (std::size_t i = 0; i < a.evicted[g].size(); ++i) {
+      EXPECT_EQ(a.evicted[g][i].step, b.evicted[g][i].step) << what;
+      EXPECT_EQ(a.evicted[g][i].position, b.evicted[g][i].position) << what;
+    }
+    for (std::size_t t = 0; t < a.steps[g].size(); ++t) {
+      const auto &x = a.steps[g][t], &y = b.steps[g][t];
+      EXPECT_EQ(x.cache_size, y.cache_size) << what;
+      EXPECT_EQ(x.attended_size, y.attended_size) << what;
+      EXPECT_NEAR(x.mass_recall, y.mass_recall, tol) << what << " layer " << a.layer << " step " << t;
+      EXPECT_NEAR(x.output_rel_error, y.output_rel_error, tol) << what << " step " << t;
+      EXPECT_EQ(x.kv_bytes, y.kv_bytes) << what;
+    }
+  }
+}
+
+TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
+  const std::string path = small_synthetic_trace("engine_ref.h5");
+  TraceReader reader(path);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
+      {"full", {}},
+      {"streamingllm", {{"budget", "16"}}},
+      {"h2o", {{"budget", "16"}}},
+      {"snapkv", {{"budget", "24"}, {"window", "8"}, {"kernel", "5"}}},
+      {"oracle", {{"budget", "16"}}},
+      {"test_merge_park", {}}};
+  for (const auto& [name, params] : cases) {
+    const PolicyConfig cfg = make_policy_config(name, params);
+    const auto fast = run_policy(path, name, params, 2);
+    const auto ref = reference_replay(reader, "000000", cfg);
+    ASSERT_EQ(fast.size(), ref.size());
+    for (std::size_t l = 0; l < fast.size(); ++l) expect_same(fast[l], ref[l], 2e-5, name);
+  }
+}
+
+TEST(Engine, ResultsDoNotDependOnTheThreadCount) {
+  const std::string path = small_synthetic_trace("engine_threads.h5", 2);
+  TraceReader reader(path);
+  std::vector<PolicyConfig> policies;
+  policies.push_back(make_policy_config("full", {}));
+  for (const std::string p : {"streamingllm", "h2o", "oracle"})
+    policies.push_back(make_policy_config(p, {{"budget", "30%"}}));
+  policies.push_back(make_policy_config("snapkv", {{"budget", "30%"}, {"window", "4"}}));
+  auto run = [&](int threads) {
+    std::vector<LayerResult> out;
+    Replayer(reader, policies, ReplayOptions{.threads = threads})
+        .replay_sample("000000", [&](const LayerResult& r) { out.push_back(r); });
+    return out;
+  };
+  const auto one = run(1), four = run(4);
+  ASSERT_EQ(one.size(), four.size());
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(one[i].policy_index, four[i].policy_index);
+    for (std::size_t g = 0; g < one[i].steps.size(); ++g)
+      for (std::size_t t = 0; t < one[i].steps[g].size(); ++t) {
+        const auto &a = one[i].steps[g][t], &b = four[i].steps[g][t];
+        EXPECT_EQ(std::memcmp(&a.mass_recall, &b.mass_recall, 4), 0);
+        EXPECT_EQ(std::memcmp(&a.output_rel_error, &b.output_rel_error, 4), 0);
+      }
+    expect_same(one[i], four[i], 0, "threads");
+  }
+}
+
+TEST(Engine, MergedAndParkedEntriesByHand) {
+  // P = 3, G = 1, w = [1, 4, 2 | 1], v = [2, 6, 10, 4]. Entry 1 merges into 0: key ln 2 (mean of
+  // ln 1 and ln 4), value 4; position 2 is parked. Step 0 attends {0 (merged), 3} with weights
+  // 2 and 1: ô = (2*4 + 1*4)/3 = 4. Full: weights [1 4 2 1]/8, o = (2 + 24 + 20 + 4)/8 = 6.25.
+  // Recall counts the attended positions 0 and 3: (1 + 1)/8.
+  TinyTrace t{.prompt_len = 3, .weights = {1, 4, 2, 1}, .values = {2, 6, 10, 4}};
+  const auto r = run_policy(t.write("merge.h5"), "test_merge_park", {});
+  const auto& m = r[0].steps[0][0];
+  EXPECT_EQ(m.cache_size, 3);
+  EXPECT_EQ(m.attended_size, 2);
+  EXPECT_NEAR(m.mass_recall, 0.25, 1e-6);
+  EXPECT_NEAR(m.output_rel_error, (6.25 - 4) / 6.25, 1e-5);
+  ASSERT_EQ(r[0].merged[0].size(), 1u);
+  EXPECT_EQ(r[0].merged[0][0].step, -1);
+  EXPECT_EQ(r[0].merged[0][0].position, 1);
+  EXPECT_EQ(r[0].merged[0][0].into_position, 0);
+  EXPECT_TRUE(r[0].evicted[0].empty());
+}
+
+TEST(Engine, OnlyLookaheadPoliciesSeeTheFuture) {
+  const std::string path = small_synthetic_trace("lookahead.h5", 1);
+  TraceReader reader(path);
+  const SampleInfo s = reader.read_sample("000000");
+  const LayerAttention att(reader.info(), s, reader.read_layer(s, 0), {}, 1);
+  EXPECT_THROW(LayerView(att, false).future_decode_probs(3, 0), std::logic_error);
+  EXPECT_NO_THROW(LayerView(att, true).future_decode_probs(3, 0));
+}
+
+std::vector<std::int32_t> read_ints(hid_t f, const std::string& path, std::vector<hsize_t>& shape) {
+  H5Handle d(H5Dopen2(f, path.c_str(), H5P_DEFAULT));
+  EXPECT_TRUE(d.valid()) << path;
+  shape = h5_dataset_shape(d.get());
+  std::vector<std::int32_t> out(shape.empty() ? 0 : shape[0] * shape[1]);
+  if (!out.empty()) H5Dread(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  return out;
+}
+
+TEST(Engine, DecisionDumpLayout) {
+  TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}, .values = {1, 2, 3, 4, 5, 6}};
+  const std::string trace = t.write("dump_trace.h5");
+  const std::string dump = temp_path("decisions.h5");
+  TraceReader reader(trace);
+  const std::vector<PolicyConfig> policies = {make_policy_config("h2o", {{"budget", "2"}}),
+                                              make_policy_config("test_merge_park", {})};
+  {
+    DecisionWriter w(dump, policies);
+    Replayer(reader, policies, {}).replay_sample("s0", [&](const LayerResult& r) { w.write(r); });
+    w.close();
+  }
+  H5Handle f(H5Fopen(dump.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  H5Handle g(H5Gopen2(f.get(), "h2o", H5P_DEFAULT));
+  EXPECT_EQ(h5_read_string_attr(g.get(), "params").value(), "budget=2,recent=50%");
+  std::vector<hsize_t> shape;
+  // The H2O case of test_policies: 1, 2 at the prefill, 3 after step 0, 4 after step 1.
+  EXPECT_EQ(read_ints(f.get(), "h2o/samples/s0/layers/0/heads/0/evicted", shape),
+            (std::vector<std::int32_t>{-1, 1, -1, 2, 0, 3, 1, 4}));
+  EXPECT_EQ(shape, (std::vector<hsize_t>{4, 2}));
+  EXPECT_FALSE(h5_path_exists(f.get(), "h2o/samples/s0/layers/0/heads/0/merged"));
+  EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/merged", shape),
+            (std::vector<std::int32_t>{-1, 1, 0}));
+  EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/evicted", shape).size(), 0u);
+  EXPECT_EQ(shape, (std::vector<hsize_t>{0, 2}));
+}
+
+}  // namespace
+}  // namespace kvsim::test

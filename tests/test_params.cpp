@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "policies/policy.hpp"
+#include "sim/config.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Size, CountsAndPercentages) {
+  EXPECT_EQ(Size::parse("128").resolve(640), 128);
+  EXPECT_EQ(Size::parse("20%").resolve(640), 128);   // exactly 128, no rounding noise
+  EXPECT_EQ(Size::parse("20%").resolve(641), 129);   // ceil(128.2)
+  EXPECT_EQ(Size::parse("12.5%").resolve(8), 1);
+  EXPECT_THROW(Size::parse("1.5"), std::invalid_argument);
+  EXPECT_THROW(Size::parse("120%"), std::invalid_argument);
+  EXPECT_THROW(Size::parse("-3"), std::invalid_argument);
+  EXPECT_THROW(Size::parse("abc"), std::invalid_argument);
+}
+
+TEST(Params, DefaultsAndOverrides) {
+  const PolicyConfig c = make_policy_config("snapkv", {{"window", "8"}});
+  EXPECT_EQ(c.params.get_int("window"), 8);
+  EXPECT_EQ(c.params.get_int("kernel"), 7);
+  EXPECT_EQ(c.params.get_string("pooling"), "max");
+  EXPECT_EQ(c.params.get_string("budget"), "20%");
+  EXPECT_EQ(c.params.str(), "budget=20%,kernel=7,pooling=max,window=8");
+  EXPECT_EQ(c.needs().prefill_window, 8);
+}
+
+TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
+  const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, recent)"), std::string::npos)
+      << unknown;
+  const std::string range = error_of([] { make_policy_config("snapkv", {{"window", "0"}}); });
+  EXPECT_NE(range.find("snapkv: parameter 'window' = '0' is out of range"), std::string::npos) << range;
+  const std::string choice = error_of([] { make_policy_config("snapkv", {{"pooling", "min"}}); });
+  EXPECT_NE(choice.find("is not one of max|avg"), std::string::npos) << choice;
+  const std::string type = error_of([] { make_policy_config("streamingllm", {{"sinks", "x"}}); });
+  EXPECT_NE(type.find("'sinks' = 'x' is not an integer"), std::string::npos) << type;
+  const std::string policy = error_of([] { make_policy_config("h3o", {}); });
+  EXPECT_NE(policy.find("unknown policy 'h3o' (known: "), std::string::npos) << policy;
+}
+
+TEST(Config, IniSectionsAndSetOverrides) {
+  const std::string path = temp_path("policies.ini");
+  std::ofstream(path) << "# comment\n[h2o]\nbudget = 64\nrecent = 25%\n\n[snapkv]\nwindow=16\n";
+  PolicyOverrides o = read_policy_config(path);
+  EXPECT_EQ(o["h2o"]["budget"], "64");
+  EXPECT_EQ(o["h2o"]["recent"], "25%");
+  EXPECT_EQ(o["snapkv"]["window"], "16");
+  apply_set_option("h2o.budget=10%", o);
+  EXPECT_EQ(o["h2o"]["budget"], "10%");
+  EXPECT_THROW(apply_set_option("h2obudget=3", o), std::invalid_argument);
+  EXPECT_THROW(apply_set_option("h2o.budget", o), std::invalid_argument);
+  std::ofstream(path) << "budget = 3\n";
+  EXPECT_NE(error_of([&] { read_policy_config(path); }).find("outside a [policy] section"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvsim::test

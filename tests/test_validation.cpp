@@ -1,0 +1,172 @@
+// Every format violation is a TraceError naming the file, the sample and the dataset.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+// A valid trace (2 layers, H = 2 on one KV head, P = 4, G = 2, with v), then `edit` applied.
+std::string broken_trace(const std::string& name, const std::function<void(hid_t)>& edit,
+                         DType dtype = DType::kFloat32) {
+  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5, 6}, .values = {1, 2, 3, 4, 5, 6},
+              .layers = 2, .heads = 2, .dtype = dtype};
+  const std::string path = t.write(name);
+  silence_hdf5_errors();
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  edit(f.get());
+  return path;
+}
+
+void set_int_attr(hid_t f, const char* obj, const char* name, std::int64_t v) {
+  H5Handle o(H5Oopen(f, obj, H5P_DEFAULT));
+  h5_write_int_attr(o.get(), name, v);
+}
+
+void replace_dataset(hid_t f, const std::string& path, std::vector<hsize_t> dims, hid_t type,
+                     const void* data) {
+  H5Ldelete(f, path.c_str(), H5P_DEFAULT);
+  H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  H5Handle d(H5Dcreate2(f, path.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5Dwrite(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+}
+
+// Opens the trace and reads every sample and layer, as `kvsim inspect` does.
+void read_everything(const std::string& path) {
+  TraceReader r(path);
+  for (const auto& name : r.sample_names()) {
+    const SampleInfo s = r.read_sample(name);
+    for (int l = 0; l < r.info().num_layers; ++l) r.read_layer(s, l);
+  }
+}
+
+void expect_error(const std::string& path, const std::vector<std::string>& fragments) {
+  try {
+    read_everything(path);
+    FAIL() << "no error for " << path;
+  } catch (const TraceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
+  }
+}
+
+TEST(Validation, ValidTracePasses) {
+  EXPECT_NO_THROW(read_everything(broken_trace("valid.h5", [](hid_t) {})));
+}
+
+TEST(Validation, MissingFileAttribute) {
+  expect_error(broken_trace("no_heads.h5", [](hid_t f) { H5Adelete(f, "num_heads"); }),
+               {"missing attribute 'num_heads'"});
+}
+
+TEST(Validation, WrongVersion) {
+  expect_error(broken_trace("v2.h5", [](hid_t f) { set_int_attr(f, "/", "kvtrace_version", 2); }),
+               {"kvtrace_version is 2"});
+}
+
+TEST(Validation, KvHeadsMustDivideHeads) {
+  expect_error(broken_trace("gqa.h5", [](hid_t f) {
+                 set_int_attr(f, "/", "num_heads", 3);
+                 set_int_attr(f, "/", "num_kv_heads", 2);
+               }),
+               {"num_kv_heads = 2 does not divide num_heads = 3"});
+}
+
+TEST(Validation, MissingSampleAttribute) {
+  expect_error(broken_trace("no_gen.h5", [](hid_t f) {
+                 H5Handle g(H5Gopen2(f, "samples/s0", H5P_DEFAULT));
+                 H5Adelete(g.get(), "gen_len");
+               }),
+               {"sample 's0'", "missing attribute 'gen_len'"});
+}
+
+TEST(Validation, TokenArraysMustHaveLengthT) {
+  expect_error(broken_trace("plen.h5", [](hid_t f) { set_int_attr(f, "samples/s0", "prompt_len", 5); }),
+               {"sample 's0'", "dataset 'modality'", "shape [6] does not match [T] = [7]"});
+}
+
+TEST(Validation, SegmentsInconsistentWithPromptLen) {
+  expect_error(broken_trace("seg.h5", [](hid_t f) {
+                 const std::uint8_t seg[6] = {0, 1, 2, 1, 2, 2};
+                 replace_dataset(f, "samples/s0/segment", {6}, H5T_NATIVE_UINT8, seg);
+               }),
+               {"dataset 'segment'", "position 2", "prompt_len = 4"});
+}
+
+TEST(Validation, ModalityOutOfRange) {
+  expect_error(broken_trace("mod.h5", [](hid_t f) {
+                 const std::uint8_t mod[6] = {0, 0, 7, 0, 0, 0};
+                 replace_dataset(f, "samples/s0/modality", {6}, H5T_NATIVE_UINT8, mod);
+               }),
+               {"dataset 'modality'", "value 7 at position 2"});
+}
+
+TEST(Validation, ShapeMismatch) {
+  expect_error(broken_trace("shape.h5", [](hid_t f) {
+                 const float k[6 * 2] = {};
+                 replace_dataset(f, "samples/s0/layers/1/k", {6, 2, 1}, H5T_NATIVE_FLOAT, k);
+               }),
+               {"sample 's0'", "dataset 'layers/1/k'", "shape [6, 2, 1] does not match [T, Hkv, d] = [6, 1, 1]"});
+}
+
+TEST(Validation, MissingLayerDataset) {
+  expect_error(broken_trace("noq.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/q", H5P_DEFAULT); }),
+               {"dataset 'layers/1/q'", "missing dataset"});
+}
+
+TEST(Validation, ValuesInSomeLayersOnly) {
+  expect_error(broken_trace("somev.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/v", H5P_DEFAULT); }),
+               {"layers/1/v", "every layer or in none"});
+}
+
+TEST(Validation, NaNInQueries) {
+  expect_error(broken_trace("nan.h5", [](hid_t f) {
+                 std::vector<float> q(6 * 2, 0.5f);
+                 q[2 * 2 + 1] = NAN;
+                 replace_dataset(f, "samples/s0/layers/1/q", {6, 2, 1}, H5T_NATIVE_FLOAT, q.data());
+               }),
+               {"dataset 'layers/1/q'", "NaN at [token 2, head 1, dim 0]"});
+}
+
+TEST(Validation, InfInFloat16Keys) {
+  expect_error(broken_trace("inf16.h5", [](hid_t f) {
+                 std::vector<std::uint16_t> k(6, 0x3C00);
+                 k[4] = 0x7C00;  // +Inf
+                 replace_dataset(f, "samples/s0/layers/0/k", {6, 1, 1}, h5_float16_type(), k.data());
+               }),
+               {"dataset 'layers/0/k'", "Inf at [token 4, head 0, dim 0]"});
+}
+
+TEST(Validation, NonFloatTensor) {
+  expect_error(broken_trace("int.h5", [](hid_t f) {
+                 std::vector<std::int32_t> v(6, 1);
+                 replace_dataset(f, "samples/s0/layers/0/v", {6, 1, 1}, H5T_NATIVE_INT32, v.data());
+               }),
+               {"dataset 'layers/0/v'", "not floating point"});
+}
+
+TEST(Validation, NotAnHdf5File) {
+  const std::string path = temp_path("text.h5");
+  std::ofstream(path) << "this is not HDF5\n";
+  expect_error(path, {"not an HDF5 file"});
+}
+
+TEST(Validation, MissingFile) { expect_error(temp_path("does_not_exist.h5"), {"cannot open file"}); }
+
+TEST(Validation, TruncatedFile) {
+  const std::string full = broken_trace("whole.h5", [](hid_t) {});
+  for (double frac : {0.9, 0.5, 0.1}) {
+    const std::string cut = temp_path("truncated_" + std::to_string(frac) + ".h5");
+    std::filesystem::copy_file(full, cut, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(cut, static_cast<std::uintmax_t>(std::filesystem::file_size(full) * frac));
+    EXPECT_THROW(read_everything(cut), TraceError) << frac;
+  }
+}
+
+}  // namespace
+}  // namespace kvsim::test

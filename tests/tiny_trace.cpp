@@ -1,0 +1,77 @@
+#include "tests/tiny_trace.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "traces/synth.hpp"
+
+namespace kvsim::test {
+
+std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "kvsim_tests";
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string TinyTrace::write(const std::string& name) const {
+  const int T = static_cast<int>(weights.size());
+  TraceInfo info;
+  info.model = "tiny";
+  info.num_layers = layers;
+  info.num_heads = heads;
+  info.num_kv_heads = 1;
+  info.head_dim = 1;
+  info.scale = 1.0;
+  info.scale_given = true;
+  SampleInfo s;
+  s.name = "s0";
+  s.prompt_len = prompt_len;
+  s.gen_len = T - prompt_len;
+  s.modality = modality.empty() ? std::vector<std::uint8_t>(T, 0) : modality;
+  for (int i = 0; i < T; ++i) s.segment.push_back(i < prompt_len ? 1 : 2);
+  const std::string path = temp_path(name);
+  WriteOptions opt;
+  opt.dtype = dtype;
+  TraceWriter w(path, info, opt);
+  w.write_sample(s);
+  for (int l = 0; l < layers; ++l) {
+    LayerTensors t;
+    t.layer = l;
+    t.q = xt::zeros<float>({std::size_t(T), std::size_t(heads), std::size_t(1)});
+    t.k = xt::zeros<float>({std::size_t(T), std::size_t(1), std::size_t(1)});
+    for (int i = 0; i < T; ++i) {
+      const double c = query_power.empty() ? 1.0 : query_power[i];
+      for (int h = 0; h < heads; ++h)
+        t.q(i, h, 0) = static_cast<float>(c * (h < static_cast<int>(head_power.size()) ? head_power[h] : 1.0));
+      t.k(i, 0, 0) = static_cast<float>(std::log(weights[i]));
+    }
+    if (!values.empty()) {
+      t.v = xt::zeros<float>({std::size_t(T), std::size_t(1), std::size_t(1)});
+      for (int i = 0; i < T; ++i) t.v(i, 0, 0) = static_cast<float>(values[i]);
+    }
+    w.write_layer(s, t);
+  }
+  w.close();
+  return path;
+}
+
+std::string small_synthetic_trace(const std::string& name, int layers, bool with_v) {
+  SynthConfig c;
+  c.layers = layers;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.system_tokens = 6;
+  c.media_tokens = 40;
+  c.user_tokens = 6;
+  c.gen_tokens = 12;
+  c.with_v = with_v;
+  c.write.dtype = DType::kFloat32;
+  const std::string path = temp_path(name);
+  synth_write(c, path);
+  return path;
+}
+
+}  // namespace kvsim::test
