@@ -1,1 +1,119 @@
-// placeholder replaced below
+// Replay benchmark (issue #2): the five baselines on the demo trace in one run, against the plain
+// per-step reference (sim/reference_replay.hpp) on the same trace.
+//
+//   kvsim_bench [--trace demo/demo.h5] [--reference-layers 2] [google-benchmark flags]
+//
+// Reports decode-step x layer x KV-head updates per second (summed over policies), peak resident
+// memory, and the engine's speed-up over the reference, whose time is measured on the first
+// --reference-layers layers and scaled to the whole trace (all layers have the same shape).
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "sim/reference_replay.hpp"
+#include "traces/synth.hpp"
+
+namespace {
+
+std::string trace_path = "demo/demo.h5";
+int reference_layers = 2;
+double engine_seconds = 0, reference_seconds_per_layer = 0;
+int trace_layers = 0;
+
+std::vector<kvsim::PolicyConfig> baselines() {
+  std::vector<kvsim::PolicyConfig> p;
+  p.push_back(kvsim::make_policy_config("full", {}));
+  for (const char* name : {"streamingllm", "h2o", "snapkv", "oracle"})
+    p.push_back(kvsim::make_policy_config(name, {{"budget", "20%"}}));
+  return p;
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+void BM_EngineFiveBaselines(benchmark::State& state) {
+  kvsim::TraceReader reader(trace_path);
+  const auto policies = baselines();
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  long updates = 0;
+  for (auto _ : state) {
+    kvsim::Replayer replayer(reader, policies, {.threads = threads});
+    for (const auto& s : reader.sample_names())
+      replayer.replay_sample(s, [&](const kvsim::LayerResult& r) {
+        for (const auto& head : r.steps) updates += head.size();
+      });
+  }
+  state.counters["updates_per_s"] = benchmark::Counter(static_cast<double>(updates), benchmark::Counter::kIsRate);
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+  state.counters["threads"] = threads;
+  trace_layers = reader.info().num_layers;
+}
+
+void BM_PlainReference(benchmark::State& state) {
+  kvsim::TraceReader reader(trace_path);
+  const auto policies = baselines();
+  const int layers = std::min(reference_layers, reader.info().num_layers);
+  for (auto _ : state)
+    for (const auto& s : reader.sample_names())
+      for (const auto& p : policies) benchmark::DoNotOptimize(kvsim::reference_replay(reader, s, p, layers));
+  state.counters["layers_measured"] = layers;
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+
+// Collects per-iteration times to print the speed-up after both benchmarks ran.
+class SpeedupReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const auto& r : runs) {
+      const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+      if (r.benchmark_name().find("Engine") != std::string::npos) engine_seconds = s;
+      if (r.benchmark_name().find("Reference") != std::string::npos)
+        reference_seconds_per_layer = s / std::max(1, reference_layers);
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--trace") && i + 1 < argc) trace_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--reference-layers") && i + 1 < argc) reference_layers = std::atoi(argv[++i]);
+    else rest.push_back(argv[i]);
+  }
+  if (!std::filesystem::exists(trace_path)) {
+    std::fprintf(stderr, "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (the README's "
+                 "first command does)\n", trace_path.c_str(), trace_path.c_str());
+    return 1;
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  benchmark::RegisterBenchmark("BM_EngineFiveBaselines", BM_EngineFiveBaselines)
+      ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
+  benchmark::RegisterBenchmark("BM_PlainReference", BM_PlainReference)
+      ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+  SpeedupReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (engine_seconds > 0 && reference_seconds_per_layer > 0) {
+    const double reference_total = reference_seconds_per_layer * trace_layers;
+    std::printf("\nengine, five baselines, whole trace: %.3f s\n"
+                "plain reference, five baselines:    %.1f s (%.2f s/layer x %d layers)\n"
+                "speed-up:                           %.1fx\n",
+                engine_seconds, reference_total, reference_seconds_per_layer, trace_layers,
+                reference_total / engine_seconds);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

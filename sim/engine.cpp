@@ -80,7 +80,7 @@ void shared_step_attention(const LayerAttention& att, const KvCache& cache, int 
   out.group = group;
   out.probs.resize(Hkv);
   std::vector<std::uint8_t> attended_mask;
-  std::vector<double> o_hat(d);
+  std::vector<float> o_hat(d);
   for (int g = 0; g < Hkv; ++g) {
     const int n = cache.size(g);
     auto& probs = out.probs[g];
@@ -104,7 +104,7 @@ void shared_step_attention(const LayerAttention& att, const KvCache& cache, int 
         if (!cache.attended(g, e)) continue;
         const int pos = cache.position(g, e);
         recall += pf[pos];
-        if (const float* mk = cache.merged_key(g, e)) {
+        if (const float* mk = merged ? cache.merged_key(g, e) : nullptr) {
           const float* q = &tensors.q(s, h, 0);
           double dot = 0;
           for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
@@ -119,24 +119,27 @@ void shared_step_attention(const LayerAttention& att, const KvCache& cache, int 
       mass_sum += recall;
       if (!with_v) continue;
       const float* o = att.full_output(step, h);
+      // Float accumulation in contiguous loops the compiler vectorises: this is the hot loop.
       if (complement) {
         double missing = 0;
-        for (int i = 0; i < d; ++i) o_hat[i] = o[i];
+        std::copy(o, o + d, o_hat.begin());
         for (int j = 0; j <= s; ++j) {
           if (attended_mask[j]) continue;
           const float* v = &tensors.v(j, g, 0);
-          missing += pf[j];
-          for (int i = 0; i < d; ++i) o_hat[i] -= pf[j] * v[i];
+          const float w = pf[j];
+          missing += w;
+          for (int i = 0; i < d; ++i) o_hat[i] -= w * v[i];
         }
-        const double norm = 1.0 / (1.0 - missing);
+        const float norm = static_cast<float>(1.0 / (1.0 - missing));
         for (int i = 0; i < d; ++i) o_hat[i] *= norm;
       } else {
-        std::fill(o_hat.begin(), o_hat.end(), 0.0);
+        std::fill(o_hat.begin(), o_hat.end(), 0.0f);
         for (int e = 0; e < n; ++e) {
-          if (p[e] == 0.0f) continue;
-          const float* mv = cache.merged_value(g, e);
+          const float w = p[e];
+          if (w == 0.0f) continue;
+          const float* mv = merged ? cache.merged_value(g, e) : nullptr;
           const float* v = mv ? mv : &tensors.v(cache.position(g, e), g, 0);
-          for (int i = 0; i < d; ++i) o_hat[i] += p[e] * v[i];
+          for (int i = 0; i < d; ++i) o_hat[i] += w * v[i];
         }
       }
       for (int i = 0; i < d; ++i) {
