@@ -57,7 +57,7 @@ const PolicyRegistration reg({
     .name = "oracle",
     .summary = "Upper reference (lookahead): keeps the entries the remaining decode steps will "
                "attend most.",
-    .provenance = "kvsim (Belady-style offline optimum of attention mass per step)",
+    .provenance = "kvsim (offline reference: future full-cache attention mass)",
     .params = {budget_param()},
     .needs = {},
     .lookahead = true,

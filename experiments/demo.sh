@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build Release, make the demo trace (LLaVA-1.5-7B shape),
+# replay it through the baseline policies and print the comparison table. Outputs go to demo/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target kvsim
+mkdir -p demo
+[ -f demo/demo.h5 ] || ./build/kvsim synth --out demo/demo.h5
+./build/kvsim inspect demo/demo.h5
+./build/kvsim replay --trace demo/demo.h5 \
+  --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
+  --budget 20% --out demo/results.csv --summary demo/summary.csv \
+  --dump-decisions demo/decisions.h5
+echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs, from Debian's apt, whatever kvsim needs that this machine lacks (bookworm, as root).
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libhdf5-dev hdf5-tools
+  libxtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
+  libcli11-dev libboost-program-options-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev
+  python3 python3-numpy python3-h5py
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
