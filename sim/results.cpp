@@ -15,6 +15,23 @@ std::FILE* open_for_write(const std::string& path) {
   return f;
 }
 
+// Outputs are written to `<path>.partial` and renamed when complete, so an interrupted run never
+// leaves a truncated file under the final name.
+std::string partial(const std::string& path) { return path + ".partial"; }
+
+void publish(const std::string& path) {
+  if (std::rename(partial(path).c_str(), path.c_str()) != 0)
+    throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
+                             std::strerror(errno));
+}
+
+void write_whole(const std::string& path, const std::string& text) {
+  std::FILE* f = open_for_write(partial(path));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": write failed (disk full?)");
+  publish(path);
+}
+
 // Numbers print with %.9g (exact float round trip), so identical results give identical bytes.
 void append_float(std::string& out, double x) {
   if (std::isnan(x)) return;  // empty field
@@ -33,7 +50,7 @@ std::string csv_quote(const std::string& s) {
 }  // namespace
 
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
-    : path_(path), file_(open_for_write(path)) {
+    : path_(path), file_(open_for_write(partial(path))) {
   for (const auto& p : policies) labels_.push_back(p.label);
   std::fputs("policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
              "output_rel_error,kv_bytes\n",
@@ -71,22 +88,20 @@ void StepCsvWriter::close() {
   std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
   buffer_.clear();
   const bool failed = std::ferror(file_) != 0;
-  std::fclose(file_);
+  const bool close_failed = std::fclose(file_) != 0;
   file_ = nullptr;
-  if (failed) throw std::runtime_error(path_ + ": write failed (disk full?)");
+  if (failed || close_failed) throw std::runtime_error(path_ + ": write failed (disk full?)");
+  publish(path_);
 }
 
 void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies) {
   std::string stem = csv_path;
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0) stem.resize(stem.size() - 4);
-  const std::string path = stem + ".policies.csv";
-  std::FILE* f = open_for_write(path);
   std::string out = "label,policy,lookahead,params\n";
   for (const auto& p : policies)
     out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
            "," + csv_quote(p.params.str()) + "\n";
-  std::fputs(out.c_str(), f);
-  std::fclose(f);
+  write_whole(stem + ".policies.csv", out);
 }
 
 void Summary::Acc::add(const StepMetrics& m) {
@@ -105,6 +120,7 @@ void Summary::Acc::add(const StepMetrics& m) {
 void Summary::add(const LayerResult& r) {
   Acc& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
   Acc& all = per_policy_[r.policy_index];
+  kv_bytes_per_step_[r.policy_index] += 0;  // present even for samples without decode steps
   for (const auto& head : r.steps)
     for (const auto& m : head) {
       layer.add(m);
@@ -117,7 +133,6 @@ void Summary::add(const LayerResult& r) {
 }
 
 void Summary::write_csv(const std::string& path) const {
-  std::FILE* f = open_for_write(path);
   std::string out =
       "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
       "min_mass_recall,mean_output_rel_error,mean_kv_bytes\n";
@@ -141,8 +156,7 @@ void Summary::write_csv(const std::string& path) const {
   for (const auto& [key, acc] : per_layer_)
     row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc);
   for (const auto& [p, acc] : per_policy_) row(policies_[p].label, "all", "all", acc);
-  std::fputs(out.c_str(), f);
-  std::fclose(f);
+  write_whole(path, out);
 }
 
 std::string Summary::table() const {
@@ -174,8 +188,8 @@ std::string Summary::table() const {
 DecisionWriter::DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), policies_(policies) {
   silence_hdf5_errors();
-  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+  file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_.valid()) throw TraceError(partial(path) + ": cannot create file: " + hdf5_last_error());
   for (const auto& p : policies) {
     H5Handle g = h5_require_group(file_.get(), p.label);
     h5_write_string_attr(g.get(), "policy", p.info->name);
@@ -216,10 +230,11 @@ void DecisionWriter::write(const LayerResult& r) {
 }
 
 void DecisionWriter::close() {
-  if (file_.valid()) {
-    H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
-    file_.reset();
-  }
+  if (!file_.valid()) return;
+  const bool ok = H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) >= 0;
+  file_.reset();
+  if (!ok) throw TraceError(path_ + ": write failed: " + hdf5_last_error());
+  publish(path_);
 }
 
 }  // namespace kvsim

@@ -165,12 +165,12 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   c.validate();
   const SampleInfo info = synth_sample_info(c, sample);
   const int T = info.total_len(), P = info.prompt_len, d = c.head_dim;
-  const int H = c.heads, Hkv = c.kv_heads, group = H / Hkv;
+  const int H = c.heads, Hkv = c.kv_heads;
   const Geometry g(d);
   const double gamma = lerp_layer(c.sharpness_first, c.sharpness_last, layer, c.layers);
   const double spread = lerp_layer(c.saliency_first, c.saliency_last, layer, c.layers);
   const double sink = c.sink_strength * std::min(1.0, layer / 2.0 + 0.2);
-  const double qscale = 1.0 / (1.0 / std::sqrt(static_cast<double>(d)));  // undo scale = 1/sqrt(d)
+  const double qscale = std::sqrt(static_cast<double>(d));  // cancels the trace's scale 1/sqrt(d)
 
   // Rotary spectrum shared by queries and keys: weight on fast pairs (local attention).
   std::vector<double> spectrum(g.content_first);
@@ -238,7 +238,6 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
       rotate(q, d, i, c.rope_base);
     }
   }
-  (void)group;
   return out;
 }
 
