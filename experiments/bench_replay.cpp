@@ -51,7 +51,8 @@ void BM_EngineFiveBaselines(benchmark::State& state) {
         for (const auto& head : r.steps) updates += head.size();
       });
   }
-  state.counters["updates_per_s"] = benchmark::Counter(static_cast<double>(updates), benchmark::Counter::kIsRate);
+  state.counters["updates_per_s"] =
+      benchmark::Counter(static_cast<double>(updates), benchmark::Counter::kIsRate);
   state.counters["peak_rss_MiB"] = peak_rss_mib();
   state.counters["threads"] = threads;
   trace_layers = reader.info().num_layers;
@@ -63,7 +64,8 @@ void BM_PlainReference(benchmark::State& state) {
   const int layers = std::min(reference_layers, reader.info().num_layers);
   for (auto _ : state)
     for (const auto& s : reader.sample_names())
-      for (const auto& p : policies) benchmark::DoNotOptimize(kvsim::reference_replay(reader, s, p, layers));
+      for (const auto& p : policies)
+        benchmark::DoNotOptimize(kvsim::reference_replay(reader, s, p, layers));
   state.counters["layers_measured"] = layers;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
@@ -89,30 +91,40 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--trace") && i + 1 < argc) trace_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--reference-layers") && i + 1 < argc) reference_layers = std::atoi(argv[++i]);
-    else rest.push_back(argv[i]);
+    if (!std::strcmp(argv[i], "--trace") && i + 1 < argc)
+      trace_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--reference-layers") && i + 1 < argc)
+      reference_layers = std::atoi(argv[++i]);
+    else
+      rest.push_back(argv[i]);
   }
   if (!std::filesystem::exists(trace_path)) {
-    std::fprintf(stderr, "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (the README's "
-                 "first command does)\n", trace_path.c_str(), trace_path.c_str());
+    std::fprintf(stderr,
+                 "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (the README's "
+                 "first command does)\n",
+                 trace_path.c_str(), trace_path.c_str());
     return 1;
   }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   benchmark::RegisterBenchmark("BM_EngineFiveBaselines", BM_EngineFiveBaselines)
-      ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(3.0);
   benchmark::RegisterBenchmark("BM_PlainReference", BM_PlainReference)
-      ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Iterations(1);
   SpeedupReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   if (engine_seconds > 0 && reference_seconds_per_layer > 0) {
     const double reference_total = reference_seconds_per_layer * trace_layers;
-    std::printf("\nengine, five baselines, whole trace: %.3f s\n"
-                "plain reference, five baselines:    %.1f s (%.2f s/layer x %d layers)\n"
-                "speed-up:                           %.1fx\n",
-                engine_seconds, reference_total, reference_seconds_per_layer, trace_layers,
-                reference_total / engine_seconds);
+    std::printf(
+        "\nengine, five baselines, whole trace: %.3f s\n"
+        "plain reference, five baselines:    %.1f s (%.2f s/layer x %d layers)\n"
+        "speed-up:                           %.1fx\n",
+        engine_seconds, reference_total, reference_seconds_per_layer, trace_layers,
+        reference_total / engine_seconds);
   }
   benchmark::Shutdown();
   return 0;

@@ -11,7 +11,8 @@ namespace {
 
 class Oracle final : public Policy {
  public:
-  Oracle(const ParamSet& p, const SampleInfo& s) : budget_(resolve_budget(p, s.prompt_len, "oracle")) {}
+  Oracle(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "oracle")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     // future_[g][t * T + j] = Σ_{t' >= t} Σ_r p_full[t', g*group + r, j] (suffix sums, exact).

@@ -5,8 +5,7 @@
 namespace kvsim {
 
 const float* LayerView::future_decode_probs(int t, int h) const {
-  if (!lookahead_)
-    throw std::logic_error("a policy without `lookahead` read future attention");
+  if (!lookahead_) throw std::logic_error("a policy without `lookahead` read future attention");
   return att_.decode_probs(t, h);
 }
 
@@ -47,10 +46,13 @@ PolicyConfig make_policy_config(const std::string& name,
 }
 
 ParamSpec budget_param(const std::string& default_value) {
-  return {"budget", ParamType::kSize, default_value,
+  return {"budget",
+          ParamType::kSize,
+          default_value,
           "KV entries kept per (layer, KV head): a count, or a percentage of the prompt length "
           "(20% -> ceil(0.2 P))",
-          1, 1e9};
+          1,
+          1e9};
 }
 
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy) {

@@ -32,7 +32,9 @@ struct StepAttention {
   int group = 1;     // query heads per KV head
   // probs[g][r * n_g + e]: query head g*group + r on entry e of KV head g (n_g = cache size).
   std::vector<std::vector<float>> probs;
-  const float* head(int g, int r, int n) const { return &probs[g][static_cast<std::size_t>(r) * n]; }
+  const float* head(int g, int r, int n) const {
+    return &probs[g][static_cast<std::size_t>(r) * n];
+  }
 };
 
 // What a policy may read at a hook: the layer's shared statistics, gated by its declared needs.
@@ -71,7 +73,7 @@ struct PolicyInfo {
   std::string summary;     // one line
   std::string provenance;  // paper and section, or repository and file
   std::vector<ParamSpec> params;
-  AttentionNeeds needs;  // statistics computed once per layer for the whole run
+  AttentionNeeds needs;    // statistics computed once per layer for the whole run
   bool lookahead = false;  // reads future attention: an upper reference, not a deployable policy
   bool merges = false;     // may merge entries (decision dumps then carry `merged`)
   // Needs may depend on parameters (e.g. SnapKV's window).

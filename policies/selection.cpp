@@ -27,7 +27,9 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
   const int extra = std::max(0, keep - kept);
   if (extra == 0) return mask;
   // Strict total order: higher score first, then the later entry (newer position) first.
-  auto better = [&](int a, int b) { return scores[a] != scores[b] ? scores[a] > scores[b] : a > b; };
+  auto better = [&](int a, int b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a > b;
+  };
   if (extra < static_cast<int>(free.size()))
     std::nth_element(free.begin(), free.begin() + extra, free.end(), better);
   for (int i = 0; i < std::min<int>(extra, free.size()); ++i) mask[free[i]] = 1;

@@ -29,9 +29,9 @@ class SnapKV final : public Policy {
       throw std::invalid_argument("snapkv: parameter 'kernel' = " + std::to_string(kernel_) +
                                   " must be odd (same padding)");
     if (budget_ <= window_ && budget_ < s.prompt_len)
-      throw std::invalid_argument("snapkv: budget (" + std::to_string(budget_) +
-                                  " entries) must exceed parameter 'window' = " +
-                                  std::to_string(window_));
+      throw std::invalid_argument(
+          "snapkv: budget (" + std::to_string(budget_) +
+          " entries) must exceed parameter 'window' = " + std::to_string(window_));
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -43,7 +43,8 @@ class SnapKV final : public Policy {
       std::vector<double> score(prefix, 0.0);
       for (int r = 0; r < group; ++r)
         for (int w = 0; w < window_; ++w) {
-          const float* row = att.prefill_window_row(g * group + r, att.prefill_window() - window_ + w);
+          const float* row =
+              att.prefill_window_row(g * group + r, att.prefill_window() - window_ + w);
           for (int j = 0; j < prefix; ++j) score[j] += row[j];
         }
       for (auto& x : score) x /= group;
@@ -70,17 +71,17 @@ const PolicyRegistration reg({
     .summary = "Observation-window voting at the end of the prefill, pooled; no decode eviction.",
     .provenance = "Li et al. 2024, SnapKV, Sec. 4.2 / Listing 1",
     .params = {budget_param(),
-               {"window", ParamType::kInt, "32", "observation window: last prompt queries", 1,
-                1e9},
+               {"window", ParamType::kInt, "32", "observation window: last prompt queries", 1, 1e9},
                {"kernel", ParamType::kInt, "7", "pooling size along positions (odd)", 1, 1e9},
                {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}},
     .needs = {},
     .lookahead = false,
     .merges = false,
-    .needs_for = [](const ParamSet& p) {
-      return AttentionNeeds{.prefill_column_sums = false,
-                            .prefill_window = static_cast<int>(p.get_int("window"))};
-    },
+    .needs_for =
+        [](const ParamSet& p) {
+          return AttentionNeeds{.prefill_column_sums = false,
+                                .prefill_window = static_cast<int>(p.get_int("window"))};
+        },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<SnapKV>(p, s);
     },

@@ -14,9 +14,9 @@ class StreamingLlm final : public Policy {
   StreamingLlm(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "streamingllm")), sinks_(p.get_int("sinks")) {
     if (budget_ <= sinks_)
-      throw std::invalid_argument("streamingllm: budget (" + std::to_string(budget_) +
-                                  " entries) must exceed parameter 'sinks' = " +
-                                  std::to_string(sinks_));
+      throw std::invalid_argument(
+          "streamingllm: budget (" + std::to_string(budget_) +
+          " entries) must exceed parameter 'sinks' = " + std::to_string(sinks_));
   }
   void on_prefill(const LayerView&, KvCache& cache) override { trim(cache); }
   void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override { trim(cache); }

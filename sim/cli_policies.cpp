@@ -19,7 +19,8 @@ Runner add_policies(CLI::App& app) {
       for (const auto& s : p.params) {
         std::string range;
         if (s.type == ParamType::kInt || s.type == ParamType::kFloat)
-          range = " in [" + CLI::detail::to_string(s.min) + ", " + CLI::detail::to_string(s.max) + "]";
+          range =
+              " in [" + CLI::detail::to_string(s.min) + ", " + CLI::detail::to_string(s.max) + "]";
         std::printf("    %-10s %-14s default %-6s%s  %s\n", s.name.c_str(),
                     param_type_name(s).c_str(), s.default_value.c_str(), range.c_str(),
                     s.doc.c_str());

@@ -68,7 +68,8 @@ Runner add_replay(CLI::App& app) {
   app.add_option("--summary", a->summary, "Per-layer and overall summary CSV");
   app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");
   app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   return [a] {
     TraceReader reader(a->trace);
     std::vector<PolicyConfig> policies = resolve_policies(*a);
@@ -96,10 +97,11 @@ Runner add_replay(CLI::App& app) {
     if (csv) csv->close();
     if (decisions) decisions->close();
     if (!a->summary.empty()) summary.write_csv(a->summary);
-    std::printf("%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
-                "out_rel_err = |o - o_hat| / |o|, means over layers, heads and decode steps\n%s",
-                a->trace.c_str(), samples.size(), reader.info().num_layers,
-                reader.info().num_kv_heads, summary.table().c_str());
+    std::printf(
+        "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
+        "out_rel_err = |o - o_hat| / |o|, means over layers, heads and decode steps\n%s",
+        a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
+        summary.table().c_str());
     return 0;
   };
 }

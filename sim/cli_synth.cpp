@@ -23,39 +23,66 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--layers", c->layers, "Attention layers L")->capture_default_str();
   app.add_option("--heads", c->heads, "Query heads H")->capture_default_str();
   app.add_option("--kv-heads", c->kv_heads, "KV heads (< heads for GQA)")->capture_default_str();
-  app.add_option("--head-dim", c->head_dim, "Head dimension d (even, >= 16)")->capture_default_str();
+  app.add_option("--head-dim", c->head_dim, "Head dimension d (even, >= 16)")
+      ->capture_default_str();
   app.add_option("--samples", c->samples, "Samples in the file")->capture_default_str();
   app.add_option("--seed", c->seed, "Random seed")->capture_default_str();
   app.add_option("--dtype", *dtype, "float16 or float32")
-      ->check(CLI::IsMember({"float16", "float32"}))->capture_default_str();
+      ->check(CLI::IsMember({"float16", "float32"}))
+      ->capture_default_str();
   app.add_flag("--no-v", *no_v, "Omit values (no output-error metrics)");
-  app.add_option("--gzip", c->write.gzip_level, "gzip level 1-9 (0: uncompressed, the default: "
-                 "gzip shrinks float16 to ~0.88 and slows reads 6-15x)")->capture_default_str();
+  app.add_option("--gzip", c->write.gzip_level,
+                 "gzip level 1-9 (0: uncompressed, the default: "
+                 "gzip shrinks float16 to ~0.88 and slows reads 6-15x)")
+      ->capture_default_str();
   app.add_flag("--shuffle", c->write.shuffle, "Byte-shuffle filter (implies chunked)");
   app.add_flag("--chunked", c->write.chunked, "Chunked storage (64 tokens per chunk)");
-  app.add_option("--system-tokens", c->system_tokens, "System prompt tokens before the media")->capture_default_str();
-  app.add_option("--media-count", c->media_count, "Images (or video frames)")->capture_default_str();
-  app.add_option("--media-tokens", c->media_tokens, "Tokens per image/frame")->capture_default_str();
+  app.add_option("--system-tokens", c->system_tokens, "System prompt tokens before the media")
+      ->capture_default_str();
+  app.add_option("--media-count", c->media_count, "Images (or video frames)")
+      ->capture_default_str();
+  app.add_option("--media-tokens", c->media_tokens, "Tokens per image/frame")
+      ->capture_default_str();
   app.add_flag("--video", c->video, "Media are video frames (modality 2)");
-  app.add_option("--separator-tokens", c->separator_tokens, "Text tokens between media")->capture_default_str();
-  app.add_option("--user-tokens", c->user_tokens, "User instruction tokens after the media")->capture_default_str();
+  app.add_option("--separator-tokens", c->separator_tokens, "Text tokens between media")
+      ->capture_default_str();
+  app.add_option("--user-tokens", c->user_tokens, "User instruction tokens after the media")
+      ->capture_default_str();
   app.add_option("--gen-tokens", c->gen_tokens, "Generated tokens G")->capture_default_str();
   app.add_option("--rope-base", c->rope_base, "Rotary base")->capture_default_str();
   app.add_option("--sinks", c->sinks, "Attention-sink positions")->capture_default_str();
   app.add_option("--sink-strength", c->sink_strength, "Sink logit bonus")->capture_default_str();
-  app.add_option("--locality", c->locality, "Logit bonus of the nearest keys (rotary kernel)")->capture_default_str();
-  app.add_option("--locality-width", c->locality_width, "Rotary spectrum e-folding, in pairs (smaller: more local)")->capture_default_str();
-  app.add_option("--vision-locality", c->vision_locality, "Locality of vision keys relative to text")->capture_default_str();
-  app.add_option("--vision-offset", c->vision_offset, "Mean logit of vision keys relative to text")->capture_default_str();
-  app.add_option("--head-preference", c->head_preference, "Spread of per-head modality preference")->capture_default_str();
-  app.add_option("--saliency-first", c->saliency_first, "Vision saliency spread, first layer")->capture_default_str();
-  app.add_option("--saliency-last", c->saliency_last, "Vision saliency spread, last layer")->capture_default_str();
-  app.add_option("--sharpness-first", c->sharpness_first, "Logit factor, first layer")->capture_default_str();
-  app.add_option("--sharpness-last", c->sharpness_last, "Logit factor, last layer")->capture_default_str();
-  app.add_option("--layer-correlation", c->layer_correlation, "Saliency correlation of adjacent layers")->capture_default_str();
-  app.add_option("--vision-decay", c->vision_decay, "Vision logit drop over --gen-decay-steps")->capture_default_str();
-  app.add_option("--gen-decay-steps", c->gen_decay_steps, "Generated tokens over which vision decays")->capture_default_str();
-  app.add_option("--saliency-drift", c->saliency_drift, "Radians per decode step the salient set rotates")->capture_default_str();
+  app.add_option("--locality", c->locality, "Logit bonus of the nearest keys (rotary kernel)")
+      ->capture_default_str();
+  app.add_option("--locality-width", c->locality_width,
+                 "Rotary spectrum e-folding, in pairs (smaller: more local)")
+      ->capture_default_str();
+  app.add_option("--vision-locality", c->vision_locality,
+                 "Locality of vision keys relative to text")
+      ->capture_default_str();
+  app.add_option("--vision-offset", c->vision_offset, "Mean logit of vision keys relative to text")
+      ->capture_default_str();
+  app.add_option("--head-preference", c->head_preference, "Spread of per-head modality preference")
+      ->capture_default_str();
+  app.add_option("--saliency-first", c->saliency_first, "Vision saliency spread, first layer")
+      ->capture_default_str();
+  app.add_option("--saliency-last", c->saliency_last, "Vision saliency spread, last layer")
+      ->capture_default_str();
+  app.add_option("--sharpness-first", c->sharpness_first, "Logit factor, first layer")
+      ->capture_default_str();
+  app.add_option("--sharpness-last", c->sharpness_last, "Logit factor, last layer")
+      ->capture_default_str();
+  app.add_option("--layer-correlation", c->layer_correlation,
+                 "Saliency correlation of adjacent layers")
+      ->capture_default_str();
+  app.add_option("--vision-decay", c->vision_decay, "Vision logit drop over --gen-decay-steps")
+      ->capture_default_str();
+  app.add_option("--gen-decay-steps", c->gen_decay_steps,
+                 "Generated tokens over which vision decays")
+      ->capture_default_str();
+  app.add_option("--saliency-drift", c->saliency_drift,
+                 "Radians per decode step the salient set rotates")
+      ->capture_default_str();
   app.add_option("--noise", c->noise, "Logit noise std")->capture_default_str();
   return [=] {
     c->write.dtype = *dtype == "float16" ? DType::kFloat16 : DType::kFloat32;

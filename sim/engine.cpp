@@ -47,7 +47,8 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahe
   for (int g = 0; g < Hkv; ++g) r.prefill_kept_min = std::min(r.prefill_kept_min, cache.size(g));
   StepAttention sa;
   std::vector<StepMetrics> m(Hkv);
-  const std::int64_t entry_bytes = 2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
+  const std::int64_t entry_bytes =
+      2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);

@@ -17,10 +17,10 @@
 namespace kvsim {
 
 struct StepMetrics {
-  int position = 0;        // the decode step's query position, P + step
-  int cache_size = 0;      // entries stored (K and V), including the current token
-  int attended_size = 0;   // entries that took part in attention
-  float mass_recall = 0;   // Σ full-cache probability of attended positions, mean over the group
+  int position = 0;       // the decode step's query position, P + step
+  int cache_size = 0;     // entries stored (K and V), including the current token
+  int attended_size = 0;  // entries that took part in attention
+  float mass_recall = 0;  // Σ full-cache probability of attended positions, mean over the group
   float output_rel_error = NAN;  // ‖o - ô‖ / ‖o‖ over the group's query heads; NaN without v
   std::int64_t kv_bytes = 0;     // cache_size * 2 * head_dim * bytes per element of the trace
 };
@@ -30,7 +30,7 @@ struct LayerResult {
   int policy_index = 0;
   std::string sample;
   int layer = 0;
-  int prefill_kept_min = 0;  // entries kept after the prefill, min over KV heads
+  int prefill_kept_min = 0;                     // entries kept after the prefill, min over KV heads
   std::vector<std::vector<StepMetrics>> steps;  // [kv head][step]
   std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
@@ -61,9 +61,8 @@ class Replayer {
 
 // Runs one policy through one layer given precomputed statistics (shared by the engine and the
 // plain reference). step_attention computes a decode step's attention and metrics.
-using StepAttentionFn =
-    std::function<void(const LayerAttention&, const KvCache&, int step, StepAttention&,
-                       std::vector<StepMetrics>&)>;
+using StepAttentionFn = std::function<void(const LayerAttention&, const KvCache&, int step,
+                                           StepAttention&, std::vector<StepMetrics>&)>;
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
                          std::size_t bytes_per_element, bool check_invariants,
                          const StepAttentionFn& step_attention);

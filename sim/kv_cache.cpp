@@ -79,7 +79,9 @@ void KvCache::keep_only(int g, const std::vector<std::uint8_t>& keep) {
   compact(g, keep, true);
 }
 
-void KvCache::set_attended(int g, int e, bool attended) { heads_[g].attended.at(e) = attended; }
+void KvCache::set_attended(int g, int e, bool attended) {
+  heads_[g].attended.at(e) = attended;
+}
 
 void KvCache::merge(int g, int from, int into, const float* key, const float* value) {
   auto& h = heads_[g];

@@ -36,7 +36,9 @@ int Size::resolve(int base) const {
   return static_cast<int>(std::ceil(value / 100.0 * base - 1e-9));
 }
 
-std::string Size::str() const { return percent ? fmt(value) + "%" : fmt(value); }
+std::string Size::str() const {
+  return percent ? fmt(value) + "%" : fmt(value);
+}
 
 Size Size::parse(const std::string& text) {
   Size s;
@@ -47,17 +49,22 @@ Size Size::parse(const std::string& text) {
   }
   if (!parse_double(body, s.value) || s.value < 0 ||
       (!s.percent && s.value != std::floor(s.value)) || (s.percent && s.value > 100))
-    throw std::invalid_argument("'" + text + "' is not a count (e.g. 128) or a percentage in "
+    throw std::invalid_argument("'" + text +
+                                "' is not a count (e.g. 128) or a percentage in "
                                 "[0%, 100%] (e.g. 20%)");
   return s;
 }
 
 std::string param_type_name(const ParamSpec& spec) {
   switch (spec.type) {
-    case ParamType::kInt: return "int";
-    case ParamType::kFloat: return "float";
-    case ParamType::kBool: return "bool";
-    case ParamType::kSize: return "count|percent";
+    case ParamType::kInt:
+      return "int";
+    case ParamType::kFloat:
+      return "float";
+    case ParamType::kBool:
+      return "bool";
+    case ParamType::kSize:
+      return "count|percent";
     case ParamType::kChoice: {
       std::string s;
       for (const auto& c : spec.choices) s += (s.empty() ? "" : "|") + c;
@@ -115,12 +122,13 @@ ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& 
   std::map<std::string, std::string> values;
   for (const auto& s : specs) values[s.name] = s.default_value;
   for (const auto& [key, value] : overrides) {
-    auto it = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == key; });
+    auto it =
+        std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == key; });
     if (it == specs.end()) {
       std::string valid;
       for (const auto& s : specs) valid += (valid.empty() ? "" : ", ") + s.name;
-      throw std::invalid_argument(owner + ": unknown parameter '" + key + "' (valid: " +
-                                  (valid.empty() ? "none" : valid) + ")");
+      throw std::invalid_argument(owner + ": unknown parameter '" + key +
+                                  "' (valid: " + (valid.empty() ? "none" : valid) + ")");
     }
     check_value(owner, *it, value);
     values[key] = value;

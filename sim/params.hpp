@@ -8,11 +8,11 @@
 namespace kvsim {
 
 enum class ParamType {
-  kInt,    // integer in [min, max]
-  kFloat,  // real in [min, max]
-  kBool,   // true/false/1/0
-  kChoice, // one of `choices`
-  kSize,   // a count ("128") or a percentage of a base the parameter names ("20%")
+  kInt,     // integer in [min, max]
+  kFloat,   // real in [min, max]
+  kBool,    // true/false/1/0
+  kChoice,  // one of `choices`
+  kSize,    // a count ("128") or a percentage of a base the parameter names ("20%")
 };
 
 struct ParamSpec {

@@ -6,13 +6,20 @@
 
 namespace kvsim {
 
-bool Progress::stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+bool Progress::stderr_is_terminal() {
+  return isatty(STDERR_FILENO) == 1;
+}
 
 Progress::Progress(long total, std::string label)
-    : total_(total), label_(std::move(label)), start_(std::chrono::steady_clock::now()),
-      last_draw_(start_), enabled_(stderr_is_terminal()) {}
+    : total_(total),
+      label_(std::move(label)),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_),
+      enabled_(stderr_is_terminal()) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 void Progress::advance(long n) {
   done_ += n;

@@ -17,7 +17,8 @@ std::vector<double> causal_row(const LayerTensors& t, int pos, int h, int g, int
                                int d, double* lse) {
   std::vector<double> p(n);
   double mx = -INFINITY;
-  for (int j = 0; j < n; ++j) mx = std::max(mx, p[j] = scale * dot(&t.q(pos, h, 0), &t.k(j, g, 0), d));
+  for (int j = 0; j < n; ++j)
+    mx = std::max(mx, p[j] = scale * dot(&t.q(pos, h, 0), &t.k(j, g, 0), d));
   double sum = 0;
   for (int j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - mx);
   for (auto& x : p) x /= sum;
@@ -46,7 +47,8 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
     for (int i = (want_colsums_ ? 0 : P_ - window_); i < P_; ++i) {
       const auto p = causal_row(tensors_, i, h, g, i + 1, scale_, d_, nullptr);
       for (int j = 0; j <= i; ++j) {
-        if (want_colsums_) colsums_[static_cast<std::size_t>(h) * P_ + j] += static_cast<float>(p[j]);
+        if (want_colsums_)
+          colsums_[static_cast<std::size_t>(h) * P_ + j] += static_cast<float>(p[j]);
         if (i >= P_ - window_)
           window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_ + j] =
               static_cast<float>(p[j]);
@@ -92,7 +94,8 @@ void plain_step_attention(const LayerAttention& att, const KvCache& cache, int s
       double mx = -INFINITY;
       for (int e = 0; e < n; ++e) {
         if (!cache.attended(g, e)) continue;
-        const float* k = cache.merged_key(g, e) ? cache.merged_key(g, e) : &t.k(cache.position(g, e), g, 0);
+        const float* k =
+            cache.merged_key(g, e) ? cache.merged_key(g, e) : &t.k(cache.position(g, e), g, 0);
         logit[e] = att.scale() * dot(&t.q(s, h, 0), k, d);
         mx = std::max(mx, logit[e]);
         recall += full[cache.position(g, e)];
@@ -108,7 +111,8 @@ void plain_step_attention(const LayerAttention& att, const KvCache& cache, int s
         for (int j = 0; j <= s; ++j) o += full[j] * t.v(j, g, i);
         for (int e = 0; e < n; ++e) {
           if (!cache.attended(g, e)) continue;
-          const float* v = cache.merged_value(g, e) ? cache.merged_value(g, e) : &t.v(cache.position(g, e), g, 0);
+          const float* v = cache.merged_value(g, e) ? cache.merged_value(g, e)
+                                                    : &t.v(cache.position(g, e), g, 0);
           o_hat += std::exp(logit[e] - mx) / sum * v[i];
         }
         err2 += (o - o_hat) * (o - o_hat);

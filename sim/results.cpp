@@ -17,7 +17,9 @@ std::FILE* open_for_write(const std::string& path) {
 
 // Outputs are written to `<path>.partial` and renamed when complete, so an interrupted run never
 // leaves a truncated file under the final name.
-std::string partial(const std::string& path) { return path + ".partial"; }
+std::string partial(const std::string& path) {
+  return path + ".partial";
+}
 
 void publish(const std::string& path) {
   if (std::rename(partial(path).c_str(), path.c_str()) != 0)
@@ -52,9 +54,10 @@ std::string csv_quote(const std::string& s) {
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), file_(open_for_write(partial(path))) {
   for (const auto& p : policies) labels_.push_back(p.label);
-  std::fputs("policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-             "output_rel_error,kv_bytes\n",
-             file_);
+  std::fputs(
+      "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+      "output_rel_error,kv_bytes\n",
+      file_);
 }
 
 StepCsvWriter::~StepCsvWriter() {
@@ -94,9 +97,11 @@ void StepCsvWriter::close() {
   publish(path_);
 }
 
-void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies) {
+void write_policies_sidecar(const std::string& csv_path,
+                            const std::vector<PolicyConfig>& policies) {
   std::string stem = csv_path;
-  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0) stem.resize(stem.size() - 4);
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0)
+    stem.resize(stem.size() - 4);
   std::string out = "label,policy,lookahead,params\n";
   for (const auto& p : policies)
     out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
@@ -138,7 +143,8 @@ void Summary::write_csv(const std::string& path) const {
       "min_mass_recall,mean_output_rel_error,mean_kv_bytes\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
                  const Acc& a) {
-    out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," + std::to_string(a.count) + ",";
+    out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
+           std::to_string(a.count) + ",";
     const double n = std::max<long>(a.count, 1);
     append_float(out, a.cache / n);
     out += ",";
@@ -173,8 +179,8 @@ std::string Summary::table() const {
     if (cfg.info->lookahead) budget += " (lookahead)";
     const double n = std::max<long>(a.count, 1);
     const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
-    const double mib = kv_bytes_per_step_.at(p) / std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) /
-                       (1024.0 * 1024.0);
+    const double mib = kv_bytes_per_step_.at(p) /
+                       std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
     char err[32] = "-";
     if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
     std::snprintf(line, sizeof line, "%-14s %-22s %9.1f %9.1f %10.4f %10.4f %11s %11.2f\n",
@@ -189,7 +195,8 @@ DecisionWriter::DecisionWriter(const std::string& path, const std::vector<Policy
     : path_(path), policies_(policies) {
   silence_hdf5_errors();
   file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!file_.valid()) throw TraceError(partial(path) + ": cannot create file: " + hdf5_last_error());
+  if (!file_.valid())
+    throw TraceError(partial(path) + ": cannot create file: " + hdf5_last_error());
   for (const auto& p : policies) {
     H5Handle g = h5_require_group(file_.get(), p.label);
     h5_write_string_attr(g.get(), "policy", p.info->name);
@@ -204,8 +211,8 @@ void write_int_matrix(hid_t group, const char* name, const std::vector<std::int3
                       hsize_t cols, const std::string& path) {
   const hsize_t dims[2] = {data.size() / cols, cols};
   H5Handle space(H5Screate_simple(2, dims, nullptr));
-  H5Handle d(H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                        H5P_DEFAULT));
+  H5Handle d(
+      H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
                                                H5P_DEFAULT, data.data()) < 0))
     throw TraceError(path + ": cannot write dataset '" + name + "': " + hdf5_last_error());
@@ -215,7 +222,8 @@ void write_int_matrix(hid_t group, const char* name, const std::vector<std::int3
 
 void DecisionWriter::write(const LayerResult& r) {
   const auto& cfg = policies_[r.policy_index];
-  const std::string base = cfg.label + "/samples/" + r.sample + "/layers/" + std::to_string(r.layer) + "/heads/";
+  const std::string base =
+      cfg.label + "/samples/" + r.sample + "/layers/" + std::to_string(r.layer) + "/heads/";
   for (std::size_t g = 0; g < r.evicted.size(); ++g) {
     H5Handle grp = h5_require_group(file_.get(), base + std::to_string(g));
     std::vector<std::int32_t> ev;

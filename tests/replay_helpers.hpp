@@ -13,7 +13,8 @@ inline std::vector<LayerResult> run_policy(const std::string& trace, const std::
                                            const std::map<std::string, std::string>& params,
                                            int threads = 1) {
   TraceReader reader(trace);
-  Replayer replayer(reader, {make_policy_config(policy, params)}, ReplayOptions{.threads = threads});
+  Replayer replayer(reader, {make_policy_config(policy, params)},
+                    ReplayOptions{.threads = threads});
   std::vector<LayerResult> out;
   for (const auto& s : reader.sample_names())
     replayer.replay_sample(s, [&](const LayerResult& r) { out.push_back(r); });

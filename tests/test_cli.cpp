@@ -1,11 +1,11 @@
 // The kvsim binary end to end: help texts, exit codes, output files, byte-identical results.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include "tests/tiny_trace.hpp"
 
@@ -56,8 +56,9 @@ TEST(Cli, PoliciesListsParametersAndProvenance) {
 
 TEST(Cli, SynthInspectReplay) {
   const std::string trace = temp_path("cli.h5");
-  CliRun r = kvsim("synth --out " + trace +
-                " --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --media-tokens 30 --gen-tokens 6");
+  CliRun r =
+      kvsim("synth --out " + trace +
+            " --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --media-tokens 30 --gen-tokens 6");
   ASSERT_EQ(r.code, 0) << r.output;
   r = kvsim("inspect " + trace);
   EXPECT_EQ(r.code, 0) << r.output;
@@ -82,7 +83,8 @@ TEST(Cli, SynthInspectReplay) {
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
   const std::string sidecar = slurp(temp_path("r1.policies.csv"));
   EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,kernel=7,pooling=max,window=4\""),
-            std::string::npos) << sidecar;
+            std::string::npos)
+      << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
 }
 
@@ -117,7 +119,7 @@ TEST(Cli, ConfigFile) {
   std::ofstream(ini) << "[h2o]\nbudget = 2\n";
   const std::string dump = temp_path("cfg_decisions.h5");
   const CliRun r = kvsim("replay --trace " + trace + " --policy h2o --config " + ini +
-                      " --dump-decisions " + dump);
+                         " --dump-decisions " + dump);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("h2o            2 "), std::string::npos) << r.output;
 }

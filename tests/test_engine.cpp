@@ -58,7 +58,8 @@ void expect_same(const LayerResult& a, const LayerResult& b, double tol, const s
       const auto &x = a.steps[g][t], &y = b.steps[g][t];
       EXPECT_EQ(x.cache_size, y.cache_size) << what;
       EXPECT_EQ(x.attended_size, y.attended_size) << what;
-      EXPECT_NEAR(x.mass_recall, y.mass_recall, tol) << what << " layer " << a.layer << " step " << t;
+      EXPECT_NEAR(x.mass_recall, y.mass_recall, tol)
+          << what << " layer " << a.layer << " step " << t;
       EXPECT_NEAR(x.output_rel_error, y.output_rel_error, tol) << what << " step " << t;
       EXPECT_EQ(x.kv_bytes, y.kv_bytes) << what;
     }
@@ -172,7 +173,8 @@ TEST(Engine, DecisionDumpLayout) {
   EXPECT_FALSE(h5_path_exists(f.get(), "h2o/samples/s0/layers/0/heads/0/merged"));
   EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/merged", shape),
             (std::vector<std::int32_t>{-1, 1, 0}));
-  EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/evicted", shape).size(), 0u);
+  EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/evicted", shape).size(),
+            0u);
   EXPECT_EQ(shape, (std::vector<hsize_t>{0, 2}));
 }
 

@@ -10,7 +10,9 @@
 namespace kvsim::test {
 namespace {
 
-double pattern(int t, int h, int i, int salt) { return (((t * 7 + h * 3 + i + salt) % 11) - 5) / 8.0; }
+double pattern(int t, int h, int i, int salt) {
+  return (((t * 7 + h * 3 + i + salt) % 11) - 5) / 8.0;
+}
 
 TEST(H5pyFixture, ReadsExactly) {
   TraceReader r(std::string(KVSIM_TEST_DATA) + "/h5py_small.h5");
@@ -74,8 +76,10 @@ TEST_P(RoundTrip, WriterThenReader) {
     t.q = xt::zeros<float>({8, 4, 8});
     t.k = xt::zeros<float>({8, 2, 8});
     t.v = xt::zeros<float>({8, 2, 8});
-    for (std::size_t i = 0; i < t.q.size(); ++i) t.q.data()[i] = static_cast<float>(std::sin(i + l));
-    for (std::size_t i = 0; i < t.k.size(); ++i) t.k.data()[i] = static_cast<float>(std::cos(i * 0.5));
+    for (std::size_t i = 0; i < t.q.size(); ++i)
+      t.q.data()[i] = static_cast<float>(std::sin(i + l));
+    for (std::size_t i = 0; i < t.k.size(); ++i)
+      t.k.data()[i] = static_cast<float>(std::cos(i * 0.5));
     for (std::size_t i = 0; i < t.v.size(); ++i) t.v.data()[i] = static_cast<float>(i % 13) - 6;
     w.write_layer(s, t);
   }
@@ -90,7 +94,8 @@ TEST_P(RoundTrip, WriterThenReader) {
   const LayerTensors t = r.read_layer(back, 1);
   const double tol = layout.opt.dtype == DType::kFloat16 ? 1e-3 : 1e-7;
   for (std::size_t i = 0; i < t.q.size(); ++i) ASSERT_NEAR(t.q.data()[i], std::sin(i + 1), tol);
-  for (std::size_t i = 0; i < t.v.size(); ++i) ASSERT_EQ(t.v.data()[i], static_cast<float>(i % 13) - 6);
+  for (std::size_t i = 0; i < t.v.size(); ++i)
+    ASSERT_EQ(t.v.data()[i], static_cast<float>(i % 13) - 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(

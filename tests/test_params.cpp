@@ -20,8 +20,8 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Size, CountsAndPercentages) {
   EXPECT_EQ(Size::parse("128").resolve(640), 128);
-  EXPECT_EQ(Size::parse("20%").resolve(640), 128);   // exactly 128, no rounding noise
-  EXPECT_EQ(Size::parse("20%").resolve(641), 129);   // ceil(128.2)
+  EXPECT_EQ(Size::parse("20%").resolve(640), 128);  // exactly 128, no rounding noise
+  EXPECT_EQ(Size::parse("20%").resolve(641), 129);  // ceil(128.2)
   EXPECT_EQ(Size::parse("12.5%").resolve(8), 1);
   EXPECT_THROW(Size::parse("1.5"), std::invalid_argument);
   EXPECT_THROW(Size::parse("120%"), std::invalid_argument);
@@ -41,10 +41,12 @@ TEST(Params, DefaultsAndOverrides) {
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
-  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, recent)"), std::string::npos)
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, recent)"),
+            std::string::npos)
       << unknown;
   const std::string range = error_of([] { make_policy_config("snapkv", {{"window", "0"}}); });
-  EXPECT_NE(range.find("snapkv: parameter 'window' = '0' is out of range"), std::string::npos) << range;
+  EXPECT_NE(range.find("snapkv: parameter 'window' = '0' is out of range"), std::string::npos)
+      << range;
   const std::string choice = error_of([] { make_policy_config("snapkv", {{"pooling", "min"}}); });
   EXPECT_NE(choice.find("is not one of max|avg"), std::string::npos) << choice;
   const std::string type = error_of([] { make_policy_config("streamingllm", {{"sinks", "x"}}); });

@@ -86,8 +86,8 @@ TEST(H2O, CumulativeScoresWithRecentWindow) {
 }
 
 TEST(H2O, DecodeAttentionAccumulates) {
-  // P = 3, w = [1, 1, 1 | 8, 1], B = 2, recent = 0: at the prefill s = [11/6, 5/6, 1/3] keeps {0, 1}.
-  // Step 0 attends {0, 1, 3} with weights 1, 1, 8: s1 = 5/6 + 0.1 = 0.933 > s3 = 0.8, so 3 is
+  // P = 3, w = [1, 1, 1 | 8, 1], B = 2, recent = 0: at the prefill s = [11/6, 5/6, 1/3] keeps {0,
+  // 1}. Step 0 attends {0, 1, 3} with weights 1, 1, 8: s1 = 5/6 + 0.1 = 0.933 > s3 = 0.8, so 3 is
   // evicted although it took most of this step's attention. Step 1 attends {0, 1, 4}, 1/3 each:
   // s1 = 1.267 > s4 = 0.333, evict 4.
   TinyTrace t{.prompt_len = 3, .weights = {1, 1, 1, 8, 1}};
@@ -123,7 +123,8 @@ TEST(SnapKV, WindowVotesPooledWithTiesToTheNewer) {
   EXPECT_EQ(evicted_at(r[0], -1), (V{0, 1, 3}));
   // avg pool, count_include_pad: [(0+.236+.708)/3, (.236+.708+.236)/3, same, (.236+.236+0)/3]:
   // positions 1 and 2 tie, 2 is kept.
-  r = run_policy(path, "snapkv", {{"budget", "3"}, {"window", "2"}, {"kernel", "3"}, {"pooling", "avg"}});
+  r = run_policy(path, "snapkv",
+                 {{"budget", "3"}, {"window", "2"}, {"kernel", "3"}, {"pooling", "avg"}});
   EXPECT_EQ(evicted_at(r[0], -1), (V{0, 1, 3}));
   // Decoding appends without eviction.
   EXPECT_TRUE(evicted_at(r[0], 0).empty());

@@ -35,8 +35,11 @@ const Observed& observed() {
     Observed o;
     const SynthConfig c = small_config();
     o.sample = synth_sample_info(c, 0);
-    TraceInfo info{.num_layers = c.layers, .num_heads = c.heads, .num_kv_heads = c.kv_heads,
-                   .head_dim = c.head_dim, .scale = 1 / std::sqrt(64.0)};
+    TraceInfo info{.num_layers = c.layers,
+                   .num_heads = c.heads,
+                   .num_kv_heads = c.kv_heads,
+                   .head_dim = c.head_dim,
+                   .scale = 1 / std::sqrt(64.0)};
     for (int l = 0; l < c.layers; ++l)
       o.layers.push_back(std::make_unique<LayerAttention>(
           info, o.sample, synth_layer(c, 0, l),
@@ -46,7 +49,9 @@ const Observed& observed() {
   return obs;
 }
 
-bool vision(int j) { return observed().sample.modality[j] != 0; }
+bool vision(int j) {
+  return observed().sample.modality[j] != 0;
+}
 
 // Head-averaged full-cache decode attention of step t in layer l.
 std::vector<double> decode_mean(int l, int t) {

@@ -13,8 +13,12 @@ namespace {
 // A valid trace (2 layers, H = 2 on one KV head, P = 4, G = 2, with v), then `edit` applied.
 std::string broken_trace(const std::string& name, const std::function<void(hid_t)>& edit,
                          DType dtype = DType::kFloat32) {
-  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5, 6}, .values = {1, 2, 3, 4, 5, 6},
-              .layers = 2, .heads = 2, .dtype = dtype};
+  TinyTrace t{.prompt_len = 4,
+              .weights = {1, 2, 3, 4, 5, 6},
+              .values = {1, 2, 3, 4, 5, 6},
+              .layers = 2,
+              .heads = 2,
+              .dtype = dtype};
   const std::string path = t.write(name);
   silence_hdf5_errors();
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
@@ -51,7 +55,8 @@ void expect_error(const std::string& path, const std::vector<std::string>& fragm
   } catch (const TraceError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
+    for (const auto& f : fragments)
+      EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
   }
 }
 
@@ -70,84 +75,103 @@ TEST(Validation, WrongVersion) {
 }
 
 TEST(Validation, KvHeadsMustDivideHeads) {
-  expect_error(broken_trace("gqa.h5", [](hid_t f) {
-                 set_int_attr(f, "/", "num_heads", 3);
-                 set_int_attr(f, "/", "num_kv_heads", 2);
-               }),
+  expect_error(broken_trace("gqa.h5",
+                            [](hid_t f) {
+                              set_int_attr(f, "/", "num_heads", 3);
+                              set_int_attr(f, "/", "num_kv_heads", 2);
+                            }),
                {"num_kv_heads = 2 does not divide num_heads = 3"});
 }
 
 TEST(Validation, MissingSampleAttribute) {
-  expect_error(broken_trace("no_gen.h5", [](hid_t f) {
-                 H5Handle g(H5Gopen2(f, "samples/s0", H5P_DEFAULT));
-                 H5Adelete(g.get(), "gen_len");
-               }),
+  expect_error(broken_trace("no_gen.h5",
+                            [](hid_t f) {
+                              H5Handle g(H5Gopen2(f, "samples/s0", H5P_DEFAULT));
+                              H5Adelete(g.get(), "gen_len");
+                            }),
                {"sample 's0'", "missing attribute 'gen_len'"});
 }
 
 TEST(Validation, TokenArraysMustHaveLengthT) {
-  expect_error(broken_trace("plen.h5", [](hid_t f) { set_int_attr(f, "samples/s0", "prompt_len", 5); }),
-               {"sample 's0'", "dataset 'modality'", "shape [6] does not match [T] = [7]"});
+  expect_error(
+      broken_trace("plen.h5", [](hid_t f) { set_int_attr(f, "samples/s0", "prompt_len", 5); }),
+      {"sample 's0'", "dataset 'modality'", "shape [6] does not match [T] = [7]"});
 }
 
 TEST(Validation, SegmentsInconsistentWithPromptLen) {
-  expect_error(broken_trace("seg.h5", [](hid_t f) {
-                 const std::uint8_t seg[6] = {0, 1, 2, 1, 2, 2};
-                 replace_dataset(f, "samples/s0/segment", {6}, H5T_NATIVE_UINT8, seg);
-               }),
+  expect_error(broken_trace("seg.h5",
+                            [](hid_t f) {
+                              const std::uint8_t seg[6] = {0, 1, 2, 1, 2, 2};
+                              replace_dataset(f, "samples/s0/segment", {6}, H5T_NATIVE_UINT8, seg);
+                            }),
                {"dataset 'segment'", "position 2", "prompt_len = 4"});
 }
 
 TEST(Validation, ModalityOutOfRange) {
-  expect_error(broken_trace("mod.h5", [](hid_t f) {
-                 const std::uint8_t mod[6] = {0, 0, 7, 0, 0, 0};
-                 replace_dataset(f, "samples/s0/modality", {6}, H5T_NATIVE_UINT8, mod);
-               }),
+  expect_error(broken_trace("mod.h5",
+                            [](hid_t f) {
+                              const std::uint8_t mod[6] = {0, 0, 7, 0, 0, 0};
+                              replace_dataset(f, "samples/s0/modality", {6}, H5T_NATIVE_UINT8, mod);
+                            }),
                {"dataset 'modality'", "value 7 at position 2"});
 }
 
 TEST(Validation, ShapeMismatch) {
-  expect_error(broken_trace("shape.h5", [](hid_t f) {
-                 const float k[6 * 2] = {};
-                 replace_dataset(f, "samples/s0/layers/1/k", {6, 2, 1}, H5T_NATIVE_FLOAT, k);
-               }),
-               {"sample 's0'", "dataset 'layers/1/k'", "shape [6, 2, 1] does not match [T, Hkv, d] = [6, 1, 1]"});
+  expect_error(
+      broken_trace("shape.h5",
+                   [](hid_t f) {
+                     const float k[6 * 2] = {};
+                     replace_dataset(f, "samples/s0/layers/1/k", {6, 2, 1}, H5T_NATIVE_FLOAT, k);
+                   }),
+      {"sample 's0'", "dataset 'layers/1/k'",
+       "shape [6, 2, 1] does not match [T, Hkv, d] = [6, 1, 1]"});
 }
 
 TEST(Validation, MissingLayerDataset) {
-  expect_error(broken_trace("noq.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/q", H5P_DEFAULT); }),
-               {"dataset 'layers/1/q'", "missing dataset"});
+  expect_error(
+      broken_trace("noq.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/q", H5P_DEFAULT); }),
+      {"dataset 'layers/1/q'", "missing dataset"});
 }
 
 TEST(Validation, ValuesInSomeLayersOnly) {
-  expect_error(broken_trace("somev.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/v", H5P_DEFAULT); }),
-               {"layers/1/v", "every layer or in none"});
+  expect_error(
+      broken_trace("somev.h5", [](hid_t f) { H5Ldelete(f, "samples/s0/layers/1/v", H5P_DEFAULT); }),
+      {"layers/1/v", "every layer or in none"});
 }
 
 TEST(Validation, NaNInQueries) {
-  expect_error(broken_trace("nan.h5", [](hid_t f) {
-                 std::vector<float> q(6 * 2, 0.5f);
-                 q[2 * 2 + 1] = NAN;
-                 replace_dataset(f, "samples/s0/layers/1/q", {6, 2, 1}, H5T_NATIVE_FLOAT, q.data());
-               }),
-               {"dataset 'layers/1/q'", "NaN at [token 2, head 1, dim 0]"});
+  expect_error(
+      broken_trace(
+          "nan.h5",
+          [](hid_t f) {
+            std::vector<float> q(6 * 2, 0.5f);
+            q[2 * 2 + 1] = NAN;
+            replace_dataset(f, "samples/s0/layers/1/q", {6, 2, 1}, H5T_NATIVE_FLOAT, q.data());
+          }),
+      {"dataset 'layers/1/q'", "NaN at [token 2, head 1, dim 0]"});
 }
 
 TEST(Validation, InfInFloat16Keys) {
-  expect_error(broken_trace("inf16.h5", [](hid_t f) {
-                 std::vector<std::uint16_t> k(6, 0x3C00);
-                 k[4] = 0x7C00;  // +Inf
-                 replace_dataset(f, "samples/s0/layers/0/k", {6, 1, 1}, h5_float16_type(), k.data());
-               }),
-               {"dataset 'layers/0/k'", "Inf at [token 4, head 0, dim 0]"});
+  expect_error(
+      broken_trace(
+          "inf16.h5",
+          [](hid_t f) {
+            std::vector<std::uint16_t> k(6, 0x3C00);
+            k[4] = 0x7C00;  // +Inf
+            replace_dataset(f, "samples/s0/layers/0/k", {6, 1, 1}, h5_float16_type(), k.data());
+          }),
+      {"dataset 'layers/0/k'", "Inf at [token 4, head 0, dim 0]"});
 }
 
 TEST(Validation, NonFloatTensor) {
-  expect_error(broken_trace("int.h5", [](hid_t f) {
-                 std::vector<std::int32_t> v(6, 1);
-                 replace_dataset(f, "samples/s0/layers/0/v", {6, 1, 1}, H5T_NATIVE_INT32, v.data());
-               }),
-               {"dataset 'layers/0/v'", "not floating point"});
+  expect_error(
+      broken_trace(
+          "int.h5",
+          [](hid_t f) {
+            std::vector<std::int32_t> v(6, 1);
+            replace_dataset(f, "samples/s0/layers/0/v", {6, 1, 1}, H5T_NATIVE_INT32, v.data());
+          }),
+      {"dataset 'layers/0/v'", "not floating point"});
 }
 
 TEST(Validation, NotAnHdf5File) {
@@ -156,14 +180,17 @@ TEST(Validation, NotAnHdf5File) {
   expect_error(path, {"not an HDF5 file"});
 }
 
-TEST(Validation, MissingFile) { expect_error(temp_path("does_not_exist.h5"), {"cannot open file"}); }
+TEST(Validation, MissingFile) {
+  expect_error(temp_path("does_not_exist.h5"), {"cannot open file"});
+}
 
 TEST(Validation, TruncatedFile) {
   const std::string full = broken_trace("whole.h5", [](hid_t) {});
   for (double frac : {0.9, 0.5, 0.1}) {
     const std::string cut = temp_path("truncated_" + std::to_string(frac) + ".h5");
     std::filesystem::copy_file(full, cut, std::filesystem::copy_options::overwrite_existing);
-    std::filesystem::resize_file(cut, static_cast<std::uintmax_t>(std::filesystem::file_size(full) * frac));
+    std::filesystem::resize_file(
+        cut, static_cast<std::uintmax_t>(std::filesystem::file_size(full) * frac));
     EXPECT_THROW(read_everything(cut), TraceError) << frac;
   }
 }

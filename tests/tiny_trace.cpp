@@ -44,7 +44,8 @@ std::string TinyTrace::write(const std::string& name) const {
     for (int i = 0; i < T; ++i) {
       const double c = query_power.empty() ? 1.0 : query_power[i];
       for (int h = 0; h < heads; ++h)
-        t.q(i, h, 0) = static_cast<float>(c * (h < static_cast<int>(head_power.size()) ? head_power[h] : 1.0));
+        t.q(i, h, 0) =
+            static_cast<float>(c * (h < static_cast<int>(head_power.size()) ? head_power[h] : 1.0));
       t.k(i, 0, 0) = static_cast<float>(std::log(weights[i]));
     }
     if (!values.empty()) {

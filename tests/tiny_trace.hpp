@@ -15,9 +15,9 @@ std::string temp_path(const std::string& name);
 
 struct TinyTrace {
   int prompt_len = 0;
-  std::vector<double> weights;        // w_j, T of them
-  std::vector<double> query_power;    // c_i per position (default 1)
-  std::vector<double> values;         // v_j (d = 1), empty: no v
+  std::vector<double> weights;         // w_j, T of them
+  std::vector<double> query_power;     // c_i per position (default 1)
+  std::vector<double> values;          // v_j (d = 1), empty: no v
   std::vector<std::uint8_t> modality;  // default all text
   int layers = 1;
   int heads = 1;  // query heads; all share the single KV head (GQA when > 1)

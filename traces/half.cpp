@@ -40,7 +40,7 @@ std::uint16_t float_to_half_scalar(float f) {
   const std::uint32_t abs = x & 0x7FFFFFFFu;
   if (abs >= 0x7F800000u) return sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u);
   if (abs >= 0x477FF000u) return sign | 0x7C00u;  // rounds to >= 65520: overflow to Inf
-  if (abs < 0x38800000u) {                         // result is subnormal or zero
+  if (abs < 0x38800000u) {                        // result is subnormal or zero
     if (abs < 0x33000000u) return sign;
     const std::uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
     const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24
@@ -59,7 +59,7 @@ std::uint16_t float_to_half_scalar(float f) {
 namespace {
 
 __attribute__((target("f16c,avx2"))) std::size_t half_to_float_f16c(const std::uint16_t* in,
-                                                                     float* out, std::size_t n) {
+                                                                    float* out, std::size_t n) {
   std::size_t bad = n;
   const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
   std::size_t i = 0;
@@ -68,8 +68,8 @@ __attribute__((target("f16c,avx2"))) std::size_t half_to_float_f16c(const std::u
     const __m256 f = _mm256_cvtph_ps(h);
     _mm256_storeu_ps(out + i, f);
     const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), exp_mask);
-    if (bad == n && !_mm256_testz_si256(_mm256_cmpeq_epi32(e, exp_mask),
-                                        _mm256_cmpeq_epi32(e, exp_mask))) {
+    if (bad == n &&
+        !_mm256_testz_si256(_mm256_cmpeq_epi32(e, exp_mask), _mm256_cmpeq_epi32(e, exp_mask))) {
       for (std::size_t j = i; j < i + 8; ++j)
         if ((in[j] & 0x7C00u) == 0x7C00u) {
           bad = j;
@@ -120,7 +120,8 @@ std::size_t first_non_finite(const float* x, std::size_t n) {
   // Bit test rather than std::isfinite so that no compiler flag can optimise the check away.
   const auto* bits = reinterpret_cast<const std::uint32_t*>(x);
   std::uint32_t any = 0;
-  for (std::size_t i = 0; i < n; ++i) any |= static_cast<std::uint32_t>((bits[i] & 0x7F800000u) == 0x7F800000u);
+  for (std::size_t i = 0; i < n; ++i)
+    any |= static_cast<std::uint32_t>((bits[i] & 0x7F800000u) == 0x7F800000u);
   if (!any) return n;
   for (std::size_t i = 0; i < n; ++i)
     if ((bits[i] & 0x7F800000u) == 0x7F800000u) return i;

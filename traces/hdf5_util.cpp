@@ -17,14 +17,29 @@ H5Handle& H5Handle::operator=(H5Handle&& o) noexcept {
 void H5Handle::reset() {
   if (id_ < 0) return;
   switch (H5Iget_type(id_)) {
-    case H5I_FILE: H5Fclose(id_); break;
-    case H5I_GROUP: H5Gclose(id_); break;
-    case H5I_DATASET: H5Dclose(id_); break;
-    case H5I_DATASPACE: H5Sclose(id_); break;
-    case H5I_DATATYPE: H5Tclose(id_); break;
-    case H5I_ATTR: H5Aclose(id_); break;
-    case H5I_GENPROP_LST: H5Pclose(id_); break;
-    default: break;
+    case H5I_FILE:
+      H5Fclose(id_);
+      break;
+    case H5I_GROUP:
+      H5Gclose(id_);
+      break;
+    case H5I_DATASET:
+      H5Dclose(id_);
+      break;
+    case H5I_DATASPACE:
+      H5Sclose(id_);
+      break;
+    case H5I_DATATYPE:
+      H5Tclose(id_);
+      break;
+    case H5I_ATTR:
+      H5Aclose(id_);
+      break;
+    case H5I_GENPROP_LST:
+      H5Pclose(id_);
+      break;
+    default:
+      break;
   }
   id_ = H5I_INVALID_HID;
 }
@@ -178,7 +193,8 @@ H5Handle h5_require_group(hid_t loc, const std::string& path) {
     prefix += prefix.empty() ? part : "/" + part;
     if (H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) {
       H5Handle g(H5Gcreate2(loc, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      if (!g.valid()) throw TraceError("cannot create group '" + prefix + "': " + hdf5_last_error());
+      if (!g.valid())
+        throw TraceError("cannot create group '" + prefix + "': " + hdf5_last_error());
     }
   }
   H5Handle g(H5Gopen2(loc, path.c_str(), H5P_DEFAULT));

@@ -7,8 +7,12 @@
 
 namespace kvsim {
 
-const char* dtype_name(DType t) { return t == DType::kFloat16 ? "float16" : "float32"; }
-std::size_t dtype_bytes(DType t) { return t == DType::kFloat16 ? 2 : 4; }
+const char* dtype_name(DType t) {
+  return t == DType::kFloat16 ? "float16" : "float32";
+}
+std::size_t dtype_bytes(DType t) {
+  return t == DType::kFloat16 ? 2 : 4;
+}
 
 namespace {
 
@@ -37,8 +41,9 @@ DType tensor_dtype(hid_t dset, const std::string& where) {
     throw TraceError(where + ": element type is float" + std::to_string(size * 8) +
                      "; kvtrace v1 allows float16 or float32");
   }
-  throw TraceError(where + ": element type is not floating point; kvtrace v1 allows float16 "
-                           "or float32");
+  throw TraceError(where +
+                   ": element type is not floating point; kvtrace v1 allows float16 "
+                   "or float32");
 }
 
 template <typename T>
@@ -54,8 +59,8 @@ std::vector<T> read_1d(hid_t group, const std::string& name, hid_t mem_type, int
   if (H5Tget_class(type.get()) != want_class)
     throw TraceError(where + ": element type must be an integer type");
   std::vector<T> out(expected_len);
-  if (expected_len > 0 && H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                   out.data()) < 0)
+  if (expected_len > 0 &&
+      H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw TraceError(where + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
   return out;
 }
@@ -87,8 +92,8 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   }
   file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file_.valid())
-    throw TraceError(path + ": cannot open HDF5 file (truncated or corrupt?): " +
-                     hdf5_last_error());
+    throw TraceError(path +
+                     ": cannot open HDF5 file (truncated or corrupt?): " + hdf5_last_error());
   read_file_attrs();
 }
 
@@ -126,8 +131,7 @@ void TraceReader::read_file_attrs() {
   if (!std::isfinite(info_.scale) || info_.scale <= 0)
     throw TraceError(path_ + ": file attribute 'scale' must be a positive finite number");
 
-  if (!h5_path_exists(root, "samples"))
-    throw TraceError(path_ + ": missing group '/samples'");
+  if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
   H5Handle samples(H5Gopen2(root, "samples", H5P_DEFAULT));
   H5G_info_t ginfo;
   H5Gget_info(samples.get(), &ginfo);
@@ -165,8 +169,8 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
       throw TraceError(where(name, req) + ": missing required dataset");
   s.modality = read_1d<std::uint8_t>(g.get(), "modality", H5T_NATIVE_UINT8, T,
                                      where(name, "modality"), H5T_INTEGER);
-  s.segment = read_1d<std::uint8_t>(g.get(), "segment", H5T_NATIVE_UINT8, T,
-                                    where(name, "segment"), H5T_INTEGER);
+  s.segment = read_1d<std::uint8_t>(g.get(), "segment", H5T_NATIVE_UINT8, T, where(name, "segment"),
+                                    H5T_INTEGER);
   if (h5_path_exists(g.get(), "media_id"))
     s.media_id = read_1d<std::int32_t>(g.get(), "media_id", H5T_NATIVE_INT32, T,
                                        where(name, "media_id"), H5T_INTEGER);
@@ -176,19 +180,22 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   for (int i = 0; i < T; ++i) {
     if (s.modality[i] > 2)
       throw TraceError(where(name, "modality") + ": value " + std::to_string(s.modality[i]) +
-                       " at position " + std::to_string(i) + " (allowed: 0 text, 1 image, 2 video)");
+                       " at position " + std::to_string(i) +
+                       " (allowed: 0 text, 1 image, 2 video)");
     const bool generated = i >= s.prompt_len;
     if (s.segment[i] > 2 || (s.segment[i] == 2) != generated)
       throw TraceError(where(name, "segment") + ": value " + std::to_string(s.segment[i]) +
-                       " at position " + std::to_string(i) + " is inconsistent with prompt_len = " +
-                       std::to_string(s.prompt_len) + " (positions 0..P-1 must be 0 or 1, "
+                       " at position " + std::to_string(i) +
+                       " is inconsistent with prompt_len = " + std::to_string(s.prompt_len) +
+                       " (positions 0..P-1 must be 0 or 1, "
                        "positions P..T-1 must be 2)");
   }
   for (int l = 0; l < info_.num_layers; ++l)
     for (const char* t : {"q", "k"})
       if (!h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/" + t))
         throw TraceError(where(name, "layers/" + std::to_string(l) + "/" + t) +
-                         ": missing dataset (num_layers = " + std::to_string(info_.num_layers) + ")");
+                         ": missing dataset (num_layers = " + std::to_string(info_.num_layers) +
+                         ")");
   s.has_v = h5_path_exists(g.get(), "layers/0/v");
   for (int l = 1; l < info_.num_layers; ++l)
     if (h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/v") != s.has_v)
@@ -232,8 +239,8 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
   }
   if (bad != n) {
     const std::size_t d = info_.head_dim;
-    throw TraceError(w + ": " + (std::isnan(out.data()[bad]) ? "NaN" : "Inf") +
-                     " at [token " + std::to_string(bad / (heads * d)) + ", head " +
+    throw TraceError(w + ": " + (std::isnan(out.data()[bad]) ? "NaN" : "Inf") + " at [token " +
+                     std::to_string(bad / (heads * d)) + ", head " +
                      std::to_string(bad / d % heads) + ", dim " + std::to_string(bad % d) + "]");
   }
 }
@@ -267,6 +274,27 @@ std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {
       total += H5Dget_storage_size(d.get());
     }
   return total;
+}
+
+std::string TraceReader::storage_layout(const std::string& sample) const {
+  const std::string p = "samples/" + sample + "/layers/0/q";
+  H5Handle d(H5Dopen2(file_.get(), p.c_str(), H5P_DEFAULT));
+  if (!d.valid()) throw TraceError(where(sample, "layers/0/q") + ": cannot open dataset");
+  H5Handle dcpl(H5Dget_create_plist(d.get()));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout != H5D_CHUNKED) return layout == H5D_COMPACT ? "compact" : "contiguous";
+  std::string out = "chunked";
+  for (int i = 0; i < H5Pget_nfilters(dcpl.get()); ++i) {
+    unsigned flags = 0;
+    std::size_t n = 0;
+    char name[64] = "";
+    const H5Z_filter_t f =
+        H5Pget_filter2(dcpl.get(), i, &flags, &n, nullptr, sizeof name, name, nullptr);
+    out += f == H5Z_FILTER_DEFLATE   ? "+gzip"
+           : f == H5Z_FILTER_SHUFFLE ? "+shuffle"
+                                     : "+" + std::string(name);
+  }
+  return out;
 }
 
 }  // namespace kvsim

@@ -1,11 +1,10 @@
 // kvtrace v1 (../shared/kvtrace-v1.md): metadata types and a validating, layer-at-a-time reader.
 #pragma once
 
-#include <xtensor/xtensor.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
+#include <xtensor/xtensor.hpp>
 
 #include "traces/hdf5_util.hpp"
 
@@ -37,9 +36,9 @@ struct SampleInfo {
   int gen_len = 0;     // G
   std::string task;
   std::string reference;
-  std::vector<std::uint8_t> modality;  // [T]
-  std::vector<std::uint8_t> segment;   // [T]
-  std::vector<std::int32_t> media_id;  // [T] or empty
+  std::vector<std::uint8_t> modality;   // [T]
+  std::vector<std::uint8_t> segment;    // [T]
+  std::vector<std::int32_t> media_id;   // [T] or empty
   std::vector<std::int32_t> token_ids;  // [T] or empty
   bool has_v = false;
   DType dtype = DType::kFloat32;
@@ -74,6 +73,9 @@ class TraceReader {
 
   // Bytes of q/k/v data stored in the file for a sample (on disk, after any compression).
   std::uint64_t stored_bytes(const std::string& sample) const;
+  // Storage of a sample's layers/0/q: "contiguous", or "chunked" plus its filters
+  // ("+shuffle+gzip").
+  std::string storage_layout(const std::string& sample) const;
 
  private:
   std::string where(const std::string& sample, const std::string& dataset = "") const;

@@ -30,10 +30,10 @@ void write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
               const std::vector<T>& data, const std::string& where) {
   const hsize_t dims[1] = {data.size()};
   H5Handle space(H5Screate_simple(1, dims, nullptr));
-  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                        H5P_DEFAULT));
-  if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                               data.data()) < 0))
+  H5Handle d(
+      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!d.valid() || (!data.empty() &&
+                     H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0))
     throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
 }
 
@@ -83,8 +83,8 @@ void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<
 }
 
 void TraceWriter::write_layer(const SampleInfo& s, const LayerTensors& t) {
-  H5Handle g = h5_require_group(file_.get(),
-                                "samples/" + s.name + "/layers/" + std::to_string(t.layer));
+  H5Handle g =
+      h5_require_group(file_.get(), "samples/" + s.name + "/layers/" + std::to_string(t.layer));
   write_tensor(g.get(), "q", t.q);
   write_tensor(g.get(), "k", t.k);
   if (t.has_v()) write_tensor(g.get(), "v", t.v);

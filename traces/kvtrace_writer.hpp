@@ -10,7 +10,7 @@ namespace kvsim {
 struct WriteOptions {
   DType dtype = DType::kFloat16;
   // Compression shrinks float16 Q/K/V only to ~0.88 and slows reads 6-15x, so it is opt-in.
-  int gzip_level = 0;  // 0 = none; 1..9 gzip (implies chunked storage)
+  int gzip_level = 0;    // 0 = none; 1..9 gzip (implies chunked storage)
   bool shuffle = false;  // byte shuffle before gzip (implies chunked storage)
   bool chunked = false;  // chunked storage, one chunk per token row block
 };

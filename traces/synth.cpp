@@ -73,7 +73,9 @@ double lerp_layer(double first, double last, int layer, int layers) {
   return layers <= 1 ? first : first + (last - first) * layer / (layers - 1.0);
 }
 
-bool is_vision(std::uint8_t m) { return m != static_cast<std::uint8_t>(Modality::kText); }
+bool is_vision(std::uint8_t m) {
+  return m != static_cast<std::uint8_t>(Modality::kText);
+}
 
 }  // namespace
 
@@ -86,8 +88,8 @@ void SynthConfig::validate() const {
   need(kv_heads >= 1 && heads % kv_heads == 0, "kv-heads", "must divide heads");
   need(head_dim >= 16 && head_dim % 2 == 0, "head-dim", "must be even and >= 16");
   need(samples >= 1, "samples", "must be >= 1");
-  need(system_tokens >= 0 && user_tokens >= 0 && separator_tokens >= 0, "system/user/separator tokens",
-       "must be >= 0");
+  need(system_tokens >= 0 && user_tokens >= 0 && separator_tokens >= 0,
+       "system/user/separator tokens", "must be >= 0");
   need(media_count >= 0 && media_tokens >= 0, "media-count/media-tokens", "must be >= 0");
   need(gen_tokens >= 0, "gen-tokens", "must be >= 0");
   need(prompt_len() >= 1, "prompt", "must hold at least one token");
@@ -221,7 +223,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
     for (int i = 0; i < T; ++i) {
       float* q = &out.q(i, h, 0);
       const int t = std::max(0, i - P + 1);  // decode step index + 1 (0 in the prompt)
-      const double decay = c.vision_decay * std::min(1.0, static_cast<double>(t) / c.gen_decay_steps);
+      const double decay =
+          c.vision_decay * std::min(1.0, static_cast<double>(t) / c.gen_decay_steps);
       const double phase = phase0 + c.saliency_drift * t;
       const double s = gamma * qscale;
       for (int f = 0; f < g.content_first; ++f)

@@ -25,8 +25,8 @@ struct SynthConfig {
   // Prompt layout: [system][media 1][sep][media 2]...[user] then gen_tokens generated.
   int system_tokens = 35;
   int media_count = 1;
-  int media_tokens = 576;   // per image / frame (576 = LLaVA-1.5 CLIP-336 grid)
-  bool video = false;       // media are video frames (modality 2) rather than images
+  int media_tokens = 576;  // per image / frame (576 = LLaVA-1.5 CLIP-336 grid)
+  bool video = false;      // media are video frames (modality 2) rather than images
   int separator_tokens = 2;
   int user_tokens = 29;
   int gen_tokens = 64;
@@ -47,8 +47,8 @@ struct SynthConfig {
   double layer_correlation = 0.95;  // AR(1) correlation of saliency between adjacent layers
   double vision_decay = 1.5;        // vision logit drop after gen_decay_steps generated tokens
   int gen_decay_steps = 64;
-  double saliency_drift = 0.01;     // radians per decode step the salient set rotates
-  double noise = 0.3;               // std of the logit noise
+  double saliency_drift = 0.01;  // radians per decode step the salient set rotates
+  double noise = 0.3;            // std of the logit noise
 
   int prompt_len() const {
     return system_tokens + media_count * media_tokens + (media_count - 1) * separator_tokens +
