@@ -12,6 +12,7 @@ namespace kvsim {
 
 void AttentionNeeds::merge(const AttentionNeeds& o) {
   prefill_column_sums |= o.prefill_column_sums;
+  text_query_layers = std::max(text_query_layers, o.text_query_layers);
   prefill_window = std::max(prefill_window, o.prefill_window);
 }
 
@@ -60,6 +61,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   allocate(needs);
   // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
   openblas_set_num_threads(1);
+  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
   parallel_for(H_, threads, [&](int h) {
     if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
     if (G_ > 0) compute_decode(h);
@@ -72,6 +74,58 @@ void LayerAttention::allocate(const AttentionNeeds& needs) {
   decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
   if (tensors_.has_v()) full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
+}
+
+std::vector<int> LayerAttention::text_query_rows() const {
+  std::vector<int> rows;
+  for (int i = 0; i < P_; ++i)
+    if (sample_.modality[i] == static_cast<std::uint8_t>(Modality::kText)) rows.push_back(i);
+  return rows;
+}
+
+void LayerAttention::compute_text_query_stats(int threads) {
+  // Head-averaged rows need every head's row at once: process 16 text queries at a time, each
+  // head into its own buffer, then average the heads in a fixed order (deterministic).
+  const std::vector<int> rows = text_query_rows();
+  text_colsum_.assign(P_, 0.0f);
+  text_colmax_.assign(P_, 0.0f);
+  constexpr int kBlock = 16;
+  std::vector<float> probs(static_cast<std::size_t>(H_) * kBlock * P_);
+  for (std::size_t b0 = 0; b0 < rows.size(); b0 += kBlock) {
+    const int n = static_cast<int>(std::min<std::size_t>(kBlock, rows.size() - b0));
+    parallel_for(H_, threads, [&](int h) {
+      const int g = h / group_size();
+      for (int r = 0; r < n; ++r) {
+        const int i = rows[b0 + r];
+        float* row = &probs[(static_cast<std::size_t>(h) * kBlock + r) * P_];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, i + 1, d_, 1.0f,
+                    tensors_.k.data() + static_cast<std::size_t>(g) * d_, Hkv_ * d_,
+                    &tensors_.q(i, h, 0), 1, 0.0f, row, 1);
+        softmax_inplace(row, i + 1, scale_);
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      const int i = rows[b0 + r];
+      for (int j = 0; j <= i; ++j) {
+        float mean = 0;
+        for (int h = 0; h < H_; ++h)
+          mean += probs[(static_cast<std::size_t>(h) * kBlock + r) * P_ + j];
+        mean /= H_;
+        text_colsum_[j] += mean;
+        text_colmax_[j] = std::max(text_colmax_[j], mean);
+      }
+    }
+  }
+}
+
+const float* LayerAttention::text_query_column_sums() const {
+  if (text_colsum_.empty()) throw std::logic_error("text-query statistics were not requested");
+  return text_colsum_.data();
+}
+
+const float* LayerAttention::text_query_column_max() const {
+  if (text_colmax_.empty()) throw std::logic_error("text-query statistics were not requested");
+  return text_colmax_.data();
 }
 
 void LayerAttention::compute_prefill(int h, int block_rows) {

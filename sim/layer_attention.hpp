@@ -13,6 +13,9 @@ namespace kvsim {
 struct AttentionNeeds {
   bool prefill_column_sums = false;  // Σ over all causal prompt rows of p_ij, per query head
   int prefill_window = 0;            // keep the last `prefill_window` prompt rows' probabilities
+  // For layers below this: column sum and column max, over the prompt's text queries, of the
+  // attention averaged over all query heads (HAE's Dual-Attention Pruning, Eq. 1 and 3).
+  int text_query_layers = 0;
   void merge(const AttentionNeeds& o);
 };
 
@@ -48,6 +51,10 @@ class LayerAttention {
   int prefill_window() const { return window_; }
   // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
   const float* prefill_window_row(int h, int r) const;
+  bool has_text_query_stats() const { return !text_colsum_.empty(); }
+  // [P]: Σ over text queries i < P of the head-averaged p_ij, and the max over them.
+  const float* text_query_column_sums() const;
+  const float* text_query_column_max() const;
   // [T]: full-cache probabilities of decode step t (query P + t) for query head h; zero beyond.
   const float* decode_probs(int t, int h) const {
     return &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
@@ -64,6 +71,8 @@ class LayerAttention {
   void allocate(const AttentionNeeds& needs);
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
+  void compute_text_query_stats(int threads);
+  std::vector<int> text_query_rows() const;
 
   SampleInfo sample_;
   LayerTensors tensors_;
@@ -75,6 +84,8 @@ class LayerAttention {
   std::vector<float> decode_probs_;  // [G, H, T]
   std::vector<float> decode_lse_;    // [G, H]
   std::vector<float> full_output_;   // [G, H, d]
+  std::vector<float> text_colsum_;   // [P]
+  std::vector<float> text_colmax_;   // [P]
 };
 
 // Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.

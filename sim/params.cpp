@@ -102,6 +102,7 @@ void check_value(const std::string& owner, const ParamSpec& spec, const std::str
         fail("is not one of " + param_type_name(spec));
       break;
     case ParamType::kSize: {
+      if (std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end()) break;
       Size s;
       try {
         s = Size::parse(value);

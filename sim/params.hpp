@@ -22,7 +22,7 @@ struct ParamSpec {
   std::string doc;
   double min = 0;
   double max = 1e18;
-  std::vector<std::string> choices;  // kChoice only
+  std::vector<std::string> choices;  // kChoice; special values of kSize
 };
 
 // A count or a percentage, resolved against a base (the prompt length for budgets).

@@ -42,6 +42,21 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
       scale_(static_cast<float>(trace.scale)),
       want_colsums_(needs.prefill_column_sums) {
   allocate(needs);
+  if (tensors_.layer < needs.text_query_layers) {
+    text_colsum_.assign(P_, 0.0f);
+    text_colmax_.assign(P_, 0.0f);
+    for (int i : text_query_rows()) {
+      std::vector<double> mean(i + 1, 0.0);
+      for (int h = 0; h < H_; ++h) {
+        const auto p = causal_row(tensors_, i, h, h / group_size(), i + 1, scale_, d_, nullptr);
+        for (int j = 0; j <= i; ++j) mean[j] += p[j] / H_;
+      }
+      for (int j = 0; j <= i; ++j) {
+        text_colsum_[j] += static_cast<float>(mean[j]);
+        text_colmax_[j] = std::max(text_colmax_[j], static_cast<float>(mean[j]));
+      }
+    }
+  }
   for (int h = 0; h < H_; ++h) {
     const int g = h / group_size();
     for (int i = (want_colsums_ ? 0 : P_ - window_); i < P_; ++i) {

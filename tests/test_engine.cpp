@@ -75,6 +75,8 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"h2o", {{"budget", "16"}}},
       {"snapkv", {{"budget", "24"}, {"window", "8"}, {"kernel", "5"}}},
       {"oracle", {{"budget", "16"}}},
+      {"hae", {{"r", "0.02"}, {"alpha", "0.05"}, {"rc_size", "4"}}},
+      {"hae", {{"budget", "20"}, {"rc_size", "3"}, {"stages", "decode"}}},
       {"test_merge_park", {}}};
   for (const auto& [name, params] : cases) {
     const PolicyConfig cfg = make_policy_config(name, params);

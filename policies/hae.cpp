@@ -1,0 +1,198 @@
+// hae: Hierarchical Adaptive Eviction (paper 000_ce12ff538502dc34, Sec. 2.2, Fig. 1, Table 5).
+//
+// Prefill — Dual-Attention Pruning (DAP), first layer only, indices broadcast to every layer:
+//   A_j = Σ_{i ∈ text queries} A_{i,j}                                   (Eq. 1)
+//   a visual token j is evicted when A_j < r · Σ_{j' ∈ V} A_{j'}           (Eq. 2, complement of
+//   V^p)
+//                           and max_{i ∈ text} A_{i,j} < α                (Eq. 3)
+// Decode — Dynamic Decoding Eviction Strategy (DDES, Definition 2, Eq. 4-5):
+//   Sc(j) = cumulative attention received by j (Eq. 5: this step's softmax plus β, the score
+//   before it), summed over the query heads of the KV head. While the cache holds more unmarked
+//   entries than the budget, the lowest-scoring unmarked entry is marked into the recycle bin; it
+//   stays in attention. When the bin holds RC_size entries they are all evicted at once.
+//
+// Readings chosen (the paper does not say):
+// - A_{i,j} is the first layer's attention averaged over all query heads (the set is broadcast
+//   to every head, so it is one set); text queries are the prompt's text tokens (system and
+//   user), which can only see vision tokens before them (causal).
+// - Eq. 3 is printed as max_j A_{j,i} < α; read as the maximum over text queries i of A_{i,j}.
+// - The budget of Definition 2 is l = |S_1|, the cache size after DAP (`budget = auto`, per layer
+//   and KV head). With an explicit budget below |S_1|, the end of the prefill evicts the
+//   lowest-scoring entries down to it at once (the paper only defines decode-time eviction).
+// - β includes the attention received during the prefill, as in H2O, which DDES follows
+//   (`prompt_scores = false` counts decode attention only).
+// - No recent window is protected: the paper keeps none (a new token can be marked at once).
+// Defaults are HAE-LLaVA's row of Table 5 (r = 0.0012, α = 0.001, RC_size = 64); `stages`
+// reproduces Table 3's ablation rows (prefill: DAP only; decode: DDES only; all).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class Hae final : public Policy {
+ public:
+  Hae(const ParamSet& p, const SampleInfo& s)
+      : r_(p.get_float("r")),
+        alpha_(p.get_float("alpha")),
+        rc_size_(static_cast<int>(p.get_int("rc_size"))),
+        dap_(p.get_string("stages") != "decode"),
+        ddes_(p.get_string("stages") != "prefill"),
+        prompt_scores_(p.get_bool("prompt_scores")),
+        auto_budget_(p.get_string("budget") == "auto"),
+        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")),
+        total_len_(s.total_len()) {}
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    if (dap_ && view.layer() == 0) choose_pruned(view);
+    Layer& st = layer(view.layer(), cache.kv_heads());
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      std::vector<std::uint8_t> keep(cache.size(g), 1);
+      for (int e = 0; e < cache.size(g); ++e) keep[e] = !pruned_.count(cache.position(g, e));
+      cache.keep_only(g, keep);
+    }
+    if (!ddes_) return;
+    const int group = view.group_size();
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      st.scores[g].assign(total_len_, 0.0);
+      if (prompt_scores_)
+        for (int r = 0; r < group; ++r) {
+          const float* col = view.attention().prefill_column_sums(g * group + r);
+          for (int j = 0; j < view.prompt_len(); ++j) st.scores[g][j] += col[j];
+        }
+      st.budget[g] = auto_budget_ ? cache.size(g) : budget_;
+      if (cache.size(g) > st.budget[g]) {
+        std::vector<double> s(cache.size(g));
+        for (int e = 0; e < cache.size(g); ++e) s[e] = st.scores[g][cache.position(g, e)];
+        cache.keep_only(g, keep_top_scores(s, st.budget[g]));
+      }
+    }
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    if (!ddes_) return;
+    Layer& st = layer(view.layer(), cache.kv_heads());
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      const int n = cache.size(g);
+      for (int r = 0; r < att.group; ++r) {
+        const float* p = att.head(g, r, n);
+        for (int e = 0; e < n; ++e) st.scores[g][cache.position(g, e)] += p[e];  // Eq. 5
+      }
+      auto& bin = st.bin[g];
+      while (n - static_cast<int>(bin.size()) > st.budget[g])
+        bin.insert(lowest_unmarked(st, cache, g));
+      if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
+        std::vector<int> entries;
+        for (int e = 0; e < n; ++e)
+          if (bin.count(cache.position(g, e))) entries.push_back(e);
+        cache.evict(g, entries);
+        bin.clear();
+      }
+    }
+  }
+
+  int capacity(int layer, int g) const override {
+    if (!ddes_) return -1;
+    const auto it = layers_.find(layer);
+    return it == layers_.end() ? -1 : it->second.budget[g] + rc_size_ - 1;
+  }
+
+ private:
+  struct Layer {
+    std::vector<std::vector<double>> scores;  // [kv head][position]
+    std::vector<std::set<int>> bin;           // marked positions per kv head
+    std::vector<int> budget;
+  };
+
+  Layer& layer(int l, int kv_heads) {
+    Layer& st = layers_[l];
+    if (st.scores.empty()) {
+      st.scores.resize(kv_heads);
+      st.bin.resize(kv_heads);
+      st.budget.resize(kv_heads);
+    }
+    return st;
+  }
+
+  // Eq. 1-3 on the first layer's head-averaged attention from text queries.
+  void choose_pruned(const LayerView& view) {
+    const LayerAttention& att = view.attention();
+    const auto& modality = view.modality();
+    const float* sum = att.text_query_column_sums();
+    const float* max = att.text_query_column_max();
+    double total = 0;
+    for (int j = 0; j < view.prompt_len(); ++j)
+      if (modality[j] != 0) total += sum[j];
+    for (int j = 0; j < view.prompt_len(); ++j)
+      if (modality[j] != 0 && sum[j] < r_ * total && max[j] < alpha_) pruned_.insert(j);
+  }
+
+  static int lowest_unmarked(const Layer& st, const KvCache& cache, int g) {
+    int best = -1;
+    double best_score = 0;
+    for (int e = 0; e < cache.size(g); ++e) {
+      const int pos = cache.position(g, e);
+      if (st.bin[g].count(pos)) continue;
+      const double s = st.scores[g][pos];
+      if (best < 0 || s < best_score) best = pos, best_score = s;  // ties: the older stays first
+    }
+    return best;
+  }
+
+  double r_, alpha_;
+  int rc_size_;
+  bool dap_, ddes_, prompt_scores_, auto_budget_;
+  int budget_;
+  int total_len_;
+  std::set<int> pruned_;  // DAP's evicted positions, broadcast to every layer
+  std::map<int, Layer> layers_;
+};
+
+const PolicyRegistration reg({
+    .name = "hae",
+    .summary = "Dual-Attention Pruning of vision tokens in layer 0, broadcast to all layers, then "
+               "cumulative-score eviction through a recycle bin while decoding.",
+    .provenance = "HAE (paper 000), Sec. 2.2 Eq. 1-5, Definition 2, Table 5 (HAE-LLaVA)",
+    .params = {{"budget",
+                ParamType::kSize,
+                "auto",
+                "KV entries per (layer, KV head) while decoding: auto = |S_1|, the size after "
+                "DAP (Definition 2), or a count / percentage of the prompt",
+                1,
+                1e9,
+                {"auto"}},
+               {"r", ParamType::kFloat, "0.0012", "DAP global threshold r (Eq. 2)", 0, 1},
+               {"alpha", ParamType::kFloat, "0.001", "DAP per-text-token threshold α (Eq. 3)", 0,
+                1},
+               {"rc_size", ParamType::kInt, "64", "recycle bin size RC_size", 1, 1e9},
+               {"stages",
+                ParamType::kChoice,
+                "all",
+                "prefill (DAP only), decode (DDES only) or all (Table 3 ablation)",
+                0,
+                0,
+                {"prefill", "decode", "all"}},
+               {"prompt_scores", ParamType::kBool, "true",
+                "cumulative scores include the attention received during the prefill"}},
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for =
+        [](const ParamSet& p) {
+          const std::string stages = p.get_string("stages");
+          return AttentionNeeds{
+              .prefill_column_sums = stages != "prefill" && p.get_bool("prompt_scores"),
+              .prefill_window = 0,
+              .text_query_layers = stages == "decode" ? 0 : 1};
+        },
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<Hae>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim

@@ -1,0 +1,77 @@
+// hae on a hand-worked trace (see tiny_trace.hpp: p_ij = w_j / Σ_{m<=i} w_m).
+//
+// P = 5, modality [text, image, image, image, text | text, text], w = [4, 1, 0.5, 2, 1 | 3, 3].
+// DAP (Eq. 1-3), r = 0.2, α = 0.1: the text queries are positions 0 and 4; only row 4 sees the
+// image: [4, 1, .5, 2, 1] / 8.5 -> A_1 = .1176, A_2 = .0588, A_3 = .2353, Σ = .4118,
+// r·Σ = .0824: only A_2 is below it, and its maximum over text queries .0588 < α: evict {2}.
+// Prompt scores (column sums of all prompt rows): s0 = 3.531, s1 = .633, s3 = .502, s4 = .118.
+// Budget auto = |S_1| = 4. Step 0 attends {0 1 3 4 5} with [4 1 2 1 3]/11: s4 = .208 is the
+// lowest -> marked, still attended. Step 1 attends all six with [4 1 2 1 3 3]/14: the lowest
+// unmarked score is s6 = .214 -> marked; the bin holds RC_size = 2: evict {4, 6} at once.
+#include <gtest/gtest.h>
+
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+using V = std::vector<int>;
+
+TinyTrace hae_trace() {
+  return TinyTrace{.prompt_len = 5,
+                   .weights = {4, 1, 0.5, 2, 1, 3, 3},
+                   .modality = {0, 1, 1, 1, 0, 0, 0},
+                   .layers = 2};
+}
+
+const std::map<std::string, std::string> kParams = {
+    {"r", "0.2"}, {"alpha", "0.1"}, {"rc_size", "2"}};
+
+TEST(Hae, DualAttentionPruningThenRecycleBin) {
+  const auto r = run_policy(hae_trace().write("hae.h5"), "hae", kParams);
+  ASSERT_EQ(r.size(), 2u);
+  for (const auto& layer : r) {
+    EXPECT_EQ(evicted_at(layer, -1), (V{2})) << "broadcast to layer " << layer.layer;
+    EXPECT_TRUE(evicted_at(layer, 0).empty());  // 4 is only marked
+    EXPECT_EQ(evicted_at(layer, 1), (V{4, 6}));
+    EXPECT_EQ(layer.steps[0][1].cache_size, 6);  // marked entries stay in attention
+    EXPECT_EQ(layer.steps[0][1].attended_size, 6);
+  }
+  // Step 0 attends everything but 2: (11.5 - 0.5) / 11.5 of the full-cache mass.
+  EXPECT_NEAR(r[0].steps[0][0].mass_recall, 11.0 / 11.5, 1e-6);
+}
+
+TEST(Hae, AlphaKeepsTokensThatOneTextTokenAttends) {
+  auto p = kParams;
+  p["alpha"] = "0.05";  // .0588 >= α: Eq. 3 fails, nothing is pruned
+  const auto r = run_policy(hae_trace().write("hae_alpha.h5"), "hae", p);
+  EXPECT_TRUE(evicted_at(r[0], -1).empty());
+}
+
+TEST(Hae, StagesReproduceTheAblation) {
+  const std::string path = hae_trace().write("hae_stages.h5");
+  auto p = kParams;
+  p["stages"] = "prefill";  // DAP only: the cache then grows
+  auto r = run_policy(path, "hae", p);
+  EXPECT_EQ(evicted_at(r[1], -1), (V{2}));
+  EXPECT_EQ(r[1].evicted[0].size(), 1u);
+  EXPECT_EQ(r[1].steps[0][1].cache_size, 6);
+  // DDES only, budget auto = P = 5. Step 0: s4 = .118 + 1/11.5 = .205 is the lowest -> marked.
+  // Step 1: s6 = 3/14.5 = .207 < s2 = .294 -> marked, bin full: evict {4, 6}.
+  p["stages"] = "decode";
+  r = run_policy(path, "hae", p);
+  EXPECT_TRUE(evicted_at(r[0], -1).empty());
+  EXPECT_EQ(evicted_at(r[0], 1), (V{4, 6}));
+}
+
+TEST(Hae, ExplicitBudgetEvictsDownToItAtThePrefill) {
+  auto p = kParams;
+  p["budget"] = "3";  // after DAP {0 1 3 4} by score: s4 = .118 is dropped
+  const auto r = run_policy(hae_trace().write("hae_budget.h5"), "hae", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 4}));
+  for (const auto& m : r[0].steps[0]) EXPECT_LE(m.cache_size, 3 + 2);  // B + RC_size - 1 + new
+}
+
+}  // namespace
+}  // namespace kvsim::test
