@@ -9,6 +9,11 @@ const float* LayerView::future_decode_probs(int t, int h) const {
   return att_.decode_probs(t, h);
 }
 
+const SampleStats& LayerView::sample_stats() const {
+  if (!stats_) throw std::logic_error("sample statistics were not requested");
+  return *stats_;
+}
+
 PolicyRegistry& PolicyRegistry::instance() {
   static PolicyRegistry registry;
   return registry;

@@ -21,6 +21,7 @@
 #include "sim/kv_cache.hpp"
 #include "sim/layer_attention.hpp"
 #include "sim/params.hpp"
+#include "sim/sample_stats.hpp"
 
 namespace kvsim {
 
@@ -40,7 +41,8 @@ struct StepAttention {
 // What a policy may read at a hook: the layer's shared statistics, gated by its declared needs.
 class LayerView {
  public:
-  LayerView(const LayerAttention& att, bool lookahead) : att_(att), lookahead_(lookahead) {}
+  LayerView(const LayerAttention& att, bool lookahead, const SampleStats* stats = nullptr)
+      : att_(att), lookahead_(lookahead), stats_(stats) {}
   const LayerAttention& attention() const { return att_; }
   int layer() const { return att_.layer(); }
   int prompt_len() const { return att_.prompt_len(); }
@@ -50,10 +52,13 @@ class LayerView {
   const std::vector<std::uint8_t>& modality() const { return att_.sample().modality; }
   // Full-cache probabilities of any decode step: future attention, for lookahead policies only.
   const float* future_decode_probs(int t, int h) const;
+  // Whole-sample statistics (requested with AttentionNeeds::sample_entropies).
+  const SampleStats& sample_stats() const;
 
  private:
   const LayerAttention& att_;
   bool lookahead_;
+  const SampleStats* stats_;
 };
 
 class Policy {

@@ -30,10 +30,10 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 }  // namespace
 
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
-                         std::size_t bytes_per_element, bool check_invariants,
-                         const StepAttentionFn& step_attention) {
+                         const SampleStats* stats, std::size_t bytes_per_element,
+                         bool check_invariants, const StepAttentionFn& step_attention) {
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
-  const LayerView view(att, lookahead);
+  const LayerView view(att, lookahead, stats);
   KvCache cache(Hkv, att.head_dim());
   cache.fill_prompt(P);
   cache.set_step(-1);
@@ -170,6 +170,8 @@ void Replayer::replay_sample(const std::string& sample_name,
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }
   }
+  SampleStats stats;
+  if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
   LayerTensors tensors;  // storage recycled from layer to layer
   for (int l = 0; l < info.num_layers; ++l) {
     reader_.read_layer_into(sample, l, tensors);
@@ -177,7 +179,7 @@ void Replayer::replay_sample(const std::string& sample_name,
     std::vector<LayerResult> results(policies_.size());
     parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
       try {
-        results[i] = replay_layer(*instances[i], att, policies_[i].info->lookahead,
+        results[i] = replay_layer(*instances[i], att, policies_[i].info->lookahead, &stats,
                                   dtype_bytes(sample.dtype), options_.check_invariants,
                                   shared_step_attention);
       } catch (const std::logic_error& e) {

@@ -64,8 +64,8 @@ class Replayer {
 using StepAttentionFn = std::function<void(const LayerAttention&, const KvCache&, int step,
                                            StepAttention&, std::vector<StepMetrics>&)>;
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
-                         std::size_t bytes_per_element, bool check_invariants,
-                         const StepAttentionFn& step_attention);
+                         const SampleStats* stats, std::size_t bytes_per_element,
+                         bool check_invariants, const StepAttentionFn& step_attention);
 
 // The engine's decode-step attention: gathers the shared full-cache probabilities of the
 // attended entries and renormalises them; merged entries are attended with their merged key.

@@ -13,6 +13,7 @@ namespace kvsim {
 void AttentionNeeds::merge(const AttentionNeeds& o) {
   prefill_column_sums |= o.prefill_column_sums;
   text_query_layers = std::max(text_query_layers, o.text_query_layers);
+  sample_entropies |= o.sample_entropies;
   prefill_window = std::max(prefill_window, o.prefill_window);
 }
 

@@ -16,6 +16,8 @@ struct AttentionNeeds {
   // For layers below this: column sum and column max, over the prompt's text queries, of the
   // attention averaged over all query heads (HAE's Dual-Attention Pruning, Eq. 1 and 3).
   int text_query_layers = 0;
+  // Per-layer entropies of every layer before the first is compressed (sim/sample_stats.hpp).
+  bool sample_entropies = false;
   void merge(const AttentionNeeds& o);
 };
 

@@ -149,12 +149,14 @@ std::vector<LayerResult> reference_replay(const TraceReader& reader, const std::
   const TraceInfo& info = reader.info();
   auto instance = policy.info->create(policy.params, sample);
   const int L = layers < 0 ? info.num_layers : std::min(layers, info.num_layers);
+  SampleStats stats;
+  if (policy.needs().sample_entropies) stats = compute_sample_stats(reader, sample, 1, true);
   std::vector<LayerResult> out;
   for (int l = 0; l < L; ++l) {
     const LayerAttention att(LayerAttention::Naive{}, info, sample, reader.read_layer(sample, l),
                              policy.needs());
-    out.push_back(replay_layer(*instance, att, policy.info->lookahead, dtype_bytes(sample.dtype),
-                               true, plain_step_attention));
+    out.push_back(replay_layer(*instance, att, policy.info->lookahead, &stats,
+                               dtype_bytes(sample.dtype), true, plain_step_attention));
     out.back().sample = sample_name;
   }
   return out;

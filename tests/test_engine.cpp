@@ -77,6 +77,8 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"oracle", {{"budget", "16"}}},
       {"hae", {{"r", "0.02"}, {"alpha", "0.05"}, {"rc_size", "4"}}},
       {"hae", {{"budget", "20"}, {"rc_size", "3"}, {"stages", "decode"}}},
+      {"meda", {{"budget", "12"}}},
+      {"meda", {{"budget", "12"}, {"entropy", "full"}, {"compress_at", "first_decode"}}},
       {"test_merge_park", {}}};
   for (const auto& [name, params] : cases) {
     const PolicyConfig cfg = make_policy_config(name, params);

@@ -1,0 +1,203 @@
+// meda: Multimodal Entropy-guided Dynamic Allocation with KV merging
+// (paper 004_e44d9128330c3619, Sec. 3.2-3.3 and 4.4).
+//
+// Layer budgets (Eq. 4-7): E_CM^l = -(E_TV^l + E_VT^l), the cross-modal attention entropy of the
+// prompt (text queries over vision keys, vision queries over text keys), and
+//   S_l = α_l · S,  α_l = softmax_l(E_CM) · L · ρ,
+// with S the prompt length and ρ the compression ratio; kvsim's `budget` is ρ·S (so `10%` is
+// ρ = 0.1, Table 1) and layer l keeps ceil(softmax_l(E_CM) · L · budget) entries, at most P.
+// Selection (Eq. 8-10): A_s = column sums of the prompt attention (summed over the KV head's
+// query heads); text entries get + max(A_s) (Eq. 9); keep the M most recent entries and the top
+// N of the others, M : N = 3 : 1 (Sec. 4.4, following LOOK-M), M = floor(recent_ratio · S_l).
+// Merging (Eq. 11-12): every unselected entry joins the kept entry whose key is most
+// cosine-similar (similarities against the kept keys as they were before merging), and each kept
+// entry becomes the average of itself and its members, keys and values alike. Attention then uses
+// the merged keys and values. Decoding appends without eviction.
+//
+// Readings chosen: entropies average over query heads, and each modality's term is the mean over
+// the query rows that have at least one causally valid key of the other modality (the paper's
+// 1/|T| and 1/|V| count every token, but a text token before the first image has no
+// cross-modal row); video counts as vision; a key of zero norm has cosine 0 with every key;
+// equal similarities merge into the newer kept entry. `entropy = full` and
+// `compress_at = first_decode` are the released code's readings (entropy of the full attention
+// map; compression at the first decode step, which then attends the full cache and whose token
+// joins the recent window). `allocation = uniform` and `merge = false` are the ablations.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class Meda final : public Policy {
+ public:
+  Meda(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "meda")),
+        recent_ratio_(p.get_float("recent_ratio")),
+        full_entropy_(p.get_string("entropy") == "full"),
+        at_first_decode_(p.get_string("compress_at") == "first_decode"),
+        uniform_(p.get_string("allocation") == "uniform"),
+        merge_(p.get_bool("merge")) {}
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    if (!at_first_decode_) compress(view, cache);
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    if (at_first_decode_ && att.step == 0) compress(view, cache);
+  }
+
+ private:
+  // Eq. 7: this layer's share of L · budget.
+  int layer_budget(const LayerView& view) const {
+    const int P = view.prompt_len();
+    if (uniform_) return std::min(P, budget_);
+    const auto& st = view.sample_stats();
+    const auto& e = full_entropy_ ? st.attention_entropy : st.cross_modal_entropy;
+    const double mx = *std::max_element(e.begin(), e.end());
+    double z = 0;
+    for (double x : e) z += std::exp(x - mx);
+    const double alpha = std::exp(e[view.layer()] - mx) / z * e.size();
+    return std::min(P, static_cast<int>(std::ceil(alpha * budget_ - 1e-9)));
+  }
+
+  void compress(const LayerView& view, KvCache& cache) const {
+    const int S = layer_budget(view), P = view.prompt_len(), group = view.group_size();
+    const int recent = static_cast<int>(std::floor(recent_ratio_ * S + 1e-9));
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      const int n = cache.size(g);
+      if (n <= S) continue;
+      std::vector<double> score(n, 0.0);  // Eq. 8, prompt entries; later tokens score 0
+      for (int r = 0; r < group; ++r) {
+        const float* col = view.attention().prefill_column_sums(g * group + r);
+        for (int e = 0; e < n; ++e)
+          if (cache.position(g, e) < P) score[e] += col[cache.position(g, e)];
+      }
+      const double top = *std::max_element(score.begin(), score.end());
+      for (int e = 0; e < n; ++e)
+        if (view.modality()[cache.position(g, e)] == 0) score[e] += top;                // Eq. 9
+      const auto keep = keep_top_scores(score, S, sink_and_recent_mask(n, 0, recent));  // Eq. 10
+      if (merge_)
+        merge_into_kept(view, cache, g, keep);
+      else
+        cache.keep_only(g, keep);
+    }
+  }
+
+  // Eq. 11-12.
+  void merge_into_kept(const LayerView& view, KvCache& cache, int g,
+                       const std::vector<std::uint8_t>& keep) const {
+    const auto& t = view.attention().tensors();
+    const int d = cache.head_dim();
+    std::vector<int> kept, less;
+    for (int e = 0; e < cache.size(g); ++e) (keep[e] ? kept : less).push_back(cache.position(g, e));
+    const std::vector<float> kk = unit_keys(t, g, kept, d), kl = unit_keys(t, g, less, d);
+    std::vector<float> sim(less.size() * kept.size());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(less.size()),
+                static_cast<int>(kept.size()), d, 1.0f, kl.data(), d, kk.data(), d, 0.0f,
+                sim.data(), static_cast<int>(kept.size()));
+    std::vector<int> target(less.size());
+    std::vector<std::vector<int>> members(kept.size());
+    for (std::size_t i = 0; i < less.size(); ++i) {
+      const float* row = &sim[i * kept.size()];
+      int best = 0;
+      for (std::size_t j = 1; j < kept.size(); ++j)
+        if (row[j] >= row[best]) best = static_cast<int>(j);  // ties: the newer kept entry
+      target[i] = best;
+      members[best].push_back(less[i]);
+    }
+    std::vector<std::vector<float>> merged_k(kept.size()), merged_v(kept.size());
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      if (members[j].empty()) continue;
+      merged_k[j] = average(t.k, kept[j], members[j], g, d);
+      merged_v[j] =
+          t.has_v() ? average(t.v, kept[j], members[j], g, d) : std::vector<float>(d, 0.0f);
+    }
+    for (std::size_t i = 0; i < less.size(); ++i) {
+      const auto& pos = cache.positions(g);
+      const int from =
+          static_cast<int>(std::lower_bound(pos.begin(), pos.end(), less[i]) - pos.begin());
+      const int into =
+          static_cast<int>(std::lower_bound(pos.begin(), pos.end(), kept[target[i]]) - pos.begin());
+      cache.merge(g, from, into, merged_k[target[i]].data(), merged_v[target[i]].data());
+    }
+  }
+
+  static std::vector<float> unit_keys(const LayerTensors& t, int g, const std::vector<int>& pos,
+                                      int d) {
+    std::vector<float> out(pos.size() * d);
+    for (std::size_t i = 0; i < pos.size(); ++i) {
+      const float* k = &t.k(pos[i], g, 0);
+      double norm = 0;
+      for (int e = 0; e < d; ++e) norm += static_cast<double>(k[e]) * k[e];
+      const float inv = norm > 0 ? static_cast<float>(1 / std::sqrt(norm)) : 0.0f;
+      for (int e = 0; e < d; ++e) out[i * d + e] = k[e] * inv;
+    }
+    return out;
+  }
+
+  static std::vector<float> average(const xt::xtensor<float, 3>& x, int kept,
+                                    const std::vector<int>& members, int g, int d) {
+    std::vector<double> sum(d);
+    for (int e = 0; e < d; ++e) sum[e] = x(kept, g, e);
+    for (int m : members)
+      for (int e = 0; e < d; ++e) sum[e] += x(m, g, e);
+    std::vector<float> out(d);
+    for (int e = 0; e < d; ++e) out[e] = static_cast<float>(sum[e] / (members.size() + 1));
+    return out;
+  }
+
+  int budget_;
+  double recent_ratio_;
+  bool full_entropy_, at_first_decode_, uniform_, merge_;
+};
+
+const PolicyRegistration reg({
+    .name = "meda",
+    .summary = "Cross-modal-entropy layer budgets, text-prior selection with a recent window, "
+               "and average merging of every unselected entry into its most similar kept key.",
+    .provenance = "MEDA (paper 004), Sec. 3.2-3.3 Eq. 4-12, Sec. 4.4",
+    .params = {budget_param("10%"),
+               {"recent_ratio", ParamType::kFloat, "0.75",
+                "share of a layer's budget kept as the recent window M (M : N = 3 : 1)", 0, 1},
+               {"entropy",
+                ParamType::kChoice,
+                "cross_modal",
+                "layer-allocation entropy: cross_modal (paper) or full (released code)",
+                0,
+                0,
+                {"cross_modal", "full"}},
+               {"compress_at",
+                ParamType::kChoice,
+                "prefill",
+                "prefill (paper) or first_decode (released code)",
+                0,
+                0,
+                {"prefill", "first_decode"}},
+               {"allocation",
+                ParamType::kChoice,
+                "entropy",
+                "entropy-guided layer budgets, or uniform (ablation)",
+                0,
+                0,
+                {"entropy", "uniform"}},
+               {"merge", ParamType::kBool, "true", "merge unselected entries (false: evict them)"}},
+    .needs = {},
+    .lookahead = false,
+    .merges = true,
+    .needs_for =
+        [](const ParamSet& p) {
+          return AttentionNeeds{.prefill_column_sums = true,
+                                .sample_entropies = p.get_string("allocation") == "entropy"};
+        },
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<Meda>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim
