@@ -168,8 +168,9 @@ void Summary::write_csv(const std::string& path) const {
 std::string Summary::table() const {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-14s %-22s %9s %9s %10s %10s %11s %11s\n", "policy", "budget",
-                "kept@P", "mean_kv", "recall", "min_recall", "out_rel_err", "KV_MiB/step");
+  std::snprintf(line, sizeof line, "%-14s %-18s %8s %8s %8s %8s %10s %11s %11s\n", "policy",
+                "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
+                "KV_MiB/step");
   os << line;
   for (const auto& [p, a] : per_policy_) {
     const auto& cfg = policies_[p];
@@ -183,9 +184,9 @@ std::string Summary::table() const {
                        std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
     char err[32] = "-";
     if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
-    std::snprintf(line, sizeof line, "%-14s %-22s %9.1f %9.1f %10.4f %10.4f %11s %11.2f\n",
-                  cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.recall / n,
-                  a.count ? a.min_recall : 0.0, err, mib);
+    std::snprintf(line, sizeof line, "%-14s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %11.2f\n",
+                  cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
+                  a.recall / n, a.count ? a.min_recall : 0.0, err, mib);
     os << line;
   }
   return os.str();

@@ -121,7 +121,7 @@ TEST(Cli, ConfigFile) {
   const CliRun r = kvsim("replay --trace " + trace + " --policy h2o --config " + ini +
                          " --dump-decisions " + dump);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("h2o            2 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("h2o            2  "), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -78,6 +78,8 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"hae", {{"r", "0.02"}, {"alpha", "0.05"}, {"rc_size", "4"}}},
       {"hae", {{"budget", "20"}, {"rc_size", "3"}, {"stages", "decode"}}},
       {"meda", {{"budget", "12"}}},
+      {"avl", {}},
+      {"avl", {{"S", "40"}, {"C", "20"}, {"K", "2"}, {"P", "70"}, {"T", "40"}}},
       {"meda", {{"budget", "12"}, {"entropy", "full"}, {"compress_at", "first_decode"}}},
       {"test_merge_park", {}}};
   for (const auto& [name, params] : cases) {
