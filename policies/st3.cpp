@@ -1,0 +1,178 @@
+// st3: Progressive Visual Token Pruning + Visual Token Annealing
+// (paper 003_8a726b4968cab955, Methodology, Eq. 3 and 7-9, Tables 3 and 6).
+//
+// PVTP (prefill, Eq. 3): layers 0-2 keep every visual token. Layer 3 keeps the top
+// G = |V| - N of the visual tokens still present, ranked by the previous layer's last prompt
+// token attention (head-averaged), with N = P·|V_0| (P = 50%, after FastV); then every S layers
+// (layers 3 + S, 3 + 2S, ... < L) N = R·|V_0| more are pruned the same way. Pruned tokens are
+// gone from that layer and every deeper one.
+// VTA (decode, Eq. 7-8): at generation t (decode step t - 1), layer l keeps the top
+// floor(|V^{l,0}| · β^t) of its visual entries, β^t = cos(|O^t|·π/(2τ)) for |O^t| < τ and 0 after,
+// |O^t| = t generated tokens; Table 6's alternatives: linear β = 1 - |O|/τ, exponential
+// β = exp(-|O|/σ).
+// Defaults: S = 7, R = 12.25%, P = 50% (Table 3, LLaVA-1.5-7B, C = 1%), cosine τ = 50 (Table 6).
+//
+// Readings chosen: Eq. 9 counts floor((L-3)/S) pruning layers, but Table 3's rows (S = 1,
+// R = 1.75%, C = 1% on 32 layers) need floor((L-4)/S): pruning happens at layers 3 + kS < L.
+// "Top" in VTA ranks the layer's visual entries by its own last-prompt-token attention
+// (head-averaged); the paper slices C_v[:n] of a cache it keeps in Top order. Percentages are of
+// the image tokens of the prompt before pruning, rounded down (N is a count of pruned tokens).
+// QK heredity (Eq. 6) is not implemented: it needs the engine to attend a layer with another
+// layer's logits.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "policies/policy.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class St3 final : public Policy {
+ public:
+  St3(const ParamSet& p, const SampleInfo& s)
+      : stride_(static_cast<int>(p.get_int("S"))),
+        ratio_(p.get_float("R") / 100),
+        first_ratio_(p.get_float("P") / 100),
+        first_layer_(static_cast<int>(p.get_int("first_layer"))),
+        schedule_(p.get_string("schedule")),
+        tau_(p.get_float("tau")),
+        sigma_(p.get_float("sigma")),
+        pvtp_(p.get_bool("pvtp")),
+        vta_(p.get_bool("vta")) {
+    for (int j = 0; j < s.prompt_len; ++j)
+      if (s.modality[j] != 0) visual_.push_back(j);
+    original_visual_ = static_cast<int>(visual_.size());
+  }
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    const int l = view.layer();
+    if (pvtp_ && l >= first_layer_ && (l - first_layer_) % stride_ == 0) {
+      const double ratio = l == first_layer_ ? first_ratio_ : ratio_;
+      const int pruned = static_cast<int>(std::floor(ratio * original_visual_ + 1e-9));
+      visual_ =
+          top(visual_, previous_scores_, std::max(0, static_cast<int>(visual_.size()) - pruned));
+    }
+    previous_scores_ = last_token_attention(view);  // ranks the next layer's pruning (Eq. 3)
+    Layer& st = layers_[l];
+    st.ranked = visual_;
+    std::stable_sort(st.ranked.begin(), st.ranked.end(), [&](int a, int b) {
+      const double sa = previous_scores_[a], sb = previous_scores_[b];
+      return sa != sb ? sa > sb : a > b;  // best first, ties to the newer
+    });
+    st.initial = static_cast<int>(visual_.size());
+    keep_visual(view, cache, visual_);
+    if (vta_) anneal(view, cache, st, 1);
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    if (vta_) anneal(view, cache, layers_[view.layer()], att.step + 2);
+  }
+
+ private:
+  struct Layer {
+    std::vector<int> ranked;  // visual positions after PVTP, best first
+    int initial = 0;          // |V^{l,0}|
+  };
+
+  // Eq. 8 and Table 6: the share of |V^{l,0}| kept after `generated` output tokens.
+  double beta(int generated) const {
+    if (schedule_ == "exponential") return std::exp(-generated / sigma_);
+    if (generated >= tau_) return 0;
+    if (schedule_ == "linear") return 1 - generated / tau_;
+    return std::cos(generated * M_PI / (2 * tau_));
+  }
+
+  // Eq. 7: keeps the best floor(|V^{l,0}| · β^t) visual entries for generation t.
+  void anneal(const LayerView& view, KvCache& cache, const Layer& st, int generation) const {
+    const int n = static_cast<int>(std::floor(st.initial * beta(generation) + 1e-9));
+    std::vector<int> keep(st.ranked.begin(),
+                          st.ranked.begin() + std::min<int>(n, st.ranked.size()));
+    std::sort(keep.begin(), keep.end());
+    keep_visual(view, cache, keep);
+  }
+
+  // Drops every visual entry whose position is not in `kept` (sorted).
+  static void keep_visual(const LayerView& view, KvCache& cache, const std::vector<int>& kept) {
+    const auto& mod = view.modality();
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      std::vector<std::uint8_t> keep(cache.size(g), 1);
+      bool any = false;
+      for (int e = 0; e < cache.size(g); ++e) {
+        const int pos = cache.position(g, e);
+        if (mod[pos] != 0 && !std::binary_search(kept.begin(), kept.end(), pos))
+          keep[e] = 0, any = true;
+      }
+      if (any) cache.keep_only(g, keep);
+    }
+  }
+
+  static std::vector<double> last_token_attention(const LayerView& view) {
+    const LayerAttention& att = view.attention();
+    std::vector<double> s(view.prompt_len(), 0.0);
+    for (int h = 0; h < att.num_heads(); ++h) {
+      const float* row = att.prefill_window_row(h, att.prefill_window() - 1);
+      for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / att.num_heads();
+    }
+    return s;
+  }
+
+  // The k best of `positions` by score (ties to the newer), sorted by position.
+  static std::vector<int> top(const std::vector<int>& positions, const std::vector<double>& score,
+                              int k) {
+    std::vector<double> s(positions.size());
+    for (std::size_t i = 0; i < positions.size(); ++i) s[i] = score[positions[i]];
+    const auto keep = keep_top_scores(s, k);
+    std::vector<int> out;
+    for (std::size_t i = 0; i < positions.size(); ++i)
+      if (keep[i]) out.push_back(positions[i]);
+    return out;
+  }
+
+  int stride_;
+  double ratio_, first_ratio_;
+  int first_layer_;
+  std::string schedule_;
+  double tau_, sigma_;
+  bool pvtp_, vta_;
+  std::vector<int> visual_;  // visual positions still present at the current layer
+  int original_visual_ = 0;
+  std::vector<double> previous_scores_;
+  std::map<int, Layer> layers_;
+};
+
+const PolicyRegistration reg({
+    .name = "st3",
+    .summary = "Progressive visual token pruning every S layers from layer 3, then visual token "
+               "annealing of each layer's visual cache while decoding.",
+    .provenance = "ST3 (paper 003), Eq. 3 and 7-9, Table 3 (LLaVA-1.5-7B) and Table 6",
+    .params = {{"S", ParamType::kInt, "7", "pruning stride in layers", 1, 1e9},
+               {"R", ParamType::kFloat, "12.25",
+                "visual tokens pruned at each strided layer, % of |V|", 0, 100},
+               {"P", ParamType::kFloat, "50",
+                "visual tokens pruned at the first pruning layer, % of |V|", 0, 100},
+               {"first_layer", ParamType::kInt, "3",
+                "first pruning layer (layers before it keep all)", 1, 1e9},
+               {"schedule",
+                ParamType::kChoice,
+                "cosine",
+                "VTA decay (Table 6)",
+                0,
+                0,
+                {"cosine", "linear", "exponential"}},
+               {"tau", ParamType::kFloat, "50", "VTA horizon τ (cosine, linear)", 1e-9, 1e9},
+               {"sigma", ParamType::kFloat, "20", "VTA decay constant σ (exponential)", 1e-9, 1e9},
+               {"pvtp", ParamType::kBool, "true", "progressive visual token pruning at prefill"},
+               {"vta", ParamType::kBool, "true", "visual token annealing while decoding"}},
+    .needs = {.prefill_column_sums = false, .prefill_window = 1},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<St3>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim

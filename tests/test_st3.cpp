@@ -1,0 +1,69 @@
+// st3 on hand-worked traces (tiny_trace.hpp: p_ij ∝ w_j). Five layers, modality
+// [T I I I I T], w = [1, 4, 3, 1, 2, 1 | 1, 1, 1]: every layer's last prompt token ranks the
+// images 1 (4), 2 (3), 4 (2), 3 (1).
+#include <gtest/gtest.h>
+
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+using V = std::vector<int>;
+
+std::string st3_trace(const std::string& name) {
+  return TinyTrace{.prompt_len = 6,
+                   .weights = {1, 4, 3, 1, 2, 1, 1, 1, 1},
+                   .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0},
+                   .layers = 5}
+      .write(name);
+}
+
+TEST(St3, ProgressivePruningAndLinearAnnealing) {
+  // PVTP with S = 1: layer 3 prunes P = 50% of 4 = 2 -> {1, 2}; layer 4 prunes R = 25% -> {1}.
+  // VTA linear, τ = 4: generation t keeps floor(|V^{l,0}| (1 - t/4)).
+  const auto r =
+      run_policy(st3_trace("st3.h5"), "st3",
+                 {{"S", "1"}, {"R", "25"}, {"P", "50"}, {"schedule", "linear"}, {"tau", "4"}});
+  // Layer 0, |V0| = 4: 3, 2, 1, 0 entries for generations 1..4 (steps -1..2).
+  EXPECT_EQ(evicted_at(r[0], -1), (V{3}));
+  EXPECT_EQ(evicted_at(r[0], 0), (V{4}));
+  EXPECT_EQ(evicted_at(r[0], 1), (V{2}));
+  EXPECT_EQ(evicted_at(r[0], 2), (V{1}));
+  // Layer 3, |V0| = 2 after pruning {3, 4}: floor(1.5) = 1, floor(1) = 1, floor(.5) = 0.
+  EXPECT_EQ(evicted_at(r[3], -1), (V{3, 4, 2}));
+  EXPECT_TRUE(evicted_at(r[3], 0).empty());
+  EXPECT_EQ(evicted_at(r[3], 1), (V{1}));
+  // Layer 4 keeps only {1}, and floor(.75) = 0 at once.
+  EXPECT_EQ(evicted_at(r[4], -1), (V{2, 3, 4, 1}));
+}
+
+TEST(St3, CosineAndExponentialSchedules) {
+  // Cosine τ = 2 on layer 0: floor(4 cos(π/4)) = 2 keeps {1, 2}; generation 2 reaches τ: none.
+  auto r = run_policy(st3_trace("st3_cos.h5"), "st3", {{"pvtp", "false"}, {"tau", "2"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (V{3, 4}));
+  EXPECT_EQ(evicted_at(r[0], 0), (V{1, 2}));
+  // Exponential σ = 1: floor(4 e^-1) = 1 keeps {1}; floor(4 e^-2) = 0.
+  r = run_policy(st3_trace("st3_exp.h5"), "st3",
+                 {{"pvtp", "false"}, {"schedule", "exponential"}, {"sigma", "1"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 4}));
+  EXPECT_EQ(evicted_at(r[0], 0), (V{1}));
+}
+
+TEST(St3, DefaultsPruneAtLayersThreePlusMultiplesOfTheStride) {
+  // Table 3's LLaVA-1.5-7B row: S = 7, R = 12.25%, P = 50% on 32 layers leaves C = 1% of the
+  // visual tokens after layers 3, 10, 17, 24 and 31 (VTA off to see PVTP alone).
+  const std::string path = small_synthetic_trace("st3_defaults.h5", 32);
+  const auto r = run_policy(path, "st3", {{"vta", "false"}});
+  // 40 image tokens: 40 -> 20 (layer 3) -> 16 (layers 10, 17, 24, 31 each prune floor(4.9) = 4)
+  // -> 4 left in the last layer.
+  const int text = 12;
+  EXPECT_EQ(r[2].prefill_kept_min, text + 40);
+  EXPECT_EQ(r[3].prefill_kept_min, text + 20);
+  EXPECT_EQ(r[9].prefill_kept_min, text + 20);
+  EXPECT_EQ(r[10].prefill_kept_min, text + 16);
+  EXPECT_EQ(r[31].prefill_kept_min, text + 4);
+}
+
+}  // namespace
+}  // namespace kvsim::test
