@@ -11,7 +11,7 @@ mkdir -p demo
 ./build/kvsim inspect demo/demo.h5
 ./build/kvsim replay --trace demo/demo.h5 \
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
-  --policy hae --policy meda --policy avl --policy st3 \
+  --policy hae --policy madakv --policy avl --policy st3 --policy meda \
   --budget 20% --out demo/results.csv --summary demo/summary.csv \
   --dump-decisions demo/decisions.h5
 echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"

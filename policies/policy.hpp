@@ -45,6 +45,7 @@ class LayerView {
       : att_(att), lookahead_(lookahead), stats_(stats) {}
   const LayerAttention& attention() const { return att_; }
   int layer() const { return att_.layer(); }
+  int num_layers() const { return att_.num_layers(); }
   int prompt_len() const { return att_.prompt_len(); }
   int gen_len() const { return att_.gen_len(); }
   int group_size() const { return att_.group_size(); }

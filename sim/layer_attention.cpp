@@ -50,6 +50,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
                                LayerTensors tensors, const AttentionNeeds& needs, int threads)
     : sample_(sample),
       tensors_(std::move(tensors)),
+      L_(trace.num_layers),
       P_(sample.prompt_len),
       G_(sample.gen_len),
       T_(sample.total_len()),

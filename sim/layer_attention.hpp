@@ -35,6 +35,7 @@ class LayerAttention {
                  const AttentionNeeds& needs);
 
   int layer() const { return tensors_.layer; }
+  int num_layers() const { return L_; }
   int prompt_len() const { return P_; }
   int gen_len() const { return G_; }
   int total_len() const { return P_ + G_; }
@@ -78,7 +79,7 @@ class LayerAttention {
 
   SampleInfo sample_;
   LayerTensors tensors_;
-  int P_, G_, T_, H_, Hkv_, d_, window_;
+  int L_, P_, G_, T_, H_, Hkv_, d_, window_;
   float scale_;
   bool want_colsums_;
   std::vector<float> colsums_;       // [H, P]

@@ -32,6 +32,7 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
                                LayerTensors tensors, const AttentionNeeds& needs)
     : sample_(sample),
       tensors_(std::move(tensors)),
+      L_(trace.num_layers),
       P_(sample.prompt_len),
       G_(sample.gen_len),
       T_(sample.total_len()),

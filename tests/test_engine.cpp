@@ -79,6 +79,7 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"hae", {{"budget", "20"}, {"rc_size", "3"}, {"stages", "decode"}}},
       {"meda", {{"budget", "12"}}},
       {"avl", {}},
+      {"madakv", {{"budget", "16"}, {"proxy", "4"}, {"compensation", "mean"}}},
       {"st3", {{"first_layer", "1"}, {"S", "1"}, {"tau", "8"}}},
       {"avl", {{"S", "40"}, {"C", "20"}, {"K", "2"}, {"P", "70"}, {"T", "40"}}},
       {"meda", {{"budget", "12"}, {"entropy", "full"}, {"compress_at", "first_decode"}}},
