@@ -85,6 +85,8 @@ struct PolicyInfo {
   // Needs may depend on parameters (e.g. SnapKV's window).
   std::function<AttentionNeeds(const ParamSet&)> needs_for;
   std::function<std::unique_ptr<Policy>(const ParamSet&, const SampleInfo&)> create;
+  // The layer whose queries and keys a layer attends with (ST3's QK heredity); unset: itself.
+  std::function<int(const ParamSet&, int layer)> attention_source;
 };
 
 class PolicyRegistry {
@@ -104,6 +106,9 @@ struct PolicyConfig {
   const PolicyInfo* info = nullptr;
   ParamSet params;
   AttentionNeeds needs() const { return info->needs_for ? info->needs_for(params) : info->needs; }
+  int attention_source(int layer) const {
+    return info->attention_source ? info->attention_source(params, layer) : layer;
+  }
 };
 
 PolicyConfig make_policy_config(const std::string& name,

@@ -17,8 +17,9 @@
 // "Top" in VTA ranks the layer's visual entries by its own last-prompt-token attention
 // (head-averaged); the paper slices C_v[:n] of a cache it keeps in Top order. Percentages are of
 // the image tokens of the prompt before pruning, rounded down (N is a count of pruned tokens).
-// QK heredity (Eq. 6) is not implemented: it needs the engine to attend a layer with another
-// layer's logits.
+// QK heredity (Eq. 6, Table 4) is the `heredity` option, e.g. "7:8-10": layers 8 to 10 attend with
+// Softmax(Q^7 K^7ᵀ) applied to their own values (the engine attends with the source layer's q/k
+// and measures against the layer's own full-cache output); it is off by default, as in Table 3.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -28,6 +29,30 @@
 
 namespace kvsim {
 namespace {
+
+// "S:A-B[,S:A-B...]": layers A..B inherit layer S's queries and keys (S < A <= B). Returns the
+// map lazy layer -> source layer.
+std::map<int, int> parse_heredity(const std::string& text) {
+  std::map<int, int> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    int src = 0, first = 0, last = 0;
+    char tail = 0;
+    const int n = std::sscanf(item.c_str(), "%d:%d-%d%c", &src, &first, &last, &tail);
+    const bool single = n == 2 && item.find('-') == std::string::npos;  // "S:A" is "S:A-A"
+    if (single) last = first;
+    if ((!single && n != 3) || src < 0 || first <= src || last < first)
+      throw std::invalid_argument(
+          "st3: parameter 'heredity' = '" + text +
+          "': expected "
+          "SOURCE:FIRST-LAST[,...] with SOURCE < FIRST <= LAST, e.g. 7:8-10");
+    for (int l = first; l <= last; ++l) out[l] = src;
+    start = end + 1;
+  }
+  return out;
+}
 
 class St3 final : public Policy {
  public:
@@ -41,6 +66,7 @@ class St3 final : public Policy {
         sigma_(p.get_float("sigma")),
         pvtp_(p.get_bool("pvtp")),
         vta_(p.get_bool("vta")) {
+    parse_heredity(p.get_string("heredity"));  // validated here, applied by the engine
     for (int j = 0; j < s.prompt_len; ++j)
       if (s.modality[j] != 0) visual_.push_back(j);
     original_visual_ = static_cast<int>(visual_.size());
@@ -164,7 +190,9 @@ const PolicyRegistration reg({
                {"tau", ParamType::kFloat, "50", "VTA horizon τ (cosine, linear)", 1e-9, 1e9},
                {"sigma", ParamType::kFloat, "20", "VTA decay constant σ (exponential)", 1e-9, 1e9},
                {"pvtp", ParamType::kBool, "true", "progressive visual token pruning at prefill"},
-               {"vta", ParamType::kBool, "true", "visual token annealing while decoding"}},
+               {"vta", ParamType::kBool, "true", "visual token annealing while decoding"},
+               {"heredity", ParamType::kString, "",
+                "QK heredity (Eq. 6): SOURCE:FIRST-LAST[,...], e.g. 7:8-10; empty: off"}},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
     .lookahead = false,
     .merges = false,
@@ -172,6 +200,12 @@ const PolicyRegistration reg({
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<St3>(p, s);
     },
+    .attention_source =
+        [](const ParamSet& p, int layer) {
+          const auto map = parse_heredity(p.get_string("heredity"));
+          const auto it = map.find(layer);
+          return it == map.end() ? layer : it->second;
+        },
 });
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "sim/engine.hpp"
 
+#include <map>
 #include <stdexcept>
 
 #include "sim/parallel.hpp"
@@ -10,6 +11,17 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
                    ReplayOptions options)
     : reader_(reader), policies_(std::move(policies)), options_(options) {
   for (const auto& p : policies_) needs_.merge(p.needs());
+  const int L = reader.info().num_layers;
+  last_heir_.assign(L, -1);
+  for (const auto& p : policies_)
+    for (int l = 0; l < L; ++l) {
+      const int src = p.attention_source(l);
+      if (src < 0 || src > l)
+        throw std::invalid_argument(p.label + ": layer " + std::to_string(l) +
+                                    " cannot inherit the attention of layer " +
+                                    std::to_string(src));
+      if (src != l) last_heir_[src] = std::max(last_heir_[src], l);
+    }
 }
 
 namespace {
@@ -29,8 +41,8 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 
 }  // namespace
 
-LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
-                         const SampleStats* stats, std::size_t bytes_per_element,
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
+                         bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
                          bool check_invariants, const StepAttentionFn& step_attention) {
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
   const LayerView view(att, lookahead, stats);
@@ -52,7 +64,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahe
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
-    step_attention(att, cache, t, sa, m);
+    step_attention(att, ref, cache, t, sa, m);
     for (int g = 0; g < Hkv; ++g) {
       m[g].kv_bytes = m[g].cache_size * entry_bytes;
       m[g].position = P + t;
@@ -70,8 +82,9 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahe
   return r;
 }
 
-void shared_step_attention(const LayerAttention& att, const KvCache& cache, int step,
-                           StepAttention& out, std::vector<StepMetrics>& metrics) {
+void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                           const KvCache& cache, int step, StepAttention& out,
+                           std::vector<StepMetrics>& metrics) {
   const int Hkv = att.num_kv_heads(), group = att.group_size(), d = att.head_dim();
   const int s = att.prompt_len() + step;
   const auto& tensors = att.tensors();
@@ -99,12 +112,13 @@ void shared_step_attention(const LayerAttention& att, const KvCache& cache, int 
     for (int r = 0; r < group; ++r) {
       const int h = g * group + r;
       const float* pf = att.decode_probs(step, h);
+      const float* pf_ref = ref.decode_probs(step, h);
       float* p = &probs[static_cast<std::size_t>(r) * n];
       double recall = 0, weight = 0;
       for (int e = 0; e < n; ++e) {
         if (!cache.attended(g, e)) continue;
         const int pos = cache.position(g, e);
-        recall += pf[pos];
+        recall += pf_ref[pos];
         if (const float* mk = merged ? cache.merged_key(g, e) : nullptr) {
           const float* q = &tensors.q(s, h, 0);
           double dot = 0;
@@ -119,11 +133,12 @@ void shared_step_attention(const LayerAttention& att, const KvCache& cache, int 
       for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
       mass_sum += recall;
       if (!with_v) continue;
-      const float* o = att.full_output(step, h);
+      const float* o = ref.full_output(step, h);
       // Float accumulation in contiguous loops the compiler vectorises: this is the hot loop.
       if (complement) {
         double missing = 0;
-        std::copy(o, o + d, o_hat.begin());
+        const float* o_att = att.full_output(step, h);
+        std::copy(o_att, o_att + d, o_hat.begin());
         for (int j = 0; j <= s; ++j) {
           if (attended_mask[j]) continue;
           const float* v = &tensors.v(j, g, 0);
@@ -172,15 +187,31 @@ void Replayer::replay_sample(const std::string& sample_name,
   }
   SampleStats stats;
   if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
-  LayerTensors tensors;  // storage recycled from layer to layer
+  LayerTensors tensors;                 // storage recycled from layer to layer
+  std::map<int, LayerTensors> sources;  // q/k of layers that deeper layers inherit
   for (int l = 0; l < info.num_layers; ++l) {
     reader_.read_layer_into(sample, l, tensors);
     LayerAttention att(info, sample, std::move(tensors), needs_, options_.threads);
+    // Layers that inherit another layer's q/k attend with it but are measured against their own.
+    std::map<int, std::unique_ptr<LayerAttention>> heirs;
+    for (const auto& p : policies_) {
+      const int src = p.attention_source(l);
+      if (src == l || heirs.count(src)) continue;
+      LayerTensors mixed;
+      mixed.layer = l;
+      mixed.q = sources.at(src).q;
+      mixed.k = sources.at(src).k;
+      mixed.v = att.tensors().v;
+      heirs[src] = std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_,
+                                                    options_.threads);
+    }
     std::vector<LayerResult> results(policies_.size());
     parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
+      const int src = policies_[i].attention_source(l);
+      const LayerAttention& attended = src == l ? att : *heirs.at(src);
       try {
-        results[i] = replay_layer(*instances[i], att, policies_[i].info->lookahead, &stats,
-                                  dtype_bytes(sample.dtype), options_.check_invariants,
+        results[i] = replay_layer(*instances[i], attended, att, policies_[i].info->lookahead,
+                                  &stats, dtype_bytes(sample.dtype), options_.check_invariants,
                                   shared_step_attention);
       } catch (const std::logic_error& e) {
         throw std::logic_error(policies_[i].label + ", sample '" + sample_name + "': " + e.what());
@@ -190,7 +221,10 @@ void Replayer::replay_sample(const std::string& sample_name,
     });
     for (const auto& r : results) on_result(r);
     if (on_layer) on_layer(l);
+    for (auto it = sources.begin(); it != sources.end();)
+      it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
     tensors = att.release_tensors();
+    if (last_heir_[l] > l) sources[l] = LayerTensors{l, tensors.q, tensors.k, {}};
   }
 }
 

@@ -57,19 +57,26 @@ class Replayer {
   std::vector<PolicyConfig> policies_;
   ReplayOptions options_;
   AttentionNeeds needs_;
+  // last_heir_[l]: the deepest layer that attends with layer l's q/k, or -1.
+  std::vector<int> last_heir_;
 };
 
 // Runs one policy through one layer given precomputed statistics (shared by the engine and the
 // plain reference). step_attention computes a decode step's attention and metrics.
-using StepAttentionFn = std::function<void(const LayerAttention&, const KvCache&, int step,
-                                           StepAttention&, std::vector<StepMetrics>&)>;
-LayerResult replay_layer(Policy& policy, const LayerAttention& att, bool lookahead,
-                         const SampleStats* stats, std::size_t bytes_per_element,
+// `att` is the attention the policy sees and attends with; `ref` is the layer's own full-cache
+// attention that metrics compare against. They differ only for layers that inherit another
+// layer's attention (ST3's QK heredity).
+using StepAttentionFn =
+    std::function<void(const LayerAttention& att, const LayerAttention& ref, const KvCache&,
+                       int step, StepAttention&, std::vector<StepMetrics>&)>;
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
+                         bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
                          bool check_invariants, const StepAttentionFn& step_attention);
 
 // The engine's decode-step attention: gathers the shared full-cache probabilities of the
 // attended entries and renormalises them; merged entries are attended with their merged key.
-void shared_step_attention(const LayerAttention& att, const KvCache& cache, int step,
-                           StepAttention& out, std::vector<StepMetrics>& metrics);
+void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                           const KvCache& cache, int step, StepAttention& out,
+                           std::vector<StepMetrics>& metrics);
 
 }  // namespace kvsim

@@ -63,8 +63,13 @@ std::string param_type_name(const ParamSpec& spec) {
       return "float";
     case ParamType::kBool:
       return "bool";
-    case ParamType::kSize:
-      return "count|percent";
+    case ParamType::kString:
+      return "string";
+    case ParamType::kSize: {
+      std::string s = "count|percent";
+      for (const auto& c : spec.choices) s += "|" + c;
+      return s;
+    }
     case ParamType::kChoice: {
       std::string s;
       for (const auto& c : spec.choices) s += (s.empty() ? "" : "|") + c;
@@ -96,6 +101,8 @@ void check_value(const std::string& owner, const ParamSpec& spec, const std::str
       break;
     case ParamType::kBool:
       if (!parse_bool(value, b)) fail("is not a boolean (true/false)");
+      break;
+    case ParamType::kString:
       break;
     case ParamType::kChoice:
       if (std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end())

@@ -12,6 +12,7 @@ enum class ParamType {
   kFloat,   // real in [min, max]
   kBool,    // true/false/1/0
   kChoice,  // one of `choices`
+  kString,  // free text, parsed and checked by the policy that declares it
   kSize,    // a count ("128") or a percentage of a base the parameter names ("20%")
 };
 

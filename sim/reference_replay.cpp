@@ -89,9 +89,11 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
 namespace {
 
 // Recomputes the step's softmax over the attended entries from q·k (merged keys included).
-void plain_step_attention(const LayerAttention& att, const KvCache& cache, int step,
-                          StepAttention& out, std::vector<StepMetrics>& metrics) {
+void plain_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                          const KvCache& cache, int step, StepAttention& out,
+                          std::vector<StepMetrics>& metrics) {
   const auto& t = att.tensors();
+  const auto& t_ref = ref.tensors();
   const int Hkv = att.num_kv_heads(), group = att.group_size(), d = att.head_dim();
   const int s = att.prompt_len() + step;
   out.step = step;
@@ -105,7 +107,7 @@ void plain_step_attention(const LayerAttention& att, const KvCache& cache, int s
     for (int r = 0; r < group; ++r) {
       const int h = g * group + r;
       double full_lse = 0;
-      const auto full = causal_row(t, s, h, g, s + 1, att.scale(), d, &full_lse);
+      const auto full = causal_row(t_ref, s, h, g, s + 1, att.scale(), d, &full_lse);
       std::vector<double> logit(n, -INFINITY);
       double mx = -INFINITY;
       for (int e = 0; e < n; ++e) {
@@ -124,7 +126,7 @@ void plain_step_attention(const LayerAttention& att, const KvCache& cache, int s
       if (!t.has_v()) continue;
       for (int i = 0; i < d; ++i) {
         double o = 0, o_hat = 0;
-        for (int j = 0; j <= s; ++j) o += full[j] * t.v(j, g, i);
+        for (int j = 0; j <= s; ++j) o += full[j] * t_ref.v(j, g, i);
         for (int e = 0; e < n; ++e) {
           if (!cache.attended(g, e)) continue;
           const float* v = cache.merged_value(g, e) ? cache.merged_value(g, e)
@@ -156,7 +158,16 @@ std::vector<LayerResult> reference_replay(const TraceReader& reader, const std::
   for (int l = 0; l < L; ++l) {
     const LayerAttention att(LayerAttention::Naive{}, info, sample, reader.read_layer(sample, l),
                              policy.needs());
-    out.push_back(replay_layer(*instance, att, policy.info->lookahead, &stats,
+    const int src = policy.attention_source(l);
+    std::unique_ptr<LayerAttention> heir;
+    if (src != l) {
+      LayerTensors mixed = reader.read_layer(sample, src);
+      mixed.layer = l;
+      mixed.v = att.tensors().v;
+      heir = std::make_unique<LayerAttention>(LayerAttention::Naive{}, info, sample,
+                                              std::move(mixed), policy.needs());
+    }
+    out.push_back(replay_layer(*instance, heir ? *heir : att, att, policy.info->lookahead, &stats,
                                dtype_bytes(sample.dtype), true, plain_step_attention));
     out.back().sample = sample_name;
   }

@@ -65,5 +65,26 @@ TEST(St3, DefaultsPruneAtLayersThreePlusMultiplesOfTheStride) {
   EXPECT_EQ(r[31].prefill_kept_min, text + 4);
 }
 
+TEST(St3, QkHeredityAttendsWithTheSourceLayer) {
+  // Two layers, P = 3, G = 1, w = [1, 2, 1 | 4], v = [1, 2, 3, 4]. Layer 0's queries have c = 1,
+  // layer 1's c = 0 (uniform). With 0:1-1, layer 1 attends with layer 0's probabilities
+  // [1 2 1 4] / 8: ô = (1 + 4 + 3 + 16) / 8 = 3, against its own output o = 2.5: error 0.2. Every
+  // entry is kept, so the recall of layer 1's own attention is 1.
+  const std::string path = TinyTrace{
+      .prompt_len = 3,
+      .weights = {1, 2, 1, 4},
+      .values = {1, 2, 3, 4},
+      .layers = 2,
+      .layer_power = {1, 0}}.write("st3_heredity.h5");
+  const std::map<std::string, std::string> p = {
+      {"pvtp", "false"}, {"vta", "false"}, {"heredity", "0:1-1"}};
+  const auto r = run_policy(path, "st3", p);
+  EXPECT_NEAR(r[0].steps[0][0].output_rel_error, 0.0, 1e-6);
+  EXPECT_NEAR(r[1].steps[0][0].output_rel_error, 0.2, 1e-6);
+  EXPECT_NEAR(r[1].steps[0][0].mass_recall, 1.0, 1e-6);
+  EXPECT_THROW(run_policy(path, "st3", {{"heredity", "2:1-1"}}), std::invalid_argument);
+  EXPECT_THROW(run_policy(path, "st3", {{"heredity", "0:1-"}}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace kvsim::test

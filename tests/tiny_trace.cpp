@@ -42,7 +42,8 @@ std::string TinyTrace::write(const std::string& name) const {
     t.q = xt::zeros<float>({std::size_t(T), std::size_t(heads), std::size_t(1)});
     t.k = xt::zeros<float>({std::size_t(T), std::size_t(1), std::size_t(1)});
     for (int i = 0; i < T; ++i) {
-      const double c = query_power.empty() ? 1.0 : query_power[i];
+      const double c = (query_power.empty() ? 1.0 : query_power[i]) *
+                       (l < static_cast<int>(layer_power.size()) ? layer_power[l] : 1.0);
       for (int h = 0; h < heads; ++h)
         t.q(i, h, 0) =
             static_cast<float>(c * (h < static_cast<int>(head_power.size()) ? head_power[h] : 1.0));

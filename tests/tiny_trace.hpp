@@ -23,6 +23,8 @@ struct TinyTrace {
   int heads = 1;  // query heads; all share the single KV head (GQA when > 1)
   // Query power of head h > 0 at position i: query_power[i] * head_power[h] (default 1).
   std::vector<double> head_power;
+  // Query power of layer l: multiplies every query of that layer (default 1).
+  std::vector<double> layer_power;
   DType dtype = DType::kFloat32;
   std::string write(const std::string& name) const;  // returns the path
 };
