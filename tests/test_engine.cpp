@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "sim/reference_replay.hpp"
 #include "sim/results.hpp"
@@ -185,6 +186,41 @@ TEST(Engine, DecisionDumpLayout) {
   EXPECT_EQ(read_ints(f.get(), "test_merge_park/samples/s0/layers/0/heads/0/evicted", shape).size(),
             0u);
   EXPECT_EQ(shape, (std::vector<hsize_t>{0, 2}));
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Engine, EveryPolicyKeepsItsLogsConsistent) {
+  // For every registered policy on a GQA synthetic trace: no position is evicted or merged twice,
+  // an evicted position never attends again (the cache only ever appends new positions), and
+  // cache sizes account for every prompt and generated position.
+  const std::string path = small_synthetic_trace("logs.h5", 4);
+  for (const auto& name : PolicyRegistry::instance().names()) {
+    const PolicyInfo& info = PolicyRegistry::instance().get(name);
+    std::map<std::string, std::string> params;
+    for (const auto& spec : info.params)
+      if (spec.name == "budget") params["budget"] = "24";
+    if (name == "snapkv") params["window"] = "8";
+    for (const auto& r : run_policy(path, name, params)) {
+      for (std::size_t g = 0; g < r.evicted.size(); ++g) {
+        std::set<int> gone;
+        for (const auto& e : r.evicted[g]) EXPECT_TRUE(gone.insert(e.position).second) << name;
+        for (const auto& m : r.merged[g]) EXPECT_TRUE(gone.insert(m.position).second) << name;
+        const int G = static_cast<int>(r.steps[g].size());
+        for (int t = 0; t < G; ++t) {
+          int gone_before = 0;  // removed before step t attended
+          for (const auto& e : r.evicted[g]) gone_before += e.step < t;
+          for (const auto& m : r.merged[g]) gone_before += m.step < t;
+          EXPECT_EQ(r.steps[g][t].cache_size, r.steps[g][t].position + 1 - gone_before) << name;
+          EXPECT_LE(r.steps[g][t].attended_size, r.steps[g][t].cache_size) << name;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -98,3 +98,30 @@ TEST(Meda, LayerBudgetsFollowTheEntropySoftmax) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Meda, MergedEntriesAreTheAverageOfTheirMembers) {
+  // The hand-worked case above, inspected in the cache itself: position 5 absorbed 1 and
+  // position 4 absorbed 2 (keys ln w, values v).
+  TraceReader reader(meda_trace().write("meda_cache.h5"));
+  const SampleInfo s = reader.read_sample("s0");
+  const PolicyConfig cfg = make_policy_config("meda", {{"budget", "4"}});
+  const SampleStats stats = compute_sample_stats(reader, s, 1);
+  const LayerAttention att(reader.info(), s, reader.read_layer(s, 0), cfg.needs(), 1);
+  KvCache cache(1, 1);
+  cache.fill_prompt(s.prompt_len);
+  cache.set_step(-1);
+  auto policy = cfg.info->create(cfg.params, s);
+  policy->on_prefill(LayerView(att, false, &stats), cache);
+  ASSERT_EQ(cache.positions(0), (std::vector<std::int32_t>{0, 3, 4, 5}));
+  EXPECT_EQ(cache.merged_key(0, 0), nullptr);
+  EXPECT_NEAR(cache.merged_key(0, 3)[0], (std::log(2.0) + std::log(3.0)) / 2, 1e-6);
+  EXPECT_NEAR(cache.merged_value(0, 3)[0], (6 + 2) / 2.0, 1e-6);
+  EXPECT_NEAR(cache.merged_key(0, 2)[0], (std::log(0.25) + std::log(0.5)) / 2, 1e-6);
+  EXPECT_NEAR(cache.merged_value(0, 2)[0], (5 + 3) / 2.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace kvsim::test
