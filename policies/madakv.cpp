@@ -17,8 +17,12 @@
 // [1, P], φ_v = round(share · φ^l) and φ_t = φ^l - φ_v, and a modality with fewer tokens than its
 // share passes the rest to the other; the layer keeps φ^l per head as Eq. 8 says, and Eq. 10-11
 // only move the next layers' budgets (`compensation = mean` divides K^l by the number of heads,
-// since the literal sum moves budgets by H times a per-head quantity). mpa = false keeps the
-// top φ^l of all tokens by ψ; hcc = false keeps φ^l = budget in every layer (Table 3).
+// since the literal sum moves budgets by H times a per-head quantity). Read literally, a layer
+// whose θ-sparsity exceeds its budget shrinks every later budget without itself keeping more, so
+// on diffuse attention budgets collapse towards one entry; `hcc_keep = need` is the other
+// reading of "the current layer has exceeded its budget": the layer keeps its Eq. 9 sets and the
+// later layers pay for it. mpa = false keeps the top φ^l (or k_v + k_t) of all tokens by ψ;
+// hcc = false keeps φ^l = budget in every layer (Table 3).
 #include <algorithm>
 #include <cmath>
 
@@ -37,6 +41,7 @@ class MadaKV final : public Policy {
         mpa_(p.get_bool("mpa")),
         hcc_(p.get_bool("hcc")),
         mean_compensation_(p.get_string("compensation") == "mean"),
+        keep_need_(p.get_string("hcc_keep") == "need"),
         phi_(budget_) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -48,9 +53,13 @@ class MadaKV final : public Policy {
       std::vector<int> vis, txt;
       for (int j = 0; j < P; ++j) (view.modality()[j] != 0 ? vis : txt).push_back(j);
       const double wv = sum_of(psi, vis), wt = sum_of(psi, txt);
-      overflow +=
-          fewest_reaching(psi, vis, theta_ * wv) + fewest_reaching(psi, txt, theta_ * wt) - phi;
-      if (P > phi)
+      const int kv = fewest_reaching(psi, vis, theta_ * wv),
+                kt = fewest_reaching(psi, txt, theta_ * wt);
+      overflow += kv + kt - phi;
+      if (hcc_ && keep_need_)  // the layer spends what Eq. 9 says it needs; later layers pay
+        cache.keep_only(
+            g, mpa_ ? keep_per_modality(psi, vis, txt, kv, kt) : keep_top_scores(psi, kv + kt));
+      else if (P > phi)
         cache.keep_only(
             g, mpa_ ? modality_split(psi, vis, txt, wv, wt, phi) : keep_top_scores(psi, phi));
     }
@@ -103,6 +112,13 @@ class MadaKV final : public Policy {
     nv = std::min<int>(nv, vis.size());
     int nt = std::min<int>(phi - nv, txt.size());
     nv = std::min<int>(phi - nt, vis.size());  // a short modality passes its surplus on
+    return keep_per_modality(psi, vis, txt, nv, nt);
+  }
+
+  // The top nv visual and top nt text tokens by ψ.
+  static std::vector<std::uint8_t> keep_per_modality(const std::vector<double>& psi,
+                                                     const std::vector<int>& vis,
+                                                     const std::vector<int>& txt, int nv, int nt) {
     std::vector<std::uint8_t> keep(psi.size(), 0);
     for (const auto& [idx, n] : {std::pair{&vis, nv}, std::pair{&txt, nt}}) {
       std::vector<double> s;
@@ -115,7 +131,7 @@ class MadaKV final : public Policy {
 
   int budget_, proxy_;
   double theta_;
-  bool mpa_, hcc_, mean_compensation_;
+  bool mpa_, hcc_, mean_compensation_, keep_need_;
   double phi_;  // φ^l of the next layer to prefill
 };
 
@@ -137,7 +153,15 @@ const PolicyRegistration reg({
                 "K^l as the sum over heads (Eq. 10) or their mean",
                 0,
                 0,
-                {"sum", "mean"}}},
+                {"sum", "mean"}},
+               {"hcc_keep",
+                ParamType::kChoice,
+                "budget",
+                "what a layer keeps under HCC: its budget φ^l split by Eq. 8, or its need, the "
+                "Eq. 9 sets (k_v visual + k_t text), with later layers paying the difference",
+                0,
+                0,
+                {"budget", "need"}}},
     .needs = {},
     .lookahead = false,
     .merges = false,

@@ -45,5 +45,15 @@ TEST(MadaKV, AblationsOfTable3) {
   EXPECT_EQ(evicted_at(r[1], -1), (V{2, 3, 5, 6}));
 }
 
+TEST(MadaKV, NeedReadingKeepsTheSparsitySets) {
+  // hcc_keep = need: each layer keeps its Eq. 9 sets, k_v = 3 images by ψ (4, 2, then 1 and 1 tie:
+  // the newer, 3) and k_t = 2 texts (3, 2.5): {0, 1, 3, 4, 5}, whatever φ^l is.
+  auto p = kParams;
+  p["hcc_keep"] = "need";
+  const auto r = run_policy(madakv_trace("madakv_need.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{2, 6}));
+}
+
 }  // namespace
 }  // namespace kvsim::test
