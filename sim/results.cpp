@@ -184,9 +184,15 @@ std::string Summary::table() const {
                        std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
     char err[32] = "-";
     if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+    if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
+      std::snprintf(line, sizeof line, "%-14s %-18s %8.1f %8s %8s %8s %10s %11s %11s\n",
+                    cfg.label.c_str(), budget.c_str(), kept, "-", "-", "-", "-", "-", "-");
+      os << line;
+      continue;
+    }
     std::snprintf(line, sizeof line, "%-14s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %11.2f\n",
                   cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
-                  a.recall / n, a.count ? a.min_recall : 0.0, err, mib);
+                  a.recall / n, a.min_recall, err, mib);
     os << line;
   }
   return os.str();
