@@ -24,6 +24,7 @@
 #include <map>
 
 #include "policies/policy.hpp"
+#include "policies/scorers.hpp"
 #include "policies/selection.hpp"
 
 namespace kvsim {
@@ -118,29 +119,6 @@ class Avl final : public Policy {
     std::vector<int> secondary, core;              // image positions, sorted
     std::vector<std::vector<double>> text_scores;  // [kv head][position]
   };
-
-  // Eq. 1: the last prompt token's attention, averaged over all query heads.
-  static std::vector<double> last_token_attention(const LayerView& view) {
-    const LayerAttention& att = view.attention();
-    std::vector<double> s(view.prompt_len(), 0.0);
-    for (int h = 0; h < att.num_heads(); ++h) {
-      const float* row = att.prefill_window_row(h, att.prefill_window() - 1);
-      for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / att.num_heads();
-    }
-    return s;
-  }
-
-  // The k highest-scoring of `candidates` (ties: the newer), returned sorted by position.
-  static std::vector<int> top_positions(const std::vector<int>& candidates,
-                                        const std::vector<double>& score, int k) {
-    std::vector<double> s(candidates.size());
-    for (std::size_t i = 0; i < candidates.size(); ++i) s[i] = score[candidates[i]];
-    const auto keep = keep_top_scores(s, k);
-    std::vector<int> out;
-    for (std::size_t i = 0; i < candidates.size(); ++i)
-      if (keep[i]) out.push_back(candidates[i]);
-    return out;
-  }
 
   void trim_text(const Layer& st, KvCache& cache, int g,
                  const std::vector<std::uint8_t>& mod) const {

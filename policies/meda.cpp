@@ -22,11 +22,10 @@
 // `compress_at = first_decode` are the released code's readings (entropy of the full attention
 // map; compression at the first decode step, which then attends the full cache and whose token
 // joins the recent window). `allocation = uniform` and `merge = false` are the ablations.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 
+#include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/selection.hpp"
 
@@ -82,73 +81,10 @@ class Meda final : public Policy {
         if (view.modality()[cache.position(g, e)] == 0) score[e] += top;                // Eq. 9
       const auto keep = keep_top_scores(score, S, sink_and_recent_mask(n, 0, recent));  // Eq. 10
       if (merge_)
-        merge_into_kept(view, cache, g, keep);
+        merge_unselected(view, cache, g, keep, MergeKind::kAverage);  // Eq. 11-12
       else
         cache.keep_only(g, keep);
     }
-  }
-
-  // Eq. 11-12.
-  void merge_into_kept(const LayerView& view, KvCache& cache, int g,
-                       const std::vector<std::uint8_t>& keep) const {
-    const auto& t = view.attention().tensors();
-    const int d = cache.head_dim();
-    std::vector<int> kept, less;
-    for (int e = 0; e < cache.size(g); ++e) (keep[e] ? kept : less).push_back(cache.position(g, e));
-    const std::vector<float> kk = unit_keys(t, g, kept, d), kl = unit_keys(t, g, less, d);
-    std::vector<float> sim(less.size() * kept.size());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(less.size()),
-                static_cast<int>(kept.size()), d, 1.0f, kl.data(), d, kk.data(), d, 0.0f,
-                sim.data(), static_cast<int>(kept.size()));
-    std::vector<int> target(less.size());
-    std::vector<std::vector<int>> members(kept.size());
-    for (std::size_t i = 0; i < less.size(); ++i) {
-      const float* row = &sim[i * kept.size()];
-      int best = 0;
-      for (std::size_t j = 1; j < kept.size(); ++j)
-        if (row[j] >= row[best]) best = static_cast<int>(j);  // ties: the newer kept entry
-      target[i] = best;
-      members[best].push_back(less[i]);
-    }
-    std::vector<std::vector<float>> merged_k(kept.size()), merged_v(kept.size());
-    for (std::size_t j = 0; j < kept.size(); ++j) {
-      if (members[j].empty()) continue;
-      merged_k[j] = average(t.k, kept[j], members[j], g, d);
-      merged_v[j] =
-          t.has_v() ? average(t.v, kept[j], members[j], g, d) : std::vector<float>(d, 0.0f);
-    }
-    for (std::size_t i = 0; i < less.size(); ++i) {
-      const auto& pos = cache.positions(g);
-      const int from =
-          static_cast<int>(std::lower_bound(pos.begin(), pos.end(), less[i]) - pos.begin());
-      const int into =
-          static_cast<int>(std::lower_bound(pos.begin(), pos.end(), kept[target[i]]) - pos.begin());
-      cache.merge(g, from, into, merged_k[target[i]].data(), merged_v[target[i]].data());
-    }
-  }
-
-  static std::vector<float> unit_keys(const LayerTensors& t, int g, const std::vector<int>& pos,
-                                      int d) {
-    std::vector<float> out(pos.size() * d);
-    for (std::size_t i = 0; i < pos.size(); ++i) {
-      const float* k = &t.k(pos[i], g, 0);
-      double norm = 0;
-      for (int e = 0; e < d; ++e) norm += static_cast<double>(k[e]) * k[e];
-      const float inv = norm > 0 ? static_cast<float>(1 / std::sqrt(norm)) : 0.0f;
-      for (int e = 0; e < d; ++e) out[i * d + e] = k[e] * inv;
-    }
-    return out;
-  }
-
-  static std::vector<float> average(const xt::xtensor<float, 3>& x, int kept,
-                                    const std::vector<int>& members, int g, int d) {
-    std::vector<double> sum(d);
-    for (int e = 0; e < d; ++e) sum[e] = x(kept, g, e);
-    for (int m : members)
-      for (int e = 0; e < d; ++e) sum[e] += x(m, g, e);
-    std::vector<float> out(d);
-    for (int e = 0; e < d; ++e) out[e] = static_cast<float>(sum[e] / (members.size() + 1));
-    return out;
   }
 
   int budget_;

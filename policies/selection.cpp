@@ -36,6 +36,17 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
   return mask;
 }
 
+std::vector<int> top_positions(const std::vector<int>& positions, const std::vector<double>& score,
+                               int k) {
+  std::vector<double> s(positions.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) s[i] = score[positions[i]];
+  const auto keep = keep_top_scores(s, k);
+  std::vector<int> out;
+  for (std::size_t i = 0; i < positions.size(); ++i)
+    if (keep[i]) out.push_back(positions[i]);
+  return out;
+}
+
 std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent) {
   std::vector<std::uint8_t> m(n, 0);
   for (int e = 0; e < std::min(n, sinks); ++e) m[e] = 1;

@@ -14,6 +14,10 @@ namespace kvsim {
 std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int keep,
                                           std::span<const std::uint8_t> forced = {});
 
+// The k highest-scoring of `positions` by score[position] (ties to the newer), sorted by position.
+std::vector<int> top_positions(const std::vector<int>& positions, const std::vector<double>& score,
+                               int k);
+
 // Forced mask for "the first `sinks` entries and the last `recent` entries".
 std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "policies/policy.hpp"
+#include "policies/scorers.hpp"
 #include "policies/selection.hpp"
 
 namespace kvsim {
@@ -35,20 +36,11 @@ class SnapKV final : public Policy {
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len(), group = view.group_size();
+    const int P = view.prompt_len();
     if (P <= budget_) return;
     const int prefix = P - window_;
-    const auto& att = view.attention();
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<double> score(prefix, 0.0);
-      for (int r = 0; r < group; ++r)
-        for (int w = 0; w < window_; ++w) {
-          const float* row =
-              att.prefill_window_row(g * group + r, att.prefill_window() - window_ + w);
-          for (int j = 0; j < prefix; ++j) score[j] += row[j];
-        }
-      for (auto& x : score) x /= group;
-      score = max_pool_ ? pool_max(score, kernel_) : pool_avg(score, kernel_);
+      std::vector<double> score = snapkv_scores(view, g, {window_, kernel_, max_pool_});
       score.resize(P, 0.0);  // window entries are forced, their score is unused
       std::vector<std::uint8_t> forced(P, 0);
       for (int j = prefix; j < P; ++j) forced[j] = 1;

@@ -25,6 +25,7 @@
 #include <map>
 
 #include "policies/policy.hpp"
+#include "policies/scorers.hpp"
 #include "policies/selection.hpp"
 
 namespace kvsim {
@@ -77,8 +78,8 @@ class St3 final : public Policy {
     if (pvtp_ && l >= first_layer_ && (l - first_layer_) % stride_ == 0) {
       const double ratio = l == first_layer_ ? first_ratio_ : ratio_;
       const int pruned = static_cast<int>(std::floor(ratio * original_visual_ + 1e-9));
-      visual_ =
-          top(visual_, previous_scores_, std::max(0, static_cast<int>(visual_.size()) - pruned));
+      visual_ = top_positions(visual_, previous_scores_,
+                              std::max(0, static_cast<int>(visual_.size()) - pruned));
     }
     previous_scores_ = last_token_attention(view);  // ranks the next layer's pruning (Eq. 3)
     Layer& st = layers_[l];
@@ -132,28 +133,6 @@ class St3 final : public Policy {
       }
       if (any) cache.keep_only(g, keep);
     }
-  }
-
-  static std::vector<double> last_token_attention(const LayerView& view) {
-    const LayerAttention& att = view.attention();
-    std::vector<double> s(view.prompt_len(), 0.0);
-    for (int h = 0; h < att.num_heads(); ++h) {
-      const float* row = att.prefill_window_row(h, att.prefill_window() - 1);
-      for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / att.num_heads();
-    }
-    return s;
-  }
-
-  // The k best of `positions` by score (ties to the newer), sorted by position.
-  static std::vector<int> top(const std::vector<int>& positions, const std::vector<double>& score,
-                              int k) {
-    std::vector<double> s(positions.size());
-    for (std::size_t i = 0; i < positions.size(); ++i) s[i] = score[positions[i]];
-    const auto keep = keep_top_scores(s, k);
-    std::vector<int> out;
-    for (std::size_t i = 0; i < positions.size(); ++i)
-      if (keep[i]) out.push_back(positions[i]);
-    return out;
   }
 
   int stride_;

@@ -1,0 +1,91 @@
+#include "policies/merging.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvsim {
+
+namespace {
+
+// Rows of unit keys (raw keys divided by their norm; zero stays zero) of the given positions.
+std::vector<float> unit_keys(const LayerTensors& t, int g, const std::vector<int>& pos, int d) {
+  std::vector<float> out(pos.size() * d);
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    const float* k = &t.k(pos[i], g, 0);
+    double norm = 0;
+    for (int e = 0; e < d; ++e) norm += static_cast<double>(k[e]) * k[e];
+    const float inv = norm > 0 ? static_cast<float>(1 / std::sqrt(norm)) : 0.0f;
+    for (int e = 0; e < d; ++e) out[i * d + e] = k[e] * inv;
+  }
+  return out;
+}
+
+struct Member {
+  int position;
+  float similarity;
+};
+
+std::vector<float> combine(const xt::xtensor<float, 3>& x, int kept,
+                           const std::vector<Member>& members, int g, int d, MergeKind kind) {
+  std::vector<double> sum(d);
+  for (int e = 0; e < d; ++e) sum[e] = x(kept, g, e);
+  for (const Member& m : members)
+    for (int e = 0; e < d; ++e) {
+      const double xi = x(m.position, g, e), xj = x(kept, g, e);
+      sum[e] += kind == MergeKind::kAverage   ? xi
+                : kind == MergeKind::kPivotal ? (xi + xj) / 2
+                                              : m.similarity * xi;
+    }
+  std::vector<float> out(d);
+  for (int e = 0; e < d; ++e) out[e] = static_cast<float>(sum[e] / (members.size() + 1));
+  return out;
+}
+
+}  // namespace
+
+void merge_unselected(const LayerView& view, KvCache& cache, int g,
+                      const std::vector<std::uint8_t>& keep, MergeKind kind) {
+  const auto& t = view.attention().tensors();
+  const int d = cache.head_dim();
+  std::vector<int> kept, less;
+  for (int e = 0; e < cache.size(g); ++e) (keep[e] ? kept : less).push_back(cache.position(g, e));
+  if (less.empty()) return;
+  if (kept.empty()) {  // nothing to merge into: plain eviction
+    cache.keep_only(g, keep);
+    return;
+  }
+  const std::vector<float> kk = unit_keys(t, g, kept, d), kl = unit_keys(t, g, less, d);
+  std::vector<float> sim(less.size() * kept.size());
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(less.size()),
+              static_cast<int>(kept.size()), d, 1.0f, kl.data(), d, kk.data(), d, 0.0f, sim.data(),
+              static_cast<int>(kept.size()));
+  std::vector<int> target(less.size());
+  std::vector<std::vector<Member>> members(kept.size());
+  for (std::size_t i = 0; i < less.size(); ++i) {
+    const float* row = &sim[i * kept.size()];
+    int best = 0;
+    for (std::size_t j = 1; j < kept.size(); ++j)
+      if (row[j] >= row[best]) best = static_cast<int>(j);  // ties: the newer kept entry
+    target[i] = best;
+    members[best].push_back({less[i], row[best]});
+  }
+  std::vector<std::vector<float>> merged_k(kept.size()), merged_v(kept.size());
+  for (std::size_t j = 0; j < kept.size(); ++j) {
+    if (members[j].empty()) continue;
+    merged_k[j] = combine(t.k, kept[j], members[j], g, d, kind);
+    merged_v[j] =
+        t.has_v() ? combine(t.v, kept[j], members[j], g, d, kind) : std::vector<float>(d, 0.0f);
+  }
+  for (std::size_t i = 0; i < less.size(); ++i) {
+    const auto& pos = cache.positions(g);
+    const auto index = [&](int p) {
+      return static_cast<int>(std::lower_bound(pos.begin(), pos.end(), p) - pos.begin());
+    };
+    cache.merge(g, index(less[i]), index(kept[target[i]]), merged_k[target[i]].data(),
+                merged_v[target[i]].data());
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,40 @@
+#include "policies/scorers.hpp"
+
+#include "policies/selection.hpp"
+
+namespace kvsim {
+
+std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScoring& s) {
+  const auto& att = view.attention();
+  const int group = view.group_size(), prefix = view.prompt_len() - s.window;
+  std::vector<double> score(std::max(prefix, 0), 0.0);
+  for (int r = 0; r < group; ++r)
+    for (int w = 0; w < s.window; ++w) {
+      const float* row = att.prefill_window_row(g * group + r, att.prefill_window() - s.window + w);
+      for (int j = 0; j < prefix; ++j) score[j] += row[j];
+    }
+  for (auto& x : score) x /= group;
+  return s.max_pool ? pool_max(score, s.kernel) : pool_avg(score, s.kernel);
+}
+
+std::vector<double> prompt_column_scores(const LayerView& view, int g) {
+  const int group = view.group_size();
+  std::vector<double> score(view.prompt_len(), 0.0);
+  for (int r = 0; r < group; ++r) {
+    const float* col = view.attention().prefill_column_sums(g * group + r);
+    for (int j = 0; j < view.prompt_len(); ++j) score[j] += col[j];
+  }
+  return score;
+}
+
+std::vector<double> last_token_attention(const LayerView& view) {
+  const LayerAttention& att = view.attention();
+  std::vector<double> s(view.prompt_len(), 0.0);
+  for (int h = 0; h < att.num_heads(); ++h) {
+    const float* row = att.prefill_window_row(h, att.prefill_window() - 1);
+    for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / att.num_heads();
+  }
+  return s;
+}
+
+}  // namespace kvsim
