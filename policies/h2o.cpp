@@ -6,6 +6,8 @@
 // than B entries are held: keep the `recent` most recent entries and, of the others, the highest
 // scores; ties evict the older position.
 // Reading chosen: `recent` is a percentage of B rounded down (H2O's recent_ratio * budget).
+// `mode = oneshot` is KVCache-Factory's H2O: prompt column sums decide once at the end of the
+// prefill and decoding appends without eviction.
 #include <algorithm>
 #include <cmath>
 
@@ -18,7 +20,9 @@ namespace {
 class H2O final : public Policy {
  public:
   H2O(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "h2o")), total_len_(s.total_len()) {
+      : budget_(resolve_budget(p, s.prompt_len, "h2o")),
+        oneshot_(p.get_string("mode") == "oneshot"),
+        total_len_(s.total_len()) {
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
                         : static_cast<int>(r.value);
@@ -37,6 +41,7 @@ class H2O final : public Policy {
   }
 
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    if (oneshot_) return;
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const int n = cache.size(g);
       for (int r = 0; r < att.group; ++r) {
@@ -47,7 +52,7 @@ class H2O final : public Policy {
     trim(cache);
   }
 
-  int capacity(int, int) const override { return budget_; }
+  int capacity(int, int) const override { return oneshot_ ? -1 : budget_; }
 
  private:
   void trim(KvCache& cache) const {
@@ -60,6 +65,7 @@ class H2O final : public Policy {
     }
   }
   int budget_;
+  bool oneshot_;
   int recent_ = 0;
   int total_len_;
   std::vector<std::vector<double>> scores_;  // [kv head][position]
@@ -74,7 +80,15 @@ const PolicyRegistration reg({
                {"recent", ParamType::kSize, "50%",
                 "most recent entries always kept: a count, or a percentage of the budget "
                 "(rounded down)",
-                0, 1e9}},
+                0, 1e9},
+               {"mode",
+                ParamType::kChoice,
+                "cumulative",
+                "cumulative (paper: every step accumulates and evicts) or oneshot (prompt scores "
+                "at the prefill only)",
+                0,
+                0,
+                {"cumulative", "oneshot"}}},
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
     .lookahead = false,
     .merges = false,

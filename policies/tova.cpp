@@ -1,0 +1,61 @@
+// tova: Token Omission Via Attention (Oren et al. 2024, "Transformers are Multi-State RNNs",
+// Sec. 4): whenever the cache exceeds its budget, the entry with the lowest attention from the
+// current query, averaged over the layer's heads, is dropped. At the end of the prefill the
+// current query is the last prompt token, so the top B entries by its attention stay. One set
+// per layer (the paper averages over heads), ties evict the older.
+#include "policies/policy.hpp"
+#include "policies/scorers.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+namespace {
+
+class Tova final : public Policy {
+ public:
+  Tova(const ParamSet& p, const SampleInfo& s) : budget_(resolve_budget(p, s.prompt_len, "tova")) {}
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    keep_best(cache, last_token_attention(view));
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    std::vector<double> score(view.prompt_len() + view.gen_len(), 0.0);
+    const int heads = att.group * cache.kv_heads();
+    for (int g = 0; g < cache.kv_heads(); ++g)
+      for (int r = 0; r < att.group; ++r) {
+        const float* p = att.head(g, r, cache.size(g));
+        for (int e = 0; e < cache.size(g); ++e) score[cache.position(g, e)] += p[e] / heads;
+      }
+    keep_best(cache, score);
+  }
+
+  int capacity(int, int) const override { return budget_; }
+
+ private:
+  void keep_best(KvCache& cache, const std::vector<double>& score_by_position) const {
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      if (cache.size(g) <= budget_) continue;
+      std::vector<double> s(cache.size(g));
+      for (int e = 0; e < cache.size(g); ++e) s[e] = score_by_position[cache.position(g, e)];
+      cache.keep_only(g, keep_top_scores(s, budget_));
+    }
+  }
+  int budget_;
+};
+
+const PolicyRegistration reg({
+    .name = "tova",
+    .summary = "Evicts the entry the current query attends least (head-averaged), every step.",
+    .provenance = "Oren et al. 2024, TOVA, Sec. 4",
+    .params = {budget_param()},
+    .needs = {.prefill_column_sums = false, .prefill_window = 1},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<Tova>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim
