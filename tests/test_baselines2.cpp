@@ -64,3 +64,52 @@ TEST(H2O, OneshotDecidesAtThePrefillOnly) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// Uniform attention (q = 0): only the budgets matter.
+std::string flat_trace(const std::string& name, int P, int layers) {
+  return TinyTrace{.prompt_len = P,
+                   .weights = std::vector<double>(P + 1, 1.0),
+                   .query_power = std::vector<double>(P + 1, 0.0),
+                   .layers = layers}
+      .write(name);
+}
+
+TEST(PyramidKV, LinearLayerBudgets) {
+  // L = 4, P = 20, B = 8, w = 2, β = 3: min = 6 // 3 = 2, max = 12 - 2 = 10.
+  // exact: 10, 7.33, 4.67, 2 -> floors 10, 7, 4, 2 (23), the remainder 1 to the largest fraction
+  // (layer 2): 10, 7, 5, 2 (sum 24 = 4 x 6). reference: step (10 - 2) // 3 = 2 -> 10, 8, 6, 4.
+  const std::string path = flat_trace("pyramid.h5", 20, 4);
+  const std::map<std::string, std::string> p = {
+      {"budget", "8"}, {"window", "2"}, {"beta", "3"}, {"kernel", "1"}};
+  auto r = run_policy(path, "pyramidkv", p);
+  const std::vector<int> exact = {12, 9, 7, 4}, reference = {12, 10, 8, 6};
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(r[l].prefill_kept_min, exact[l]) << l;
+  auto q = p;
+  q["rounding"] = "reference";
+  r = run_policy(path, "pyramidkv", q);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(r[l].prefill_kept_min, reference[l]) << l;
+  // P = 20 < 2 (B - w) = 22 with B = 13: the uniform fall-back keeps B everywhere.
+  q = p;
+  q["budget"] = "13";
+  for (const auto& layer : run_policy(path, "pyramidkv", q)) EXPECT_EQ(layer.prefill_kept_min, 13);
+}
+
+TEST(AdaKV, HeadsShareTheLayerBudgetAboveAFloor) {
+  // Two KV heads, P = 6, window 1, kernel 1, B = 3 (2 prefix entries per head), α = .5 -> a
+  // floor of 1 per head; 2 more go to the best remaining scores of either head.
+  // Head 0's last prompt row: [1 8 1 1 1] / 13 over the prefix; head 1's: [4 4 3 1 1] / 14.
+  // Floors: head 0 -> 1; head 1 -> 1 (tie with 0, the newer). Joint: head 1's 0 (.286) and 2
+  // (.214) beat head 0's .077s. Head 0 keeps {1, 5}, head 1 keeps {0, 1, 2, 5}.
+  TinyTrace t{
+      .prompt_len = 6, .weights = {1, 8, 1, 1, 1, 1, 1}, .weights_kv1 = {4, 4, 3, 1, 1, 1, 1}};
+  const auto r = run_policy(t.write("adakv.h5"), "adakv",
+                            {{"budget", "3"}, {"window", "1"}, {"kernel", "1"}, {"alpha", "0.5"}});
+  EXPECT_EQ(evicted_at(r[0], -1, 0), (V{0, 2, 3, 4}));
+  EXPECT_EQ(evicted_at(r[0], -1, 1), (V{3, 4}));
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -20,8 +20,9 @@ std::string TinyTrace::write(const std::string& name) const {
   TraceInfo info;
   info.model = "tiny";
   info.num_layers = layers;
-  info.num_heads = heads;
-  info.num_kv_heads = 1;
+  info.num_heads = weights_kv1.empty() ? heads : 2;
+  const int kv = weights_kv1.empty() ? 1 : 2;
+  info.num_kv_heads = kv;
   info.head_dim = 1;
   info.scale = 1.0;
   info.scale_given = true;
@@ -39,19 +40,22 @@ std::string TinyTrace::write(const std::string& name) const {
   for (int l = 0; l < layers; ++l) {
     LayerTensors t;
     t.layer = l;
-    t.q = xt::zeros<float>({std::size_t(T), std::size_t(heads), std::size_t(1)});
-    t.k = xt::zeros<float>({std::size_t(T), std::size_t(1), std::size_t(1)});
+    const int H = info.num_heads;
+    t.q = xt::zeros<float>({std::size_t(T), std::size_t(H), std::size_t(1)});
+    t.k = xt::zeros<float>({std::size_t(T), std::size_t(kv), std::size_t(1)});
     for (int i = 0; i < T; ++i) {
       const double c = (query_power.empty() ? 1.0 : query_power[i]) *
                        (l < static_cast<int>(layer_power.size()) ? layer_power[l] : 1.0);
-      for (int h = 0; h < heads; ++h)
+      for (int h = 0; h < H; ++h)
         t.q(i, h, 0) =
             static_cast<float>(c * (h < static_cast<int>(head_power.size()) ? head_power[h] : 1.0));
       t.k(i, 0, 0) = static_cast<float>(std::log(weights[i]));
+      if (kv == 2) t.k(i, 1, 0) = static_cast<float>(std::log(weights_kv1[i]));
     }
     if (!values.empty()) {
-      t.v = xt::zeros<float>({std::size_t(T), std::size_t(1), std::size_t(1)});
-      for (int i = 0; i < T; ++i) t.v(i, 0, 0) = static_cast<float>(values[i]);
+      t.v = xt::zeros<float>({std::size_t(T), std::size_t(kv), std::size_t(1)});
+      for (int i = 0; i < T; ++i)
+        for (int g = 0; g < kv; ++g) t.v(i, g, 0) = static_cast<float>(values[i]);
     }
     w.write_layer(s, t);
   }

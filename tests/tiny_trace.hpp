@@ -21,6 +21,8 @@ struct TinyTrace {
   std::vector<std::uint8_t> modality;  // default all text
   int layers = 1;
   int heads = 1;  // query heads; all share the single KV head (GQA when > 1)
+  // A second KV head with its own weights (then heads = 2, query head h uses KV head h).
+  std::vector<double> weights_kv1;
   // Query power of head h > 0 at position i: query_power[i] * head_power[h] (default 1).
   std::vector<double> head_power;
   // Query power of layer l: multiplies every query of that layer (default 1).
