@@ -208,9 +208,10 @@ TEST(Engine, EveryPolicyKeepsItsLogsConsistent) {
   for (const auto& name : PolicyRegistry::instance().names()) {
     const PolicyInfo& info = PolicyRegistry::instance().get(name);
     std::map<std::string, std::string> params;
-    for (const auto& spec : info.params)
+    for (const auto& spec : info.params) {
       if (spec.name == "budget") params["budget"] = "24";
-    if (name == "snapkv") params["window"] = "8";
+      if (spec.name == "window") params["window"] = "8";
+    }
     for (const auto& r : run_policy(path, name, params)) {
       for (std::size_t g = 0; g < r.evicted.size(); ++g) {
         std::set<int> gone;
