@@ -51,17 +51,21 @@ class MadaKV final : public Policy {
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const std::vector<double> psi = proxy_importance(view, g);
       std::vector<int> vis, txt;
-      for (int j = 0; j < P; ++j) (view.modality()[j] != 0 ? vis : txt).push_back(j);
+      std::vector<std::uint8_t> is_text(P);
+      for (int j = 0; j < P; ++j) {
+        is_text[j] = view.modality()[j] == 0;
+        (is_text[j] ? txt : vis).push_back(j);
+      }
       const double wv = sum_of(psi, vis), wt = sum_of(psi, txt);
       const int kv = fewest_reaching(psi, vis, theta_ * wv),
                 kt = fewest_reaching(psi, txt, theta_ * wt);
       overflow += kv + kt - phi;
       if (hcc_ && keep_need_)  // the layer spends what Eq. 9 says it needs; later layers pay
         cache.keep_only(
-            g, mpa_ ? keep_per_modality(psi, vis, txt, kv, kt) : keep_top_scores(psi, kv + kt));
+            g, mpa_ ? keep_with_quotas(psi, is_text, kt, kv) : keep_top_scores(psi, kv + kt));
       else if (P > phi)
-        cache.keep_only(
-            g, mpa_ ? modality_split(psi, vis, txt, wv, wt, phi) : keep_top_scores(psi, phi));
+        cache.keep_only(g, mpa_ ? modality_split(psi, is_text, vis, txt, wv, wt, phi)
+                                : keep_top_scores(psi, phi));
     }
     if (mean_compensation_) overflow /= cache.kv_heads();
     const int layers_left = view.num_layers() - view.layer() - 1;
@@ -104,6 +108,7 @@ class MadaKV final : public Policy {
 
   // Eq. 8: per-modality budgets from the head's preference, each filled by ψ.
   static std::vector<std::uint8_t> modality_split(const std::vector<double>& psi,
+                                                  const std::vector<std::uint8_t>& is_text,
                                                   const std::vector<int>& vis,
                                                   const std::vector<int>& txt, double wv, double wt,
                                                   int phi) {
@@ -112,21 +117,7 @@ class MadaKV final : public Policy {
     nv = std::min<int>(nv, vis.size());
     int nt = std::min<int>(phi - nv, txt.size());
     nv = std::min<int>(phi - nt, vis.size());  // a short modality passes its surplus on
-    return keep_per_modality(psi, vis, txt, nv, nt);
-  }
-
-  // The top nv visual and top nt text tokens by ψ.
-  static std::vector<std::uint8_t> keep_per_modality(const std::vector<double>& psi,
-                                                     const std::vector<int>& vis,
-                                                     const std::vector<int>& txt, int nv, int nt) {
-    std::vector<std::uint8_t> keep(psi.size(), 0);
-    for (const auto& [idx, n] : {std::pair{&vis, nv}, std::pair{&txt, nt}}) {
-      std::vector<double> s;
-      for (int i : *idx) s.push_back(psi[i]);
-      const auto k = keep_top_scores(s, n);
-      for (std::size_t i = 0; i < idx->size(); ++i) keep[(*idx)[i]] = k[i];
-    }
-    return keep;
+    return keep_with_quotas(psi, is_text, nt, nv);
   }
 
   int budget_, proxy_;

@@ -36,6 +36,36 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
   return mask;
 }
 
+std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
+                                          std::span<const std::uint8_t> is_text, int keep,
+                                          std::span<const std::uint8_t> forced) {
+  // Text first: lift every text score above the largest vision score, preserving each order.
+  double top = 0, low = 0;
+  for (std::size_t e = 0; e < scores.size(); ++e) {
+    top = std::max(top, scores[e]);
+    low = std::min(low, scores[e]);
+  }
+  std::vector<double> lifted(scores.begin(), scores.end());
+  for (std::size_t e = 0; e < lifted.size(); ++e)
+    if (is_text[e]) lifted[e] += (top - low) + 1;
+  return keep_top_scores(lifted, keep, forced);
+}
+
+std::vector<std::uint8_t> keep_with_quotas(std::span<const double> scores,
+                                           std::span<const std::uint8_t> is_text, int text_quota,
+                                           int vision_quota) {
+  std::vector<std::uint8_t> keep(scores.size(), 0);
+  for (const bool text : {true, false}) {
+    std::vector<std::size_t> idx;
+    std::vector<double> s;
+    for (std::size_t e = 0; e < scores.size(); ++e)
+      if (static_cast<bool>(is_text[e]) == text) idx.push_back(e), s.push_back(scores[e]);
+    const auto k = keep_top_scores(s, text ? text_quota : vision_quota);
+    for (std::size_t i = 0; i < idx.size(); ++i) keep[idx[i]] = k[i];
+  }
+  return keep;
+}
+
 std::vector<int> top_positions(const std::vector<int>& positions, const std::vector<double>& score,
                                int k) {
   std::vector<double> s(positions.size());

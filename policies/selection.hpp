@@ -18,6 +18,18 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
 std::vector<int> top_positions(const std::vector<int>& positions, const std::vector<double>& score,
                                int k);
 
+// Modality-aware selectors (LOOK-M, MEDA, MadaKV, A-VL). `is_text` has one flag per entry.
+// Text-prior: forced entries, then every text entry before any vision entry, each modality by
+// score (ties to the newer).
+std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
+                                          std::span<const std::uint8_t> is_text, int keep,
+                                          std::span<const std::uint8_t> forced = {});
+// Per-modality quotas: the top `text_quota` text entries and the top `vision_quota` vision
+// entries, each by score (ties to the newer).
+std::vector<std::uint8_t> keep_with_quotas(std::span<const double> scores,
+                                           std::span<const std::uint8_t> is_text, int text_quota,
+                                           int vision_quota);
+
 // Forced mask for "the first `sinks` entries and the last `recent` entries".
 std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
 

@@ -2,6 +2,8 @@
 // (tiny_trace.hpp: p_ij ∝ w_j).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -109,6 +111,62 @@ TEST(AdaKV, HeadsShareTheLayerBudgetAboveAFloor) {
                             {{"budget", "3"}, {"window", "1"}, {"kernel", "1"}, {"alpha", "0.5"}});
   EXPECT_EQ(evicted_at(r[0], -1, 0), (V{0, 2, 3, 4}));
   EXPECT_EQ(evicted_at(r[0], -1, 1), (V{3, 4}));
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// P = 8, modality [T I I I I T T T], w = [1, 10, 1, 1, 1, .5, 1, 1 | 1], B = 4,
+// recent_ratio .5 -> M = 2 ({6, 7}), 1 sink ({0}); the last slot goes to text 5 although image 1
+// holds far more attention (text-prior). Keys are ln w: k1 > 0, k2..k4 = 0 (cosine 0 with
+// everything), k5 < 0, k0 = k6 = k7 = 0. Every evicted entry's best similarity is 0, shared by
+// 0, 6 and 7 -> the newest, 7.
+std::string lookm_trace(const std::string& name) {
+  return TinyTrace{.prompt_len = 8,
+                   .weights = {1, 10, 1, 1, 1, 0.5, 1, 1, 1},
+                   .values = {1, 2, 3, 4, 5, 6, 7, 8, 9},
+                   .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0}}
+      .write(name);
+}
+
+const std::map<std::string, std::string> kLookM = {
+    {"budget", "4"}, {"recent_ratio", "0.5"}, {"sinks", "1"}};
+
+TEST(LookM, TextPriorEviction) {
+  auto p = kLookM;
+  p["merge"] = "none";
+  const auto r = run_policy(lookm_trace("lookm.h5"), "lookm", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{1, 2, 3, 4}));
+}
+
+TEST(LookM, MergeVariants) {
+  // Into 7 (k = 0, v = 8) merge 1 (ln 10, v 2), 2, 3, 4 (k 0; v 3, 4, 5):
+  //   average  k = ln 10 / 5,                  v = (8 + 2 + 3 + 4 + 5) / 5
+  //   pivotal  k = (0 + ln 10 / 2) / 5,         v = (8 + (2+8)/2 + (3+8)/2 + (4+8)/2 + (5+8)/2) / 5
+  //   weighted (similarities 0)  k = 0,         v = 8 / 5
+  TraceReader reader(lookm_trace("lookm_merge.h5"));
+  const SampleInfo s = reader.read_sample("s0");
+  const double ln10 = std::log(10.0);
+  const std::map<std::string, std::pair<double, double>> want = {{"average", {ln10 / 5, 22.0 / 5}},
+                                                                 {"pivotal", {ln10 / 10, 31.0 / 5}},
+                                                                 {"weighted", {0, 8.0 / 5}}};
+  for (const auto& [kind, kv] : want) {
+    auto p = kLookM;
+    p["merge"] = kind;
+    const PolicyConfig cfg = make_policy_config("lookm", p);
+    const LayerAttention att(reader.info(), s, reader.read_layer(s, 0), cfg.needs(), 1);
+    KvCache cache(1, 1);
+    cache.fill_prompt(s.prompt_len);
+    cfg.info->create(cfg.params, s)->on_prefill(LayerView(att, false), cache);
+    ASSERT_EQ(cache.positions(0), (std::vector<std::int32_t>{0, 5, 6, 7})) << kind;
+    ASSERT_EQ(cache.merges(0).size(), 4u) << kind;
+    EXPECT_EQ(cache.merges(0)[0].into_position, 7) << kind;
+    EXPECT_NEAR(cache.merged_key(0, 3)[0], kv.first, 1e-6) << kind;
+    EXPECT_NEAR(cache.merged_value(0, 3)[0], kv.second, 1e-6) << kind;
+  }
 }
 
 }  // namespace

@@ -81,6 +81,8 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"meda", {{"budget", "12"}}},
       {"avl", {}},
       {"fastv", {}},
+      {"lookm", {{"budget", "16"}, {"merge", "pivotal"}}},
+      {"lookm", {{"budget", "16"}, {"merge", "weighted"}}},
       {"vtw", {{"K", "1"}}},
       {"tova", {{"budget", "16"}}},
       {"pyramidkv", {{"budget", "20"}, {"window", "4"}, {"kernel", "3"}}},
