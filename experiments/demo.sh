@@ -11,6 +11,7 @@ mkdir -p demo
 ./build/kvsim inspect demo/demo.h5
 ./build/kvsim replay --trace demo/demo.h5 \
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
+  --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy madakv --policy avl --policy st3 --policy meda \
   --budget 20% --out demo/results.csv --summary demo/summary.csv \
   --dump-decisions demo/decisions.h5

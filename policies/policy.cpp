@@ -1,5 +1,6 @@
 #include "policies/policy.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace kvsim {
@@ -45,8 +46,23 @@ PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides) {
   PolicyConfig c;
   c.label = name;
-  c.info = &PolicyRegistry::instance().get(name);
-  c.params = resolve_params(name, c.info->params, overrides);
+  std::map<std::string, std::string> values;
+  std::string policy = name;
+  if (name.find(':') != std::string::npos) {
+    const auto& presets = policy_presets();
+    const auto it = std::find_if(presets.begin(), presets.end(),
+                                 [&](const PolicyPreset& p) { return p.name == name; });
+    if (it == presets.end()) {
+      std::string known;
+      for (const auto& p : presets) known += (known.empty() ? "" : ", ") + p.name;
+      throw std::invalid_argument("unknown preset '" + name + "' (known: " + known + ")");
+    }
+    policy = it->policy;
+    values = it->params;
+  }
+  for (const auto& [k, v] : overrides) values[k] = v;
+  c.info = &PolicyRegistry::instance().get(policy);
+  c.params = resolve_params(name, c.info->params, values);
   return c;
 }
 

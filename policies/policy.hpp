@@ -111,6 +111,18 @@ struct PolicyConfig {
   }
 };
 
+// A named parameter set pinning one reference reading of a method (policies/presets.cpp).
+struct PolicyPreset {
+  std::string name;    // "<policy>:<reading>", e.g. "snapkv:kvpress"
+  std::string policy;  // the registered policy it configures
+  std::map<std::string, std::string> params;
+  std::string provenance;
+  std::string summary;
+};
+const std::vector<PolicyPreset>& policy_presets();
+
+// `name` is a policy or a preset; the label is `name`. Preset values apply first, then
+// `overrides`; every value is validated against the policy's declarations.
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 

@@ -9,7 +9,9 @@ Runner add_policies(CLI::App& app) {
   app.description(
       "List every registered policy: one-line description, provenance, and each parameter with "
       "its type, default, valid range and meaning. Set parameters with --set NAME.key=value or "
-      "an INI file (--config) with one [NAME] section per policy.");
+      "an INI file (--config) with one [NAME] section per policy. Then every preset: a named "
+      "parameter set pinning one reference reading (e.g. snapkv:kvpress), with its source and "
+      "its fully resolved parameters.");
   return [] {
     for (const auto& name : PolicyRegistry::instance().names()) {
       const PolicyInfo& p = PolicyRegistry::instance().get(name);
@@ -26,6 +28,12 @@ Runner add_policies(CLI::App& app) {
                     s.doc.c_str());
       }
       std::printf("\n");
+    }
+    std::printf("Presets (use as --policy NAME; --set NAME.key=value still applies):\n\n");
+    for (const auto& preset : policy_presets()) {
+      const PolicyConfig c = make_policy_config(preset.name, {});
+      std::printf("%s\n  %s\n  source: %s\n  resolved: %s\n\n", preset.name.c_str(),
+                  preset.summary.c_str(), preset.provenance.c_str(), c.params.str().c_str());
     }
     return 0;
   };

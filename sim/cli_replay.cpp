@@ -21,7 +21,7 @@ struct ReplayArgs {
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
   PolicyOverrides overrides;
   if (!a.config.empty()) overrides = read_policy_config(a.config);
-  for (const auto& [name, _] : overrides) PolicyRegistry::instance().get(name);  // known names
+  for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
   for (const auto& s : a.sets) {
     PolicyOverrides one;
     apply_set_option(s, one);
@@ -36,7 +36,7 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
     if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
       throw std::invalid_argument("--policy " + name + " given twice");
     auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    const PolicyInfo& info = PolicyRegistry::instance().get(name);
+    const PolicyInfo& info = *make_policy_config(name, {}).info;
     const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
                                         [](const ParamSpec& s) { return s.name == "budget"; });
     if (!a.budget.empty() && has_budget && !ov.count("budget")) ov["budget"] = a.budget;

@@ -167,8 +167,10 @@ void Summary::write_csv(const std::string& path) const {
 
 std::string Summary::table() const {
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-14s %-18s %8s %8s %8s %8s %10s %11s %11s\n", "policy",
+  char line[512];
+  int w = 14;  // label column: wide enough for preset names
+  for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
+  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %11s\n", w, "policy",
                 "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
                 "KV_MiB/step");
   os << line;
@@ -185,12 +187,12 @@ std::string Summary::table() const {
     char err[32] = "-";
     if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
-      std::snprintf(line, sizeof line, "%-14s %-18s %8.1f %8s %8s %8s %10s %11s %11s\n",
+      std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8s %8s %8s %10s %11s %11s\n", w,
                     cfg.label.c_str(), budget.c_str(), kept, "-", "-", "-", "-", "-", "-");
       os << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-14s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %11.2f\n",
+    std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %11.2f\n", w,
                   cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
                   a.recall / n, a.min_recall, err, mib);
     os << line;

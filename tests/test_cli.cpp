@@ -49,8 +49,31 @@ TEST(Cli, HelpEverywhere) {
 TEST(Cli, PoliciesListsParametersAndProvenance) {
   const CliRun r = kvsim("policies");
   EXPECT_EQ(r.code, 0);
-  for (const char* s : {"full", "streamingllm", "h2o", "snapkv", "oracle", "lookahead",
-                        "Zhang et al. 2023", "window", "kernel", "pooling", "recent", "sinks"})
+  for (const char* s : {"full",
+                        "streamingllm",
+                        "h2o",
+                        "snapkv",
+                        "oracle",
+                        "lookahead",
+                        "hae",
+                        "madakv",
+                        "avl",
+                        "st3",
+                        "meda",
+                        "fastv",
+                        "vtw",
+                        "pyramidkv",
+                        "adakv",
+                        "tova",
+                        "lookm",
+                        "snapkv:kvpress",
+                        "resolved: budget=20%,kernel=5,pooling=avg",
+                        "Zhang et al. 2023",
+                        "window",
+                        "kernel",
+                        "pooling",
+                        "recent",
+                        "sinks"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
 }
 

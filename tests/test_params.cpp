@@ -73,3 +73,27 @@ TEST(Config, IniSectionsAndSetOverrides) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Presets, PinAReferenceReading) {
+  const PolicyConfig c = make_policy_config("snapkv:kvpress", {});
+  EXPECT_EQ(c.label, "snapkv:kvpress");
+  EXPECT_EQ(c.info->name, "snapkv");
+  EXPECT_EQ(c.params.str(), "budget=20%,kernel=5,pooling=avg,window=64");
+  EXPECT_EQ(c.needs().prefill_window, 64);
+  // User overrides apply on top of the preset.
+  EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);
+  EXPECT_EQ(make_policy_config("pyramidkv:kvcache-factory", {}).params.get_string("rounding"),
+            "reference");
+  EXPECT_EQ(make_policy_config("h2o:oneshot", {}).params.get_string("mode"), "oneshot");
+  const std::string err = error_of([] { make_policy_config("snapkv:nope", {}); });
+  EXPECT_NE(err.find("unknown preset 'snapkv:nope' (known: snapkv:original"), std::string::npos)
+      << err;
+  // Every preset resolves against its policy's declarations.
+  for (const auto& p : policy_presets()) EXPECT_NO_THROW(make_policy_config(p.name, {})) << p.name;
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -1,0 +1,62 @@
+// Named parameter sets that pin what one reference repository or paper means by a method's name.
+// `--policy snapkv:kvpress` replays `snapkv` with these values (user --set still applies on top);
+// results record the label and the fully resolved parameters.
+#include "policies/policy.hpp"
+
+namespace kvsim {
+
+const std::vector<PolicyPreset>& policy_presets() {
+  static const std::vector<PolicyPreset> presets = {
+      {"snapkv:original",
+       "snapkv",
+       {{"window", "32"}, {"kernel", "7"}, {"pooling", "max"}},
+       "FasterDecoding/SnapKV snapkv/monkeypatch/snapkv_utils.py",
+       "window 32, max-pool 7, window votes summed"},
+      {"snapkv:kvpress",
+       "snapkv",
+       {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}},
+       "NVIDIA/kvpress kvpress/presses/snapkv_press.py (SnapKVPress)",
+       "window 64, average-pool 5, window votes averaged (ranks exactly as the sum)"},
+      {"h2o:paper",
+       "h2o",
+       {{"mode", "cumulative"}, {"recent", "50%"}},
+       "Zhang et al. 2023, H2O, Algorithm 1",
+       "per-step cumulative attention, half of the budget recent"},
+      {"h2o:oneshot",
+       "h2o",
+       {{"mode", "oneshot"}, {"recent", "50%"}},
+       "Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py (H2OKVCluster)",
+       "prompt column sums at the prefill only, then append"},
+      {"streamingllm:paper",
+       "streamingllm",
+       {{"sinks", "4"}},
+       "Xiao et al. 2024, StreamingLLM, Sec. 3.2",
+       "4 attention sinks + recent window"},
+      {"pyramidkv:kvcache-factory",
+       "pyramidkv",
+       {{"window", "8"},
+        {"kernel", "7"},
+        {"pooling", "max"},
+        {"beta", "20"},
+        {"rounding", "reference"}},
+       "Zefan-Cai/KVCache-Factory run_longbench.py + pyramidkv_utils.py (PyramidKVCluster)",
+       "window 8, max-pool 7, β 20, the reference's floored layer step"},
+      {"fastv:paper",
+       "fastv",
+       {{"K", "2"}, {"R", "50"}},
+       "Chen et al. 2024, FastV, Sec. 4 (K = 2, R = 50%)",
+       "drop half the image tokens after layer 2"},
+      {"adakv:paper",
+       "adakv",
+       {{"alpha", "0.2"},
+        {"scorer", "snapkv"},
+        {"window", "32"},
+        {"kernel", "7"},
+        {"pooling", "max"}},
+       "Feng et al. 2024, Ada-KV, Sec. 4 (SnapKV scorer, floor 0.2)",
+       "head-adaptive SnapKV, α = 0.2"},
+  };
+  return presets;
+}
+
+}  // namespace kvsim
