@@ -76,10 +76,12 @@ class Meda final : public Policy {
         for (int e = 0; e < n; ++e)
           if (cache.position(g, e) < P) score[e] += col[cache.position(g, e)];
       }
-      const double top = *std::max_element(score.begin(), score.end());
-      for (int e = 0; e < n; ++e)
-        if (view.modality()[cache.position(g, e)] == 0) score[e] += top;                // Eq. 9
-      const auto keep = keep_top_scores(score, S, sink_and_recent_mask(n, 0, recent));  // Eq. 10
+      // Eq. 9 adds max(A_s) to every text score, which puts each text entry at or above every
+      // vision entry: the shared text-prior selector (exact ties go to the text entry).
+      std::vector<std::uint8_t> is_text(n);
+      for (int e = 0; e < n; ++e) is_text[e] = view.modality()[cache.position(g, e)] == 0;
+      const auto keep =
+          keep_text_prior(score, is_text, S, sink_and_recent_mask(n, 0, recent));  // Eq. 9-10
       if (merge_)
         merge_unselected(view, cache, g, keep, MergeKind::kAverage);  // Eq. 11-12
       else
