@@ -23,15 +23,7 @@ class AdaKV final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "adakv")),
         alpha_(p.get_float("alpha")),
         h2o_scores_(p.get_string("scorer") == "h2o"),
-        scoring_{static_cast<int>(p.get_int("window")), static_cast<int>(p.get_int("kernel")),
-                 p.get_string("pooling") == "max"} {
-    if (scoring_.kernel % 2 == 0)
-      throw std::invalid_argument("adakv: parameter 'kernel' must be odd (same padding)");
-    if (budget_ <= scoring_.window && budget_ < s.prompt_len)
-      throw std::invalid_argument(
-          "adakv: budget (" + std::to_string(budget_) +
-          " entries) must exceed parameter 'window' = " + std::to_string(scoring_.window));
-  }
+        scoring_(read_snapkv_scoring(p, "adakv", budget_, s.prompt_len)) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len(), w = scoring_.window, prefix = P - w, heads = cache.kv_heads();
@@ -76,31 +68,27 @@ const PolicyRegistration reg({
     .summary = "Head-adaptive selection: the layer's KV heads share Hkv x B entries, with a floor "
                "of alpha per head, around a prompt scorer.",
     .provenance = "Feng et al. 2024, Ada-KV, Sec. 3-4 / Algorithm 1 (alpha = 0.2)",
-    .params = {budget_param(),
-               {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
-               {"scorer",
-                ParamType::kChoice,
-                "snapkv",
-                "snapkv (window votes, pooled) or h2o (prompt column sums)",
-                0,
-                0,
-                {"snapkv", "h2o"}},
-               {"window", ParamType::kInt, "32", "observation window, always kept", 1, 1e9},
-               {"kernel", ParamType::kInt, "7", "pooling size (odd; snapkv scorer)", 1, 1e9},
-               {"pooling",
-                ParamType::kChoice,
-                "max",
-                "pooling kind (snapkv scorer)",
-                0,
-                0,
-                {"max", "avg"}}},
+    .params = concat(
+        {
+            budget_param(),
+            {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
+            {"scorer",
+             ParamType::kChoice,
+             "snapkv",
+             "snapkv (window votes, pooled) or h2o (prompt column sums)",
+             0,
+             0,
+             {"snapkv", "h2o"}},
+        },
+        snapkv_scoring_params()),
     .needs = {},
     .lookahead = false,
     .merges = false,
     .needs_for =
         [](const ParamSet& p) {
-          return AttentionNeeds{.prefill_column_sums = p.get_string("scorer") == "h2o",
-                                .prefill_window = static_cast<int>(p.get_int("window"))};
+          AttentionNeeds n = snapkv_needs(p);
+          n.prefill_column_sums = p.get_string("scorer") == "h2o";
+          return n;
         },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<AdaKV>(p, s);

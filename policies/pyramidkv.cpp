@@ -29,15 +29,7 @@ class PyramidKV final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "pyramidkv")),
         beta_(static_cast<int>(p.get_int("beta"))),
         reference_rounding_(p.get_string("rounding") == "reference"),
-        scoring_{static_cast<int>(p.get_int("window")), static_cast<int>(p.get_int("kernel")),
-                 p.get_string("pooling") == "max"} {
-    if (scoring_.kernel % 2 == 0)
-      throw std::invalid_argument("pyramidkv: parameter 'kernel' must be odd (same padding)");
-    if (budget_ <= scoring_.window && budget_ < s.prompt_len)
-      throw std::invalid_argument(
-          "pyramidkv: budget (" + std::to_string(budget_) +
-          " entries) must exceed parameter 'window' = " + std::to_string(scoring_.window));
-  }
+        scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)) {}
 
   // Prefix entries (beyond the window) layer l keeps.
   int prefix_budget(int layer, int layers, int P) const {
@@ -90,26 +82,23 @@ const PolicyRegistration reg({
     .name = "pyramidkv",
     .summary = "SnapKV scores with layer budgets decreasing linearly with depth (total L x B).",
     .provenance = "Cai et al. 2024, PyramidKV, Sec. 3; KVCache-Factory pyramidkv_utils.py",
-    .params = {budget_param(),
-               {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
-               {"rounding",
-                ParamType::kChoice,
-                "exact",
-                "exact (budgets sum to L x B) or reference (KVCache-Factory's floored step)",
-                0,
-                0,
-                {"exact", "reference"}},
-               {"window", ParamType::kInt, "32", "observation window", 1, 1e9},
-               {"kernel", ParamType::kInt, "7", "pooling size (odd)", 1, 1e9},
-               {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}},
+    .params = concat(
+        {
+            budget_param(),
+            {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
+            {"rounding",
+             ParamType::kChoice,
+             "exact",
+             "exact (budgets sum to L x B) or reference (KVCache-Factory's floored step)",
+             0,
+             0,
+             {"exact", "reference"}},
+        },
+        snapkv_scoring_params()),
     .needs = {},
     .lookahead = false,
     .merges = false,
-    .needs_for =
-        [](const ParamSet& p) {
-          return AttentionNeeds{.prefill_column_sums = false,
-                                .prefill_window = static_cast<int>(p.get_int("window"))};
-        },
+    .needs_for = snapkv_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<PyramidKV>(p, s);
     },

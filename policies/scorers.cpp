@@ -1,8 +1,35 @@
 #include "policies/scorers.hpp"
 
+#include <stdexcept>
+
 #include "policies/selection.hpp"
 
 namespace kvsim {
+
+std::vector<ParamSpec> snapkv_scoring_params() {
+  return {{"window", ParamType::kInt, "32", "observation window: last prompt queries", 1, 1e9},
+          {"kernel", ParamType::kInt, "7", "pooling size along positions (odd)", 1, 1e9},
+          {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}};
+}
+
+SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
+                                  int prompt_len) {
+  const SnapKVScoring s{static_cast<int>(p.get_int("window")),
+                        static_cast<int>(p.get_int("kernel")), p.get_string("pooling") == "max"};
+  if (s.kernel % 2 == 0)
+    throw std::invalid_argument(policy + ": parameter 'kernel' = " + std::to_string(s.kernel) +
+                                " must be odd (same padding)");
+  if (budget <= s.window && budget < prompt_len)
+    throw std::invalid_argument(
+        policy + ": budget (" + std::to_string(budget) +
+        " entries) must exceed parameter 'window' = " + std::to_string(s.window));
+  return s;
+}
+
+AttentionNeeds snapkv_needs(const ParamSet& p) {
+  return AttentionNeeds{.prefill_column_sums = false,
+                        .prefill_window = static_cast<int>(p.get_int("window"))};
+}
 
 std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScoring& s) {
   const auto& att = view.attention();

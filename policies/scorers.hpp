@@ -15,6 +15,16 @@ struct SnapKVScoring {
   bool max_pool = true;
 };
 
+// The declarations of SnapKV's window/kernel/pooling parameters (defaults 32, 7, max), shared by
+// every policy that scores with SnapKV.
+std::vector<ParamSpec> snapkv_scoring_params();
+// Reads them and checks them against the budget: odd kernel, budget above the window (unless it
+// keeps the whole prompt). Errors name the policy.
+SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
+                                  int prompt_len);
+// The statistics SnapKV scoring needs: the last `window` prompt rows.
+AttentionNeeds snapkv_needs(const ParamSet& p);
+
 // SnapKV (Li et al. 2024, Sec. 4.2): for prompt positions j < P - window, the mean over the KV
 // head's query heads of Σ over the last `window` prompt queries of p_ij, pooled along positions.
 // Needs AttentionNeeds::prefill_window >= window.

@@ -22,25 +22,14 @@ class SnapKV final : public Policy {
  public:
   SnapKV(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "snapkv")),
-        window_(p.get_int("window")),
-        kernel_(p.get_int("kernel")),
-        max_pool_(p.get_string("pooling") == "max"),
-        prompt_len_(s.prompt_len) {
-    if (kernel_ % 2 == 0)
-      throw std::invalid_argument("snapkv: parameter 'kernel' = " + std::to_string(kernel_) +
-                                  " must be odd (same padding)");
-    if (budget_ <= window_ && budget_ < s.prompt_len)
-      throw std::invalid_argument(
-          "snapkv: budget (" + std::to_string(budget_) +
-          " entries) must exceed parameter 'window' = " + std::to_string(window_));
-  }
+        scoring_(read_snapkv_scoring(p, "snapkv", budget_, s.prompt_len)) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
     if (P <= budget_) return;
-    const int prefix = P - window_;
+    const int prefix = P - scoring_.window;
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<double> score = snapkv_scores(view, g, {window_, kernel_, max_pool_});
+      std::vector<double> score = snapkv_scores(view, g, scoring_);
       score.resize(P, 0.0);  // window entries are forced, their score is unused
       std::vector<std::uint8_t> forced(P, 0);
       for (int j = prefix; j < P; ++j) forced[j] = 1;
@@ -53,27 +42,19 @@ class SnapKV final : public Policy {
   int capacity(int, int) const override { return -1; }  // grows during decoding by design
 
  private:
-  int budget_, window_, kernel_;
-  bool max_pool_;
-  int prompt_len_;
+  int budget_;
+  SnapKVScoring scoring_;
 };
 
 const PolicyRegistration reg({
     .name = "snapkv",
     .summary = "Observation-window voting at the end of the prefill, pooled; no decode eviction.",
     .provenance = "Li et al. 2024, SnapKV, Sec. 4.2 / Listing 1",
-    .params = {budget_param(),
-               {"window", ParamType::kInt, "32", "observation window: last prompt queries", 1, 1e9},
-               {"kernel", ParamType::kInt, "7", "pooling size along positions (odd)", 1, 1e9},
-               {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}},
+    .params = concat({budget_param()}, snapkv_scoring_params()),
     .needs = {},
     .lookahead = false,
     .merges = false,
-    .needs_for =
-        [](const ParamSet& p) {
-          return AttentionNeeds{.prefill_column_sums = false,
-                                .prefill_window = static_cast<int>(p.get_int("window"))};
-        },
+    .needs_for = snapkv_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<SnapKV>(p, s);
     },

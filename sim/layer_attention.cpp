@@ -46,8 +46,8 @@ float softmax_inplace(float* x, int n, float scale) {
   return static_cast<float>(scale * mx + std::log(sum));
 }
 
-LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
-                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+LayerAttention::LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs)
     : sample_(sample),
       tensors_(std::move(tensors)),
       L_(trace.num_layers),
@@ -61,6 +61,11 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
       scale_(static_cast<float>(trace.scale)),
       want_colsums_(needs.prefill_column_sums) {
   allocate(needs);
+}
+
+LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+    : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
   // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
   openblas_set_num_threads(1);
   if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);

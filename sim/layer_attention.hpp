@@ -71,6 +71,10 @@ class LayerAttention {
   bool has_output() const { return !full_output_.empty(); }
 
  private:
+  // Sets the shapes and allocates the outputs; the public constructors then fill them.
+  struct Shape {};
+  LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs);
   void allocate(const AttentionNeeds& needs);
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);

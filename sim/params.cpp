@@ -55,6 +55,11 @@ Size Size::parse(const std::string& text) {
   return s;
 }
 
+std::vector<ParamSpec> concat(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::string param_type_name(const ParamSpec& spec) {
   switch (spec.type) {
     case ParamType::kInt:

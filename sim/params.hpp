@@ -64,4 +64,7 @@ ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& 
 
 std::string param_type_name(const ParamSpec& spec);
 
+// a followed by b (policies that share a group of parameter declarations).
+std::vector<ParamSpec> concat(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b);
+
 }  // namespace kvsim

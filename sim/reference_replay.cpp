@@ -30,19 +30,7 @@ std::vector<double> causal_row(const LayerTensors& t, int pos, int h, int g, int
 
 LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample,
                                LayerTensors tensors, const AttentionNeeds& needs)
-    : sample_(sample),
-      tensors_(std::move(tensors)),
-      L_(trace.num_layers),
-      P_(sample.prompt_len),
-      G_(sample.gen_len),
-      T_(sample.total_len()),
-      H_(trace.num_heads),
-      Hkv_(trace.num_kv_heads),
-      d_(trace.head_dim),
-      window_(std::min(needs.prefill_window, sample.prompt_len)),
-      scale_(static_cast<float>(trace.scale)),
-      want_colsums_(needs.prefill_column_sums) {
-  allocate(needs);
+    : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
   if (tensors_.layer < needs.text_query_layers) {
     text_colsum_.assign(P_, 0.0f);
     text_colmax_.assign(P_, 0.0f);
