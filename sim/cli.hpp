@@ -13,5 +13,6 @@ Runner add_synth(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_replay(CLI::App& app);
 Runner add_policies(CLI::App& app);
+Runner add_stats(CLI::App& app);
 
 }  // namespace kvsim::cli

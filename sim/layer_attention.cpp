@@ -14,6 +14,7 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   prefill_column_sums |= o.prefill_column_sums;
   text_query_layers = std::max(text_query_layers, o.text_query_layers);
   sample_entropies |= o.sample_entropies;
+  if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
   prefill_window = std::max(prefill_window, o.prefill_window);
 }
 
@@ -59,8 +60,10 @@ LayerAttention::LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& 
       d_(trace.head_dim),
       window_(std::min(needs.prefill_window, sample.prompt_len)),
       scale_(static_cast<float>(trace.scale)),
-      want_colsums_(needs.prefill_column_sums) {
+      want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
+      epsilon_(needs.sparsity_epsilon) {
   allocate(needs);
+  if (epsilon_ > 0) sparse_counts_.assign(static_cast<std::size_t>(H_) * 2, 0);
 }
 
 LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
@@ -154,11 +157,24 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
       softmax_inplace(row, i + 1, scale_);
       if (colsum)
         for (int j = 0; j <= i; ++j) colsum[j] += row[j];
+      if (epsilon_ > 0) count_sparse(h, row, i);
       if (i >= P_ - window_)
         std::copy(row, row + i + 1,
                   &window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_]);
     }
   }
+}
+
+void LayerAttention::count_sparse(int h, const float* row, int i) {
+  const auto& mod = sample_.modality;
+  long* counts = &sparse_counts_[static_cast<std::size_t>(h) * 2];
+  for (int j = 0; j <= i; ++j)
+    if (row[j] <= epsilon_) ++counts[mod[j] != 0];
+}
+
+long LayerAttention::sparse_entries(int h, int key_vision) const {
+  if (sparse_counts_.empty()) throw std::logic_error("sparsity counts were not requested");
+  return sparse_counts_[static_cast<std::size_t>(h) * 2 + (key_vision ? 1 : 0)];
 }
 
 void LayerAttention::compute_decode(int h) {

@@ -18,6 +18,9 @@ struct AttentionNeeds {
   int text_query_layers = 0;
   // Per-layer entropies of every layer before the first is compressed (sim/sample_stats.hpp).
   bool sample_entropies = false;
+  // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality
+  // (HAE Eq. 7). Implies a pass over every prompt row.
+  double sparsity_epsilon = 0;
   void merge(const AttentionNeeds& o);
 };
 
@@ -55,6 +58,8 @@ class LayerAttention {
   // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
   const float* prefill_window_row(int h, int r) const;
   bool has_text_query_stats() const { return !text_colsum_.empty(); }
+  // Causal prompt entries p_ij <= epsilon of query head h whose key j is text (0) or vision (1).
+  long sparse_entries(int h, int key_vision) const;
   // [P]: Σ over text queries i < P of the head-averaged p_ij, and the max over them.
   const float* text_query_column_sums() const;
   const float* text_query_column_max() const;
@@ -78,6 +83,7 @@ class LayerAttention {
   void allocate(const AttentionNeeds& needs);
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
+  void count_sparse(int h, const float* row, int i);
   void compute_text_query_stats(int threads);
   std::vector<int> text_query_rows() const;
 
@@ -91,8 +97,10 @@ class LayerAttention {
   std::vector<float> decode_probs_;  // [G, H, T]
   std::vector<float> decode_lse_;    // [G, H]
   std::vector<float> full_output_;   // [G, H, d]
-  std::vector<float> text_colsum_;   // [P]
-  std::vector<float> text_colmax_;   // [P]
+  std::vector<long> sparse_counts_;  // [H, 2]
+  double epsilon_ = 0;
+  std::vector<float> text_colsum_;  // [P]
+  std::vector<float> text_colmax_;  // [P]
 };
 
 // Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.

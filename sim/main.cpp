@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   add("inspect", "Summarise and validate a kvtrace v1 file", kvsim::cli::add_inspect);
   add("replay", "Replay a trace through eviction policies and measure what they lose",
       kvsim::cli::add_replay);
+  add("stats", "Observation metrics of attention (sparsity, PPCI, entropy, ...) to a file",
+      kvsim::cli::add_stats);
   add("policies", "List every policy with its parameters, defaults and provenance",
       kvsim::cli::add_policies);
   CLI11_PARSE(app, argc, argv);

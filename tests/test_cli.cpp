@@ -37,7 +37,7 @@ std::string slurp(const std::string& path) {
 TEST(Cli, HelpEverywhere) {
   const CliRun top = kvsim("--help");
   EXPECT_EQ(top.code, 0);
-  for (const char* sub : {"synth", "inspect", "replay", "policies"}) {
+  for (const char* sub : {"synth", "inspect", "replay", "policies", "stats"}) {
     EXPECT_NE(top.output.find(sub), std::string::npos) << sub;
     const CliRun r = kvsim(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
@@ -109,6 +109,27 @@ TEST(Cli, SynthInspectReplay) {
             std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
+}
+
+TEST(Cli, StatsWritesItsResultsFile) {
+  const std::string trace = temp_path("cli_stats.h5");
+  ASSERT_EQ(
+      kvsim("synth --out " + trace +
+            " --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --media-tokens 30 --gen-tokens 4")
+          .code,
+      0);
+  const std::string out = temp_path("cli_stats_out.h5");
+  const CliRun r = kvsim("stats " + trace + " --out " + out + " --ppci 0.5 -j 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  TraceReader check(trace);  // the input is untouched; the output is an HDF5 file
+  H5Handle f(H5Fopen(out.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  ASSERT_TRUE(f.valid());
+  for (const char* d :
+       {"sparsity_causal", "sparsity_masked", "concentration", "cumulative_variance",
+        "modality_share", "entropy", "cross_modal_entropy", "layer_cosine", "ppci_layers",
+        "ppci_steps", "segment_share", "dap_agreement"})
+    EXPECT_TRUE(h5_path_exists(f.get(), std::string("samples/000000/") + d)) << d;
+  EXPECT_NE(kvsim("stats " + trace + " --out " + out + " --ppci 0.5,x").code, 0);
 }
 
 TEST(Cli, BadInputExitsNonZeroWithAMessage) {

@@ -1,0 +1,88 @@
+// kvsim stats: every metric against values worked out by hand (tiny_trace.hpp: p_ij ∝ w_j^c).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "analysis/attention_stats.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+TEST(StatsPrimitives, ByHand) {
+  EXPECT_DOUBLE_EQ(ppci({1, 2, 3, 4}, {4, 3, 2, 1}, 0.5), 0.0);  // top-2 {2, 3} vs {0, 1}
+  EXPECT_DOUBLE_EQ(ppci({1, 2, 3, 4}, {1, 2, 4, 3}, 0.5), 1.0);
+  EXPECT_DOUBLE_EQ(ppci({1, 2, 3, 4}, {0, 5, 0, 4}, 0.25), 0.0);  // k = 1: 3 vs 1
+  EXPECT_DOUBLE_EQ(ppci({1, 1, 1, 1}, {1, 2, 1, 1}, 0.5), 0.5);   // ties to later: {2, 3} vs {1, 3}
+  EXPECT_DOUBLE_EQ(concentration({5, 3, 1, 1}, 0.8), 0.5);        // 5 + 3 = 8 of 10
+  EXPECT_DOUBLE_EQ(concentration({5, 3, 1, 1}, 0.9), 0.75);
+  EXPECT_NEAR(cosine_similarity({1, 0}, {1, 1}), 1 / std::sqrt(2.0), 1e-12);
+  EXPECT_NEAR(population_variance({1, 2, 3}), 2.0 / 3, 1e-12);
+}
+
+TEST(Stats, TinyTraceByHand) {
+  // P = 4, modality [T I I T], segment [system, user, user, user], w = 1 everywhere, q = 1:
+  // row i attends 1 / (i + 1) to each earlier key. ε = .3 catches row 3's four entries (.25).
+  TinyTrace t{.prompt_len = 4,
+              .weights = {1, 1, 1, 1, 1, 1},
+              .modality = {0, 1, 1, 0, 0, 0},
+              .segment = {0, 1, 1, 1, 2, 2}};
+  TraceReader reader(t.write("stats.h5"));
+  const SampleInfo s = reader.read_sample("s0");
+  StatsOptions o;
+  o.epsilon = 0.3;
+  o.concentration = {0.8};
+  o.ppci = {0.5};
+  const SampleAttentionStats st = compute_attention_stats(reader, s, o);
+  // Causal entries per key: 4 - j. Text keys {0, 3}: 5 entries, 2 below ε; vision {1, 2}: 5, 2.
+  EXPECT_NEAR(st.sparsity_causal[0], 0.4, 1e-12);
+  EXPECT_NEAR(st.sparsity_causal[1], 0.4, 1e-12);
+  EXPECT_NEAR(st.sparsity_causal[2], 0.4, 1e-12);
+  // Masked reading: key j has j masked zeros; text (2 + 0 + 3) / 8, vision (2 + 1 + 2) / 8,
+  // all (4 + 6) / 16.
+  EXPECT_NEAR(st.sparsity_masked[0], 0.625, 1e-12);
+  EXPECT_NEAR(st.sparsity_masked[1], 0.625, 1e-12);
+  EXPECT_NEAR(st.sparsity_masked[2], 0.625, 1e-12);
+  // Column sums: [25/12, 13/12, 7/12, 1/4]; text mass (25/12 + 1/4) / 4, vision the rest.
+  EXPECT_NEAR(st.modality_share[0], (25.0 / 12 + 0.25) / 4, 1e-6);
+  EXPECT_NEAR(st.modality_share[1], (13.0 / 12 + 7.0 / 12) / 4, 1e-6);
+  EXPECT_NEAR(st.cumulative_variance[0], std::pow((25.0 / 12 - 0.25) / 2, 2), 1e-6);
+  EXPECT_NEAR(st.cumulative_variance[1], std::pow((13.0 / 12 - 7.0 / 12) / 2, 2), 1e-6);
+  // 80% of the text mass (25/12 of 28/12) needs 1 of 2 text tokens; vision 13/20 < .8: both.
+  EXPECT_DOUBLE_EQ(st.concentration[0], 0.5);
+  EXPECT_DOUBLE_EQ(st.concentration[1], 1.0);
+  // Decode step 0 attends 5 keys uniformly: system .2, images .4, user .2, generated .2.
+  EXPECT_NEAR(st.segment_share[0], 0.2, 1e-6);
+  EXPECT_NEAR(st.segment_share[1], 0.4, 1e-6);
+  EXPECT_NEAR(st.segment_share[2], 0.2, 1e-6);
+  EXPECT_NEAR(st.segment_share[3], 0.2, 1e-6);
+  EXPECT_NEAR(st.layer_cosine[0], 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(st.ppci_layers[0], 1.0);
+  EXPECT_DOUBLE_EQ(st.ppci_steps[0], 1.0);
+  // Full rows' entropy: 0, ln 2, ln 3, ln 4; E_CM: text row 3 over two images ln 2 (row 0 has
+  // none), image rows over the one text key before them: 0.
+  EXPECT_NEAR(st.entropy[0], std::log(24.0) / 4, 1e-6);
+  EXPECT_NEAR(st.cross_modal_entropy[0], std::log(2.0), 1e-6);
+}
+
+TEST(Stats, DapAgreementAcrossLayers) {
+  // Layer 0 (c = 1) and layer 1 (c = 0, uniform) of modality [T I I I I T], w = [1 4 3 1 .5 1].
+  // HAE r = .2, α = .5. Layer 0: the text query 5 sees images [4 3 1 .5] / 10.5 -> A < .2 Σ
+  // (= .2 · 8.5 / 10.5) holds for 1 / 10.5 and .5 / 10.5: {3, 4}. Layer 1: uniform 1/6 each,
+  // .2 Σ = .133 < 1/6: none, agreement 0.
+  TinyTrace t{.prompt_len = 6,
+              .weights = {1, 4, 3, 1, 0.5, 1, 1},
+              .modality = {0, 1, 1, 1, 1, 0, 0},
+              .layers = 2,
+              .layer_power = {1, 0}};
+  TraceReader reader(t.write("stats_dap.h5"));
+  StatsOptions o;
+  o.dap_r = {0.2};
+  o.dap_alpha = 0.5;
+  const auto st = compute_attention_stats(reader, reader.read_sample("s0"), o);
+  EXPECT_DOUBLE_EQ(st.dap_agreement[0], 1.0);
+  EXPECT_DOUBLE_EQ(st.dap_agreement[1], 0.0);
+}
+
+}  // namespace
+}  // namespace kvsim::test
