@@ -16,6 +16,7 @@ struct ReplayArgs {
   std::vector<std::string> samples, policies, sets;
   std::string config, out, summary, decisions, budget;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool diagnostics = false;
 };
 
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
@@ -67,6 +68,9 @@ Runner add_replay(CLI::App& app) {
   app.add_option("-o,--out", a->out, "Per-step results CSV (and NAME.policies.csv beside it)");
   app.add_option("--summary", a->summary, "Per-layer and overall summary CSV");
   app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");
+  app.add_flag("--diagnostics", a->diagnostics,
+               "Also compute hit rates (top 10% keys, keys holding 90% of the mass), "
+               "irrecoverable misses and evicted attention mass per step (CSV columns)");
   app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -82,7 +86,8 @@ Runner add_replay(CLI::App& app) {
     std::unique_ptr<DecisionWriter> decisions;
     if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
     Summary summary(policies);
-    Replayer replayer(reader, policies, ReplayOptions{.threads = a->threads});
+    Replayer replayer(reader, policies,
+                      ReplayOptions{.threads = a->threads, .diagnostics = a->diagnostics});
     Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
     for (const auto& s : samples)
       replayer.replay_sample(

@@ -1,5 +1,6 @@
 #include "sim/engine.hpp"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -11,6 +12,7 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
                    ReplayOptions options)
     : reader_(reader), policies_(std::move(policies)), options_(options) {
   for (const auto& p : policies_) needs_.merge(p.needs());
+  needs_.key_ranking = options_.diagnostics;
   const int L = reader.info().num_layers;
   last_heir_.assign(L, -1);
   for (const auto& p : policies_)
@@ -68,6 +70,9 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     for (int g = 0; g < Hkv; ++g) {
       m[g].kv_bytes = m[g].cache_size * entry_bytes;
       m[g].position = P + t;
+      if (!std::isnan(m[g].evicted_mass))
+        m[g].cumulative_evicted_mass =
+            m[g].evicted_mass + (t > 0 ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
       r.steps[g][t] = m[g];
     }
     policy.on_decode(view, sa, cache);
@@ -81,6 +86,37 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   }
   return r;
 }
+
+namespace {
+
+// Hit rates, irrecoverable misses and evicted mass of KV head g at a decode step, against the
+// layer's own full-cache attention (its precomputed key ranking).
+void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step, int g,
+                      std::vector<std::uint8_t>& stored, StepMetrics& m) {
+  const int s = ref.prompt_len() + step, group = ref.group_size();
+  stored.assign(s + 1, 0);
+  for (int e = 0; e < cache.size(g); ++e) stored[cache.position(g, e)] = 1;
+  const std::int32_t* order = ref.key_ranking(step, g);
+  const int top = ref.top_count(step, g), m90 = ref.mass90_count(step, g);
+  int hits = 0, hits90 = 0;
+  for (int i = 0; i < std::max(top, m90); ++i) {
+    if (!stored[order[i]]) continue;
+    hits += i < top;
+    hits90 += i < m90;
+  }
+  double evicted = 0;
+  for (int r = 0; r < group; ++r) {
+    const float* p = ref.decode_probs(step, g * group + r);
+    for (int j = 0; j <= s; ++j)
+      if (!stored[j]) evicted += p[j];
+  }
+  m.hit_top = static_cast<float>(hits) / top;
+  m.hit_mass90 = static_cast<float>(hits90) / m90;
+  m.misses_top = top - hits;
+  m.evicted_mass = static_cast<float>(evicted / group);
+}
+
+}  // namespace
 
 void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
                            const KvCache& cache, int step, StepAttention& out,
@@ -168,6 +204,32 @@ void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
     m.attended_size = n_att;
     m.mass_recall = static_cast<float>(mass_sum / group);
     m.output_rel_error = with_v ? static_cast<float>(std::sqrt(err2 / ref2)) : NAN;
+    if (ref.has_key_ranking()) step_diagnostics(ref, cache, step, g, attended_mask, m);
+  }
+}
+
+void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies,
+                int prompt_len) {
+  auto budget_of = [&](const LayerResult& r) {
+    const auto& v = policies[r.policy_index].params.values();
+    const auto it = v.find("budget");
+    if (it == v.end()) return -1;
+    try {
+      return Size::parse(it->second).resolve(prompt_len);
+    } catch (const std::invalid_argument&) {
+      return -1;  // a special value such as hae's "auto": no fixed budget to compare
+    }
+  };
+  for (auto& r : results) {
+    const int budget = budget_of(r);
+    if (budget < 0) continue;
+    const auto oracle = std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
+      return policies[o.policy_index].info->name == "oracle" && budget_of(o) == budget;
+    });
+    if (oracle == results.end()) continue;
+    for (std::size_t g = 0; g < r.steps.size(); ++g)
+      for (std::size_t t = 0; t < r.steps[g].size(); ++t)
+        r.steps[g][t].regret = oracle->steps[g][t].mass_recall - r.steps[g][t].mass_recall;
   }
 }
 
@@ -219,6 +281,7 @@ void Replayer::replay_sample(const std::string& sample_name,
       results[i].policy_index = i;
       results[i].sample = sample_name;
     });
+    set_regret(results, policies_, sample.prompt_len);
     for (const auto& r : results) on_result(r);
     if (on_layer) on_layer(l);
     for (auto it = sources.begin(); it != sources.end();)

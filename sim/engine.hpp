@@ -23,6 +23,13 @@ struct StepMetrics {
   float mass_recall = 0;  // Σ full-cache probability of attended positions, mean over the group
   float output_rel_error = NAN;  // ‖o - ô‖ / ‖o‖ over the group's query heads; NaN without v
   std::int64_t kv_bytes = 0;     // cache_size * 2 * head_dim * bytes per element of the trace
+  // Diagnostics (replay --diagnostics; NaN otherwise), on the group-mean full-cache attention:
+  float hit_top = NAN;       // share of the top 10% keys still stored
+  float hit_mass90 = NAN;    // share of the fewest keys holding 90% of the mass still stored
+  int misses_top = -1;       // top-10% keys evicted earlier: irrecoverable misses
+  float evicted_mass = NAN;  // mass on evicted (no longer stored) positions
+  float cumulative_evicted_mass = NAN;  // running sum of evicted_mass over the steps so far
+  float regret = NAN;  // recall of `oracle` at the same budget minus this policy's (set by the CLI)
 };
 
 // Everything one policy did in one layer of one sample.
@@ -39,7 +46,13 @@ struct LayerResult {
 struct ReplayOptions {
   int threads = 1;
   bool check_invariants = true;
+  bool diagnostics = false;  // hit rates, misses and evicted mass per step
 };
+
+// Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
+// layer whose budget resolves to the same count (for a prompt of prompt_len), minus the result's.
+void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies,
+                int prompt_len);
 
 // Replays samples of one trace through a list of policies, sharing the attention work.
 class Replayer {

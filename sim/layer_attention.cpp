@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <xsimd/xsimd.hpp>
 
 #include "sim/parallel.hpp"
@@ -15,6 +16,7 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   text_query_layers = std::max(text_query_layers, o.text_query_layers);
   sample_entropies |= o.sample_entropies;
   if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
+  key_ranking |= o.key_ranking;
   prefill_window = std::max(prefill_window, o.prefill_window);
 }
 
@@ -76,6 +78,11 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
     if (G_ > 0) compute_decode(h);
   });
+  if (needs.key_ranking && G_ > 0) {
+    ranking_.resize(static_cast<std::size_t>(G_) * Hkv_ * T_);
+    rank_counts_.resize(static_cast<std::size_t>(G_) * Hkv_ * 2);
+    parallel_for(Hkv_, threads, [&](int g) { rank_keys(g); });
+  }
 }
 
 void LayerAttention::allocate(const AttentionNeeds& needs) {
@@ -162,6 +169,33 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
         std::copy(row, row + i + 1,
                   &window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_]);
     }
+  }
+}
+
+void LayerAttention::rank_keys(int g) {
+  const int group = group_size();
+  std::vector<double> mean(T_);
+  for (int t = 0; t < G_; ++t) {
+    const int n = P_ + t + 1;
+    std::fill(mean.begin(), mean.end(), 0.0);
+    for (int r = 0; r < group; ++r) {
+      const float* p = decode_probs(t, g * group + r);
+      for (int j = 0; j < n; ++j) mean[j] += p[j] / group;
+    }
+    std::int32_t* order = &ranking_[(static_cast<std::size_t>(t) * Hkv_ + g) * T_];
+    std::iota(order, order + n, 0);
+    std::sort(order, order + n,
+              [&](int a, int b) { return mean[a] != mean[b] ? mean[a] > mean[b] : a > b; });
+    double acc = 0;
+    int m90 = n;
+    for (int i = 0; i < n; ++i)
+      if ((acc += mean[order[i]]) >= 0.9 - 1e-12) {
+        m90 = i + 1;
+        break;
+      }
+    std::int32_t* counts = &rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2];
+    counts[0] = static_cast<std::int32_t>(std::ceil(0.1 * n - 1e-9));
+    counts[1] = m90;
   }
 }
 

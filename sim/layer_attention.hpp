@@ -21,6 +21,9 @@ struct AttentionNeeds {
   // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality
   // (HAE Eq. 7). Implies a pass over every prompt row.
   double sparsity_epsilon = 0;
+  // Per decode step and KV head, the keys ranked by the group-mean full-cache attention (replay
+  // diagnostics: hit rates and misses).
+  bool key_ranking = false;
   void merge(const AttentionNeeds& o);
 };
 
@@ -58,6 +61,18 @@ class LayerAttention {
   // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
   const float* prefill_window_row(int h, int r) const;
   bool has_text_query_stats() const { return !text_colsum_.empty(); }
+  bool has_key_ranking() const { return !ranking_.empty(); }
+  // Positions 0..P+t ranked by the group-mean full-cache attention of step t, KV head g (best
+  // first, ties to the newer); top_count = ceil(10%), mass90_count = fewest holding 90%.
+  const std::int32_t* key_ranking(int t, int g) const {
+    return &ranking_[(static_cast<std::size_t>(t) * Hkv_ + g) * T_];
+  }
+  int top_count(int t, int g) const {
+    return rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2];
+  }
+  int mass90_count(int t, int g) const {
+    return rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2 + 1];
+  }
   // Causal prompt entries p_ij <= epsilon of query head h whose key j is text (0) or vision (1).
   long sparse_entries(int h, int key_vision) const;
   // [P]: Σ over text queries i < P of the head-averaged p_ij, and the max over them.
@@ -84,6 +99,7 @@ class LayerAttention {
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
   void count_sparse(int h, const float* row, int i);
+  void rank_keys(int g);
   void compute_text_query_stats(int threads);
   std::vector<int> text_query_rows() const;
 
@@ -92,12 +108,14 @@ class LayerAttention {
   int L_, P_, G_, T_, H_, Hkv_, d_, window_;
   float scale_;
   bool want_colsums_;
-  std::vector<float> colsums_;       // [H, P]
-  std::vector<float> window_rows_;   // [H, window, P]
-  std::vector<float> decode_probs_;  // [G, H, T]
-  std::vector<float> decode_lse_;    // [G, H]
-  std::vector<float> full_output_;   // [G, H, d]
-  std::vector<long> sparse_counts_;  // [H, 2]
+  std::vector<float> colsums_;             // [H, P]
+  std::vector<float> window_rows_;         // [H, window, P]
+  std::vector<float> decode_probs_;        // [G, H, T]
+  std::vector<float> decode_lse_;          // [G, H]
+  std::vector<float> full_output_;         // [G, H, d]
+  std::vector<long> sparse_counts_;        // [H, 2]
+  std::vector<std::int32_t> ranking_;      // [G, Hkv, T]
+  std::vector<std::int32_t> rank_counts_;  // [G, Hkv, 2]
   double epsilon_ = 0;
   std::vector<float> text_colsum_;  // [P]
   std::vector<float> text_colmax_;  // [P]

@@ -56,7 +56,8 @@ StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyCo
   for (const auto& p : policies) labels_.push_back(p.label);
   std::fputs(
       "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-      "output_rel_error,kv_bytes\n",
+      "output_rel_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,evicted_mass,"
+      "cumulative_evicted_mass,regret\n",
       file_);
 }
 
@@ -77,7 +78,19 @@ void StepCsvWriter::write(const LayerResult& r) {
       append_float(buffer_, m.mass_recall);
       buffer_ += ",";
       append_float(buffer_, m.output_rel_error);
-      buffer_ += "," + std::to_string(m.kv_bytes) + "\n";
+      buffer_ += "," + std::to_string(m.kv_bytes) + ",";
+      append_float(buffer_, m.hit_top);
+      buffer_ += ",";
+      append_float(buffer_, m.hit_mass90);
+      buffer_ += ",";
+      if (m.misses_top >= 0) buffer_ += std::to_string(m.misses_top);
+      buffer_ += ",";
+      append_float(buffer_, m.evicted_mass);
+      buffer_ += ",";
+      append_float(buffer_, m.cumulative_evicted_mass);
+      buffer_ += ",";
+      append_float(buffer_, m.regret);
+      buffer_ += "\n";
     }
   }
   if (buffer_.size() > (1 << 20)) {

@@ -234,3 +234,39 @@ TEST(Engine, EveryPolicyKeepsItsLogsConsistent) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Engine, DiagnosticsByHand) {
+  // The H2O case (P = 4, w = [4 1 2 1 | 1 1], B = 2) with `oracle` at the same budget.
+  // Step 0: full-cache [4 1 2 1 1] / 9, ranked 0, 2, 4, 3, 1 (ties to the newer); h2o stores
+  // {0 3 4}. Top 10% = ceil(.5) = 1 key {0}: hit 1, no miss. 90% of the mass needs all 5 keys:
+  // 3 of them stored, .6. Evicted: 1 and 2, 3 / 9. Step 1: [4 1 2 1 1 1] / 10, h2o stores
+  // {0 4 5}: hits 1 and 3 / 5 again, evicted 1 + 2 + 1 = .4, cumulative 1/3 + .4.
+  // The oracle keeps {0 2} (future mass .844, .422), so at step 0 it recalls 7 / 9 vs h2o's 6 / 9.
+  TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}};
+  TraceReader reader(t.write("diagnostics.h5"));
+  const std::vector<PolicyConfig> policies = {make_policy_config("h2o", {{"budget", "2"}}),
+                                              make_policy_config("oracle", {{"budget", "2"}})};
+  std::vector<LayerResult> out;
+  Replayer(reader, policies, {.threads = 1, .diagnostics = true})
+      .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
+  const auto& h2o = out[0].steps[0];
+  EXPECT_FLOAT_EQ(h2o[0].hit_top, 1.0f);
+  EXPECT_EQ(h2o[0].misses_top, 0);
+  EXPECT_NEAR(h2o[0].hit_mass90, 0.6, 1e-6);
+  EXPECT_NEAR(h2o[0].evicted_mass, 3.0 / 9, 1e-6);
+  EXPECT_NEAR(h2o[1].hit_mass90, 0.6, 1e-6);
+  EXPECT_NEAR(h2o[1].evicted_mass, 0.4, 1e-6);
+  EXPECT_NEAR(h2o[1].cumulative_evicted_mass, 1.0 / 3 + 0.4, 1e-6);
+  EXPECT_NEAR(h2o[0].regret, 7.0 / 9 - 6.0 / 9, 1e-6);
+  EXPECT_FLOAT_EQ(out[1].steps[0][0].regret, 0.0f);
+  // Without --diagnostics the columns stay empty.
+  const auto plain = run_policy(reader.path(), "h2o", {{"budget", "2"}});
+  EXPECT_TRUE(std::isnan(plain[0].steps[0][0].hit_top));
+  EXPECT_TRUE(std::isnan(plain[0].steps[0][0].regret));
+}
+
+}  // namespace
+}  // namespace kvsim::test
