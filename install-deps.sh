@@ -7,7 +7,7 @@ packages=(
   libxtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   libcli11-dev libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
-  python3 python3-numpy python3-h5py
+  python3 python3-numpy python3-h5py python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

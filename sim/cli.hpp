@@ -14,5 +14,6 @@ Runner add_inspect(CLI::App& app);
 Runner add_replay(CLI::App& app);
 Runner add_policies(CLI::App& app);
 Runner add_stats(CLI::App& app);
+Runner add_figures(CLI::App& app);
 
 }  // namespace kvsim::cli

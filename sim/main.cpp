@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
       kvsim::cli::add_replay);
   add("stats", "Observation metrics of attention (sparsity, PPCI, entropy, ...) to a file",
       kvsim::cli::add_stats);
+  add("figures", "Regenerate the papers' figures (PNG and PDF) from result files",
+      kvsim::cli::add_figures);
   add("policies", "List every policy with its parameters, defaults and provenance",
       kvsim::cli::add_policies);
   CLI11_PARSE(app, argc, argv);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -131,6 +132,39 @@ TEST(Cli, StatsWritesItsResultsFile) {
         "ppci_steps", "segment_share", "dap_agreement"})
     EXPECT_TRUE(h5_path_exists(f.get(), std::string("samples/000000/") + d)) << d;
   EXPECT_NE(kvsim("stats " + trace + " --out " + out + " --ppci 0.5,x").code, 0);
+}
+
+TEST(Cli, FiguresRenderFromResultFiles) {
+  // A small trace's stats and two replays at different budgets give every figure.
+  const std::string trace = temp_path("cli_fig.h5"), dir = temp_path("fig_results");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(kvsim("synth --out " + trace + " --layers 3 --heads 4 --kv-heads 2 --head-dim 16 " +
+                  "--media-tokens 30 --gen-tokens 6")
+                .code,
+            0);
+  ASSERT_EQ(kvsim("stats " + trace + " --out " + dir + "/stats.h5").code, 0);
+  for (const char* b : {"20%", "40%"})
+    ASSERT_EQ(
+        kvsim("replay --trace " + trace + " --policy h2o --policy oracle --diagnostics --budget " +
+              b + " --out " + dir + "/replay" + std::string(b, 2) + ".csv")
+            .code,
+        0);
+  const std::string out = temp_path("fig_out");
+  std::filesystem::remove_all(out);
+  const CliRun r = kvsim("figures " + dir + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* stem :
+       {"stats_000000_sparsity", "stats_000000_cumulative_variance", "stats_000000_ppci",
+        "stats_000000_layer_similarity", "stats_000000_entropy", "stats_000000_head_preference",
+        "stats_000000_vision_share", "replay20_recall_by_layer", "budget_vs_error"}) {
+    const std::string png = slurp(out + "/" + stem + ".png"),
+                      pdf = slurp(out + "/" + stem + ".pdf");
+    EXPECT_GT(png.size(), 1000u) << stem;
+    EXPECT_EQ(png.substr(0, 4), "\x89PNG") << stem;
+    EXPECT_EQ(pdf.substr(0, 4), "%PDF") << stem;
+  }
+  EXPECT_NE(kvsim("figures " + temp_path("no_such_dir") + " --out " + out).code, 0);
 }
 
 TEST(Cli, BadInputExitsNonZeroWithAMessage) {

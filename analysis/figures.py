@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Regenerates the papers' figures from kvsim's result files (never from stdout).
+
+    figures.py RESULTS [RESULTS ...] --out DIR
+
+RESULTS are files or directories holding them:
+  * `kvsim stats` files (HDF5, attribute kind = kvsim-stats): sparsity by layer (HAE Fig. 3),
+    cumulative-attention variance (HAE Fig. 2), PPCI across layers and steps (A-VL Fig. 4-5),
+    layer-similarity heatmap (ST3 Fig. 3), entropy by layer (MEDA Fig. 2), head modality preference
+    (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1);
+  * `kvsim replay --out` CSVs (with their .policies.csv): mass recall and hit rate by layer per
+    policy, and a budget-vs-error curve for every policy replayed at two budgets or more.
+Every figure is written as PNG and PDF. Needs Debian's python3-matplotlib, -numpy and -h5py.
+"""
+import argparse
+import csv
+import glob
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+# One colour per policy, the same in every figure and every run (presets use their policy's).
+POLICY_COLOURS = {
+    "full": "#000000", "oracle": "#7f7f7f", "streamingllm": "#bcbd22", "h2o": "#1f77b4",
+    "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#393b79", "tova": "#8c564b",
+    "lookm": "#e377c2", "fastv": "#637939", "vtw": "#9c9ede", "hae": "#d62728",
+    "madakv": "#2ca02c", "avl": "#ff7f0e", "st3": "#8c6d31", "meda": "#e7ba52",
+}
+
+
+def policy_colour(name):
+    base = name.split(":")[0]
+    if base in POLICY_COLOURS:
+        return POLICY_COLOURS[base]
+    palette = plt.get_cmap("tab20").colors
+    return palette[sum(map(ord, base)) % len(palette)]
+
+
+def save(fig, out, stem, written):
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        path = os.path.join(out, f"{stem}.{ext}")
+        fig.savefig(path, dpi=150)
+        written.append(path)
+    plt.close(fig)
+
+
+def find_inputs(paths):
+    stats, replays = [], []
+    for p in paths:
+        files = sorted(glob.glob(os.path.join(p, "*"))) if os.path.isdir(p) else [p]
+        for f in files:
+            if f.endswith(".policies.csv") or f.endswith(".partial"):
+                continue
+            if f.endswith(".csv"):
+                with open(f, newline="") as fh:
+                    header = fh.readline()
+                if header.startswith("policy,sample,layer,kv_head,step"):
+                    replays.append(f)
+            elif f.endswith(".h5"):
+                import h5py
+                try:
+                    with h5py.File(f, "r") as h:
+                        if h.attrs.get("kind") == "kvsim-stats":
+                            stats.append(f)
+                except OSError:
+                    pass
+    return stats, replays
+
+
+def stats_figures(path, out, written):
+    import h5py
+    tag = os.path.splitext(os.path.basename(path))[0]
+    with h5py.File(path, "r") as f:
+        ppci_p = [float(x) for x in str(f.attrs["ppci"]).split(",")]
+        for name, g in f["samples"].items():
+            stem = f"{tag}_{name}"
+            L = g["entropy"].shape[0]
+            layers = np.arange(L)
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            sp = np.nanmean(g["sparsity_causal"][()], axis=1)
+            for k, label in enumerate(["all keys", "text keys", "vision keys"]):
+                ax.plot(layers, 100 * sp[:, k], marker="o", ms=3, label=label)
+            ax.set(title=f"ε-sparsity by layer (ε = {f.attrs['epsilon']:g})", xlabel="layer",
+                   ylabel="entries ≤ ε (%)")
+            ax.legend()
+            save(fig, out, f"{stem}_sparsity", written)
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            var = np.nanmean(g["cumulative_variance"][()], axis=1)
+            ax.semilogy(layers, var[:, 0], marker="o", ms=3, label="text tokens")
+            ax.semilogy(layers, var[:, 1], marker="s", ms=3, label="vision tokens")
+            ax.set(title="Variance of cumulative attention", xlabel="layer",
+                   ylabel="variance of column sums")
+            ax.legend()
+            save(fig, out, f"{stem}_cumulative_variance", written)
+
+            fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
+            for i, p in enumerate(ppci_p):
+                a1.plot(layers, 100 * g["ppci_layers"][i], marker="o", ms=3, label=f"{p:.0%} PPCI")
+            a1.set(title="PPCI of image tokens vs layer 0", xlabel="layer", ylabel="PPCI (%)",
+                   ylim=(0, 105))
+            a1.legend()
+            steps = g["ppci_steps"][()]
+            i50 = len(ppci_p) - 1
+            for l in sorted(set([0, L // 4, L // 2, 3 * L // 4, L - 1])):
+                a2.plot(100 * steps[i50, l], label=f"layer {l}")
+            a2.set(title=f"{ppci_p[i50]:.0%} PPCI vs decode step 0", xlabel="decode step",
+                   ylabel="PPCI (%)", ylim=(0, 105))
+            a2.legend(fontsize=8)
+            save(fig, out, f"{stem}_ppci", written)
+
+            fig, ax = plt.subplots(figsize=(5, 4.2))
+            im = ax.imshow(g["layer_cosine"][()], vmin=0, vmax=1, cmap="viridis", origin="lower")
+            ax.set(title="Cosine similarity of attention between layers", xlabel="layer",
+                   ylabel="layer")
+            fig.colorbar(im, ax=ax, label="cosine similarity")
+            save(fig, out, f"{stem}_layer_similarity", written)
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            ax.plot(layers, g["entropy"][()], marker="o", ms=3, label="attention entropy")
+            ax.plot(layers, g["cross_modal_entropy"][()], marker="s", ms=3,
+                    label="cross-modal entropy $E_{CM}$")
+            ax.set(title="Attention entropy by layer", xlabel="layer", ylabel="entropy (nats)")
+            ax.legend()
+            save(fig, out, f"{stem}_entropy", written)
+
+            fig, ax = plt.subplots(figsize=(7, 4))
+            im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,
+                           cmap="coolwarm", origin="lower", aspect="auto")
+            ax.set(title="Per-head modality preference", xlabel="layer", ylabel="head")
+            fig.colorbar(im, ax=ax, label="attention on vision tokens (%)")
+            save(fig, out, f"{stem}_head_preference", written)
+
+            seg = g["segment_share"][()]
+            if seg.shape[1] > 0:
+                fig, ax = plt.subplots(figsize=(6, 3.5))
+                mean = np.nanmean(seg, axis=0)
+                for k, label in enumerate(["system", "image", "user instruction", "generated"]):
+                    ax.plot(100 * mean[:, k], label=label)
+                ax.set(title="Attention share vs generated length (mean over layers)",
+                       xlabel="generated tokens", ylabel="attention mass (%)", ylim=(0, 100))
+                ax.legend()
+                save(fig, out, f"{stem}_vision_share", written)
+
+
+def read_replay(path):
+    rows = defaultdict(list)
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows[r["policy"]].append(r)
+    params = {}
+    side = path[:-4] + ".policies.csv" if path.endswith(".csv") else path + ".policies.csv"
+    if os.path.exists(side):
+        with open(side, newline="") as f:
+            for r in csv.DictReader(f):
+                params[r["label"]] = (r["policy"], dict(kv.split("=", 1) for kv in r["params"].split(",") if "=" in kv))
+    return rows, params
+
+
+def mean_by_layer(rows, column):
+    acc = defaultdict(list)
+    for r in rows:
+        if r[column] != "":
+            acc[int(r["layer"])].append(float(r[column]))
+    layers = sorted(acc)
+    return layers, [np.mean(acc[l]) for l in layers]
+
+
+def replay_figures(paths, out, written):
+    curves = defaultdict(list)  # policy -> [(budget entries, mean error, mean recall)]
+    for path in paths:
+        tag = os.path.splitext(os.path.basename(path))[0]
+        rows, params = read_replay(path)
+        columns = [("mass_recall", "mass recall", "recall by layer")]
+        if any(r["hit_rate_top10"] != "" for rs in rows.values() for r in rs):
+            columns.append(("hit_rate_top10", "hit rate of the top 10% keys", "hit rate by layer"))
+        fig, axes = plt.subplots(1, len(columns), figsize=(6 * len(columns), 3.8), squeeze=False)
+        for ax, (column, ylabel, title) in zip(axes[0], columns):
+            for label, rs in rows.items():
+                layers, values = mean_by_layer(rs, column)
+                ax.plot(layers, values, marker="o", ms=2, label=label, color=policy_colour(label))
+            ax.set(title=f"Mean {title} per policy", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
+        axes[0][-1].legend(fontsize=7, ncol=2)
+        save(fig, out, f"{tag}_recall_by_layer", written)
+        for label, rs in rows.items():
+            policy, p = params.get(label, (label, {}))
+            if "budget" not in p:
+                continue
+            mean_size = np.mean([float(r["cache_size"]) for r in rs])
+            errors = [float(r["output_rel_error"]) for r in rs if r["output_rel_error"] != ""]
+            recall = np.mean([float(r["mass_recall"]) for r in rs])
+            curves[label.split("@")[0] if "@" in label else policy].append(
+                (mean_size, np.mean(errors) if errors else np.nan, recall))
+    multi = {k: sorted(v) for k, v in curves.items() if len(v) >= 2}
+    if multi:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for policy, pts in sorted(multi.items()):
+            xs, ys, _ = zip(*pts)
+            ax.plot(xs, ys, marker="o", label=policy, color=policy_colour(policy))
+        ax.set(title="Budget vs output error", xlabel="mean KV entries per head while decoding",
+               ylabel="mean relative output error ‖o − ô‖/‖o‖")
+        ax.legend(fontsize=8)
+        save(fig, out, "budget_vs_error", written)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", nargs="+", help="result files or directories")
+    ap.add_argument("--out", required=True, help="output directory for PNG and PDF files")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    stats, replays = find_inputs(args.results)
+    if not stats and not replays:
+        print("figures: no kvsim result files (stats .h5 or replay .csv) in " + ", ".join(args.results),
+              file=sys.stderr)
+        return 1
+    written = []
+    for s in stats:
+        stats_figures(s, args.out, written)
+    if replays:
+        replay_figures(replays, args.out, written)
+    for w in written:
+        print(w)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
