@@ -53,6 +53,7 @@ class H2O final : public Policy {
   }
 
   int capacity(int, int) const override { return oneshot_ ? -1 : budget_; }
+  const std::vector<double>* eviction_scores(int, int g) const override { return &scores_[g]; }
 
  private:
   void trim(KvCache& cache) const {

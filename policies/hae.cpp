@@ -95,6 +95,11 @@ class Hae final : public Policy {
     }
   }
 
+  const std::vector<double>* eviction_scores(int layer, int g) const override {
+    const auto it = layers_.find(layer);
+    return it == layers_.end() || it->second.scores[g].empty() ? nullptr : &it->second.scores[g];
+  }
+
   int capacity(int layer, int g) const override {
     if (!ddes_) return -1;
     const auto it = layers_.find(layer);

@@ -72,6 +72,11 @@ class Policy {
   // Most entries a KV head may hold after a hook returns, or -1 when unbounded. Checked by the
   // engine after every hook.
   virtual int capacity(int layer, int kv_head) const { return -1; }
+  // The scores the policy evicts by, indexed by position, for diagnostics (--bounds); nullptr
+  // when it has none.
+  virtual const std::vector<double>* eviction_scores(int layer, int kv_head) const {
+    return nullptr;
+  }
 };
 
 struct PolicyInfo {

@@ -17,6 +17,8 @@ struct ReplayArgs {
   std::string config, out, summary, decisions, budget;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool diagnostics = false;
+  std::string bounds;
+  double bounds_epsilon = 0.01;
 };
 
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
@@ -71,6 +73,11 @@ Runner add_replay(CLI::App& app) {
   app.add_flag("--diagnostics", a->diagnostics,
                "Also compute hit rates (top 10% keys, keys holding 90% of the mass), "
                "irrecoverable misses and evicted attention mass per step (CSV columns)");
+  app.add_option("--bounds", a->bounds,
+                 "CSV checking HAE Theorem 2.1 per layer and KV head and Corollary 2.1 at every "
+                 "decode step where a scored policy (hae, h2o) removes entries");
+  app.add_option("--bounds-epsilon", a->bounds_epsilon, "Allowed loss ε of Theorem 2.1")
+      ->capture_default_str();
   app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -87,7 +94,13 @@ Runner add_replay(CLI::App& app) {
     if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
     Summary summary(policies);
     Replayer replayer(reader, policies,
-                      ReplayOptions{.threads = a->threads, .diagnostics = a->diagnostics});
+                      ReplayOptions{.threads = a->threads,
+                                    .diagnostics = a->diagnostics,
+                                    .bounds = !a->bounds.empty(),
+                                    .bounds_epsilon = a->bounds_epsilon});
+    std::unique_ptr<BoundsCsvWriter> bounds;
+    if (!a->bounds.empty())
+      bounds = std::make_unique<BoundsCsvWriter>(a->bounds, policies, a->bounds_epsilon);
     Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
     for (const auto& s : samples)
       replayer.replay_sample(
@@ -96,11 +109,20 @@ Runner add_replay(CLI::App& app) {
             summary.add(r);
             if (csv) csv->write(r);
             if (decisions) decisions->write(r);
+            if (bounds) bounds->write(r);
           },
           [&](int) { progress.advance(); });
     progress.finish();
     if (csv) csv->close();
     if (decisions) decisions->close();
+    if (bounds) {
+      bounds->close();
+      std::printf(
+          "bounds (%s): Theorem 2.1 checked on %ld layer-head(s), claim failed with its "
+          "premise met in %ld; Corollary 2.1 checked at %ld removal(s), failed in %ld\n",
+          a->bounds.c_str(), bounds->theorem_rows, bounds->theorem_failures, bounds->flushes,
+          bounds->corollary_failures);
+    }
     if (!a->summary.empty()) summary.write_csv(a->summary);
     std::printf(
         "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "

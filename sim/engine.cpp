@@ -4,6 +4,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "analysis/bounds.hpp"
 #include "sim/parallel.hpp"
 
 namespace kvsim {
@@ -13,6 +14,7 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
     : reader_(reader), policies_(std::move(policies)), options_(options) {
   for (const auto& p : policies_) needs_.merge(p.needs());
   needs_.key_ranking = options_.diagnostics;
+  if (options_.bounds) needs_.text_query_layers = reader.info().num_layers;
   const int L = reader.info().num_layers;
   last_heir_.assign(L, -1);
   for (const auto& p : policies_)
@@ -43,9 +45,36 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 
 }  // namespace
 
+namespace {
+
+// Corollary 2.1's comparison at one decode step, for policies that expose their scores.
+void record_flushes(const Policy& policy, int layer, int step,
+                    const std::vector<std::vector<std::int32_t>>& before, const KvCache& cache,
+                    std::vector<FlushEvent>& out) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const std::vector<double>* scores = policy.eviction_scores(layer, g);
+    if (!scores) return;
+    const auto& after = cache.positions(g);
+    std::vector<std::int32_t> removed;
+    std::set_difference(before[g].begin(), before[g].end(), after.begin(), after.end(),
+                        std::back_inserter(removed));
+    if (removed.empty()) continue;
+    FlushEvent e{step, g, static_cast<int>(removed.size()), 0, 0};
+    for (int p : removed) e.realized += (*scores)[p];
+    std::vector<double> held;
+    for (int p : before[g]) held.push_back((*scores)[p]);
+    std::partial_sort(held.begin(), held.begin() + e.removed, held.end());
+    for (int i = 0; i < e.removed; ++i) e.greedy += held[i];
+    out.push_back(e);
+  }
+}
+
+}  // namespace
+
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
-                         bool check_invariants, const StepAttentionFn& step_attention) {
+                         const LayerReplayOptions& options, const StepAttentionFn& step_attention) {
+  const bool check_invariants = options.check_invariants;
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
   const LayerView view(att, lookahead, stats);
   KvCache cache(Hkv, att.head_dim());
@@ -75,8 +104,12 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
             m[g].evicted_mass + (t > 0 ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
       r.steps[g][t] = m[g];
     }
+    std::vector<std::vector<std::int32_t>> before;
+    if (options.record_flushes)
+      for (int g = 0; g < Hkv; ++g) before.push_back(cache.positions(g));
     policy.on_decode(view, sa, cache);
     if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
+    if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
   }
   r.evicted.resize(Hkv);
   r.merged.resize(Hkv);
@@ -272,9 +305,12 @@ void Replayer::replay_sample(const std::string& sample_name,
       const int src = policies_[i].attention_source(l);
       const LayerAttention& attended = src == l ? att : *heirs.at(src);
       try {
-        results[i] = replay_layer(*instances[i], attended, att, policies_[i].info->lookahead,
-                                  &stats, dtype_bytes(sample.dtype), options_.check_invariants,
-                                  shared_step_attention);
+        results[i] =
+            replay_layer(*instances[i], attended, att, policies_[i].info->lookahead, &stats,
+                         dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
+                         shared_step_attention);
+        if (options_.bounds)
+          results[i].theorem = check_theorem_2_1(att, results[i], options_.bounds_epsilon);
       } catch (const std::logic_error& e) {
         throw std::logic_error(policies_[i].label + ", sample '" + sample_name + "': " + e.what());
       }

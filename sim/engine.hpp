@@ -33,6 +33,25 @@ struct StepMetrics {
 };
 
 // Everything one policy did in one layer of one sample.
+// A decode step at which a policy removed d >= 1 entries of a KV head (--bounds): the sum of the
+// policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
+// held before the removal (what a greedy evictor would have lost). HAE Corollary 2.1 claims
+// realized <= greedy.
+struct FlushEvent {
+  int step = 0, kv_head = 0, removed = 0;
+  double realized = 0, greedy = 0;
+};
+
+// HAE Theorem 2.1 on one KV head (--bounds; analysis/bounds.hpp documents every quantity).
+struct TheoremCheck {
+  int kv_head = 0;
+  int evicted = 0;        // c: entries evicted at the end of the prefill
+  double lambda = NAN;    // estimated decay rate of the keys' attention over decode steps
+  double attn_max = NAN;  // min over the c evicted keys of their largest text-query attention
+  double k_bound = NAN;   // log(ε / Attn_max) / log(1 - λ)
+  double loss = NAN;      // largest full-cache attention mass on the c keys at any decode step
+};
+
 struct LayerResult {
   int policy_index = 0;
   std::string sample;
@@ -41,12 +60,16 @@ struct LayerResult {
   std::vector<std::vector<StepMetrics>> steps;  // [kv head][step]
   std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
+  std::vector<FlushEvent> flushes;                   // --bounds only
+  std::vector<TheoremCheck> theorem;                 // --bounds only, [kv head]
 };
 
 struct ReplayOptions {
   int threads = 1;
   bool check_invariants = true;
   bool diagnostics = false;  // hit rates, misses and evicted mass per step
+  bool bounds = false;       // HAE Theorem 2.1 and Corollary 2.1 checks
+  double bounds_epsilon = 0.01;
 };
 
 // Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
@@ -82,9 +105,13 @@ class Replayer {
 using StepAttentionFn =
     std::function<void(const LayerAttention& att, const LayerAttention& ref, const KvCache&,
                        int step, StepAttention&, std::vector<StepMetrics>&)>;
+struct LayerReplayOptions {
+  bool check_invariants = true;
+  bool record_flushes = false;
+};
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
-                         bool check_invariants, const StepAttentionFn& step_attention);
+                         const LayerReplayOptions& options, const StepAttentionFn& step_attention);
 
 // The engine's decode-step attention: gathers the shared full-cache probabilities of the
 // attended entries and renormalises them; merged entries are attended with their merged key.

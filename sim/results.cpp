@@ -122,6 +122,49 @@ void write_policies_sidecar(const std::string& csv_path,
   write_whole(stem + ".policies.csv", out);
 }
 
+BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
+                                 double epsilon)
+    : path_(path), epsilon_(epsilon) {
+  for (const auto& p : policies) labels_.push_back(p.label);
+  out_ =
+      "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,"
+      "premise,holds\n";
+}
+
+void BoundsCsvWriter::write(const LayerResult& r) {
+  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
+                             std::to_string(r.layer) + ",";
+  for (const TheoremCheck& c : r.theorem) {
+    if (c.evicted == 0) continue;  // nothing evicted at the prefill: the theorem says nothing
+    const bool premise = !std::isnan(c.k_bound) && c.evicted <= c.k_bound;
+    const bool holds = c.loss < epsilon_;
+    out_ += "theorem_2_1," + prefix + std::to_string(c.kv_head) + ",," + std::to_string(c.evicted) +
+            ",";
+    for (double x : {c.lambda, c.attn_max, c.k_bound, epsilon_, c.loss, epsilon_}) {
+      append_float(out_, x);
+      out_ += ",";
+    }
+    out_ += std::string(premise ? "true" : "false") + "," + (holds ? "true" : "false") + "\n";
+    ++theorem_rows;
+    theorem_failures += premise && !holds;
+  }
+  for (const FlushEvent& e : r.flushes) {
+    const bool holds = e.realized <= e.greedy + 1e-12;
+    out_ += "corollary_2_1," + prefix + std::to_string(e.kv_head) + "," + std::to_string(e.step) +
+            "," + std::to_string(e.removed) + ",,,,,";
+    append_float(out_, e.realized);
+    out_ += ",";
+    append_float(out_, e.greedy);
+    out_ += std::string(",true,") + (holds ? "true" : "false") + "\n";
+    ++flushes;
+    corollary_failures += !holds;
+  }
+}
+
+void BoundsCsvWriter::close() {
+  write_whole(path_, out_);
+}
+
 void Summary::Acc::add(const StepMetrics& m) {
   cache += m.cache_size;
   attended += m.attended_size;

@@ -58,6 +58,25 @@ class Summary {
   std::map<int, long> prefill_layers_;
 };
 
+// --bounds: HAE Theorem 2.1 (one row per policy, sample, layer, KV head) and Corollary 2.1 (one
+// row per decode step at which a policy with scores removed entries). Columns:
+// check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,
+// premise,holds. See analysis/bounds.hpp.
+class BoundsCsvWriter {
+ public:
+  BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
+                  double epsilon);
+  void write(const LayerResult& r);
+  void close();
+  long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;
+
+ private:
+  std::string path_;
+  std::vector<std::string> labels_;
+  double epsilon_;
+  std::string out_;
+};
+
 // --dump-decisions: one group per policy (named by its label, attribute `params`), then
 // samples/<name>/layers/<l>/heads/<g>/evicted int32 [N, 2] (step, position) in eviction order,
 // step -1 for the end of the prefill; merging policies add merged int32 [M, 3].

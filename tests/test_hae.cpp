@@ -10,6 +10,8 @@
 // unmarked score is s6 = .214 -> marked; the bin holds RC_size = 2: evict {4, 6} at once.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -71,6 +73,39 @@ TEST(Hae, ExplicitBudgetEvictsDownToItAtThePrefill) {
   const auto r = run_policy(hae_trace().write("hae_budget.h5"), "hae", p);
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 4}));
   for (const auto& m : r[0].steps[0]) EXPECT_LE(m.cache_size, 3 + 2);  // B + RC_size - 1 + new
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Hae, BoundsAreCheckedNotAssumed) {
+  // The trace above with --bounds, ε = .01. Theorem 2.1: DAP evicted {2}; its largest text-query
+  // attention is .5 / 8.5 (Attn_max). Every prompt key's attention falls from w / 11.5 to
+  // w / 14.5 between the two decode steps, so λ = 1 - 11.5 / 14.5 for all of them and
+  // k_bound = log(.01 / Attn_max) / log(1 - λ) = 7.64 >= c = 1: the premise holds, yet key 2
+  // still draws .5 / 11.5 = .0435 > ε at step 0 — the claim fails on this trace.
+  // Corollary 2.1: the step-1 flush removes {4, 6} with scores .2800 + .2143, which are also the
+  // two lowest held, so realized = greedy.
+  TraceReader reader(hae_trace().write("hae_bounds.h5"));
+  const std::vector<PolicyConfig> policies = {make_policy_config("hae", kParams)};
+  std::vector<LayerResult> out;
+  Replayer(reader, policies, {.threads = 1, .bounds = true, .bounds_epsilon = 0.01})
+      .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
+  const TheoremCheck& c = out[0].theorem[0];
+  EXPECT_EQ(c.evicted, 1);
+  EXPECT_NEAR(c.attn_max, 0.5 / 8.5, 1e-6);
+  EXPECT_NEAR(c.lambda, 1 - 11.5 / 14.5, 1e-6);
+  EXPECT_NEAR(c.k_bound, std::log(0.01 / (0.5 / 8.5)) / std::log(11.5 / 14.5), 1e-4);
+  EXPECT_NEAR(c.loss, 0.5 / 11.5, 1e-6);
+  ASSERT_EQ(out[0].flushes.size(), 1u);
+  const FlushEvent& f = out[0].flushes[0];
+  EXPECT_EQ(f.step, 1);
+  EXPECT_EQ(f.removed, 2);
+  EXPECT_NEAR(f.realized, (1 / 8.5 + 1 / 11.0 + 1 / 14.0) + 3 / 14.0, 1e-6);  // s4 + s6
+  EXPECT_NEAR(f.greedy, f.realized, 1e-9);
 }
 
 }  // namespace
