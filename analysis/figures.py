@@ -17,6 +17,7 @@ import csv
 import glob
 import os
 import sys
+import warnings
 from collections import defaultdict
 
 import matplotlib
@@ -24,6 +25,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+# Metrics that do not apply (no image tokens, no decode steps) are NaN in the result files; their
+# means are NaN too, which the plots leave blank.
+warnings.filterwarnings("ignore", message="Mean of empty slice")
+warnings.filterwarnings("ignore", message="All-NaN slice encountered")
 
 # One colour per policy, the same in every figure and every run (presets use their policy's).
 POLICY_COLOURS = {
