@@ -31,12 +31,8 @@ class FastV final : public Policy {
         if (!std::binary_search(kept.begin(), kept.end(), j)) dropped_.push_back(j);
     }
     if (view.layer() < layer_k_ || dropped_.empty()) return;
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<std::uint8_t> keep(cache.size(g), 1);
-      for (int e = 0; e < cache.size(g); ++e)
-        keep[e] = !std::binary_search(dropped_.begin(), dropped_.end(), cache.position(g, e));
-      cache.keep_only(g, keep);
-    }
+    cache.evict_positions_if(
+        [&](int pos) { return std::binary_search(dropped_.begin(), dropped_.end(), pos); });
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}

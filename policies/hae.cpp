@@ -50,11 +50,7 @@ class Hae final : public Policy {
   void on_prefill(const LayerView& view, KvCache& cache) override {
     if (dap_ && view.layer() == 0) choose_pruned(view);
     Layer& st = layer(view.layer(), cache.kv_heads());
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<std::uint8_t> keep(cache.size(g), 1);
-      for (int e = 0; e < cache.size(g); ++e) keep[e] = !pruned_.count(cache.position(g, e));
-      cache.keep_only(g, keep);
-    }
+    cache.evict_positions_if([&](int pos) { return pruned_.count(pos) > 0; });  // broadcast
     if (!ddes_) return;
     const int group = view.group_size();
     for (int g = 0; g < cache.kv_heads(); ++g) {

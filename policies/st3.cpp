@@ -123,16 +123,9 @@ class St3 final : public Policy {
   // Drops every visual entry whose position is not in `kept` (sorted).
   static void keep_visual(const LayerView& view, KvCache& cache, const std::vector<int>& kept) {
     const auto& mod = view.modality();
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<std::uint8_t> keep(cache.size(g), 1);
-      bool any = false;
-      for (int e = 0; e < cache.size(g); ++e) {
-        const int pos = cache.position(g, e);
-        if (mod[pos] != 0 && !std::binary_search(kept.begin(), kept.end(), pos))
-          keep[e] = 0, any = true;
-      }
-      if (any) cache.keep_only(g, keep);
-    }
+    cache.evict_positions_if([&](int pos) {
+      return mod[pos] != 0 && !std::binary_search(kept.begin(), kept.end(), pos);
+    });
   }
 
   int stride_;

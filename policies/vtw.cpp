@@ -15,11 +15,7 @@ class Vtw final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     if (view.layer() < layer_k_.resolve(view.num_layers())) return;
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<std::uint8_t> keep(cache.size(g), 1);
-      for (int e = 0; e < cache.size(g); ++e) keep[e] = view.modality()[cache.position(g, e)] == 0;
-      cache.keep_only(g, keep);
-    }
+    cache.evict_positions_if([&](int pos) { return view.modality()[pos] != 0; });
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}

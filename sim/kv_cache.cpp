@@ -79,6 +79,16 @@ void KvCache::keep_only(int g, const std::vector<std::uint8_t>& keep) {
   compact(g, keep, true);
 }
 
+void KvCache::evict_positions_if(const std::function<bool(std::int32_t)>& drop) {
+  for (int g = 0; g < kv_heads(); ++g) {
+    std::vector<std::uint8_t> keep(size(g), 1);
+    bool any = false;
+    for (int e = 0; e < size(g); ++e)
+      if (drop(position(g, e))) keep[e] = 0, any = true;
+    if (any) compact(g, keep, true);
+  }
+}
+
 void KvCache::set_attended(int g, int e, bool attended) {
   heads_[g].attended.at(e) = attended;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -43,6 +44,8 @@ class KvCache {
   void evict(int g, std::span<const int> entries);
   // Keeps exactly the entries with keep[e] != 0.
   void keep_only(int g, const std::vector<std::uint8_t>& keep);
+  // Evicts, from every KV head, the entries whose position satisfies `drop`.
+  void evict_positions_if(const std::function<bool(std::int32_t)>& drop);
   void set_attended(int g, int e, bool attended);
   // Entry `from` disappears into entry `into`, which now holds key/value (d floats each).
   void merge(int g, int from, int into, const float* key, const float* value);
