@@ -15,5 +15,6 @@ Runner add_replay(CLI::App& app);
 Runner add_policies(CLI::App& app);
 Runner add_stats(CLI::App& app);
 Runner add_figures(CLI::App& app);
+Runner add_sweep(CLI::App& app);
 
 }  // namespace kvsim::cli

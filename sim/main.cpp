@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add("inspect", "Summarise and validate a kvtrace v1 file", kvsim::cli::add_inspect);
   add("replay", "Replay a trace through eviction policies and measure what they lose",
       kvsim::cli::add_replay);
+  add("sweep", "Sweep traces x samples x policy configurations, resumable", kvsim::cli::add_sweep);
   add("stats", "Observation metrics of attention (sparsity, PPCI, entropy, ...) to a file",
       kvsim::cli::add_stats);
   add("figures", "Regenerate the papers' figures (PNG and PDF) from result files",

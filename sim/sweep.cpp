@@ -1,0 +1,231 @@
+#include "sim/sweep.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/engine.hpp"
+
+namespace kvsim {
+
+namespace fs = std::filesystem;
+
+GridAxis parse_grid_axis(const std::string& text) {
+  const auto eq = text.find('='), dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 ||
+      eq + 1 == text.size())
+    throw std::invalid_argument("--grid '" + text +
+                                "': expected NAME.key=v1,v2,... or NAME.key=start:stop:step");
+  GridAxis a{text.substr(0, dot), text.substr(dot + 1, eq - dot - 1), {}};
+  const std::string values = text.substr(eq + 1);
+  if (std::count(values.begin(), values.end(), ':') == 2 && values.find(',') == std::string::npos) {
+    double start = 0, stop = 0, step = 0;
+    char c1 = 0, c2 = 0;
+    std::istringstream in(values);
+    if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start)
+      throw std::invalid_argument(
+          "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
+    const long n = std::lround(std::floor((stop - start) / step + 1e-9));
+    for (long i = 0; i <= n; ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.10g", start + i * step);
+      a.values.push_back(buf);
+    }
+  } else {
+    std::stringstream ss(values);
+    std::string v;
+    while (std::getline(ss, v, ',')) {
+      if (v.empty()) throw std::invalid_argument("--grid '" + text + "': empty value");
+      a.values.push_back(v);
+    }
+  }
+  return a;
+}
+
+std::vector<PolicyConfig> expand_grid(
+    const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
+    const std::map<std::string, std::map<std::string, std::string>>& fixed) {
+  for (const auto& a : axes)
+    if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
+      throw std::invalid_argument("--grid " + a.policy + "." + a.key + ": policy '" + a.policy +
+                                  "' is not swept (add --policy " + a.policy + ")");
+  std::vector<PolicyConfig> out;
+  for (const auto& name : policies) {
+    std::vector<const GridAxis*> mine;
+    for (const auto& a : axes)
+      if (a.policy == name) mine.push_back(&a);
+    std::vector<std::size_t> index(mine.size(), 0);
+    while (true) {
+      auto overrides = fixed.count(name) ? fixed.at(name) : std::map<std::string, std::string>{};
+      std::string label = name;
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        overrides[mine[i]->key] = mine[i]->values[index[i]];
+        label += (i == 0 ? "[" : ",") + mine[i]->key + "=" + mine[i]->values[index[i]];
+      }
+      if (!mine.empty()) label += "]";
+      PolicyConfig c = make_policy_config(name, overrides);
+      c.label = label;
+      out.push_back(std::move(c));
+      std::size_t i = 0;  // odometer over the axes
+      while (i < mine.size() && ++index[i] == mine[i]->values.size()) index[i++] = 0;
+      if (i == mine.size()) break;
+    }
+  }
+  return out;
+}
+
+std::string file_content_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open for hashing");
+  std::uint64_t h = 1469598103934665603ull;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), buf.size());
+    const auto n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(buf[i]);
+      h *= 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+namespace {
+
+std::string fnv_hex(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double x) {
+  if (std::isnan(x)) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+// Item files hold the measurements only; the results file prefixes them with who made them.
+const char* kItemHeader =
+    "layer,kv_head,steps,mean_cache_size,mean_attended_size,mean_mass_recall,min_mass_recall,"
+    "mean_output_rel_error,mean_kv_bytes\n";
+const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
+
+// One configuration's rows for one layer: means over the decode steps of each KV head.
+std::string layer_rows(const LayerResult& r) {
+  std::string out;
+  for (std::size_t g = 0; g < r.steps.size(); ++g) {
+    double cache = 0, att = 0, recall = 0, err = 0, bytes = 0, min_recall = INFINITY;
+    long n_err = 0;
+    for (const auto& m : r.steps[g]) {
+      cache += m.cache_size, att += m.attended_size, recall += m.mass_recall, bytes += m.kv_bytes;
+      min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
+      if (!std::isnan(m.output_rel_error)) err += m.output_rel_error, ++n_err;
+    }
+    const double n = static_cast<double>(r.steps[g].size());
+    out += std::to_string(r.layer) + "," + std::to_string(g) + "," +
+           std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
+           num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
+           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
+           num(n ? bytes / n : NAN) + "\n";
+  }
+  return out;
+}
+
+// Writes `text` to `path` through a unique temporary file in the same directory and a rename, so
+// readers and concurrent sweeps only ever see complete files.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+SweepReport run_sweep(const std::vector<std::string>& traces,
+                      const std::vector<PolicyConfig>& configs, const SweepOptions& o,
+                      const std::function<void(long, long)>& progress) {
+  const fs::path items_dir = fs::path(o.out_dir) / "items";
+  fs::create_directories(items_dir);
+  struct Item {
+    std::string trace, hash, sample;
+  };
+  std::vector<Item> items;
+  for (const auto& t : traces) {
+    TraceReader reader(t);
+    const std::string hash = file_content_hash(t);
+    for (const auto& s : o.samples.empty() ? reader.sample_names() : o.samples)
+      items.push_back({t, hash, s});
+  }
+  auto key_of = [&](const Item& it, const PolicyConfig& c) {
+    return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
+                   "\n" KVSIM_VERSION);
+  };
+  SweepReport report;
+  report.items_total = static_cast<long>(items.size() * configs.size());
+  long layers_total = 0, layers_done = 0;
+  std::vector<std::vector<std::size_t>> todo(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t c = 0; c < configs.size(); ++c)
+      if (fs::exists(items_dir / (key_of(items[i], configs[c]) + ".csv")))
+        ++report.items_done_before;
+      else
+        todo[i].push_back(c);
+    if (!todo[i].empty()) layers_total += TraceReader(items[i].trace).info().num_layers;
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (todo[i].empty()) continue;
+    const Item& it = items[i];
+    TraceReader reader(it.trace);
+    std::vector<PolicyConfig> run;
+    for (std::size_t c : todo[i]) run.push_back(configs[c]);
+    std::vector<std::string> text(run.size());
+    for (std::size_t c = 0; c < run.size(); ++c) text[c] = kItemHeader;
+    Replayer(reader, run, {.threads = o.threads})
+        .replay_sample(
+            it.sample, [&](const LayerResult& r) { text[r.policy_index] += layer_rows(r); },
+            [&](int) {
+              if (progress) progress(++layers_done, layers_total);
+            });
+    for (std::size_t c = 0; c < run.size(); ++c)
+      write_atomically(items_dir / (key_of(it, run[c]) + ".csv"), text[c]);
+    report.items_run += static_cast<long>(run.size());
+  }
+  // The results file: every item of this sweep, in a fixed order (trace, sample, configuration).
+  std::string all = std::string(kPrefixHeader) + kItemHeader;
+  for (const auto& it : items)
+    for (const auto& c : configs) {
+      const std::string prefix = csv_field(it.trace) + "," + it.hash + "," + csv_field(it.sample) +
+                                 "," + csv_field(c.label) + "," + c.info->name + "," +
+                                 csv_field(c.params.str()) + ",";
+      std::ifstream in(items_dir / (key_of(it, c) + ".csv"));
+      std::string line;
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) all += prefix + line + "\n";
+    }
+  write_atomically(fs::path(o.out_dir) / "results.csv", all);
+  return report;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,50 @@
+// Hyperparameter sweeps: traces x samples x policy configurations. All configurations of one
+// (trace, sample) replay together, so they share one attention computation per layer. Each
+// finished (trace, sample, configuration) is written atomically under a key derived from the
+// trace's content hash, the sample, the policy, its resolved parameters and the kvsim version:
+// rerunning a sweep skips what is done, and a killed sweep loses only the work item in flight.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "policies/policy.hpp"
+
+namespace kvsim {
+
+// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop). Throws std::invalid_argument.
+struct GridAxis {
+  std::string policy, key;
+  std::vector<std::string> values;
+};
+GridAxis parse_grid_axis(const std::string& text);
+
+// Every configuration of `policies` (names or presets) over the axes that name them; a policy
+// with no axis contributes its single configuration. Labels are "name[key=value,...]".
+std::vector<PolicyConfig> expand_grid(
+    const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
+    const std::map<std::string, std::map<std::string, std::string>>& fixed);
+
+// 64-bit FNV-1a of the file's bytes, as 16 hex digits.
+std::string file_content_hash(const std::string& path);
+
+struct SweepOptions {
+  std::string out_dir;
+  int threads = 1;
+  std::vector<std::string> samples;  // empty: every sample
+};
+
+struct SweepReport {
+  long items_total = 0, items_done_before = 0, items_run = 0;
+};
+
+// Runs the sweep, then writes out_dir/results.csv (every finished item, sorted). on_layer is called
+// after each replayed layer (progress).
+SweepReport run_sweep(const std::vector<std::string>& traces,
+                      const std::vector<PolicyConfig>& configs, const SweepOptions& options,
+                      const std::function<void(long, long)>& progress = {});
+
+}  // namespace kvsim

@@ -1,0 +1,106 @@
+// kvsim sweep: grid expansion, shared replay, resumability after SIGKILL, thread independence.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "sim/sweep.hpp"
+#include "tests/tiny_trace.hpp"
+#include "traces/synth.hpp"
+
+namespace kvsim::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Sweep, GridAxesAndRanges) {
+  EXPECT_EQ(parse_grid_axis("h2o.budget=10%,20%").values, (std::vector<std::string>{"10%", "20%"}));
+  EXPECT_EQ(parse_grid_axis("st3.tau=10:30:10").values,
+            (std::vector<std::string>{"10", "20", "30"}));
+  EXPECT_EQ(parse_grid_axis("hae.r=0.001:0.002:0.0005").values.size(), 3u);
+  EXPECT_THROW(parse_grid_axis("h2o.budget"), std::invalid_argument);
+  EXPECT_THROW(parse_grid_axis("h2o.budget=5:1:1"), std::invalid_argument);
+  const auto configs = expand_grid(
+      {"h2o", "full"}, {parse_grid_axis("h2o.budget=2,3"), parse_grid_axis("h2o.recent=0,1")},
+      {{"h2o", {{"mode", "oneshot"}}}});
+  ASSERT_EQ(configs.size(), 5u);  // 2 x 2 h2o + full
+  EXPECT_EQ(configs[0].label, "h2o[budget=2,recent=0]");
+  EXPECT_EQ(configs[3].label, "h2o[budget=3,recent=1]");
+  EXPECT_EQ(configs[3].params.str(), "budget=3,mode=oneshot,recent=1");
+  EXPECT_EQ(configs[4].label, "full");
+  EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("snapkv.window=8")}, {}),
+               std::invalid_argument);
+  EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("h2o.budget=-1")}, {}), std::invalid_argument);
+}
+
+std::string sweep_trace(const std::string& name) {
+  SynthConfig c;
+  c.layers = 6;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.samples = 6;
+  c.media_tokens = 120;
+  c.gen_tokens = 12;
+  c.write.dtype = DType::kFloat32;
+  const std::string path = temp_path(name);
+  synth_write(c, path);
+  return path;
+}
+
+std::string sweep_args(const std::string& trace, const std::string& out, int threads) {
+  return std::string(KVSIM_BINARY) + " sweep --trace " + trace +
+         " --policy h2o --grid h2o.budget=8,16,24,32 --policy snapkv --set snapkv.window=4"
+         " --grid snapkv.budget=10:40:10 --policy tova --budget 20% -j " +
+         std::to_string(threads) + " --out " + out + " > /dev/null 2>&1";
+}
+
+TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
+  const std::string trace = sweep_trace("sweep.h5");
+  const std::string a = temp_path("sweep_a"), b = temp_path("sweep_b"),
+                    killed = temp_path("sweep_killed");
+  for (const auto& d : {a, b, killed}) fs::remove_all(d);
+  ASSERT_EQ(std::system(sweep_args(trace, a, 1).c_str()), 0);
+  ASSERT_EQ(std::system(sweep_args(trace, b, 2).c_str()), 0);
+  const std::string reference = read_all(fs::path(a) / "results.csv");
+  EXPECT_EQ(reference, read_all(fs::path(b) / "results.csv"));
+  // 9 configurations x 6 samples x 6 layers x 2 KV heads rows + header.
+  EXPECT_EQ(std::count(reference.begin(), reference.end(), '\n'), 9 * 6 * 6 * 2 + 1);
+
+  // Kill a sweep with SIGKILL once some items are stored, then resume it.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + sweep_args(trace, killed, 1)).c_str(), nullptr);
+    _exit(127);
+  }
+  const fs::path items = fs::path(killed) / "items";
+  for (int i = 0; i < 4000; ++i) {
+    if (fs::exists(items) &&
+        std::distance(fs::directory_iterator(items), fs::directory_iterator{}) >= 9)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  for (const auto& e : fs::directory_iterator(items))  // no half-written item under a final name
+    if (e.path().extension() == ".csv")
+      EXPECT_EQ(read_all(e.path()).substr(0, 6), "layer,") << e.path();
+  ASSERT_EQ(std::system(sweep_args(trace, killed, 2).c_str()), 0);
+  EXPECT_EQ(reference, read_all(fs::path(killed) / "results.csv"));
+}
+
+}  // namespace
+}  // namespace kvsim::test
