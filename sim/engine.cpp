@@ -184,19 +184,29 @@ void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
       const float* pf_ref = ref.decode_probs(step, h);
       float* p = &probs[static_cast<std::size_t>(r) * n];
       double recall = 0, weight = 0;
-      for (int e = 0; e < n; ++e) {
-        if (!cache.attended(g, e)) continue;
-        const int pos = cache.position(g, e);
-        recall += pf_ref[pos];
-        if (const float* mk = merged ? cache.merged_key(g, e) : nullptr) {
-          const float* q = &tensors.q(s, h, 0);
-          double dot = 0;
-          for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
-          p[e] = static_cast<float>(std::exp(att.scale() * dot - att.decode_lse(step, h)));
-        } else {
-          p[e] = pf[pos];
+      const std::int32_t* positions = cache.positions(g).data();
+      if (!merged) {  // the common case, kept free of calls so the sums stay in registers
+        for (int e = 0; e < n; ++e) {
+          if (!cache.attended(g, e)) continue;
+          const int pos = positions[e];
+          recall += pf_ref[pos];
+          weight += p[e] = pf[pos];
         }
-        weight += p[e];
+      } else {
+        for (int e = 0; e < n; ++e) {
+          if (!cache.attended(g, e)) continue;
+          const int pos = positions[e];
+          recall += pf_ref[pos];
+          if (const float* mk = cache.merged_key(g, e)) {
+            const float* q = &tensors.q(s, h, 0);
+            double dot = 0;
+            for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
+            p[e] = static_cast<float>(std::exp(att.scale() * dot - att.decode_lse(step, h)));
+          } else {
+            p[e] = pf[pos];
+          }
+          weight += p[e];
+        }
       }
       const double inv = 1.0 / weight;
       for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
