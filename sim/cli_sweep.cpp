@@ -45,9 +45,12 @@ Runner add_sweep(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto threads =
       std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  app.add_option("-t,--trace", *traces, "Trace file or glob (repeatable)")->required();
+  auto file = std::make_shared<std::string>();
+  app.add_option("-f,--file", *file,
+                 "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");
+  app.add_option("-t,--trace", *traces, "Trace file or glob (repeatable)");
   app.add_option("-s,--sample", *samples, "Sample name (repeatable; default: every sample)");
-  app.add_option("-p,--policy", *policies, "Policy or preset (repeatable)")->required();
+  app.add_option("-p,--policy", *policies, "Policy or preset (repeatable)");
   app.add_option("--grid", *grids,
                  "Axis NAME.key=v1,v2,... or NAME.key=start:stop:step (repeatable; the product of "
                  "a policy's axes is swept)");
@@ -59,6 +62,18 @@ Runner add_sweep(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   return [=] {
+    if (!file->empty()) {
+      const SweepFile f = read_sweep_file(*file);
+      traces->insert(traces->begin(), f.traces.begin(), f.traces.end());
+      samples->insert(samples->begin(), f.samples.begin(), f.samples.end());
+      policies->insert(policies->begin(), f.policies.begin(), f.policies.end());
+      grids->insert(grids->begin(), f.grids.begin(), f.grids.end());
+      sets->insert(sets->begin(), f.sets.begin(), f.sets.end());
+      if (budget->empty()) *budget = f.budget;
+    }
+    if (traces->empty() || policies->empty())
+      throw std::invalid_argument(
+          "sweep: give at least one --trace and one --policy (or a --file with them)");
     std::vector<GridAxis> axes;
     for (const auto& g : *grids) axes.push_back(parse_grid_axis(g));
     PolicyOverrides fixed;

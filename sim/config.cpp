@@ -30,6 +30,41 @@ PolicyOverrides read_policy_config(const std::string& path) {
   return out;
 }
 
+SweepFile read_sweep_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path + ": cannot open sweep file");
+  SweepFile out;
+  try {
+    po::options_description none;
+    const po::parsed_options parsed = po::parse_config_file(in, none, /*allow_unregistered=*/true);
+    for (const auto& opt : parsed.options) {
+      const std::string& key = opt.string_key;
+      if (opt.value.size() != 1)
+        throw std::invalid_argument(path + ": key '" + key + "' needs one value");
+      const std::string& v = opt.value[0];
+      if (key == "sweep.trace")
+        out.traces.push_back(v);
+      else if (key == "sweep.sample")
+        out.samples.push_back(v);
+      else if (key == "sweep.policy")
+        out.policies.push_back(v);
+      else if (key == "sweep.budget")
+        out.budget = v;
+      else if (key.rfind("grid.", 0) == 0)
+        out.grids.push_back(key.substr(5) + "=" + v);
+      else if (key.rfind("set.", 0) == 0)
+        out.sets.push_back(key.substr(4) + "=" + v);
+      else
+        throw std::invalid_argument(path + ": unknown key '" + key +
+                                    "' (valid: [sweep] trace, "
+                                    "sample, policy, budget; [grid] NAME.key; [set] NAME.key)");
+    }
+  } catch (const po::error& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+  return out;
+}
+
 void apply_set_option(const std::string& assignment, PolicyOverrides& overrides) {
   const auto eq = assignment.find('=');
   const auto dot = assignment.find('.');

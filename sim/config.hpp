@@ -17,6 +17,15 @@ using PolicyOverrides = std::map<std::string, std::map<std::string, std::string>
 // Throws std::invalid_argument naming the file and the offending line or key.
 PolicyOverrides read_policy_config(const std::string& path);
 
+// A sweep file (INI, Boost.Program_options): a [sweep] section with repeatable `trace`, `sample`,
+// `policy` and a `budget`; a [grid] section of `NAME.key = v1,v2,...` or `start:stop:step` axes;
+// a [set] section of `NAME.key = value`. Command-line options add to it.
+struct SweepFile {
+  std::vector<std::string> traces, samples, policies, grids, sets;
+  std::string budget;
+};
+SweepFile read_sweep_file(const std::string& path);
+
 // "h2o.budget=64" -> overrides["h2o"]["budget"] = "64".
 void apply_set_option(const std::string& assignment, PolicyOverrides& overrides);
 

@@ -97,3 +97,25 @@ TEST(Presets, PinAReferenceReading) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Config, SweepFile) {
+  const std::string path = temp_path("sweep.ini");
+  std::ofstream(path) << "[sweep]\ntrace = a.h5\ntrace = dir/*.h5\npolicy = hae\npolicy = h2o\n"
+                         "budget = 20%\n[grid]\nhae.r = 0.001,0.002\nh2o.budget = 8:16:8\n"
+                         "[set]\nhae.alpha = 0.0005\n";
+  const SweepFile f = read_sweep_file(path);
+  EXPECT_EQ(f.traces, (std::vector<std::string>{"a.h5", "dir/*.h5"}));
+  EXPECT_EQ(f.policies, (std::vector<std::string>{"hae", "h2o"}));
+  EXPECT_EQ(f.budget, "20%");
+  EXPECT_EQ(f.grids, (std::vector<std::string>{"hae.r=0.001,0.002", "h2o.budget=8:16:8"}));
+  EXPECT_EQ(f.sets, (std::vector<std::string>{"hae.alpha=0.0005"}));
+  std::ofstream(path) << "[sweep]\nbogus = 1\n";
+  EXPECT_NE(error_of([&] { read_sweep_file(path); }).find("unknown key 'sweep.bogus'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvsim::test
