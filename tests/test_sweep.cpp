@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "sim/config.hpp"
 #include "sim/sweep.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"
@@ -100,6 +101,54 @@ TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
       EXPECT_EQ(read_all(e.path()).substr(0, 6), "layer,") << e.path();
   ASSERT_EQ(std::system(sweep_args(trace, killed, 2).c_str()), 0);
   EXPECT_EQ(reference, read_all(fs::path(killed) / "results.csv"));
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+const std::string kRoot = std::string(KVSIM_TEST_DATA) + "/../..";
+
+TEST(Sweep, EveryRecipeResolves) {
+  int recipes = 0;
+  for (const auto& e : fs::directory_iterator(kRoot + "/experiments/recipes")) {
+    const SweepFile f = read_sweep_file(e.path().string());
+    std::vector<GridAxis> axes;
+    for (const auto& g : f.grids) axes.push_back(parse_grid_axis(g));
+    PolicyOverrides fixed;
+    for (const auto& s : f.sets) apply_set_option(s, fixed);
+    EXPECT_FALSE(expand_grid(f.policies, axes, fixed).empty()) << e.path();
+    ++recipes;
+  }
+  EXPECT_GE(recipes, 7);
+}
+
+TEST(Sweep, ReportWritesTableAndFigures) {
+  const std::string trace = TinyTrace{
+      .prompt_len = 6,
+      .weights = {1, 4, 3, 1, 2, 1, 1, 1},
+      .values = {1, 2, 3, 4, 5, 6, 7, 8},
+      .modality = {0, 1, 1, 1, 1, 0, 0,
+                   0}}.write("sweep_report.h5");
+  const std::string out = temp_path("sweep_report_out");
+  fs::remove_all(out);
+  ASSERT_EQ(
+      std::system(
+          (std::string(KVSIM_BINARY) + " sweep --trace " + trace +
+           " --policy h2o --grid h2o.budget=2,3,4 --policy tova --grid tova.budget=2,4 --out " +
+           out + " > /dev/null 2>&1")
+              .c_str()),
+      0);
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + kRoot + "/analysis/sweep_report.py " + out +
+                         "/results.csv --out " + out + " > /dev/null")
+                            .c_str()),
+            0);
+  const std::string table = read_all(fs::path(out) / "table.md");
+  EXPECT_NE(table.find("`h2o[budget=3]`"), std::string::npos) << table;
+  for (const char* f : {"pareto.png", "pareto.pdf", "h2o_budget.png", "tova_budget.pdf"})
+    EXPECT_GT(fs::file_size(fs::path(out) / f), 1000u) << f;
 }
 
 }  // namespace

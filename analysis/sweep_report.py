@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Table and figures of a `kvsim sweep` results file.
+
+    sweep_report.py RESULTS.csv --out DIR
+
+Writes DIR/table.csv and DIR/table.md (one row per configuration: mean mass recall, mean output
+error, mean cache size, KV memory per decode step summed over layers and heads, averaged over the
+samples), DIR/<policy>_<key>.png/.pdf (each swept parameter against recall and error, averaged
+over the policy's other axes) and DIR/pareto.png/.pdf (KV memory against recall and error, one
+point per configuration, with each policy's Pareto front). Needs Debian's python3-matplotlib.
+"""
+import argparse
+import csv
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import policy_colour, save  # noqa: E402
+
+
+def parse_label(label):
+    """'h2o[budget=10%,recent=50%]' -> ('h2o', {'budget': '10%', 'recent': '50%'})."""
+    if "[" not in label:
+        return label, {}
+    name, rest = label.split("[", 1)
+    return name, dict(kv.split("=", 1) for kv in rest.rstrip("]").split(","))
+
+
+def axis_value(text):
+    try:
+        return float(text.rstrip("%"))
+    except ValueError:
+        return text
+
+
+def summarise(path):
+    rows = defaultdict(list)
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows[r["label"]].append(r)
+    table = []
+    for label, rs in rows.items():
+        per_sample = defaultdict(float)
+        for r in rs:
+            per_sample[(r["trace"], r["sample"])] += float(r["mean_kv_bytes"] or 0)
+        errors = [float(r["mean_output_rel_error"]) for r in rs if r["mean_output_rel_error"]]
+        table.append({
+            "label": label,
+            "policy": rs[0]["policy"],
+            "params": rs[0]["params"],
+            "mean_mass_recall": np.mean([float(r["mean_mass_recall"]) for r in rs]),
+            "mean_output_rel_error": np.mean(errors) if errors else float("nan"),
+            "mean_cache_size": np.mean([float(r["mean_cache_size"]) for r in rs]),
+            "kv_mib_per_step": np.mean(list(per_sample.values())) / 2**20,
+        })
+    return table
+
+
+def write_tables(table, out):
+    cols = ["label", "policy", "params", "mean_mass_recall", "mean_output_rel_error",
+            "mean_cache_size", "kv_mib_per_step"]
+    with open(os.path.join(out, "table.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for row in table:
+            w.writerow(row)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write("| configuration | recall | output error | mean cache | KV MiB/step |\n|---|---|---|---|---|\n")
+        for r in table:
+            f.write(f"| `{r['label']}` | {r['mean_mass_recall']:.4f} | {r['mean_output_rel_error']:.4f} | "
+                    f"{r['mean_cache_size']:.1f} | {r['kv_mib_per_step']:.2f} |\n")
+
+
+def axis_figures(table, out, written):
+    by_policy = defaultdict(list)
+    for r in table:
+        name, axes = parse_label(r["label"])
+        by_policy[name].append((axes, r))
+    for name, entries in by_policy.items():
+        keys = sorted({k for axes, _ in entries for k in axes})
+        for key in keys:
+            groups = defaultdict(list)
+            for axes, r in entries:
+                if key in axes:
+                    groups[axis_value(axes[key])].append(r)
+            if len(groups) < 2:
+                continue
+            xs = sorted(groups, key=lambda v: (isinstance(v, str), v))
+            fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+            labels = [str(x) for x in xs]
+            pos = np.arange(len(xs)) if any(isinstance(x, str) for x in xs) else np.array(xs, dtype=float)
+            a1.plot(pos, [np.mean([r["mean_mass_recall"] for r in groups[x]]) for x in xs], marker="o",
+                    color=policy_colour(name))
+            a2.plot(pos, [np.nanmean([r["mean_output_rel_error"] for r in groups[x]]) for x in xs],
+                    marker="o", color=policy_colour(name))
+            for ax, ylabel in ((a1, "mean mass recall"), (a2, "mean relative output error")):
+                ax.set(xlabel=key, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}")
+                if any(isinstance(x, str) for x in xs):
+                    ax.set_xticks(pos, labels)
+            save(fig, out, f"{name}_{key}", written)
+
+
+def pareto_figure(table, out, written):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    by_policy = defaultdict(list)
+    for r in table:
+        by_policy[r["policy"]].append(r)
+    for policy, rs in sorted(by_policy.items()):
+        rs = sorted(rs, key=lambda r: r["kv_mib_per_step"])
+        x = [r["kv_mib_per_step"] for r in rs]
+        a1.scatter(x, [r["mean_mass_recall"] for r in rs], color=policy_colour(policy), label=policy, s=18)
+        a2.scatter(x, [r["mean_output_rel_error"] for r in rs], color=policy_colour(policy), s=18)
+        best, front = -1.0, []
+        for r in rs:  # Pareto front: more recall for more memory only
+            if r["mean_mass_recall"] > best:
+                best = r["mean_mass_recall"]
+                front.append(r)
+        a1.plot([r["kv_mib_per_step"] for r in front], [r["mean_mass_recall"] for r in front],
+                color=policy_colour(policy), lw=1)
+    a1.set(title="KV memory vs mass recall", xlabel="KV cache per decode step (MiB, all layers)",
+           ylabel="mean mass recall")
+    a2.set(title="KV memory vs output error", xlabel="KV cache per decode step (MiB, all layers)",
+           ylabel="mean relative output error")
+    a1.legend(fontsize=7, ncol=2)
+    save(fig, out, "pareto", written)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", help="a kvsim sweep results.csv")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    table = summarise(args.results)
+    if not table:
+        print(f"sweep_report: no rows in {args.results}", file=sys.stderr)
+        return 1
+    write_tables(table, args.out)
+    written = [os.path.join(args.out, "table.csv"), os.path.join(args.out, "table.md")]
+    axis_figures(table, args.out, written)
+    pareto_figure(table, args.out, written)
+    for w in written:
+        print(w)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
