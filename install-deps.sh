@@ -7,6 +7,7 @@ packages=(
   libxtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   libcli11-dev libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-h5py python3-matplotlib
 )
 missing=()

@@ -1,5 +1,6 @@
 #include <glob.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -7,6 +8,10 @@
 #include "sim/config.hpp"
 #include "sim/progress.hpp"
 #include "sim/sweep.hpp"
+
+#ifdef KVSIM_WITH_MPI
+#include <mpi.h>
+#endif
 
 namespace kvsim::cli {
 
@@ -26,83 +31,101 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& patterns) 
   return out;
 }
 
+struct SweepArgs {
+  std::string file, budget, out;
+  std::vector<std::string> traces, samples, policies, grids, sets;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+};
+
+int run_sweep_command(SweepArgs a, int rank) {
+  if (!a.file.empty()) {
+    const SweepFile f = read_sweep_file(a.file);
+    a.traces.insert(a.traces.begin(), f.traces.begin(), f.traces.end());
+    a.samples.insert(a.samples.begin(), f.samples.begin(), f.samples.end());
+    a.policies.insert(a.policies.begin(), f.policies.begin(), f.policies.end());
+    a.grids.insert(a.grids.begin(), f.grids.begin(), f.grids.end());
+    a.sets.insert(a.sets.begin(), f.sets.begin(), f.sets.end());
+    if (a.budget.empty()) a.budget = f.budget;
+  }
+  if (a.traces.empty() || a.policies.empty())
+    throw std::invalid_argument(
+        "sweep: give at least one --trace and one --policy (or a --file with them)");
+  std::vector<GridAxis> axes;
+  for (const auto& g : a.grids) axes.push_back(parse_grid_axis(g));
+  PolicyOverrides fixed;
+  for (const auto& s : a.sets) apply_set_option(s, fixed);
+  if (!a.budget.empty())
+    for (const auto& name : a.policies) {
+      const PolicyInfo& info = *make_policy_config(name, {}).info;
+      const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
+                                          [](const ParamSpec& s) { return s.name == "budget"; });
+      const bool swept = std::any_of(axes.begin(), axes.end(), [&](const GridAxis& x) {
+        return x.policy == name && x.key == "budget";
+      });
+      if (has_budget && !swept && !fixed[name].count("budget")) fixed[name]["budget"] = a.budget;
+    }
+  const auto configs = expand_grid(a.policies, axes, fixed);
+  const auto files = expand_globs(a.traces);
+  std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
+  const SweepReport r =
+      run_sweep(files, configs, {a.out, a.threads, a.samples}, [&](long, long total) {
+        if (!progress) progress = std::make_unique<Progress>(total, "sweep");
+        progress->advance();
+      });
+  if (progress) progress->finish();
+  if (rank != 0) return 0;
+  std::printf(
+      "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "
+      "results in %s/results.csv\n",
+      configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run, a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Runner add_sweep(CLI::App& app) {
   app.description(
-      "Sweep traces x samples x policy configurations (--grid). All configurations of one (trace, "
-      "sample) replay together and share the attention work. Each finished (trace, sample, "
-      "configuration) is stored atomically in OUT/items under a key of the trace's content hash, "
-      "the sample, the policy, its resolved parameters and the kvsim version: rerunning skips "
-      "what is done, and an interrupted sweep loses only the item in flight. OUT/results.csv "
-      "holds every finished item, one row per (configuration, layer, KV head).");
-  auto traces = std::make_shared<std::vector<std::string>>();
-  auto samples = std::make_shared<std::vector<std::string>>();
-  auto policies = std::make_shared<std::vector<std::string>>();
-  auto grids = std::make_shared<std::vector<std::string>>();
-  auto sets = std::make_shared<std::vector<std::string>>();
-  auto budget = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  auto threads =
-      std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  auto file = std::make_shared<std::string>();
-  app.add_option("-f,--file", *file,
+      "Sweep traces x samples x policy configurations (--grid, or a --file). All configurations "
+      "of one (trace, sample) replay together and share the attention work. Each finished "
+      "(trace, sample, configuration) is stored atomically in OUT/items under a key of the "
+      "trace's content hash, the sample, the policy, its resolved parameters and the kvsim "
+      "version: rerunning skips what is done, and an interrupted sweep loses only the item in "
+      "flight. OUT/results.csv holds every finished item, one row per (configuration, layer, KV "
+      "head). Built with MPI, `mpirun -n N kvsim sweep ...` spreads the (trace, sample) items over "
+      "ranks and writes the same results file.");
+  auto a = std::make_shared<SweepArgs>();
+  app.add_option("-f,--file", a->file,
                  "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");
-  app.add_option("-t,--trace", *traces, "Trace file or glob (repeatable)");
-  app.add_option("-s,--sample", *samples, "Sample name (repeatable; default: every sample)");
-  app.add_option("-p,--policy", *policies, "Policy or preset (repeatable)");
-  app.add_option("--grid", *grids,
+  app.add_option("-t,--trace", a->traces, "Trace file or glob (repeatable)");
+  app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
+  app.add_option("-p,--policy", a->policies, "Policy or preset (repeatable)");
+  app.add_option("--grid", a->grids,
                  "Axis NAME.key=v1,v2,... or NAME.key=start:stop:step (repeatable; the product of "
                  "a policy's axes is swept)");
-  app.add_option("--set", *sets, "Fixed override NAME.key=value (repeatable)");
-  app.add_option("--budget", *budget,
+  app.add_option("--set", a->sets, "Fixed override NAME.key=value (repeatable)");
+  app.add_option("--budget", a->budget,
                  "Budget of every swept policy that has one and no grid or --set for it");
-  app.add_option("-o,--out", *out, "Results directory")->required();
-  app.add_option("-j,--threads", *threads, "Worker threads (results do not depend on it)")
+  app.add_option("-o,--out", a->out, "Results directory")->required();
+  app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return [=] {
-    if (!file->empty()) {
-      const SweepFile f = read_sweep_file(*file);
-      traces->insert(traces->begin(), f.traces.begin(), f.traces.end());
-      samples->insert(samples->begin(), f.samples.begin(), f.samples.end());
-      policies->insert(policies->begin(), f.policies.begin(), f.policies.end());
-      grids->insert(grids->begin(), f.grids.begin(), f.grids.end());
-      sets->insert(sets->begin(), f.sets.begin(), f.sets.end());
-      if (budget->empty()) *budget = f.budget;
+  return [a]() -> int {
+#ifdef KVSIM_WITH_MPI
+    MPI_Init(nullptr, nullptr);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    try {
+      const int rc = run_sweep_command(*a, rank);
+      MPI_Finalize();
+      return rc;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvsim: error (rank %d): %s\n", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return 1;
     }
-    if (traces->empty() || policies->empty())
-      throw std::invalid_argument(
-          "sweep: give at least one --trace and one --policy (or a --file with them)");
-    std::vector<GridAxis> axes;
-    for (const auto& g : *grids) axes.push_back(parse_grid_axis(g));
-    PolicyOverrides fixed;
-    for (const auto& s : *sets) apply_set_option(s, fixed);
-    if (!budget->empty())
-      for (const auto& name : *policies) {
-        const PolicyInfo& info = *make_policy_config(name, {}).info;
-        const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
-                                            [](const ParamSpec& s) { return s.name == "budget"; });
-        const bool swept = std::any_of(axes.begin(), axes.end(), [&](const GridAxis& a) {
-          return a.policy == name && a.key == "budget";
-        });
-        if (has_budget && !swept && !fixed[name].count("budget")) fixed[name]["budget"] = *budget;
-      }
-    const auto configs = expand_grid(*policies, axes, fixed);
-    const auto files = expand_globs(*traces);
-    std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
-    const SweepReport r =
-        run_sweep(files, configs, {*out, *threads, *samples}, [&](long, long total) {
-          if (!progress) progress = std::make_unique<Progress>(total, "sweep");
-          progress->advance();
-        });
-    if (progress) progress->finish();
-    std::printf(
-        "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "
-        "results in %s/results.csv\n",
-        configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run,
-        out->c_str());
-    return 0;
+#else
+    return run_sweep_command(*a, 0);
+#endif
   };
 }
 

@@ -11,6 +11,10 @@
 
 #include "sim/engine.hpp"
 
+#ifdef KVSIM_WITH_MPI
+#include <mpi.h>
+#endif
+
 namespace kvsim {
 
 namespace fs = std::filesystem;
@@ -194,8 +198,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
         todo[i].push_back(c);
     if (!todo[i].empty()) layers_total += TraceReader(items[i].trace).info().num_layers;
   }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (todo[i].empty()) continue;
+  auto run_item = [&](std::size_t i) {
     const Item& it = items[i];
     TraceReader reader(it.trace);
     std::vector<PolicyConfig> run;
@@ -211,6 +214,49 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
     for (std::size_t c = 0; c < run.size(); ++c)
       write_atomically(items_dir / (key_of(it, run[c]) + ".csv"), text[c]);
     report.items_run += static_cast<long>(run.size());
+  };
+#ifdef KVSIM_WITH_MPI
+  int ranks = 1, rank = 0, initialized = 0;
+  MPI_Initialized(&initialized);  // library callers (tests) run without MPI_Init: one process
+  if (initialized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (ranks > 1) {
+    // Rank 0 hands out (trace, sample) items one at a time (dynamic load balancing); the others
+    // replay them. Results files are keyed and atomic, so the order of completion is irrelevant.
+    enum { kRequest = 1, kAssign = 2 };
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::size_t next = 0;
+      for (int active = ranks - 1; active > 0;) {
+        int dummy = 0;
+        MPI_Status st;
+        MPI_Recv(&dummy, 1, MPI_INT, MPI_ANY_SOURCE, kRequest, MPI_COMM_WORLD, &st);
+        while (next < items.size() && todo[next].empty()) ++next;
+        int assign = next < items.size() ? static_cast<int>(next++) : -1;
+        if (assign < 0) --active;
+        if (assign >= 0 && progress) progress(assign + 1, static_cast<long>(items.size()));
+        MPI_Send(&assign, 1, MPI_INT, st.MPI_SOURCE, kAssign, MPI_COMM_WORLD);
+      }
+    } else {
+      for (;;) {
+        int dummy = 0, assign = -1;
+        MPI_Send(&dummy, 1, MPI_INT, 0, kRequest, MPI_COMM_WORLD);
+        MPI_Recv(&assign, 1, MPI_INT, 0, kAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (assign < 0) break;
+        run_item(static_cast<std::size_t>(assign));
+      }
+    }
+    long run_here = report.items_run;
+    MPI_Reduce(&run_here, &report.items_run, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);   // every item file is in place
+    if (rank != 0) return report;  // rank 0 writes the results file
+  } else
+#endif
+  {
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (!todo[i].empty()) run_item(i);
   }
   // The results file: every item of this sweep, in a fixed order (trace, sample, configuration).
   std::string all = std::string(kPrefixHeader) + kItemHeader;

@@ -41,8 +41,10 @@ struct SweepReport {
   long items_total = 0, items_done_before = 0, items_run = 0;
 };
 
-// Runs the sweep, then writes out_dir/results.csv (every finished item, sorted). on_layer is called
-// after each replayed layer (progress).
+// Runs the sweep, then writes out_dir/results.csv (every finished item, sorted). `progress` is
+// called after each replayed layer (or, under MPI, on rank 0 after each item handed out). Built
+// with MPI and run by mpirun with more than one rank, rank 0 distributes (trace, sample) items to
+// the other ranks and writes the results file; the bytes equal a single-process run's.
 SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::vector<PolicyConfig>& configs, const SweepOptions& options,
                       const std::function<void(long, long)>& progress = {});

@@ -153,3 +153,27 @@ TEST(Sweep, ReportWritesTableAndFigures) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Sweep, MpirunGivesTheSameResultsFile) {
+#ifndef KVSIM_TEST_MPIEXEC
+  GTEST_SKIP() << "kvsim was built without MPI";
+#else
+  const std::string trace = sweep_trace("sweep_mpi.h5");
+  const std::string one = temp_path("sweep_mpi_one"), two = temp_path("sweep_mpi_two");
+  fs::remove_all(one);
+  fs::remove_all(two);
+  ASSERT_EQ(std::system(sweep_args(trace, one, 1).c_str()), 0);
+  // OpenMPI refuses root unless told; --oversubscribe lets 3 ranks share this machine's cores.
+  const std::string mpi =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+      KVSIM_TEST_MPIEXEC + " -n 3 --oversubscribe " + sweep_args(trace, two, 1);
+  ASSERT_EQ(std::system(mpi.c_str()), 0) << mpi;
+  EXPECT_EQ(read_all(fs::path(one) / "results.csv"), read_all(fs::path(two) / "results.csv"));
+#endif
+}
+
+}  // namespace
+}  // namespace kvsim::test
