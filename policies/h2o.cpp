@@ -60,6 +60,15 @@ class H2O final : public Policy {
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const int n = cache.size(g);
       if (n <= budget_) continue;
+      if (n == budget_ + 1 && n - recent_ > 0) {  // one new token: evict the single lowest
+        int worst = 0;  // the same choice as keep_top_scores: lowest score, ties to the older
+        const auto& pos = cache.positions(g);
+        for (int e = 1; e < n - recent_; ++e)
+          if (scores_[g][pos[e]] < scores_[g][pos[worst]]) worst = e;
+        const int one[1] = {worst};
+        cache.evict(g, one);
+        continue;
+      }
       std::vector<double> s(n);
       for (int e = 0; e < n; ++e) s[e] = scores_[g][cache.position(g, e)];
       cache.keep_only(g, keep_top_scores(s, budget_, sink_and_recent_mask(n, 0, recent_)));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "sim/cli.hpp"
@@ -69,7 +70,7 @@ int run_sweep_command(SweepArgs a, int rank) {
   std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
   const SweepReport r =
       run_sweep(files, configs, {a.out, a.threads, a.samples}, [&](long, long total) {
-        if (!progress) progress = std::make_unique<Progress>(total, "sweep");
+        if (!progress) progress = std::make_unique<Progress>(total, "sweep", 30.0);
         progress->advance();
       });
   if (progress) progress->finish();
@@ -111,6 +112,11 @@ Runner add_sweep(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   return [a]() -> int {
 #ifdef KVSIM_WITH_MPI
+    // Started by mpirun (OpenMPI, or any PMI launcher): distribute. Otherwise skip MPI_Init, which
+    // alone costs ~0.4 s as a singleton.
+    const bool launched =
+        std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+    if (!launched) return run_sweep_command(*a, 0);
     MPI_Init(nullptr, nullptr);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kvsim {
@@ -10,12 +11,14 @@ bool Progress::stderr_is_terminal() {
   return isatty(STDERR_FILENO) == 1;
 }
 
-Progress::Progress(long total, std::string label)
+Progress::Progress(long total, std::string label, double status_every)
     : total_(total),
       label_(std::move(label)),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_),
-      enabled_(stderr_is_terminal()) {}
+      enabled_(stderr_is_terminal()),
+      status_every_(status_every),
+      last_status_(start_) {}
 
 Progress::~Progress() {
   finish();
@@ -27,7 +30,18 @@ void Progress::advance(long n) {
 }
 
 void Progress::draw(bool force) {
-  if (!enabled_) return;
+  if (!enabled_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (status_every_ <= 0 ||
+        std::chrono::duration<double>(now - last_status_).count() < status_every_)
+      return;
+    last_status_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = done_ / std::max(elapsed, 1e-9);
+    std::fprintf(stderr, "%s: %ld/%ld done, %.2f/s, ETA %.0f s\n", label_.c_str(), done_, total_,
+                 rate, rate > 0 ? (total_ - done_) / rate : 0.0);
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (!force && (elapsed < 1.0 || now - last_draw_ < std::chrono::milliseconds(100))) return;

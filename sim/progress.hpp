@@ -9,7 +9,8 @@ namespace kvsim {
 
 class Progress {
  public:
-  Progress(long total, std::string label);
+  // status_every > 0: when stderr is not a terminal, print a one-line status that often (seconds).
+  Progress(long total, std::string label, double status_every = 0);
   ~Progress();
   void advance(long n = 1);
   void finish();
@@ -21,6 +22,8 @@ class Progress {
   std::string label_;
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool enabled_, drawn_ = false;
+  double status_every_;
+  std::chrono::steady_clock::time_point last_status_;
 };
 
 }  // namespace kvsim
