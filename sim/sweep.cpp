@@ -43,8 +43,11 @@ GridAxis parse_grid_axis(const std::string& text) {
   } else {
     std::stringstream ss(values);
     std::string v;
+    const auto parts = std::count(a.key.begin(), a.key.end(), '+') + 1;
     while (std::getline(ss, v, ',')) {
-      if (v.empty()) throw std::invalid_argument("--grid '" + text + "': empty value");
+      if (v.empty() || std::count(v.begin(), v.end(), '/') + 1 != parts)
+        throw std::invalid_argument("--grid '" + text + "': value '" + v + "' needs " +
+                                    std::to_string(parts) + " part(s) separated by '/'");
       a.values.push_back(v);
     }
   }
@@ -68,7 +71,9 @@ std::vector<PolicyConfig> expand_grid(
       auto overrides = fixed.count(name) ? fixed.at(name) : std::map<std::string, std::string>{};
       std::string label = name;
       for (std::size_t i = 0; i < mine.size(); ++i) {
-        overrides[mine[i]->key] = mine[i]->values[index[i]];
+        std::stringstream keys(mine[i]->key), values(mine[i]->values[index[i]]);
+        std::string k, v;
+        while (std::getline(keys, k, '+') && std::getline(values, v, '/')) overrides[k] = v;
         label += (i == 0 ? "[" : ",") + mine[i]->key + "=" + mine[i]->values[index[i]];
       }
       if (!mine.empty()) label += "]";

@@ -15,7 +15,9 @@
 
 namespace kvsim {
 
-// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop). Throws std::invalid_argument.
+// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop), or a coupled axis
+// "NAME.k1+k2=a1/b1,a2/b2" that moves several parameters together (ST3's (S, R) pairs).
+// Throws std::invalid_argument.
 struct GridAxis {
   std::string policy, key;
   std::vector<std::string> values;

@@ -42,6 +42,13 @@ TEST(Sweep, GridAxesAndRanges) {
   EXPECT_EQ(configs[3].label, "h2o[budget=3,recent=1]");
   EXPECT_EQ(configs[3].params.str(), "budget=3,mode=oneshot,recent=1");
   EXPECT_EQ(configs[4].label, "full");
+  // A coupled axis moves its parameters together.
+  const auto pairs = expand_grid({"st3"}, {parse_grid_axis("st3.S+R=1/1.75,7/12.25")}, {});
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[1].label, "st3[S+R=7/12.25]");
+  EXPECT_EQ(pairs[1].params.get_int("S"), 7);
+  EXPECT_DOUBLE_EQ(pairs[1].params.get_float("R"), 12.25);
+  EXPECT_THROW(parse_grid_axis("st3.S+R=1/2,3"), std::invalid_argument);
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("snapkv.window=8")}, {}),
                std::invalid_argument);
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("h2o.budget=-1")}, {}), std::invalid_argument);
