@@ -9,7 +9,9 @@ RESULTS are files or directories holding them:
     layer-similarity heatmap (ST3 Fig. 3), entropy by layer (MEDA Fig. 2), head modality preference
     (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1);
   * `kvsim replay --out` CSVs (with their .policies.csv): mass recall and hit rate by layer per
-    policy, and a budget-vs-error curve for every policy replayed at two budgets or more.
+    policy, and a budget-vs-error curve for every policy replayed at two budgets or more;
+  * `kvsim sweep` results.csv files: the sweep report of sweep_report.py (table, one figure per
+    swept parameter, Pareto plots of KV memory against recall and error), in a sub-directory.
 Every figure is written as PNG and PDF. Needs Debian's python3-matplotlib, -numpy and -h5py.
 """
 import argparse
@@ -58,7 +60,7 @@ def save(fig, out, stem, written):
 
 
 def find_inputs(paths):
-    stats, replays = [], []
+    stats, replays, sweeps = [], [], []
     for p in paths:
         files = sorted(glob.glob(os.path.join(p, "*"))) if os.path.isdir(p) else [p]
         for f in files:
@@ -69,6 +71,8 @@ def find_inputs(paths):
                     header = fh.readline()
                 if header.startswith("policy,sample,layer,kv_head,step"):
                     replays.append(f)
+                elif header.startswith("trace,trace_hash,sample,label"):
+                    sweeps.append(f)
             elif f.endswith(".h5"):
                 import h5py
                 try:
@@ -77,7 +81,7 @@ def find_inputs(paths):
                             stats.append(f)
                 except OSError:
                     pass
-    return stats, replays
+    return stats, replays, sweeps
 
 
 def stats_figures(path, out, written):
@@ -223,16 +227,25 @@ def main(argv):
     ap.add_argument("--out", required=True, help="output directory for PNG and PDF files")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    stats, replays = find_inputs(args.results)
-    if not stats and not replays:
-        print("figures: no kvsim result files (stats .h5 or replay .csv) in " + ", ".join(args.results),
-              file=sys.stderr)
+    stats, replays, sweeps = find_inputs(args.results)
+    if not stats and not replays and not sweeps:
+        print("figures: no kvsim result files (stats .h5, replay or sweep .csv) in " +
+              ", ".join(args.results), file=sys.stderr)
         return 1
     written = []
     for s in stats:
         stats_figures(s, args.out, written)
     if replays:
         replay_figures(replays, args.out, written)
+    for sw in sweeps:  # sweep results: the recipe report (table, per-parameter figures, Pareto)
+        import sweep_report
+        sub = os.path.join(args.out, os.path.basename(os.path.dirname(os.path.abspath(sw))) or "sweep")
+        os.makedirs(sub, exist_ok=True)
+        table = sweep_report.summarise(sw)
+        sweep_report.write_tables(table, sub)
+        written += [os.path.join(sub, "table.csv"), os.path.join(sub, "table.md")]
+        sweep_report.axis_figures(table, sub, written)
+        sweep_report.pareto_figure(table, sub, written)
     for w in written:
         print(w)
     return 0

@@ -150,9 +150,15 @@ TEST(Cli, FiguresRenderFromResultFiles) {
               b + " --out " + dir + "/replay" + std::string(b, 2) + ".csv")
             .code,
         0);
+  const std::string sweep = temp_path("fig_sweep");
+  std::filesystem::remove_all(sweep);
+  ASSERT_EQ(
+      kvsim("sweep --trace " + trace + " --policy h2o --grid h2o.budget=20%,40% --out " + sweep)
+          .code,
+      0);
   const std::string out = temp_path("fig_out");
   std::filesystem::remove_all(out);
-  const CliRun r = kvsim("figures " + dir + " --out " + out);
+  const CliRun r = kvsim("figures " + dir + " " + sweep + "/results.csv --out " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* stem :
        {"stats_000000_sparsity", "stats_000000_cumulative_variance", "stats_000000_ppci",
@@ -164,6 +170,8 @@ TEST(Cli, FiguresRenderFromResultFiles) {
     EXPECT_EQ(png.substr(0, 4), "\x89PNG") << stem;
     EXPECT_EQ(pdf.substr(0, 4), "%PDF") << stem;
   }
+  EXPECT_GT(slurp(out + "/fig_sweep/pareto.png").size(), 1000u);  // the sweep's report
+  EXPECT_NE(slurp(out + "/fig_sweep/table.md").find("h2o[budget=40%]"), std::string::npos);
   EXPECT_NE(kvsim("figures " + temp_path("no_such_dir") + " --out " + out).code, 0);
 }
 
