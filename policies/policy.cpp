@@ -66,6 +66,15 @@ PolicyConfig make_policy_config(const std::string& name,
   return c;
 }
 
+void apply_default_budget(const std::string& name, const std::string& budget,
+                          std::map<std::string, std::string>& overrides) {
+  if (budget.empty() || overrides.count("budget")) return;
+  const auto& params = make_policy_config(name, {}).info->params;
+  if (std::any_of(params.begin(), params.end(),
+                  [](const ParamSpec& s) { return s.name == "budget"; }))
+    overrides["budget"] = budget;
+}
+
 ParamSpec budget_param(const std::string& default_value) {
   return {"budget",
           ParamType::kSize,

@@ -136,6 +136,11 @@ struct PolicyRegistration {
   explicit PolicyRegistration(PolicyInfo info) { PolicyRegistry::instance().add(std::move(info)); }
 };
 
+// A command line's --budget: sets overrides["budget"] when the policy (or preset) `name` declares
+// a budget and the overrides do not already set one.
+void apply_default_budget(const std::string& name, const std::string& budget,
+                          std::map<std::string, std::string>& overrides);
+
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);

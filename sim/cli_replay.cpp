@@ -39,10 +39,7 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
     if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
       throw std::invalid_argument("--policy " + name + " given twice");
     auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    const PolicyInfo& info = *make_policy_config(name, {}).info;
-    const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
-                                        [](const ParamSpec& s) { return s.name == "budget"; });
-    if (!a.budget.empty() && has_budget && !ov.count("budget")) ov["budget"] = a.budget;
+    apply_default_budget(name, a.budget, ov);
     out.push_back(make_policy_config(name, ov));
   }
   return out;

@@ -55,16 +55,8 @@ int run_sweep_command(SweepArgs a, int rank) {
   for (const auto& g : a.grids) axes.push_back(parse_grid_axis(g));
   PolicyOverrides fixed;
   for (const auto& s : a.sets) apply_set_option(s, fixed);
-  if (!a.budget.empty())
-    for (const auto& name : a.policies) {
-      const PolicyInfo& info = *make_policy_config(name, {}).info;
-      const bool has_budget = std::any_of(info.params.begin(), info.params.end(),
-                                          [](const ParamSpec& s) { return s.name == "budget"; });
-      const bool swept = std::any_of(axes.begin(), axes.end(), [&](const GridAxis& x) {
-        return x.policy == name && x.key == "budget";
-      });
-      if (has_budget && !swept && !fixed[name].count("budget")) fixed[name]["budget"] = a.budget;
-    }
+  // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
+  for (const auto& name : a.policies) apply_default_budget(name, a.budget, fixed[name]);
   const auto configs = expand_grid(a.policies, axes, fixed);
   const auto files = expand_globs(a.traces);
   std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
