@@ -16,5 +16,6 @@ Runner add_policies(CLI::App& app);
 Runner add_stats(CLI::App& app);
 Runner add_figures(CLI::App& app);
 Runner add_sweep(CLI::App& app);
+Runner add_live(CLI::App& app);
 
 }  // namespace kvsim::cli

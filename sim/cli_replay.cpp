@@ -22,27 +22,7 @@ struct ReplayArgs {
 };
 
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
-  PolicyOverrides overrides;
-  if (!a.config.empty()) overrides = read_policy_config(a.config);
-  for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
-  for (const auto& s : a.sets) {
-    PolicyOverrides one;
-    apply_set_option(s, one);
-    const auto& [name, kv] = *one.begin();
-    if (std::find(a.policies.begin(), a.policies.end(), name) == a.policies.end())
-      throw std::invalid_argument("--set " + s + ": policy '" + name +
-                                  "' is not replayed (add --policy " + name + ")");
-    for (const auto& [k, v] : kv) overrides[name][k] = v;
-  }
-  std::vector<PolicyConfig> out;
-  for (const auto& name : a.policies) {
-    if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
-      throw std::invalid_argument("--policy " + name + " given twice");
-    auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    apply_default_budget(name, a.budget, ov);
-    out.push_back(make_policy_config(name, ov));
-  }
-  return out;
+  return resolve_policy_list(a.policies, a.sets, a.config, a.budget, "replayed");
 }
 
 }  // namespace

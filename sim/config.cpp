@@ -1,5 +1,6 @@
 #include "sim/config.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <stdexcept>
@@ -72,6 +73,33 @@ void apply_set_option(const std::string& assignment, PolicyOverrides& overrides)
     throw std::invalid_argument("--set '" + assignment + "': expected NAME.key=value");
   overrides[assignment.substr(0, dot)][assignment.substr(dot + 1, eq - dot - 1)] =
       assignment.substr(eq + 1);
+}
+
+std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
+                                              const std::vector<std::string>& sets,
+                                              const std::string& config, const std::string& budget,
+                                              const std::string& verb) {
+  PolicyOverrides overrides;
+  if (!config.empty()) overrides = read_policy_config(config);
+  for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
+  for (const auto& s : sets) {
+    PolicyOverrides one;
+    apply_set_option(s, one);
+    const auto& [name, kv] = *one.begin();
+    if (std::find(policies.begin(), policies.end(), name) == policies.end())
+      throw std::invalid_argument("--set " + s + ": policy '" + name + "' is not " + verb +
+                                  " (add --policy " + name + ")");
+    for (const auto& [k, v] : kv) overrides[name][k] = v;
+  }
+  std::vector<PolicyConfig> out;
+  for (const auto& name : policies) {
+    if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
+      throw std::invalid_argument("--policy " + name + " given twice");
+    auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
+    apply_default_budget(name, budget, ov);
+    out.push_back(make_policy_config(name, ov));
+  }
+  return out;
 }
 
 }  // namespace kvsim

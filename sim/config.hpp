@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "policies/policy.hpp"
+
 namespace kvsim {
 
 using PolicyOverrides = std::map<std::string, std::map<std::string, std::string>>;
@@ -28,5 +30,13 @@ SweepFile read_sweep_file(const std::string& path);
 
 // "h2o.budget=64" -> overrides["h2o"]["budget"] = "64".
 void apply_set_option(const std::string& assignment, PolicyOverrides& overrides);
+
+// The policies of a command line: --policy names (each once), overridden by the --config file,
+// then --set (which must name a listed policy), then --budget where no budget was given.
+// `verb` completes the --set error ("is not <verb> (add --policy NAME)").
+std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
+                                              const std::vector<std::string>& sets,
+                                              const std::string& config, const std::string& budget,
+                                              const std::string& verb);
 
 }  // namespace kvsim

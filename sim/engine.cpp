@@ -28,8 +28,6 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
     }
 }
 
-namespace {
-
 void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
                     const std::string& label) {
   for (int g = 0; g < cache.kv_heads(); ++g) {
@@ -42,8 +40,6 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
                              std::to_string(cap));
   }
 }
-
-}  // namespace
 
 namespace {
 

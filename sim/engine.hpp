@@ -113,6 +113,11 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
                          const LayerReplayOptions& options, const StepAttentionFn& step_attention);
 
+// Checks a cache after a policy's hook: ordering and uniqueness of every KV head, and the
+// policy's declared capacity. Throws std::logic_error naming the label, layer, head and hook.
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label);
+
 // The engine's decode-step attention: gathers the shared full-cache probabilities of the
 // attended entries and renormalises them; merged entries are attended with their merged key.
 void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,

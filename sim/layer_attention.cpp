@@ -49,7 +49,7 @@ float softmax_inplace(float* x, int n, float scale) {
   return static_cast<float>(scale * mx + std::log(sum));
 }
 
-LayerAttention::LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample,
+LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const SampleInfo& sample,
                                LayerTensors tensors, const AttentionNeeds& needs)
     : sample_(sample),
       tensors_(std::move(tensors)),
@@ -64,7 +64,7 @@ LayerAttention::LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& 
       scale_(static_cast<float>(trace.scale)),
       want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
       epsilon_(needs.sparsity_epsilon) {
-  allocate(needs);
+  allocate(needs, shape.decode);
   if (epsilon_ > 0) sparse_counts_.assign(static_cast<std::size_t>(H_) * 2, 0);
 }
 
@@ -85,9 +85,27 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   }
 }
 
-void LayerAttention::allocate(const AttentionNeeds& needs) {
+LayerAttention::LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+    : LayerAttention(Shape{.decode = false}, trace, sample, std::move(tensors), needs) {
+  if (needs.key_ranking)
+    throw std::invalid_argument("key ranking needs every decode query: replay only");
+  openblas_set_num_threads(1);
+  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (want_colsums_ || window_ > 0)
+    parallel_for(H_, threads, [&](int h) { compute_prefill(h, 64); });
+}
+
+void LayerAttention::set_token_row(int position, const float* q, const float* k, const float* v) {
+  std::copy(q, q + H_ * d_, &tensors_.q(position, 0, 0));
+  std::copy(k, k + Hkv_ * d_, &tensors_.k(position, 0, 0));
+  if (tensors_.has_v()) std::copy(v, v + Hkv_ * d_, &tensors_.v(position, 0, 0));
+}
+
+void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
+  if (!decode) return;
   decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
   if (tensors_.has_v()) full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);

@@ -40,6 +40,14 @@ class LayerAttention {
   LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs);
 
+  // The live path: statistics of the prompt only (no decode step exists yet). `tensors` holds
+  // T = P + G rows of which the first P are filled; rows of generated tokens are written with
+  // set_token_row as they are produced (policies that merge read recorded keys and values).
+  struct PromptOnly {};
+  LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs, int threads);
+  void set_token_row(int position, const float* q, const float* k, const float* v);
+
   int layer() const { return tensors_.layer; }
   int num_layers() const { return L_; }
   int prompt_len() const { return P_; }
@@ -92,10 +100,12 @@ class LayerAttention {
 
  private:
   // Sets the shapes and allocates the outputs; the public constructors then fill them.
-  struct Shape {};
+  struct Shape {
+    bool decode = true;  // allocate the decode statistics
+  };
   LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs);
-  void allocate(const AttentionNeeds& needs);
+  void allocate(const AttentionNeeds& needs, bool decode);
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
   void count_sparse(int h, const float* row, int i);

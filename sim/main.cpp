@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
       kvsim::cli::add_stats);
   add("figures", "Regenerate the papers' figures (PNG and PDF) from result files",
       kvsim::cli::add_figures);
+  add("live", "Run a real decoder with policies in the loop: capture traces, evaluate end to end",
+      kvsim::cli::add_live);
   add("policies", "List every policy with its parameters, defaults and provenance",
       kvsim::cli::add_policies);
   CLI11_PARSE(app, argc, argv);

@@ -15,8 +15,8 @@ std::FILE* open_for_write(const std::string& path) {
   return f;
 }
 
-// Outputs are written to `<path>.partial` and renamed when complete, so an interrupted run never
-// leaves a truncated file under the final name.
+}  // namespace
+
 std::string partial(const std::string& path) {
   return path + ".partial";
 }
@@ -33,6 +33,8 @@ void write_whole(const std::string& path, const std::string& text) {
   if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": write failed (disk full?)");
   publish(path);
 }
+
+namespace {
 
 // Numbers print with %.9g (exact float round trip), so identical results give identical bytes.
 void append_float(std::string& out, double x) {

@@ -14,6 +14,12 @@
 
 namespace kvsim {
 
+// Every result file is written to `<path>.partial` and renamed when complete (publish), so an
+// interrupted run never leaves a truncated file under the final name.
+std::string partial(const std::string& path);
+void publish(const std::string& path);
+void write_whole(const std::string& path, const std::string& text);  // via .partial
+
 // One row per (policy, sample, layer, KV head, decode step).
 class StepCsvWriter {
  public:

@@ -1,0 +1,302 @@
+// `kvsim live`: checkpoints and prompt files in, kvtrace files and end-to-end accuracy out.
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "sim/cli.hpp"
+#include "sim/config.hpp"
+#include "sim/live/evaluate.hpp"
+#include "sim/progress.hpp"
+#include "sim/results.hpp"
+
+namespace kvsim::cli {
+
+namespace {
+
+struct ModelArgs {
+  std::string out, arch = "llama", dtype = "fp32";
+  int layers = 2, hidden = 64, intermediate = 128, heads = 4, kv_heads = 2, head_dim = 0,
+      vocab = 256, shards = 1;
+  double rope_theta = 10000.0, std = 0.05;
+  bool tie = false;
+  std::uint64_t seed = 1;
+};
+
+struct PromptArgs {
+  std::string out;
+  int samples = 2, prompt_len = 48, image_tokens = 24, vocab = 256, embed_dim = 0,
+      reference_len = 0;
+  std::uint64_t seed = 1;
+};
+
+struct RunArgs {
+  std::string model, prompts, backend = "cpu", out, summary, config, budget, dtype = "float32";
+  std::vector<std::string> samples, policies, sets;
+  int gen = 32;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool force_reference = false, no_timing = false;
+};
+
+live::WeightDType parse_weight_dtype(const std::string& s) {
+  if (s == "bf16") return live::WeightDType::kBFloat16;
+  if (s == "fp16") return live::WeightDType::kFloat16;
+  return live::WeightDType::kFloat32;
+}
+
+void add_make_model(CLI::App& app, ModelArgs& a) {
+  app.add_option("-o,--out", a.out, "Checkpoint directory to create")->required();
+  app.add_option("--arch", a.arch, "model_type")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2"}))
+      ->capture_default_str();
+  app.add_option("--layers", a.layers, "num_hidden_layers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--hidden", a.hidden, "hidden_size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--intermediate", a.intermediate, "intermediate_size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heads", a.heads, "num_attention_heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", a.kv_heads, "num_key_value_heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--head-dim", a.head_dim, "head_dim (default hidden / heads)");
+  app.add_option("--vocab", a.vocab, "vocab_size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-theta", a.rope_theta, "rope_theta")->capture_default_str();
+  app.add_option("--dtype", a.dtype, "Stored weight type")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  app.add_option("--shards", a.shards, "Safetensors shards (>1 writes the index file)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--std", a.std, "Standard deviation of the random weights")->capture_default_str();
+  app.add_flag("--tie", a.tie, "tie_word_embeddings (no lm_head.weight)");
+  app.add_option("--seed", a.seed, "Random seed")->capture_default_str();
+}
+
+int run_make_model(const ModelArgs& a) {
+  live::ModelConfig c;
+  c.model_type = a.arch;
+  c.hidden_size = a.hidden;
+  c.intermediate_size = a.intermediate;
+  c.num_hidden_layers = a.layers;
+  c.num_attention_heads = a.heads;
+  c.num_key_value_heads = a.kv_heads;
+  c.head_dim = a.head_dim > 0 ? a.head_dim : a.hidden / a.heads;
+  c.vocab_size = a.vocab;
+  c.rope_theta = a.rope_theta;
+  c.tie_word_embeddings = a.tie;
+  c.qkv_bias = a.arch == "qwen2";
+  c.max_position_embeddings = 32768;
+  if (a.heads % a.kv_heads != 0 || c.head_dim % 2 != 0)
+    throw std::invalid_argument("--heads must be a multiple of --kv-heads, head_dim even");
+  live::write_random_checkpoint(a.out, c, parse_weight_dtype(a.dtype), a.shards, a.seed, a.std);
+  std::printf("%s: random %s checkpoint, %d layers, hidden %d, %d/%d heads, vocab %d, %s\n",
+              a.out.c_str(), a.arch.c_str(), a.layers, a.hidden, a.heads, a.kv_heads, a.vocab,
+              a.dtype.c_str());
+  return 0;
+}
+
+void add_make_prompt(CLI::App& app, PromptArgs& a) {
+  app.add_option("-o,--out", a.out, "Prompt file to write (kvprompt v1)")->required();
+  app.add_option("--samples", a.samples, "Samples")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prompt-len", a.prompt_len, "Prompt tokens per sample")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--image-tokens", a.image_tokens, "Image positions after a 4-token system prefix")
+      ->capture_default_str();
+  app.add_option("--vocab", a.vocab, "Token ids are drawn from [0, vocab)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--embed-dim", a.embed_dim,
+                 "Write random inputs_embeds rows of this width for the image positions "
+                 "(the model's hidden_size); 0: image positions use their token ids")
+      ->capture_default_str();
+  app.add_option("--reference-len", a.reference_len, "Random reference_ids per sample")
+      ->capture_default_str();
+  app.add_option("--seed", a.seed, "Random seed")->capture_default_str();
+}
+
+int run_make_prompt(const PromptArgs& a) {
+  if (a.image_tokens < 0 || 4 + a.image_tokens >= a.prompt_len)
+    throw std::invalid_argument(
+        "--image-tokens must leave room for 4 system tokens and a "
+        "text question within --prompt-len");
+  std::mt19937_64 rng(a.seed);
+  std::uniform_int_distribution<int> token(0, a.vocab - 1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<PromptSample> samples;
+  for (int i = 0; i < a.samples; ++i) {
+    PromptSample s;
+    char name[16];
+    std::snprintf(name, sizeof name, "%06d", i);
+    s.info.name = name;
+    s.info.prompt_len = a.prompt_len;
+    for (int p = 0; p < a.prompt_len; ++p) {
+      const bool image = p >= 4 && p < 4 + a.image_tokens;
+      s.info.token_ids.push_back(token(rng));
+      s.info.modality.push_back(image ? 1 : 0);
+      s.info.segment.push_back(p < 4 ? 0 : 1);
+      s.info.media_id.push_back(image ? 0 : -1);
+    }
+    if (a.embed_dim > 0) {
+      s.embed_dim = a.embed_dim;
+      for (int r = 0; r < a.image_tokens * a.embed_dim; ++r) s.inputs_embeds.push_back(normal(rng));
+    }
+    for (int r = 0; r < a.reference_len; ++r) s.reference_ids.push_back(token(rng));
+    samples.push_back(std::move(s));
+  }
+  write_prompt_file(a.out, samples, "random");
+  std::printf("%s: %d prompt(s) of %d tokens, %d image positions%s\n", a.out.c_str(), a.samples,
+              a.prompt_len, a.image_tokens, a.embed_dim > 0 ? " with inputs_embeds" : "");
+  return 0;
+}
+
+void add_model_options(CLI::App& app, RunArgs& a) {
+  app.add_option("-m,--model", a.model,
+                 "Hugging Face checkpoint directory (config.json + safetensors)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--prompts", a.prompts, "Prompt file (kvprompt v1, README \"Prompt files\")")
+      ->required();
+  app.add_option("-s,--sample", a.samples, "Sample name (repeatable; default: every sample)");
+  app.add_option("--gen", a.gen, "Decode steps per prompt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--backend", a.backend, "Where the model runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("-j,--threads", a.threads, "Threads for the prompt statistics")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
+struct Session {
+  live::Checkpoint checkpoint;
+  std::unique_ptr<live::Backend> backend;
+  std::unique_ptr<live::Model> model;
+  std::unique_ptr<live::LiveEngine> engine;
+  std::unique_ptr<PromptReader> prompts;
+  std::vector<std::string> samples;
+  explicit Session(const RunArgs& a) {
+    checkpoint = live::load_checkpoint(a.model);
+    backend = live::make_backend(a.backend);
+    model = std::make_unique<live::Model>(checkpoint, *backend);
+    checkpoint.tensors.clear();  // the backend holds its own copy
+    engine = std::make_unique<live::LiveEngine>(*model, a.threads);
+    prompts = std::make_unique<PromptReader>(a.prompts);
+    samples = a.samples.empty() ? prompts->sample_names() : a.samples;
+  }
+};
+
+int run_capture(const RunArgs& a) {
+  Session s(a);
+  live::CaptureOptions o;
+  o.gen_len = a.gen;
+  o.force_reference = a.force_reference;
+  o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
+  o.model_name = std::filesystem::path(a.model).filename().string();
+  live::capture(*s.engine, *s.prompts, s.samples, a.out, o);
+  std::printf("%s: %zu sample(s) captured with a full cache (%s backend)\n", a.out.c_str(),
+              s.samples.size(), a.backend.c_str());
+  return 0;
+}
+
+int run_evaluate(const RunArgs& a) {
+  const std::vector<PolicyConfig> policies =
+      resolve_policy_list(a.policies, a.sets, a.config, a.budget, "evaluated");
+  Session s(a);
+  live::LiveEngine::live_needs(policies, s.model->config().num_hidden_layers);
+  live::EvalOptions o;
+  o.gen_len = a.gen;
+  o.timing = !a.no_timing;
+  std::string steps = live::eval_steps_csv_header(), summary = live::eval_summary_csv_header();
+  std::string table;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s\n", "policy", "sample",
+                "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token");
+  table += line;
+  Progress progress(static_cast<long>(s.samples.size()), "live evaluate");
+  for (const auto& name : s.samples) {
+    for (const auto& r : live::evaluate_prompt(*s.engine, s.prompts->read(name), policies, o)) {
+      live::append_eval_steps_csv(steps, r, o.timing);
+      live::append_eval_summary_csv(summary, r, o.timing);
+      std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f\n",
+                    r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
+                    r.first_divergence, r.answer_overlap,
+                    static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token);
+      table += line;
+    }
+    progress.advance();
+  }
+  progress.finish();
+  if (!a.out.empty()) {
+    write_whole(a.out, steps);
+    write_policies_sidecar(a.out, policies);
+  }
+  if (!a.summary.empty()) write_whole(a.summary, summary);
+  std::printf(
+      "%s on %s (%s backend), %d decode steps; mean_kl and top1 teacher-forced on the "
+      "full-cache answer, diverge = first differing greedy token\n%s",
+      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), a.gen, table.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_live(CLI::App& app) {
+  app.description(
+      "The live path: run a Hugging Face decoder (LLaMA, Mistral, Qwen2) with eviction policies "
+      "in the loop. capture writes kvtrace files for replay; evaluate measures end-to-end "
+      "accuracy against the full cache.");
+  app.require_subcommand(1);
+  auto model = std::make_shared<ModelArgs>();
+  auto prompt = std::make_shared<PromptArgs>();
+  auto run = std::make_shared<RunArgs>();
+  CLI::App* mm = app.add_subcommand("make-model",
+                                    "Write a random-initialised checkpoint in the "
+                                    "Hugging Face layout (tests, demos)");
+  add_make_model(*mm, *model);
+  CLI::App* mp = app.add_subcommand("make-prompt", "Write a random prompt file (kvprompt v1)");
+  add_make_prompt(*mp, *prompt);
+  CLI::App* cap = app.add_subcommand(
+      "capture", "Generate with a full cache and write every layer's q, k, v to a kvtrace file");
+  add_model_options(*cap, *run);
+  cap->add_option("-o,--out", run->out, "kvtrace v1 file to write")->required();
+  cap->add_option("--dtype", run->dtype, "Stored element type")
+      ->check(CLI::IsMember({"float16", "float32"}))
+      ->capture_default_str();
+  cap->add_flag("--force-reference", run->force_reference,
+                "Feed each prompt's reference_ids instead of the greedy answer (G = its length)");
+  CLI::App* ev =
+      app.add_subcommand("evaluate",
+                         "End-to-end accuracy of policies against the full-cache run: KL, top-1 "
+                         "agreement, greedy divergence, reference log-likelihood, memory, latency");
+  add_model_options(*ev, *run);
+  ev->add_option("-p,--policy", run->policies, "Policy name (repeatable; see `kvsim policies`)")
+      ->required();
+  ev->add_option("--set", run->sets, "Parameter override NAME.key=value (repeatable)");
+  ev->add_option("--config", run->config, "INI file with one [NAME] section per policy");
+  ev->add_option("--budget", run->budget,
+                 "Budget for every policy that has one and no explicit budget");
+  ev->add_option("-o,--out", run->out, "Per-step results CSV (and NAME.policies.csv beside it)");
+  ev->add_option("--summary", run->summary, "Per-(policy, sample) summary CSV");
+  ev->add_flag("--no-timing", run->no_timing,
+               "Leave the latency columns empty (byte-identical files across runs)");
+  return [=, &app]() {
+    if (mm->parsed()) return run_make_model(*model);
+    if (mp->parsed()) return run_make_prompt(*prompt);
+    if (cap->parsed()) return run_capture(*run);
+    return run_evaluate(*run);
+  };
+}
+
+}  // namespace kvsim::cli

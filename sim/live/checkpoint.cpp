@@ -1,0 +1,394 @@
+#include "sim/live/checkpoint.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "traces/half.hpp"
+
+namespace kvsim::live {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* safetensors_dtype_name(WeightDType t) {
+  switch (t) {
+    case WeightDType::kBFloat16:
+      return "BF16";
+    case WeightDType::kFloat16:
+      return "F16";
+    default:
+      return "F32";
+  }
+}
+
+float bfloat16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t float_to_bfloat16(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return static_cast<std::uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+namespace {
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw CheckpointError(path + ": not valid JSON: " + e.what());
+  }
+}
+
+int get_int(const json& j, const std::string& key, const std::string& path, int fallback = -1) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback >= 0) return fallback;
+    throw CheckpointError(path + ": missing key '" + key + "'");
+  }
+  if (!j[key].is_number_integer() || j[key].get<long long>() <= 0)
+    throw CheckpointError(path + ": key '" + key + "' must be a positive integer");
+  return j[key].get<int>();
+}
+
+double get_double(const json& j, const std::string& key, const std::string& path, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number() || j[key].get<double>() <= 0)
+    throw CheckpointError(path + ": key '" + key + "' must be a positive number");
+  return j[key].get<double>();
+}
+
+bool get_bool(const json& j, const std::string& key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return j[key].get<bool>();
+}
+
+WeightDType parse_dtype(const std::string& s, const std::string& where) {
+  if (s == "BF16") return WeightDType::kBFloat16;
+  if (s == "F16") return WeightDType::kFloat16;
+  if (s == "F32") return WeightDType::kFloat32;
+  throw CheckpointError(where + ": dtype " + s + " is not supported (BF16, F16 or F32)");
+}
+
+std::size_t dtype_size(WeightDType t) {
+  return t == WeightDType::kFloat32 ? 4 : 2;
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const std::string& path) {
+  const json j = read_json(path);
+  ModelConfig c;
+  if (!j.contains("model_type")) throw CheckpointError(path + ": missing key 'model_type'");
+  c.model_type = j["model_type"].get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    throw CheckpointError(path + ": model_type '" + c.model_type +
+                          "' is not supported (llama, mistral, qwen2)");
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu")
+    throw CheckpointError(path + ": hidden_act '" + act + "' is not supported (silu)");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw CheckpointError(path + ": rope_scaling " + j["rope_scaling"].dump() +
+                          " is not supported (only plain RoPE)");
+  c.hidden_size = get_int(j, "hidden_size", path);
+  c.intermediate_size = get_int(j, "intermediate_size", path);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", path);
+  c.num_attention_heads = get_int(j, "num_attention_heads", path);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", path, c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", path, c.hidden_size / c.num_attention_heads);
+  c.vocab_size = get_int(j, "vocab_size", path);
+  c.rope_theta = get_double(j, "rope_theta", path, 10000.0);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", path, 1e-6);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", path, 0);
+  c.torch_dtype = j.value("torch_dtype", std::string());
+  if (c.model_type == "qwen2") {
+    c.qkv_bias = true;
+    if (get_bool(j, "use_sliding_window", false))
+      c.sliding_window = get_int(j, "sliding_window", path);
+  } else if (c.model_type == "llama") {
+    c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
+    if (get_bool(j, "mlp_bias", false))
+      throw CheckpointError(path + ": mlp_bias = true is not supported");
+  } else {
+    c.sliding_window = get_int(j, "sliding_window", path, 0);
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw CheckpointError(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                          ") is not a multiple of num_key_value_heads (" +
+                          std::to_string(c.num_key_value_heads) + ")");
+  if (c.head_dim % 2 != 0) throw CheckpointError(path + ": head_dim must be even for RoPE");
+  return c;
+}
+
+std::string model_config_json(const ModelConfig& c, WeightDType dtype) {
+  static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
+                                                          {"mistral", "MistralForCausalLM"},
+                                                          {"qwen2", "Qwen2ForCausalLM"}};
+  json j = {{"architectures", {arch.at(c.model_type)}},
+            {"model_type", c.model_type},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"vocab_size", c.vocab_size},
+            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rope_scaling", nullptr},
+            {"torch_dtype", dtype == WeightDType::kBFloat16  ? "bfloat16"
+                            : dtype == WeightDType::kFloat16 ? "float16"
+                                                             : "float32"}};
+  if (c.model_type == "llama") j["attention_bias"] = c.qkv_bias;
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_tensors(
+    const ModelConfig& c) {
+  const std::int64_t D = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t q = static_cast<std::int64_t>(c.num_attention_heads) * c.head_dim;
+  const std::int64_t kv = static_cast<std::int64_t>(c.num_key_value_heads) * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {V, D}});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.push_back({p + "input_layernorm.weight", {D}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, D}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, D}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, D}});
+    out.push_back({p + "self_attn.o_proj.weight", {D, q}});
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {D}});
+    out.push_back({p + "post_attention_layernorm.weight", {D}});
+    out.push_back({p + "mlp.gate_proj.weight", {I, D}});
+    out.push_back({p + "mlp.up_proj.weight", {I, D}});
+    out.push_back({p + "mlp.down_proj.weight", {D, I}});
+  }
+  out.push_back({"model.norm.weight", {D}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, D}});
+  return out;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");
+  const auto size = static_cast<std::size_t>(in.tellg());
+  std::vector<char> bytes(size);
+  in.seekg(0);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
+    throw CheckpointError(path + ": read failed");
+  return bytes;
+}
+
+void convert(const char* src, WeightDType t, std::size_t n, float* dst) {
+  if (t == WeightDType::kFloat32) {
+    std::memcpy(dst, src, n * 4);
+  } else {
+    std::vector<std::uint16_t> raw(n);
+    std::memcpy(raw.data(), src, n * 2);
+    if (t == WeightDType::kFloat16) {
+      half_to_float(raw.data(), dst, n);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(raw[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void read_safetensors(const std::string& path, std::map<std::string, HostTensor>& out,
+                      WeightDType* first_dtype) {
+  const std::vector<char> bytes = read_file(path);
+  if (bytes.size() < 8) throw CheckpointError(path + ": too short for a safetensors file");
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);  // little-endian on every supported host
+  if (header_len > bytes.size() - 8)
+    throw CheckpointError(path + ": header length " + std::to_string(header_len) +
+                          " exceeds the file (truncated or not safetensors?)");
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_len));
+  } catch (const json::exception& e) {
+    throw CheckpointError(path + ": header is not valid JSON: " + e.what());
+  }
+  const std::size_t data_start = 8 + header_len, data_len = bytes.size() - data_start;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = path + ": tensor '" + name + "'";
+    if (!entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+      throw CheckpointError(where + ": entry lacks dtype, shape or data_offsets");
+    const WeightDType t = parse_dtype(entry["dtype"].get<std::string>(), where);
+    HostTensor tensor;
+    std::size_t n = 1;
+    for (const auto& s : entry["shape"]) {
+      tensor.shape.push_back(s.get<std::int64_t>());
+      n *= static_cast<std::size_t>(tensor.shape.back());
+    }
+    const auto begin = entry["data_offsets"][0].get<std::uint64_t>();
+    const auto end = entry["data_offsets"][1].get<std::uint64_t>();
+    if (end < begin || end > data_len || end - begin != n * dtype_size(t))
+      throw CheckpointError(where + ": data_offsets [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") do not fit shape " + shape_str(tensor.shape) +
+                            " in " + std::to_string(data_len) + " data bytes (truncated file?)");
+    tensor.data.resize(n);
+    convert(bytes.data() + data_start + begin, t, n, tensor.data.data());
+    for (std::size_t i = 0; i < n; ++i)
+      if (!std::isfinite(tensor.data[i]))
+        throw CheckpointError(where + ": non-finite value at flat index " + std::to_string(i));
+    if (first_dtype && out.empty()) *first_dtype = t;
+    out[name] = std::move(tensor);
+  }
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                       WeightDType dtype) {
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const std::uint64_t bytes = t->data.size() * dtype_size(dtype);
+    header[name] = {{"dtype", safetensors_dtype_name(dtype)},
+                    {"shape", t->shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h += ' ';  // the format pads the header with spaces
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw CheckpointError(path + ": cannot create");
+  const std::uint64_t len = h.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [name, t] : tensors) {
+    if (dtype == WeightDType::kFloat32) {
+      out.write(reinterpret_cast<const char*>(t->data.data()),
+                static_cast<std::streamsize>(t->data.size() * 4));
+      continue;
+    }
+    std::vector<std::uint16_t> raw(t->data.size());
+    if (dtype == WeightDType::kFloat16)
+      float_to_half(t->data.data(), raw.data(), raw.size());
+    else
+      for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = float_to_bfloat16(t->data[i]);
+    out.write(reinterpret_cast<const char*>(raw.data()),
+              static_cast<std::streamsize>(raw.size() * 2));
+  }
+  if (!out) throw CheckpointError(path + ": write failed");
+}
+
+const HostTensor& Checkpoint::get(const std::string& name, std::vector<std::int64_t> shape) const {
+  auto it = tensors.find(name);
+  if (it == tensors.end())
+    throw CheckpointError(dir + ": missing tensor '" + name + "' (model_type " + config.model_type +
+                          ")");
+  if (it->second.shape != shape)
+    throw CheckpointError(dir + ": tensor '" + name + "' has shape " + shape_str(it->second.shape) +
+                          ", config.json implies " + shape_str(shape));
+  return it->second;
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  Checkpoint ck;
+  ck.dir = dir;
+  ck.config = read_model_config((fs::path(dir) / "config.json").string());
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    read_safetensors(single.string(), ck.tensors, &ck.dtype);
+  } else if (fs::exists(index)) {
+    const json j = read_json(index.string());
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw CheckpointError(index.string() + ": missing object 'weight_map'");
+    std::set<std::string> shards;
+    for (const auto& [name, file] : j["weight_map"].items()) shards.insert(file.get<std::string>());
+    for (const auto& shard : shards)
+      read_safetensors((fs::path(dir) / shard).string(), ck.tensors, &ck.dtype);
+    for (const auto& [name, file] : j["weight_map"].items())
+      if (!ck.tensors.count(name))
+        throw CheckpointError(index.string() + ": tensor '" + name + "' is listed in " +
+                              file.get<std::string>() + " but that shard lacks it");
+  } else {
+    throw CheckpointError(dir + ": neither model.safetensors nor model.safetensors.index.json");
+  }
+  for (const auto& [name, shape] : expected_tensors(ck.config)) ck.get(name, shape);
+  return ck;
+}
+
+void write_random_checkpoint(const std::string& dir, const ModelConfig& config, WeightDType dtype,
+                             int shards, std::uint64_t seed, double std) {
+  fs::create_directories(dir);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(std));
+  std::map<std::string, HostTensor> tensors;
+  std::vector<std::string> order;
+  for (const auto& [name, shape] : expected_tensors(config)) {
+    HostTensor t;
+    t.shape = shape;
+    std::size_t n = 1;
+    for (auto s : shape) n *= static_cast<std::size_t>(s);
+    t.data.resize(n);
+    const bool norm = name.find("norm") != std::string::npos;
+    for (auto& x : t.data) x = norm ? 1.0f + normal(rng) : normal(rng);
+    order.push_back(name);
+    tensors[name] = std::move(t);
+  }
+  {
+    std::ofstream cfg(fs::path(dir) / "config.json");
+    cfg << model_config_json(config, dtype);
+  }
+  shards = std::max(1, std::min<int>(shards, static_cast<int>(order.size())));
+  if (shards == 1) {
+    std::vector<std::pair<std::string, const HostTensor*>> all;
+    for (const auto& n : order) all.push_back({n, &tensors[n]});
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), all, dtype);
+    return;
+  }
+  json map = json::object();
+  std::uint64_t total = 0;
+  const std::size_t per = (order.size() + shards - 1) / shards;
+  for (int s = 0; s < shards; ++s) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, shards);
+    std::vector<std::pair<std::string, const HostTensor*>> part;
+    for (std::size_t i = s * per; i < std::min(order.size(), (s + 1) * per); ++i) {
+      part.push_back({order[i], &tensors[order[i]]});
+      map[order[i]] = file;
+      total += tensors[order[i]].data.size() * dtype_size(dtype);
+    }
+    write_safetensors((fs::path(dir) / file).string(), part, dtype);
+  }
+  std::ofstream idx(fs::path(dir) / "model.safetensors.index.json");
+  idx << json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) << "\n";
+}
+
+}  // namespace kvsim::live

@@ -1,0 +1,91 @@
+// Hugging Face decoder checkpoints: config.json plus model.safetensors, or shards listed by
+// model.safetensors.index.json. LLaMA family (LLaMA, Vicuna, LLaVA-1.5's language model),
+// Mistral and Qwen2, stored in bf16, fp16 or fp32; weights are held as float32.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvsim::live {
+
+// Every problem with a checkpoint: the message names the file and the key or tensor.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class WeightDType { kBFloat16, kFloat16, kFloat32 };
+const char* safetensors_dtype_name(WeightDType t);  // "BF16", "F16", "F32"
+
+// The fields of config.json the decoder uses (names as in transformers).
+struct ModelConfig {
+  std::string model_type;  // llama, mistral or qwen2
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;  // config's head_dim, or hidden_size / num_attention_heads
+  int vocab_size = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;   // Qwen2 always; LLaMA when attention_bias
+  bool o_bias = false;     // LLaMA's attention_bias also biases o_proj
+  int sliding_window = 0;  // 0: none; otherwise runs longer than this are refused
+  int max_position_embeddings = 0;
+  std::string torch_dtype;  // as written, informational
+};
+
+// Parses and checks config.json; unsupported architectures, activations or rope scalings are
+// errors naming the key.
+ModelConfig read_model_config(const std::string& path);
+std::string model_config_json(const ModelConfig& c, WeightDType dtype);  // for writing
+
+struct HostTensor {
+  std::vector<std::int64_t> shape;
+  std::vector<float> data;
+};
+
+// Every tensor of a checkpoint directory, converted to float32.
+struct Checkpoint {
+  std::string dir;
+  ModelConfig config;
+  WeightDType dtype = WeightDType::kFloat32;  // of the first tensor read
+  std::map<std::string, HostTensor> tensors;
+  // The tensor `name` with the expected shape; throws naming it when missing or misshapen.
+  const HostTensor& get(const std::string& name, std::vector<std::int64_t> shape) const;
+};
+
+Checkpoint load_checkpoint(const std::string& dir);
+
+// The tensor names and shapes a decoder with this config must have.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_tensors(
+    const ModelConfig& c);
+
+// --- safetensors ---
+struct SafetensorsEntry {
+  std::string name;
+  WeightDType dtype;
+  std::vector<std::int64_t> shape;
+};
+// Reads every tensor of one .safetensors file into `out` (float32).
+void read_safetensors(const std::string& path, std::map<std::string, HostTensor>& out,
+                      WeightDType* first_dtype = nullptr);
+// Writes tensors (converted from float32 to dtype) to one .safetensors file.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                       WeightDType dtype);
+
+float bfloat16_to_float(std::uint16_t b);
+std::uint16_t float_to_bfloat16(float f);  // round to nearest even, as torch does
+
+// A random-initialised checkpoint in the exact HF layout (tests, demos, CI): weights N(0, std),
+// norms around 1; `shards` > 1 writes model-0000i-of-0000n.safetensors plus the index.
+void write_random_checkpoint(const std::string& dir, const ModelConfig& config, WeightDType dtype,
+                             int shards, std::uint64_t seed, double std = 0.05);
+
+}  // namespace kvsim::live

@@ -1,0 +1,251 @@
+#include "sim/live/evaluate.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "sim/results.hpp"
+
+namespace kvsim::live {
+
+namespace {
+
+std::vector<double> log_softmax(const std::vector<float>& x) {
+  double mx = -INFINITY;
+  for (float v : x) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0;
+  for (float v : x) sum += std::exp(v - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] - lse;
+  return out;
+}
+
+}  // namespace
+
+double kl_divergence(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
+  const std::vector<double> lp = log_softmax(p_logits), lq = log_softmax(q_logits);
+  double kl = 0;
+  for (std::size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical inputs
+}
+
+double log_softmax_at(const std::vector<float>& logits, std::int32_t index) {
+  return log_softmax(logits)[index];
+}
+
+int longest_common_subsequence(const std::vector<std::int32_t>& a,
+                               const std::vector<std::int32_t>& b) {
+  std::vector<int> prev(b.size() + 1, 0), cur(b.size() + 1, 0);
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = a[i - 1] == b[j - 1] ? prev[j - 1] + 1 : std::max(prev[j], cur[j - 1]);
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+void capture(LiveEngine& engine, const PromptReader& prompts,
+             const std::vector<std::string>& samples, const std::string& out_path,
+             const CaptureOptions& o) {
+  const ModelConfig& c = engine.model().config();
+  TraceInfo info;
+  info.model = o.model_name.empty() ? c.model_type : o.model_name;
+  info.num_layers = c.num_hidden_layers;
+  info.num_heads = c.num_attention_heads;
+  info.num_kv_heads = c.num_key_value_heads;
+  info.head_dim = c.head_dim;
+  info.scale = engine.model().scale();
+  info.scale_given = true;
+  WriteOptions wo;
+  wo.dtype = o.dtype;
+  TraceWriter writer(partial(out_path), info, wo);
+  for (const auto& name : samples) {
+    const PromptSample prompt = prompts.read(name);
+    if (o.force_reference && prompt.reference_ids.empty())
+      throw std::invalid_argument(prompts.path() + ": sample '" + name +
+                                  "' has no reference_ids to teacher-force");
+    const int G = o.force_reference ? static_cast<int>(prompt.reference_ids.size()) : o.gen_len;
+    PreparedPrompt pp = engine.prepare(prompt, G, AttentionNeeds{});
+    RunOptions ro;
+    ro.steps = G;
+    ro.record = true;
+    ro.forced = o.force_reference ? &prompt.reference_ids : nullptr;
+    const RunResult r = engine.run(pp, ro);
+    SampleInfo s = pp.sample;
+    s.dtype = o.dtype;
+    for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
+    writer.write_sample(s);
+    for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
+  }
+  writer.close();
+  publish(out_path);
+}
+
+namespace {
+
+double loglik(const std::vector<float>& first_logits, const RunResult& r,
+              const std::vector<std::int32_t>& ref) {
+  double sum = log_softmax_at(first_logits, ref[0]);
+  for (std::size_t t = 0; t + 1 < ref.size(); ++t) sum += log_softmax_at(r.logits[t], ref[t + 1]);
+  return sum;
+}
+
+double mean_ms(const RunResult& r) {
+  if (r.steps.empty()) return NAN;
+  double s = 0;
+  for (const auto& st : r.steps) s += st.seconds;
+  return 1000.0 * s / r.steps.size();
+}
+
+}  // namespace
+
+std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample& prompt,
+                                         const std::vector<PolicyConfig>& policies,
+                                         const EvalOptions& o) {
+  const int G = o.gen_len, R = static_cast<int>(prompt.reference_ids.size());
+  const AttentionNeeds needs =
+      LiveEngine::live_needs(policies, engine.model().config().num_hidden_layers);
+  PreparedPrompt pp = engine.prepare(prompt, std::max(G, R - 1), needs);
+  RunOptions base;
+  base.steps = G;
+  base.keep_logits = true;
+  base.check_invariants = o.check_invariants;
+  const RunResult full = engine.run(pp, base);
+  RunOptions ref_opts = base;
+  ref_opts.steps = std::max(R - 1, 0);
+  ref_opts.forced = &prompt.reference_ids;
+  double full_ref = NAN;
+  if (R > 0) full_ref = loglik(pp.first_logits, engine.run(pp, ref_opts), prompt.reference_ids);
+
+  std::vector<EvalSummary> out;
+  for (const auto& policy : policies) {
+    RunOptions forced = base;
+    forced.policy = &policy;
+    forced.forced = &full.predicted;
+    const RunResult tf = engine.run(pp, forced);
+    RunOptions greedy = base;
+    greedy.policy = &policy;
+    greedy.keep_logits = false;
+    const RunResult gr = engine.run(pp, greedy);
+
+    EvalSummary s;
+    s.label = policy.label;
+    s.sample = prompt.info.name;
+    s.prompt_len = prompt.info.prompt_len;
+    s.gen_len = G;
+    for (int t = 0; t < G; ++t) {
+      EvalStep st;
+      st.step = t;
+      st.position = s.prompt_len + t;
+      st.kl = kl_divergence(full.logits[t], tf.logits[t]);
+      st.top1_agree = full.predicted[t + 1] == tf.predicted[t + 1];
+      st.full_token = full.predicted[t + 1];
+      st.policy_token = gr.predicted[t + 1];
+      st.kv_entries = gr.steps[t].kv_entries;
+      st.kv_bytes = st.kv_entries * gr.bytes_per_entry;
+      st.ms = 1000.0 * gr.steps[t].seconds;
+      s.mean_kl += st.kl / G;
+      s.max_kl = std::max(s.max_kl, st.kl);
+      s.top1_agreement += static_cast<double>(st.top1_agree) / G;
+      s.steps.push_back(st);
+    }
+    const int answer = G + 1;  // predicted[0..G]: the prefill's token and one per step
+    s.first_divergence = answer;
+    for (int i = 0; i < answer; ++i)
+      if (gr.predicted[i] != full.predicted[i]) {
+        s.first_divergence = i;
+        break;
+      }
+    s.answer_overlap =
+        static_cast<double>(longest_common_subsequence(gr.predicted, full.predicted)) / answer;
+    if (R > 0) {
+      RunOptions ref = ref_opts;
+      ref.policy = &policy;
+      s.ref_tokens = R;
+      s.ref_loglik = loglik(pp.first_logits, engine.run(pp, ref), prompt.reference_ids);
+      s.ref_loglik_full = full_ref;
+    }
+    s.prompt_kv_bytes = gr.prompt_kv_entries * gr.bytes_per_entry;
+    s.peak_kv_bytes = gr.peak_kv_entries * gr.bytes_per_entry;
+    s.full_peak_kv_bytes = full.peak_kv_entries * full.bytes_per_entry;
+    s.ms_per_token = mean_ms(gr);
+    s.full_ms_per_token = mean_ms(full);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+
+void field(std::string& out, double x) {
+  out += ',';
+  if (std::isnan(x)) return;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  out += buf;
+}
+
+void field(std::string& out, std::int64_t x) {
+  out += ',' + std::to_string(x);
+}
+
+std::string quoted(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + '"';
+}
+
+}  // namespace
+
+std::string eval_steps_csv_header() {
+  return "policy,sample,step,position,kl,top1_agree,full_token,policy_token,kv_entries,kv_bytes,"
+         "latency_ms\n";
+}
+
+void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) {
+  for (const auto& st : s.steps) {
+    out += quoted(s.label) + ',' + quoted(s.sample);
+    field(out, std::int64_t{st.step});
+    field(out, std::int64_t{st.position});
+    field(out, st.kl);
+    field(out, std::int64_t{st.top1_agree});
+    field(out, std::int64_t{st.full_token});
+    field(out, std::int64_t{st.policy_token});
+    field(out, st.kv_entries);
+    field(out, st.kv_bytes);
+    field(out, timing ? st.ms : NAN);
+    out += '\n';
+  }
+}
+
+std::string eval_summary_csv_header() {
+  return "policy,sample,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
+         "answer_overlap,exact_match,ref_tokens,ref_loglik,ref_loglik_full,prompt_kv_bytes,"
+         "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token\n";
+}
+
+void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing) {
+  out += quoted(s.label) + ',' + quoted(s.sample);
+  field(out, std::int64_t{s.prompt_len});
+  field(out, std::int64_t{s.gen_len});
+  field(out, s.mean_kl);
+  field(out, s.max_kl);
+  field(out, s.top1_agreement);
+  field(out, std::int64_t{s.first_divergence});
+  field(out, s.answer_overlap);
+  field(out, std::int64_t{s.first_divergence == s.gen_len + 1});
+  field(out, std::int64_t{s.ref_tokens});
+  field(out, s.ref_loglik);
+  field(out, s.ref_loglik_full);
+  field(out, s.prompt_kv_bytes);
+  field(out, s.peak_kv_bytes);
+  field(out, s.full_peak_kv_bytes);
+  field(out, static_cast<double>(s.peak_kv_bytes) / s.full_peak_kv_bytes);
+  field(out, timing ? s.ms_per_token : NAN);
+  field(out, timing ? s.full_ms_per_token : NAN);
+  out += '\n';
+}
+
+}  // namespace kvsim::live

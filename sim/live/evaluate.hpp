@@ -1,0 +1,71 @@
+// `kvsim live capture` and `kvsim live evaluate`: the two jobs of the live path.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/live/live_engine.hpp"
+#include "traces/kvtrace_writer.hpp"
+
+namespace kvsim::live {
+
+// Generates with a full cache and writes q, k, v (after RoPE) of every layer to a kvtrace v1
+// file: greedy for gen_len steps, or teacher-forced with each prompt's reference_ids.
+struct CaptureOptions {
+  int gen_len = 32;
+  bool force_reference = false;
+  DType dtype = DType::kFloat32;
+  std::string model_name;
+};
+void capture(LiveEngine& engine, const PromptReader& prompts,
+             const std::vector<std::string>& samples, const std::string& out_path,
+             const CaptureOptions& options);
+
+// End-to-end accuracy of every policy against the full-cache run of the same model.
+struct EvalOptions {
+  int gen_len = 32;
+  bool check_invariants = true;
+  bool timing = true;  // latency columns (the only fields that differ between identical runs)
+};
+
+struct EvalStep {  // one decode step of one policy on one sample
+  int step = 0, position = 0;
+  double kl = 0;       // KL(full || policy) of the next-token distribution, teacher-forced
+  int top1_agree = 0;  // same argmax, teacher-forced
+  std::int32_t full_token = 0, policy_token = 0;  // greedy runs: the token predicted at this step
+  std::int64_t kv_entries = 0, kv_bytes = 0;      // greedy run
+  double ms = 0;                                  // greedy run
+};
+
+struct EvalSummary {  // one policy on one sample
+  std::string label, sample;
+  int prompt_len = 0, gen_len = 0;
+  double mean_kl = 0, max_kl = 0, top1_agreement = 0;
+  int first_divergence = 0;   // first index where the greedy answers differ; answer length if none
+  double answer_overlap = 0;  // LCS(policy answer, full answer) / answer length
+  int ref_tokens = 0;
+  double ref_loglik = NAN, ref_loglik_full = NAN;
+  std::int64_t prompt_kv_bytes = 0, peak_kv_bytes = 0, full_peak_kv_bytes = 0;
+  double ms_per_token = NAN, full_ms_per_token = NAN;
+  std::vector<EvalStep> steps;
+};
+
+// Runs every policy on one prompt: full greedy (+ reference) baseline, then per policy a
+// teacher-forced run, a greedy run and a reference run.
+std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample& prompt,
+                                         const std::vector<PolicyConfig>& policies,
+                                         const EvalOptions& options);
+
+// Result files: per-step and per-(policy, sample) CSVs (README "Live results").
+std::string eval_steps_csv_header();
+void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing);
+std::string eval_summary_csv_header();
+void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing);
+
+// Helpers with hand-checkable answers (tests).
+double kl_divergence(const std::vector<float>& p_logits, const std::vector<float>& q_logits);
+double log_softmax_at(const std::vector<float>& logits, std::int32_t index);
+int longest_common_subsequence(const std::vector<std::int32_t>& a,
+                               const std::vector<std::int32_t>& b);
+
+}  // namespace kvsim::live

@@ -1,0 +1,222 @@
+#include "sim/live/live_engine.hpp"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "sim/engine.hpp"
+
+namespace kvsim::live {
+
+std::int32_t argmax(const std::vector<float>& logits) {
+  std::int32_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<std::int32_t>(i);
+  return best;
+}
+
+AttentionNeeds LiveEngine::live_needs(const std::vector<PolicyConfig>& policies, int layers) {
+  AttentionNeeds needs;
+  for (const auto& p : policies) {
+    if (p.info->lookahead)
+      throw std::invalid_argument("policy '" + p.label +
+                                  "' reads future attention (lookahead): it has no live run");
+    for (int l = 0; l < layers; ++l)
+      if (p.attention_source(l) != l)
+        throw std::invalid_argument(
+            "policy '" + p.label + "': layer " + std::to_string(l) +
+            " inherits the attention of layer " + std::to_string(p.attention_source(l)) +
+            " (QK heredity), which the live path does not run; use it in replay");
+    needs.merge(p.needs());
+  }
+  if (needs.key_ranking) throw std::invalid_argument("key ranking is a replay diagnostic");
+  return needs;
+}
+
+PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
+                                   const AttentionNeeds& needs) {
+  const ModelConfig& c = model_.config();
+  const int P = prompt.info.prompt_len, T = P + gen_len;
+  if (prompt.embed_dim != 0 && prompt.embed_dim != c.hidden_size)
+    throw std::invalid_argument("sample '" + prompt.info.name + "': inputs_embeds rows have " +
+                                std::to_string(prompt.embed_dim) +
+                                " columns, the model's hidden_size is " +
+                                std::to_string(c.hidden_size));
+  if (c.sliding_window > 0 && T > c.sliding_window)
+    throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(T) +
+                                " tokens exceed the model's sliding_window of " +
+                                std::to_string(c.sliding_window) +
+                                ", which the live path does not implement");
+  PreparedPrompt pp;
+  pp.prompt = prompt;
+  pp.trace.model = c.model_type;
+  pp.trace.num_layers = c.num_hidden_layers;
+  pp.trace.num_heads = c.num_attention_heads;
+  pp.trace.num_kv_heads = c.num_key_value_heads;
+  pp.trace.head_dim = c.head_dim;
+  pp.trace.scale = model_.scale();
+  pp.trace.scale_given = true;
+  SampleInfo& s = pp.sample = prompt.info;
+  s.gen_len = gen_len;
+  s.modality.resize(T, 0);
+  s.segment.resize(T, static_cast<std::uint8_t>(Segment::kGenerated));
+  if (!s.media_id.empty()) s.media_id.resize(T, -1);
+  s.token_ids.resize(T, -1);  // generated tokens differ from run to run
+  s.has_v = true;
+  s.dtype = DType::kFloat32;
+
+  PrefillResult pre =
+      model_.prefill(prompt.info.token_ids, prompt.embed_positions(), prompt.inputs_embeds);
+  pp.first_logits = std::move(pre.logits);
+  for (auto& t : pre.layers) {
+    LayerTensors full;
+    full.layer = t.layer;
+    auto rows = [&](const xt::xtensor<float, 3>& x) {
+      auto out =
+          xt::xtensor<float, 3>::from_shape({static_cast<std::size_t>(T), x.shape(1), x.shape(2)});
+      out.fill(0.0f);
+      std::copy(x.begin(), x.end(), out.begin());
+      return out;
+    };
+    full.q = rows(t.q), full.k = rows(t.k), full.v = rows(t.v);
+    t = LayerTensors{};
+    pp.layers.push_back(std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, pp.trace, s,
+                                                         std::move(full), needs, threads_));
+  }
+  if (needs.sample_entropies) {
+    const int L = c.num_hidden_layers;
+    pp.stats.cross_modal_entropy.resize(L);
+    pp.stats.attention_entropy.resize(L);
+    for (int l = 0; l < L; ++l)
+      layer_entropies(pp.trace, s, pp.layers[l]->tensors(), threads_,
+                      pp.stats.cross_modal_entropy[l], pp.stats.attention_entropy[l]);
+  }
+  return pp;
+}
+
+namespace {
+
+// Applies a policy's edits of one layer's KvCache to the backend's rows: `rows[g]` lists the
+// positions the backend holds, in the same order as the cache.
+void sync_layer(Backend& b, int layer, const KvCache& cache,
+                std::vector<std::vector<std::int32_t>>& rows) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const auto& now = cache.positions(g);
+    auto& held = rows[g];
+    if (now != held) {
+      std::vector<int> keep;
+      std::size_t j = 0;
+      for (std::size_t i = 0; i < held.size() && j < now.size(); ++i)
+        if (held[i] == now[j]) keep.push_back(static_cast<int>(i)), ++j;
+      if (j != now.size())
+        throw std::logic_error("layer " + std::to_string(layer) + ", KV head " + std::to_string(g) +
+                               ": the policy's cache holds a position the " +
+                               "backend never stored");
+      b.cache_keep(layer, g, keep);
+      held = now;
+    }
+    if (!cache.has_merged(g)) continue;
+    for (int e = 0; e < cache.size(g); ++e)
+      if (const float* key = cache.merged_key(g, e))
+        b.cache_write(layer, g, e, key, cache.merged_value(g, e));
+  }
+}
+
+}  // namespace
+
+RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
+  Backend& b = model_.backend();
+  const ModelConfig& c = model_.config();
+  const int L = c.num_hidden_layers, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+            d = c.head_dim, group = H / Hkv, P = pp.sample.prompt_len;
+  if (o.steps > pp.sample.gen_len)
+    throw std::invalid_argument("run of " + std::to_string(o.steps) +
+                                " steps on a prompt prepared for " +
+                                std::to_string(pp.sample.gen_len));
+  if (o.forced && static_cast<int>(o.forced->size()) < o.steps)
+    throw std::invalid_argument("teacher forcing needs " + std::to_string(o.steps) +
+                                " tokens, got " + std::to_string(o.forced->size()));
+  b.cache_reset(L, Hkv, d, P + o.steps);
+  for (int l = 0; l < L; ++l) {
+    const LayerTensors& t = pp.layers[l]->tensors();
+    for (int g = 0; g < Hkv; ++g)
+      b.cache_assign(l, g, &t.k(0, g, 0), &t.v(0, g, 0), P, static_cast<std::size_t>(Hkv) * d);
+  }
+  RunResult r;
+  r.bytes_per_entry = 2ll * d * static_cast<std::int64_t>(sizeof(float));
+  r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * P;
+
+  std::unique_ptr<Policy> policy;
+  const SampleStats* stats = pp.stats.cross_modal_entropy.empty() ? nullptr : &pp.stats;
+  std::vector<std::vector<std::vector<std::int32_t>>> rows;  // [layer][g] positions held
+  const std::string label = o.policy ? o.policy->label : "";
+  if (o.policy) {
+    policy = o.policy->info->create(o.policy->params, pp.sample);
+    std::vector<std::int32_t> prompt(P);
+    for (int i = 0; i < P; ++i) prompt[i] = i;
+    rows.assign(L, std::vector<std::vector<std::int32_t>>(Hkv, prompt));
+    for (int l = 0; l < L; ++l) {
+      r.caches.emplace_back(Hkv, d);
+      KvCache& cache = r.caches.back();
+      cache.fill_prompt(P);
+      cache.set_step(-1);
+      policy->on_prefill(LayerView(*pp.layers[l], false, stats), cache);
+      if (o.check_invariants) check_capacity(*policy, cache, l, "the prefill", label);
+      sync_layer(b, l, cache, rows[l]);
+    }
+  }
+  const bool history = o.record || (o.policy && o.policy->info->merges);
+  std::vector<float> hq(static_cast<std::size_t>(H) * d), hk(static_cast<std::size_t>(Hkv) * d),
+      hv(hk.size());
+  std::vector<std::vector<std::uint8_t>> masks(Hkv);
+  StepAttention sa;
+  sa.group = group;
+  r.predicted.push_back(argmax(pp.first_logits));
+  for (int t = 0; t < o.steps; ++t) {
+    StepRecord rec;
+    rec.input = o.forced ? (*o.forced)[t] : r.predicted[t];
+    rec.position = P + t;
+    const auto start = std::chrono::steady_clock::now();
+    auto attend = [&](int l, const float* q, const float* k, const float* v, float* out) {
+      for (int g = 0; g < Hkv; ++g)
+        b.cache_append(l, g, k + static_cast<std::size_t>(g) * d,
+                       v + static_cast<std::size_t>(g) * d);
+      if (history) {
+        b.download(hq.data(), q, hq.size());
+        b.download(hk.data(), k, hk.size());
+        b.download(hv.data(), v, hv.size());
+        pp.layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
+      }
+      if (!policy) {
+        b.decode_attention(l, q, H, model_.scale(), {}, out, sa.probs);
+        for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
+        return;
+      }
+      KvCache& cache = r.caches[l];
+      cache.set_step(t);
+      for (int g = 0; g < Hkv; ++g) {
+        cache.append(g, rec.position);
+        rows[l][g].push_back(rec.position);
+        masks[g].clear();
+        if (cache.attended_size(g) < cache.size(g))
+          for (int e = 0; e < cache.size(g); ++e) masks[g].push_back(cache.attended(g, e));
+        rec.kv_entries += cache.size(g);
+      }
+      b.decode_attention(l, q, H, model_.scale(), masks, out, sa.probs);
+      sa.step = t;
+      sa.position = rec.position;
+      policy->on_decode(LayerView(*pp.layers[l], false, stats), sa, cache);
+      if (o.check_invariants) check_capacity(*policy, cache, l, "a decode step", label);
+      sync_layer(b, l, cache, rows[l]);
+    };
+    std::vector<float> logits = model_.decode(rec.input, rec.position, attend);
+    b.synchronize();
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.peak_kv_entries = std::max(r.peak_kv_entries, rec.kv_entries);
+    r.steps.push_back(rec);
+    r.predicted.push_back(argmax(logits));
+    if (o.keep_logits) r.logits.push_back(std::move(logits));
+  }
+  return r;
+}
+
+}  // namespace kvsim::live

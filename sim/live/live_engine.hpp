@@ -1,0 +1,84 @@
+// Eviction in the loop: runs a Model step by step with any registered policy editing the real KV
+// cache through the same hooks as replay (policies/policy.hpp).
+//
+// Per sample the prompt is prefilled once with a full cache (shared by every run), its attention
+// statistics computed once (sim/layer_attention.hpp, prompt only). A run then loads the prompt's
+// keys and values into the backend's cache, calls on_prefill for every layer, and for each decode
+// step and layer: appends the token's key and value, attends over the retained entries, calls
+// on_decode, and applies the policy's evictions and merges to the backend's cache (the evicted
+// rows are freed; merged rows are overwritten with the merged key and value).
+//
+// Compression happens at the end of the prefill, as in SnapKV and kvpress: methods that prune
+// inside the prefill's forward pass (FastV, A-VL's prefill pruning) are applied there too, so
+// their effect on the prompt's own later hidden states is not modelled.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "policies/policy.hpp"
+#include "sim/live/model.hpp"
+#include "traces/prompt_file.hpp"
+
+namespace kvsim::live {
+
+// A prompt after its full-cache prefill, ready for any number of runs.
+struct PreparedPrompt {
+  PromptSample prompt;
+  TraceInfo trace;    // the model's attention shapes
+  SampleInfo sample;  // P, G and metadata over T = P + G (generated positions: text, segment 2)
+  std::vector<std::unique_ptr<LayerAttention>> layers;
+  std::vector<float> first_logits;  // the prefill's next-token distribution
+  SampleStats stats;                // when some policy needs sample entropies
+};
+
+struct RunOptions {
+  const PolicyConfig* policy = nullptr;  // nullptr: the model alone (full cache, no hooks)
+  // Teacher forcing: the input tokens of steps 0..steps-1; nullptr: greedy generation.
+  const std::vector<std::int32_t>* forced = nullptr;
+  int steps = 0;
+  bool keep_logits = false;
+  bool record = false;  // write each step's q/k/v into the prepared layers (capture)
+  bool check_invariants = true;
+};
+
+struct StepRecord {
+  std::int32_t input = 0;  // the token fed at this step
+  int position = 0;
+  std::int64_t kv_entries = 0;  // cache rows while the step attends, all layers and KV heads
+  double seconds = 0;           // wall time of the step, model and policy
+};
+
+struct RunResult {
+  // predicted[0] = argmax of the prefill logits, predicted[t + 1] = argmax after step t; a greedy
+  // run feeds predicted[t] at step t.
+  std::vector<std::int32_t> predicted;
+  std::vector<std::vector<float>> logits;  // [steps][vocab] with keep_logits
+  std::vector<StepRecord> steps;
+  std::int64_t prompt_kv_entries = 0;  // rows of the full prompt cache, before compression
+  std::int64_t peak_kv_entries = 0;    // most rows during decoding
+  std::vector<KvCache> caches;         // per layer, the policy's final cache (empty without one)
+  std::int64_t bytes_per_entry = 0;    // key + value of one row as the backend stores them
+};
+
+class LiveEngine {
+ public:
+  LiveEngine(Model& model, int threads) : model_(model), threads_(threads) {}
+  Model& model() { return model_; }
+
+  // Checks that every policy can run live (no lookahead, no inherited attention) and returns the
+  // statistics they need.
+  static AttentionNeeds live_needs(const std::vector<PolicyConfig>& policies, int layers);
+
+  PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs);
+  RunResult run(PreparedPrompt& prepared, const RunOptions& options);
+
+ private:
+  Model& model_;
+  int threads_;
+};
+
+// The index of the largest logit (the lowest index among ties).
+std::int32_t argmax(const std::vector<float>& logits);
+
+}  // namespace kvsim::live

@@ -1,0 +1,184 @@
+#include "traces/prompt_file.hpp"
+
+#include <cstdio>
+
+#include "traces/half.hpp"
+
+namespace kvsim {
+
+std::vector<int> PromptSample::embed_positions() const {
+  std::vector<int> out;
+  if (inputs_embeds.empty()) return out;
+  for (int i = 0; i < info.prompt_len; ++i)
+    if (info.modality[i] != 0) out.push_back(i);
+  return out;
+}
+
+namespace {
+
+template <typename T>
+std::vector<T> read_ints(hid_t group, const char* name, hid_t mem_type, const std::string& where) {
+  H5Handle d(H5Dopen2(group, name, H5P_DEFAULT));
+  if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(d.get());
+  H5Handle type(H5Dget_type(d.get()));
+  if (shape.size() != 1) throw TraceError(where + ": must be one-dimensional");
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw TraceError(where + ": element type must be an integer type");
+  std::vector<T> out(shape[0]);
+  if (!out.empty() && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw TraceError(where + ": cannot read: " + hdf5_last_error());
+  return out;
+}
+
+template <typename T>
+void write_ints(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
+                const std::vector<T>& data, const std::string& where) {
+  const hsize_t dims[1] = {data.size()};
+  H5Handle space(H5Screate_simple(1, dims, nullptr));
+  H5Handle d(
+      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!d.valid() || (!data.empty() &&
+                     H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0))
+    throw TraceError(where + ": cannot write '" + name + "': " + hdf5_last_error());
+}
+
+void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
+  H5Handle d(H5Dopen2(g, "inputs_embeds", H5P_DEFAULT));
+  const auto shape = h5_dataset_shape(d.get());
+  int vision = 0;
+  for (auto m : s.info.modality) vision += m != 0;
+  if (shape.size() != 2 || shape[0] != static_cast<hsize_t>(vision) || shape[1] == 0)
+    throw TraceError(where + ": shape must be [Nv, hidden] with Nv = " + std::to_string(vision) +
+                     " vision positions (modality != 0)");
+  H5Handle type(H5Dget_type(d.get()));
+  if (H5Tget_class(type.get()) != H5T_FLOAT)
+    throw TraceError(where + ": element type must be float16 or float32");
+  s.embed_dim = static_cast<int>(shape[1]);
+  s.inputs_embeds.resize(shape[0] * shape[1]);
+  if (H5Tget_size(type.get()) == 2) {
+    std::vector<std::uint16_t> raw(s.inputs_embeds.size());
+    if (H5Dread(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
+      throw TraceError(where + ": cannot read: " + hdf5_last_error());
+    const std::size_t bad = half_to_float(raw.data(), s.inputs_embeds.data(), raw.size());
+    if (bad != raw.size())
+      throw TraceError(where + ": non-finite value at flat index " + std::to_string(bad));
+    return;
+  }
+  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.inputs_embeds.data()) < 0)
+    throw TraceError(where + ": cannot read: " + hdf5_last_error());
+  const std::size_t bad = first_non_finite(s.inputs_embeds.data(), s.inputs_embeds.size());
+  if (bad != s.inputs_embeds.size())
+    throw TraceError(where + ": non-finite value at flat index " + std::to_string(bad));
+}
+
+}  // namespace
+
+PromptReader::PromptReader(const std::string& path) : path_(path) {
+  silence_hdf5_errors();
+  if (std::FILE* f = std::fopen(path.c_str(), "rb"))
+    std::fclose(f);
+  else
+    throw TraceError(path + ": cannot open file (does it exist and is it readable?)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw TraceError(path + ": not an HDF5 file");
+  file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file_.valid()) throw TraceError(path + ": cannot open: " + hdf5_last_error());
+  const auto version = h5_read_int_attr(file_.get(), "kvprompt_version");
+  if (!version)
+    throw TraceError(path + ": missing attribute 'kvprompt_version' (not a prompt file)");
+  if (*version != 1)
+    throw TraceError(path + ": kvprompt_version " + std::to_string(*version) +
+                     " is not supported (1)");
+  if (!h5_path_exists(file_.get(), "samples"))
+    throw TraceError(path + ": missing group '/samples'");
+  H5Handle samples(H5Gopen2(file_.get(), "samples", H5P_DEFAULT));
+  H5G_info_t info;
+  H5Gget_info(samples.get(), &info);
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                           nullptr, 0, H5P_DEFAULT);
+    std::string name(len, '\0');
+    H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
+                       H5P_DEFAULT);
+    samples_.push_back(name);
+  }
+  if (samples_.empty()) throw TraceError(path + ": '/samples' holds no sample");
+}
+
+PromptSample PromptReader::read(const std::string& name) const {
+  const std::string where = path_ + ": sample '" + name + "'";
+  if (!h5_path_exists(file_.get(), "samples/" + name)) throw TraceError(where + ": no such sample");
+  H5Handle g(H5Gopen2(file_.get(), ("samples/" + name).c_str(), H5P_DEFAULT));
+  PromptSample s;
+  s.info.name = name;
+  s.info.task = h5_read_string_attr(g.get(), "task").value_or("");
+  s.info.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+  if (!h5_path_exists(g.get(), "token_ids"))
+    throw TraceError(where + ", dataset 'token_ids': missing required dataset");
+  s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids", H5T_NATIVE_INT32,
+                                             where + ", dataset 'token_ids'");
+  const int P = s.info.prompt_len = static_cast<int>(s.info.token_ids.size());
+  if (P == 0) throw TraceError(where + ", dataset 'token_ids': empty prompt");
+  s.info.modality.assign(P, 0);
+  s.info.segment.assign(P, 1);
+  auto optional_meta = [&](const char* key, auto& out, hid_t mem_type) {
+    if (!h5_path_exists(g.get(), key)) return;
+    const std::string w = where + ", dataset '" + key + "'";
+    out = read_ints<typename std::decay_t<decltype(out)>::value_type>(g.get(), key, mem_type, w);
+    if (static_cast<int>(out.size()) != P)
+      throw TraceError(w + ": length " + std::to_string(out.size()) + " differs from token_ids' " +
+                       std::to_string(P));
+  };
+  optional_meta("modality", s.info.modality, H5T_NATIVE_UINT8);
+  optional_meta("segment", s.info.segment, H5T_NATIVE_UINT8);
+  optional_meta("media_id", s.info.media_id, H5T_NATIVE_INT32);
+  for (int i = 0; i < P; ++i) {
+    if (s.info.modality[i] > 2)
+      throw TraceError(where + ", dataset 'modality': value " + std::to_string(s.info.modality[i]) +
+                       " at position " + std::to_string(i) +
+                       " (allowed: 0 text, 1 image, 2 video)");
+    if (s.info.segment[i] > 1)
+      throw TraceError(where + ", dataset 'segment': value " + std::to_string(s.info.segment[i]) +
+                       " at position " + std::to_string(i) + " (a prompt holds 0 system, 1 user)");
+  }
+  if (h5_path_exists(g.get(), "inputs_embeds"))
+    read_embeds(g.get(), s, where + ", dataset 'inputs_embeds'");
+  if (h5_path_exists(g.get(), "reference_ids"))
+    s.reference_ids = read_ints<std::int32_t>(g.get(), "reference_ids", H5T_NATIVE_INT32,
+                                              where + ", dataset 'reference_ids'");
+  return s;
+}
+
+void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
+                       const std::string& model) {
+  silence_hdf5_errors();
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file.valid()) throw TraceError(path + ": cannot create: " + hdf5_last_error());
+  h5_write_int_attr(file.get(), "kvprompt_version", 1);
+  if (!model.empty()) h5_write_string_attr(file.get(), "model", model);
+  for (const auto& s : samples) {
+    const std::string where = path + ": sample '" + s.info.name + "'";
+    H5Handle g = h5_require_group(file.get(), "samples/" + s.info.name);
+    if (!s.info.task.empty()) h5_write_string_attr(g.get(), "task", s.info.task);
+    if (!s.info.reference.empty()) h5_write_string_attr(g.get(), "reference", s.info.reference);
+    write_ints(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
+    write_ints(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
+    write_ints(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);
+    if (!s.info.media_id.empty())
+      write_ints(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.media_id, where);
+    if (!s.reference_ids.empty())
+      write_ints(g.get(), "reference_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.reference_ids, where);
+    if (!s.inputs_embeds.empty()) {
+      const hsize_t dims[2] = {s.inputs_embeds.size() / s.embed_dim,
+                               static_cast<hsize_t>(s.embed_dim)};
+      H5Handle space(H5Screate_simple(2, dims, nullptr));
+      H5Handle d(H5Dcreate2(g.get(), "inputs_embeds", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                            H5P_DEFAULT, H5P_DEFAULT));
+      if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                 s.inputs_embeds.data()) < 0)
+        throw TraceError(where + ": cannot write 'inputs_embeds': " + hdf5_last_error());
+    }
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,46 @@
+// Prompt files (kvprompt v1): the input of `kvsim live`. One HDF5 file, one group per sample,
+// with the token metadata of kvtrace v1 for the prompt only (README "Prompt files"):
+//   /                       attrs kvprompt_version = 1, model (optional, free text)
+//   /samples/<name>         attrs task, reference (optional strings)
+//     token_ids     int32 [P]          required
+//     modality      uint8 [P]          optional (default all text): 0 text, 1 image, 2 video
+//     segment       uint8 [P]          optional (default all user): 0 system, 1 user
+//     media_id      int32 [P]          optional
+//     inputs_embeds float16|32 [Nv, D] optional: rows replacing the token embeddings of the
+//                                      Nv vision positions (modality != 0), in position order
+//     reference_ids int32 [R]          optional: a reference answer, scored by log-likelihood
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "traces/kvtrace.hpp"
+
+namespace kvsim {
+
+struct PromptSample {
+  SampleInfo info;  // prompt_len = P, gen_len = 0; modality/segment/media_id/token_ids of length P
+  std::vector<float> inputs_embeds;  // [Nv, hidden] or empty
+  int embed_dim = 0;                 // hidden size of inputs_embeds (0 when absent)
+  std::vector<std::int32_t> reference_ids;
+  // Positions whose embedding comes from inputs_embeds (the vision positions), or empty.
+  std::vector<int> embed_positions() const;
+};
+
+class PromptReader {
+ public:
+  explicit PromptReader(const std::string& path);
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& sample_names() const { return samples_; }
+  PromptSample read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  H5Handle file_;
+  std::vector<std::string> samples_;
+};
+
+void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
+                       const std::string& model = "");
+
+}  // namespace kvsim
