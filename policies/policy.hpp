@@ -7,9 +7,10 @@
 //
 // Call order, per sample: on_prefill(layer l) for l = 0..L-1 in increasing order, and
 // on_decode(step t, layer l) with t increasing within each layer. Replay runs each layer's
-// prefill and all its decode steps before the next layer; a live model runs step-major. A policy
-// that keeps per-layer state and only carries information from lower to higher layers at prefill
-// works under both orders.
+// prefill and all its decode steps before the next layer with one instance. The live path
+// (sim/live/live_engine.hpp) decodes step-major, so it gives every layer its own instance, which
+// first sees the prefill of every lower layer: a policy may carry information from lower to
+// higher layers at prefill, and must not carry decode-time state across layers.
 #pragma once
 
 #include <functional>

@@ -8,37 +8,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {
 namespace {
 
-struct CliRun {
-  int code;
-  std::string output;  // stdout and stderr
-};
-
-CliRun kvsim(const std::string& args) {
-  const std::string cmd = std::string(KVSIM_BINARY) + " " + args + " 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(Cli, HelpEverywhere) {
   const CliRun top = kvsim("--help");
   EXPECT_EQ(top.code, 0);
-  for (const char* sub : {"synth", "inspect", "replay", "policies", "stats"}) {
+  for (const char* sub : {"synth", "inspect", "replay", "policies", "stats", "live"}) {
     EXPECT_NE(top.output.find(sub), std::string::npos) << sub;
     const CliRun r = kvsim(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;

@@ -59,6 +59,8 @@ class Backend {
   // Overwrites row e (host vectors of d floats): a merged entry.
   virtual void cache_write(int layer, int g, int e, const float* k, const float* v) = 0;
   virtual int cache_rows(int layer, int g) const = 0;
+  // Copies row e out (host vectors of d floats): tests and diagnostics.
+  virtual void cache_read(int layer, int g, int e, float* k, float* v) const = 0;
   // One query token q[H, d] over the cache of `layer` (query head h reads KV head h / group):
   // out[H, d] = softmax(scale q·K^T) V over the rows with attended[g][e] != 0 (all rows when
   // attended[g] is empty). probs[g] (host) receives [group, rows] probabilities, 0 on rows not

@@ -138,6 +138,11 @@ class CpuBackend final : public Backend {
     std::memcpy(&h.k[static_cast<std::size_t>(e) * d_], k, d_ * sizeof(float));
     std::memcpy(&h.v[static_cast<std::size_t>(e) * d_], v, d_ * sizeof(float));
   }
+  void cache_read(int layer, int g, int e, float* k, float* v) const override {
+    const Head& h = head(layer, g);
+    std::memcpy(k, &h.k[static_cast<std::size_t>(e) * d_], d_ * sizeof(float));
+    std::memcpy(v, &h.v[static_cast<std::size_t>(e) * d_], d_ * sizeof(float));
+  }
   int cache_rows(int layer, int g) const override {
     return static_cast<int>(heads_[static_cast<std::size_t>(layer) * kv_heads_ + g].k.size() / d_);
   }

@@ -145,11 +145,13 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       st.kv_entries = gr.steps[t].kv_entries;
       st.kv_bytes = st.kv_entries * gr.bytes_per_entry;
       st.ms = 1000.0 * gr.steps[t].seconds;
-      s.mean_kl += st.kl / G;
+      s.mean_kl += st.kl;
       s.max_kl = std::max(s.max_kl, st.kl);
-      s.top1_agreement += static_cast<double>(st.top1_agree) / G;
+      s.top1_agreement += st.top1_agree;
       s.steps.push_back(st);
     }
+    s.mean_kl /= G;
+    s.top1_agreement /= G;
     const int answer = G + 1;  // predicted[0..G]: the prefill's token and one per step
     s.first_divergence = answer;
     for (int i = 0; i < answer; ++i)

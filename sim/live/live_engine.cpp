@@ -145,22 +145,31 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   r.bytes_per_entry = 2ll * d * static_cast<std::int64_t>(sizeof(float));
   r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * P;
 
-  std::unique_ptr<Policy> policy;
+  // One policy instance per layer (step-major decoding would otherwise mix the layers' state);
+  // the instance of layer l first sees the prefill of layers 0..l-1 on scratch caches, so it holds
+  // exactly the cross-layer information replay's single instance has when it reaches layer l.
+  std::vector<std::unique_ptr<Policy>> policy;
   const SampleStats* stats = pp.stats.cross_modal_entropy.empty() ? nullptr : &pp.stats;
   std::vector<std::vector<std::vector<std::int32_t>>> rows;  // [layer][g] positions held
   const std::string label = o.policy ? o.policy->label : "";
   if (o.policy) {
-    policy = o.policy->info->create(o.policy->params, pp.sample);
     std::vector<std::int32_t> prompt(P);
     for (int i = 0; i < P; ++i) prompt[i] = i;
     rows.assign(L, std::vector<std::vector<std::int32_t>>(Hkv, prompt));
     for (int l = 0; l < L; ++l) {
+      policy.push_back(o.policy->info->create(o.policy->params, pp.sample));
+      for (int lower = 0; lower < l; ++lower) {
+        KvCache scratch(Hkv, d);
+        scratch.fill_prompt(P);
+        scratch.set_step(-1);
+        policy[l]->on_prefill(LayerView(*pp.layers[lower], false, stats), scratch);
+      }
       r.caches.emplace_back(Hkv, d);
       KvCache& cache = r.caches.back();
       cache.fill_prompt(P);
       cache.set_step(-1);
-      policy->on_prefill(LayerView(*pp.layers[l], false, stats), cache);
-      if (o.check_invariants) check_capacity(*policy, cache, l, "the prefill", label);
+      policy[l]->on_prefill(LayerView(*pp.layers[l], false, stats), cache);
+      if (o.check_invariants) check_capacity(*policy[l], cache, l, "the prefill", label);
       sync_layer(b, l, cache, rows[l]);
     }
   }
@@ -186,7 +195,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
         b.download(hv.data(), v, hv.size());
         pp.layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
       }
-      if (!policy) {
+      if (policy.empty()) {
         b.decode_attention(l, q, H, model_.scale(), {}, out, sa.probs);
         for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
         return;
@@ -204,8 +213,8 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
       b.decode_attention(l, q, H, model_.scale(), masks, out, sa.probs);
       sa.step = t;
       sa.position = rec.position;
-      policy->on_decode(LayerView(*pp.layers[l], false, stats), sa, cache);
-      if (o.check_invariants) check_capacity(*policy, cache, l, "a decode step", label);
+      policy[l]->on_decode(LayerView(*pp.layers[l], false, stats), sa, cache);
+      if (o.check_invariants) check_capacity(*policy[l], cache, l, "a decode step", label);
       sync_layer(b, l, cache, rows[l]);
     };
     std::vector<float> logits = model_.decode(rec.input, rec.position, attend);

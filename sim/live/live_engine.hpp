@@ -1,6 +1,8 @@
 // Eviction in the loop: runs a Model step by step with any registered policy editing the real KV
 // cache through the same hooks as replay (policies/policy.hpp).
 //
+// Each layer runs its own policy instance, which has first seen the prefill of every lower layer
+// (the state replay's single instance has on reaching that layer; policies/policy.hpp).
 // Per sample the prompt is prefilled once with a full cache (shared by every run), its attention
 // statistics computed once (sim/layer_attention.hpp, prompt only). A run then loads the prompt's
 // keys and values into the backend's cache, calls on_prefill for every layer, and for each decode

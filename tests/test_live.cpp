@@ -1,0 +1,545 @@
+// The live path: checkpoint loading, the CPU decoder against a naive one written here, policies
+// in the loop, capture -> replay, and the end-to-end metrics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "sim/engine.hpp"
+#include "sim/live/evaluate.hpp"
+#include "tests/cli_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+using live::Checkpoint;
+using live::ModelConfig;
+using live::WeightDType;
+
+ModelConfig tiny_config(const std::string& type, int heads, int kv_heads, bool tie = false) {
+  ModelConfig c;
+  c.model_type = type;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = 32 / heads;
+  c.vocab_size = 64;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = tie;
+  c.qkv_bias = type == "qwen2";
+  c.max_position_embeddings = 4096;
+  return c;
+}
+
+std::string make_model(const std::string& name, const ModelConfig& c, WeightDType t, int shards = 1,
+                       std::uint64_t seed = 7) {
+  const std::string dir = temp_path(name);
+  std::filesystem::remove_all(dir);
+  live::write_random_checkpoint(dir, c, t, shards, seed, 0.2);
+  return dir;
+}
+
+// --- a naive decoder, independent of sim/live: double precision, the whole sequence recomputed
+// for every query, straight from the checkpoint's tensors ---
+struct Naive {
+  const Checkpoint& ck;
+  const ModelConfig& c;
+  explicit Naive(const Checkpoint& k) : ck(k), c(k.config) {}
+  const std::vector<float>& w(const std::string& n) const { return ck.tensors.at(n).data; }
+  bool has(const std::string& n) const { return ck.tensors.count(n) > 0; }
+
+  std::vector<double> matvec(const std::string& name, const std::vector<double>& x, int rows,
+                             const std::string& bias = "") const {
+    const auto& m = w(name);
+    std::vector<double> y(rows, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      for (std::size_t i = 0; i < x.size(); ++i) y[r] += m[r * x.size() + i] * x[i];
+      if (!bias.empty() && has(bias)) y[r] += w(bias)[r];
+    }
+    return y;
+  }
+  std::vector<double> norm(const std::vector<double>& x, const std::string& name) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
+    std::vector<double> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w(name)[i];
+    return y;
+  }
+  void rope(std::vector<double>& x, int heads, int pos) const {
+    const int d = c.head_dim, half = d / 2;
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < half; ++i) {
+        const double a = pos * std::pow(c.rope_theta, -2.0 * i / d);
+        double& x1 = x[h * d + i];
+        double& x2 = x[h * d + i + half];
+        const double u = x1 * std::cos(a) - x2 * std::sin(a),
+                     v = x2 * std::cos(a) + x1 * std::sin(a);
+        x1 = u, x2 = v;
+      }
+  }
+  // Logits after the last of `ids`; rows of `embeds` replace the embeddings at `at`.
+  std::vector<double> logits(const std::vector<std::int32_t>& ids, const std::vector<int>& at = {},
+                             const std::vector<float>& embeds = {}) const {
+    const int T = ids.size(), D = c.hidden_size, H = c.num_attention_heads,
+              Hkv = c.num_key_value_heads, d = c.head_dim, I = c.intermediate_size;
+    std::vector<std::vector<double>> x(T, std::vector<double>(D));
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < D; ++i) x[t][i] = w("model.embed_tokens.weight")[ids[t] * D + i];
+    for (std::size_t r = 0; r < at.size(); ++r)
+      for (int i = 0; i < D; ++i) x[at[r]][i] = embeds[r * D + i];
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      std::vector<std::vector<double>> q(T), k(T), v(T);
+      for (int t = 0; t < T; ++t) {
+        const auto h = norm(x[t], p + "input_layernorm.weight");
+        q[t] = matvec(p + "self_attn.q_proj.weight", h, H * d, p + "self_attn.q_proj.bias");
+        k[t] = matvec(p + "self_attn.k_proj.weight", h, Hkv * d, p + "self_attn.k_proj.bias");
+        v[t] = matvec(p + "self_attn.v_proj.weight", h, Hkv * d, p + "self_attn.v_proj.bias");
+        rope(q[t], H, t);
+        rope(k[t], Hkv, t);
+      }
+      std::vector<std::vector<double>> next = x;
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> att(H * d, 0.0);
+        for (int h = 0; h < H; ++h) {
+          const int g = h / (H / Hkv);
+          std::vector<double> s(t + 1);
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j <= t; ++j) {
+            s[j] = 0;
+            for (int e = 0; e < d; ++e) s[j] += q[t][h * d + e] * k[j][g * d + e];
+            s[j] /= std::sqrt(static_cast<double>(d));
+            mx = std::max(mx, s[j]);
+          }
+          for (int j = 0; j <= t; ++j) sum += s[j] = std::exp(s[j] - mx);
+          for (int j = 0; j <= t; ++j)
+            for (int e = 0; e < d; ++e) att[h * d + e] += s[j] / sum * v[j][g * d + e];
+        }
+        const auto o = matvec(p + "self_attn.o_proj.weight", att, D, p + "self_attn.o_proj.bias");
+        for (int i = 0; i < D; ++i) next[t][i] += o[i];
+        const auto h2 = norm(next[t], p + "post_attention_layernorm.weight");
+        const auto gate = matvec(p + "mlp.gate_proj.weight", h2, I);
+        const auto up = matvec(p + "mlp.up_proj.weight", h2, I);
+        std::vector<double> act(I);
+        for (int i = 0; i < I; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+        const auto m = matvec(p + "mlp.down_proj.weight", act, D);
+        for (int i = 0; i < D; ++i) next[t][i] += m[i];
+      }
+      x = std::move(next);
+    }
+    const auto h = norm(x[T - 1], "model.norm.weight");
+    return matvec(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", h,
+                  c.vocab_size);
+  }
+};
+
+double rel_error(const std::vector<float>& a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
+}
+
+PromptSample tiny_prompt(int P, int image_from, int image_len, int vocab, int embed_dim = 0,
+                         std::uint64_t seed = 3) {
+  PromptSample s;
+  s.info.name = "s" + std::to_string(seed);
+  s.info.prompt_len = P;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < P; ++i) {
+    const bool image = i >= image_from && i < image_from + image_len;
+    s.info.token_ids.push_back(static_cast<std::int32_t>(rng() % vocab));
+    s.info.modality.push_back(image ? 1 : 0);
+    s.info.segment.push_back(i < 2 ? 0 : 1);
+  }
+  if (embed_dim > 0) {
+    std::normal_distribution<float> n(0.0f, 0.5f);
+    s.embed_dim = embed_dim;
+    for (int i = 0; i < image_len * embed_dim; ++i) s.inputs_embeds.push_back(n(rng));
+  }
+  return s;
+}
+
+TEST(Checkpoint, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(live::float_to_bfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(live::float_to_bfloat16(1.00390625f), 0x3f80);  // 1 + 2^-8: tie, to even
+  EXPECT_EQ(live::float_to_bfloat16(1.01171875f), 0x3f82);  // 1 + 3*2^-8: tie, to even
+  EXPECT_EQ(live::float_to_bfloat16(1.005f), 0x3f81);       // above the tie
+  EXPECT_FLOAT_EQ(live::bfloat16_to_float(0xc040), -3.0f);
+}
+
+TEST(Checkpoint, SafetensorsRoundTripEveryDType) {
+  live::HostTensor t{{2, 3}, {0.5f, -1.25f, 3.0f, 0.1f, -0.2f, 1e-3f}};
+  for (auto dt : {WeightDType::kFloat32, WeightDType::kFloat16, WeightDType::kBFloat16}) {
+    const std::string path = temp_path(std::string("rt_") + live::safetensors_dtype_name(dt));
+    live::write_safetensors(path, {{"a.weight", &t}}, dt);
+    std::map<std::string, live::HostTensor> got;
+    WeightDType read_type;
+    live::read_safetensors(path, got, &read_type);
+    EXPECT_EQ(read_type, dt);
+    ASSERT_EQ(got.at("a.weight").shape, t.shape);
+    const double tol = dt == WeightDType::kFloat32 ? 0 : dt == WeightDType::kFloat16 ? 1e-3 : 8e-3;
+    for (int i = 0; i < 6; ++i)
+      EXPECT_NEAR(got.at("a.weight").data[i], t.data[i], tol * std::abs(t.data[i])) << i;
+  }
+}
+
+TEST(Checkpoint, ShardedEqualsSingleFile) {
+  const auto c = tiny_config("llama", 4, 2);
+  const Checkpoint one = live::load_checkpoint(make_model("one", c, WeightDType::kBFloat16));
+  const std::string sharded = make_model("three", c, WeightDType::kBFloat16, 3);
+  EXPECT_TRUE(std::filesystem::exists(sharded + "/model.safetensors.index.json"));
+  EXPECT_TRUE(std::filesystem::exists(sharded + "/model-00003-of-00003.safetensors"));
+  const Checkpoint three = live::load_checkpoint(sharded);
+  EXPECT_EQ(one.dtype, WeightDType::kBFloat16);
+  ASSERT_EQ(one.tensors.size(), three.tensors.size());
+  for (const auto& [name, t] : one.tensors) EXPECT_EQ(t.data, three.tensors.at(name).data) << name;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << needle;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, ErrorsNameTheProblem) {
+  const auto c = tiny_config("qwen2", 4, 2);
+  const std::string dir = make_model("broken", c, WeightDType::kFloat32);
+  auto edit_config = [&](const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    f(j);
+    std::ofstream(dir + "/config.json") << j.dump();
+  };
+  edit_config([](nlohmann::json& j) { j["model_type"] = "gpt2"; });
+  expect_error([&] { live::load_checkpoint(dir); }, "model_type 'gpt2' is not supported");
+  edit_config([](nlohmann::json& j) {
+    j["model_type"] = "qwen2";
+    j["rope_scaling"] = {{"type", "yarn"}};
+  });
+  expect_error([&] { live::load_checkpoint(dir); }, "rope_scaling");
+  edit_config([](nlohmann::json& j) {
+    j["rope_scaling"] = nullptr;
+    j["num_hidden_layers"] = 3;  // layer 2 is missing from the weights
+  });
+  expect_error([&] { live::load_checkpoint(dir); },
+               "missing tensor 'model.layers.2.input_layernorm.weight'");
+  edit_config([](nlohmann::json& j) {
+    j["num_hidden_layers"] = 2;
+    j["hidden_size"] = 16;
+  });
+  expect_error([&] { live::load_checkpoint(dir); }, "config.json implies");
+  edit_config([](nlohmann::json& j) { j["hidden_size"] = 32; });
+  EXPECT_NO_THROW(live::load_checkpoint(dir));
+  std::filesystem::resize_file(dir + "/model.safetensors",
+                               std::filesystem::file_size(dir + "/model.safetensors") - 100);
+  expect_error([&] { live::load_checkpoint(dir); }, "truncated");
+  expect_error([&] { live::load_checkpoint(temp_path("nowhere")); }, "config.json");
+}
+
+struct ModelCase {
+  const char* type;
+  int heads, kv_heads;
+  bool tie;
+  WeightDType dtype;
+  int shards;
+};
+
+class LiveModelVsNaive : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(LiveModelVsNaive, PrefillAndDecodeLogits) {
+  const ModelCase mc = GetParam();
+  const auto c = tiny_config(mc.type, mc.heads, mc.kv_heads, mc.tie);
+  const Checkpoint ck =
+      live::load_checkpoint(make_model(std::string("naive_") + mc.type, c, mc.dtype, mc.shards));
+  auto backend = live::make_cpu_backend();
+  live::Model model(ck, *backend);
+  live::LiveEngine engine(model, 1);
+  const PromptSample prompt = tiny_prompt(12, 3, 5, c.vocab_size, c.hidden_size);
+  live::PreparedPrompt pp = engine.prepare(prompt, 4, {});
+  const Naive naive(ck);
+  std::vector<std::int32_t> ids = prompt.info.token_ids;
+  const auto at = prompt.embed_positions();
+  EXPECT_LT(rel_error(pp.first_logits, naive.logits(ids, at, prompt.inputs_embeds)), 1e-5);
+  live::RunOptions o;
+  o.steps = 4;
+  o.keep_logits = true;
+  const live::RunResult r = engine.run(pp, o);
+  for (int t = 0; t < 4; ++t) {
+    ids.push_back(r.steps[t].input);
+    EXPECT_LT(rel_error(r.logits[t], naive.logits(ids, at, prompt.inputs_embeds)), 1e-5) << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, LiveModelVsNaive,
+    ::testing::Values(ModelCase{"llama", 4, 4, false, WeightDType::kFloat32, 1},
+                      ModelCase{"qwen2", 4, 2, true, WeightDType::kBFloat16, 2},
+                      ModelCase{"mistral", 8, 2, false, WeightDType::kFloat16, 1}),
+    [](const auto& info) { return std::string(info.param.type); });
+
+struct LiveFixture : ::testing::Test {
+  ModelConfig c = tiny_config("llama", 4, 2);
+  Checkpoint ck = live::load_checkpoint(make_model("fixture", c, WeightDType::kFloat32));
+  std::unique_ptr<live::Backend> backend = live::make_cpu_backend();
+  live::Model model{ck, *backend};
+  live::LiveEngine engine{model, 2};
+};
+
+TEST_F(LiveFixture, FullPolicyReproducesTheModelAloneExactly) {
+  const PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);
+  const PolicyConfig full = make_policy_config("full", {});
+  live::PreparedPrompt pp = engine.prepare(prompt, 10, {});
+  live::RunOptions o;
+  o.steps = 10;
+  o.keep_logits = true;
+  const live::RunResult alone = engine.run(pp, o);
+  o.policy = &full;
+  const live::RunResult looped = engine.run(pp, o);
+  EXPECT_EQ(alone.predicted, looped.predicted);
+  EXPECT_EQ(alone.logits, looped.logits);                // bitwise
+  EXPECT_EQ(looped.peak_kv_entries, 2 * 2 * (40 + 10));  // layers x KV heads x every token
+}
+
+TEST_F(LiveFixture, EvictedRowsAreFreed) {
+  const PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);
+  const PolicyConfig sl = make_policy_config("streamingllm", {{"budget", "12"}, {"sinks", "2"}});
+  live::PreparedPrompt pp = engine.prepare(prompt, 8, {});
+  live::RunOptions o;
+  o.steps = 8;
+  o.policy = &sl;
+  const live::RunResult r = engine.run(pp, o);
+  // Each step attends over 12 kept entries plus its own token, in 2 layers x 2 KV heads.
+  EXPECT_EQ(r.peak_kv_entries, 2 * 2 * 13);
+  EXPECT_EQ(r.prompt_kv_entries, 2 * 2 * 40);
+  for (int l = 0; l < 2; ++l)
+    for (int g = 0; g < 2; ++g) {
+      EXPECT_EQ(backend->cache_rows(l, g), 12);
+      // sinks 0, 1 and the 10 most recent of positions 0..47
+      std::vector<std::int32_t> want = {0, 1};
+      for (int p = 38; p < 48; ++p) want.push_back(p);
+      EXPECT_EQ(r.caches[l].positions(g), want);
+    }
+}
+
+// The backend's rows must be exactly the policy's cache: the recorded key and value of every
+// kept position, the merged ones where the policy merged.
+void expect_backend_matches(const live::Backend& b, const live::PreparedPrompt& pp,
+                            const live::RunResult& r, const std::string& name) {
+  const int d = 8;
+  std::vector<float> k(d), v(d);
+  int merged = 0;
+  for (int l = 0; l < 2; ++l)
+    for (int g = 0; g < 2; ++g) {
+      const KvCache& cache = r.caches[l];
+      ASSERT_EQ(b.cache_rows(l, g), cache.size(g)) << name;
+      const LayerTensors& t = pp.layers[l]->tensors();
+      for (int e = 0; e < cache.size(g); ++e) {
+        b.cache_read(l, g, e, k.data(), v.data());
+        const float* want_k = cache.merged_key(g, e);
+        const float* want_v = cache.merged_value(g, e);
+        merged += want_k != nullptr;
+        if (!want_k)
+          want_k = &t.k(cache.position(g, e), g, 0), want_v = &t.v(cache.position(g, e), g, 0);
+        for (int i = 0; i < d; ++i) {
+          ASSERT_EQ(k[i], want_k[i]) << name << " layer " << l << " head " << g << " entry " << e;
+          ASSERT_EQ(v[i], want_v[i]) << name << " layer " << l << " head " << g << " entry " << e;
+        }
+      }
+    }
+  if (name == "lookm" || name == "meda") EXPECT_GT(merged, 0) << name;
+}
+
+TEST_F(LiveFixture, EveryLivePolicyRunsWithTheBackendInStep) {
+  const PromptSample prompt = tiny_prompt(64, 4, 32, c.vocab_size);
+  int tested = 0;
+  for (const auto& name : PolicyRegistry::instance().names()) {
+    std::map<std::string, std::string> ov;
+    apply_default_budget(name, "75%", ov);
+    const PolicyConfig p = make_policy_config(name, ov);
+    if (p.info->lookahead || p.attention_source(1) != 1) continue;
+    live::PreparedPrompt pp =
+        engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c.num_hidden_layers));
+    live::RunOptions o;
+    o.steps = 6;
+    o.policy = &p;
+    o.record = true;  // every generated row into the layer tensors, to compare against
+    const live::RunResult r = engine.run(pp, o);
+    expect_backend_matches(*backend, pp, r, name);
+    ++tested;
+  }
+  EXPECT_GE(tested, 14);
+}
+
+TEST_F(LiveFixture, RejectsPoliciesWithoutALiveRun) {
+  expect_error([] { live::LiveEngine::live_needs({make_policy_config("oracle", {})}, 2); },
+               "lookahead");
+  expect_error(
+      [] {
+        live::LiveEngine::live_needs({make_policy_config("st3", {{"heredity", "0:1"}})}, 2);
+      },
+      "heredity");
+}
+
+TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {
+  const PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);
+  const std::string prompts = temp_path("capture_prompts.h5"),
+                    trace = temp_path("capture_trace.h5");
+  write_prompt_file(prompts, {prompt});
+  PromptReader reader(prompts);
+  live::CaptureOptions co;
+  co.gen_len = 8;
+  live::capture(engine, reader, reader.sample_names(), trace, co);
+
+  // The trace holds the no-policy run: same tokens, same prompt q/k/v.
+  live::PreparedPrompt pp = engine.prepare(prompt, 8, {});
+  live::RunOptions o;
+  o.steps = 8;
+  const live::RunResult alone = engine.run(pp, o);
+  TraceReader tr(trace);
+  const SampleInfo s = tr.read_sample(prompt.info.name);
+  ASSERT_EQ(s.prompt_len, 40);
+  ASSERT_EQ(s.gen_len, 8);
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(s.token_ids[40 + t], alone.predicted[t]);
+  EXPECT_EQ(s.modality[10], 1);
+  EXPECT_EQ(s.segment[45], 2);
+  const LayerTensors l1 = tr.read_layer(s, 1);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(l1.k(i, 1, 3), pp.layers[1]->tensors().k(i, 1, 3)) << i;
+
+  // Layer 0 sees the same tokens in replay and in a teacher-forced live run, so the same policy
+  // code must make the same decisions in both.
+  for (const char* name : {"streamingllm", "h2o", "tova"}) {
+    const PolicyConfig p = make_policy_config(name, {{"budget", "16"}});
+    Replayer replayer(tr, {p}, ReplayOptions{});
+    std::vector<std::vector<EvictionRecord>> replayed;
+    replayer.replay_sample(s.name, [&](const LayerResult& r) {
+      if (r.layer == 0) replayed = r.evicted;
+    });
+    live::PreparedPrompt pq = engine.prepare(prompt, 8, p.needs());
+    live::RunOptions po;
+    po.steps = 8;
+    po.policy = &p;
+    po.forced = &alone.predicted;
+    const live::RunResult live_run = engine.run(pq, po);
+    for (int g = 0; g < 2; ++g) {
+      const auto& lv = live_run.caches[0].evictions(g);
+      ASSERT_EQ(lv.size(), replayed[g].size()) << name;
+      for (std::size_t i = 0; i < lv.size(); ++i) {
+        EXPECT_EQ(lv[i].step, replayed[g][i].step) << name;
+        EXPECT_EQ(lv[i].position, replayed[g][i].position) << name;
+      }
+    }
+  }
+}
+
+TEST(LiveEval, HandWorkedMetrics) {
+  // p = softmax(0, ln 3) = (1/4, 3/4), q = (1/2, 1/2):
+  // KL = 1/4 ln(1/2) + 3/4 ln(3/2) = 0.130812035
+  EXPECT_NEAR(live::kl_divergence({0.0f, std::log(3.0f)}, {0.0f, 0.0f}), 0.130812035, 1e-7);
+  EXPECT_EQ(live::kl_divergence({1.0f, 2.0f}, {1.0f, 2.0f}), 0.0);
+  EXPECT_NEAR(live::log_softmax_at({0.0f, std::log(3.0f)}, 1), std::log(0.75), 1e-7);
+  EXPECT_EQ(live::longest_common_subsequence({1, 2, 3, 4}, {1, 3, 4, 2}), 3);
+  EXPECT_EQ(live::longest_common_subsequence({5, 6}, {7}), 0);
+  EXPECT_EQ(live::argmax({0.5f, 2.0f, 2.0f, -1.0f}), 1);  // ties to the lowest index
+}
+
+TEST_F(LiveFixture, EvaluateFullHasNoLossAndStreamingHasSome) {
+  PromptSample prompt = tiny_prompt(48, 4, 24, c.vocab_size);
+  prompt.reference_ids = {5, 9, 13, 2};
+  const std::vector<PolicyConfig> policies = {
+      make_policy_config("full", {}), make_policy_config("streamingllm", {{"budget", "8"}})};
+  live::EvalOptions o;
+  o.gen_len = 6;
+  const auto rows = live::evaluate_prompt(engine, prompt, policies, o);
+  ASSERT_EQ(rows.size(), 2u);
+  const auto& full = rows[0];
+  EXPECT_EQ(full.mean_kl, 0.0);
+  EXPECT_EQ(full.top1_agreement, 1.0);
+  EXPECT_EQ(full.first_divergence, 7);  // the whole answer: prefill token + 6 steps
+  EXPECT_EQ(full.answer_overlap, 1.0);
+  EXPECT_EQ(full.ref_loglik, full.ref_loglik_full);
+  EXPECT_LT(full.ref_loglik, 0.0);
+  EXPECT_EQ(full.peak_kv_bytes, full.full_peak_kv_bytes);
+  const auto& sl = rows[1];
+  EXPECT_GT(sl.mean_kl, 0.0);
+  EXPECT_NE(sl.ref_loglik, sl.ref_loglik_full);
+  // 9 rows per layer and KV head while attending, 2 x 2 of them, 2 x 8 floats x 4 bytes each.
+  EXPECT_EQ(sl.peak_kv_bytes, 2 * 2 * 9 * 64);
+  EXPECT_EQ(sl.prompt_kv_bytes, 2 * 2 * 48 * 64);
+  ASSERT_EQ(sl.steps.size(), 6u);
+  EXPECT_EQ(sl.steps[0].position, 48);
+  EXPECT_GE(sl.first_divergence, 1);  // the prefill's token never differs
+}
+
+TEST(PromptFile, RoundTripAndErrors) {
+  PromptSample s = tiny_prompt(10, 2, 4, 50, 6);
+  s.reference_ids = {1, 2, 3};
+  s.info.media_id.assign(10, -1);
+  const std::string path = temp_path("prompts_rt.h5");
+  write_prompt_file(path, {s});
+  const PromptSample back = PromptReader(path).read(s.info.name);
+  EXPECT_EQ(back.info.token_ids, s.info.token_ids);
+  EXPECT_EQ(back.info.modality, s.info.modality);
+  EXPECT_EQ(back.info.segment, s.info.segment);
+  EXPECT_EQ(back.reference_ids, s.reference_ids);
+  EXPECT_EQ(back.inputs_embeds, s.inputs_embeds);
+  EXPECT_EQ(back.embed_positions(), (std::vector<int>{2, 3, 4, 5}));
+  PromptSample bad = s;
+  bad.inputs_embeds.resize(3 * 6);  // 3 rows for 4 vision positions
+  write_prompt_file(path, {bad});
+  expect_error([&] { PromptReader(path).read(s.info.name); }, "inputs_embeds");
+  bad = s;
+  bad.info.modality.pop_back();
+  write_prompt_file(path, {bad});
+  expect_error([&] { PromptReader(path).read(s.info.name); }, "'modality': length 9");
+  expect_error([&] { PromptReader(temp_path("capture_trace_missing.h5")); }, "cannot open");
+}
+
+TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
+  const std::string dir = temp_path("cli_model"), prompts = temp_path("cli_prompts.h5");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(kvsim("live make-model -o " + dir + " --arch qwen2 --dtype bf16 --shards 2").code, 0);
+  ASSERT_EQ(kvsim("live make-prompt -o " + prompts +
+                  " --samples 1 --prompt-len 64 --image-tokens 32 --embed-dim 64 "
+                  "--reference-len 4")
+                .code,
+            0);
+  const std::string common = "live evaluate -m " + dir + " --prompts " + prompts +
+                             " -p streamingllm -p snapkv --budget 75% --gen 5 --no-timing";
+  std::string bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = temp_path("cli_eval" + std::to_string(i));
+    const CliRun r = kvsim(common + " -j" + std::to_string(i + 1) + " -o " + out +
+                           ".csv --summary " + out + "_summary.csv");
+    ASSERT_EQ(r.code, 0) << r.output;
+    bytes[i] = slurp(out + ".csv") + slurp(out + "_summary.csv");
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+  EXPECT_NE(bytes[0].find("snapkv,000000,64,5,"), std::string::npos);
+  const CliRun oracle =
+      kvsim("live evaluate -m " + dir + " --prompts " + prompts + " -p oracle --gen 3");
+  EXPECT_NE(oracle.code, 0);
+  EXPECT_NE(oracle.output.find("lookahead"), std::string::npos) << oracle.output;
+  const std::string trace = temp_path("cli_capture.h5");
+  ASSERT_EQ(kvsim("live capture -m " + dir + " --prompts " + prompts +
+                  " --gen 4 --dtype float16 -o " + trace)
+                .code,
+            0);
+  const CliRun replay = kvsim("replay -t " + trace + " -p full -p h2o --budget 50%");
+  EXPECT_EQ(replay.code, 0) << replay.output;
+}
+
+}  // namespace
+}  // namespace kvsim::test
