@@ -1,10 +1,14 @@
-// The CUDA backend: cuBLAS for the matrix products, gpu/kernels.cu for the rest. The KV cache is
-// one device buffer per tensor holding, per (layer, KV head), `capacity` rows of which the first
-// lengths[] are live: eviction compacts rows in place (gather), merging overwrites a row.
+// The CUDA backend, built as a loadable module (libkvsim_cuda.so) so that kvsim starts without
+// loading the CUDA runtime and runs on machines without one. cuBLAS for the matrix products,
+// gpu/kernels.cu for the rest. The KV cache is one device buffer per tensor holding, per (layer,
+// KV head), `capacity` rows of which the first lengths[] are live: eviction compacts rows in
+// place (gather), merging overwrites a row. Capacity is reserved up front (P + decode steps);
+// the reported KV memory counts live rows, what a paged allocator would hold.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -253,13 +257,19 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() {
-  return std::make_unique<CudaBackend>();
-}
-
-bool cuda_available() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 }  // namespace kvsim::live
+
+// The module's entry points, found with dlsym by sim/live/cuda_module.cpp.
+extern "C" kvsim::live::Backend* kvsim_cuda_make_backend(char* error, int error_len) {
+  try {
+    return new kvsim::live::CudaBackend();
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_len, "%s", e.what());
+    return nullptr;
+  }
+}
+
+extern "C" int kvsim_cuda_device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}

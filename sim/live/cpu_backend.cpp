@@ -209,13 +209,4 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw std::invalid_argument("backend '" + name + "' is unknown (cpu, cuda)");
 }
 
-#ifndef KVSIM_WITH_CUDA
-std::unique_ptr<Backend> make_cuda_backend() {
-  throw std::runtime_error("this kvsim was built without CUDA (cmake -DKVSIM_CUDA=ON)");
-}
-bool cuda_available() {
-  return false;
-}
-#endif
-
 }  // namespace kvsim::live
