@@ -35,7 +35,7 @@ struct RunArgs {
   std::vector<std::string> samples, policies, sets;
   int gen = 32;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool force_reference = false, no_timing = false;
+  bool force_reference = false, no_timing = false, logits = false;
 };
 
 live::WeightDType parse_weight_dtype(const std::string& s) {
@@ -203,6 +203,7 @@ int run_capture(const RunArgs& a) {
   o.gen_len = a.gen;
   o.force_reference = a.force_reference;
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
+  o.logits = a.logits;
   o.model_name = std::filesystem::path(a.model).filename().string();
   live::capture(*s.engine, *s.prompts, s.samples, a.out, o);
   std::printf("%s: %zu sample(s) captured with a full cache (%s backend)\n", a.out.c_str(),
@@ -276,6 +277,9 @@ Runner add_live(CLI::App& app) {
       ->capture_default_str();
   cap->add_flag("--force-reference", run->force_reference,
                 "Feed each prompt's reference_ids instead of the greedy answer (G = its length)");
+  cap->add_flag("--logits", run->logits,
+                "Also store samples/<name>/logits, float32 [G + 1, vocab] (comparisons with "
+                "other implementations)");
   CLI::App* ev =
       app.add_subcommand("evaluate",
                          "End-to-end accuracy of policies against the full-cache run: KL, top-1 "

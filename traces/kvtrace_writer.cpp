@@ -90,6 +90,18 @@ void TraceWriter::write_layer(const SampleInfo& s, const LayerTensors& t) {
   if (t.has_v()) write_tensor(g.get(), "v", t.v);
 }
 
+void TraceWriter::write_sample_matrix(const SampleInfo& s, const char* name, int rows, int cols,
+                                      const float* data) {
+  H5Handle g = h5_require_group(file_.get(), "samples/" + s.name);
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+  H5Handle space(H5Screate_simple(2, dims, nullptr));
+  H5Handle d(H5Dcreate2(g.get(), name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                        H5P_DEFAULT));
+  if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw TraceError(path_ + ": sample '" + s.name + "': cannot write dataset '" + name +
+                     "': " + hdf5_last_error());
+}
+
 void TraceWriter::close() {
   if (file_.valid()) {
     H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);

@@ -24,6 +24,10 @@ class TraceWriter {
   void write_sample(const SampleInfo& sample);
   // Writes layers/<l>/{q,k,v} of a sample already written with write_sample(). v may be empty.
   void write_layer(const SampleInfo& sample, const LayerTensors& tensors);
+  // An optional float32 [rows, cols] dataset of a written sample (kvtrace allows extra
+  // datasets), e.g. the logits of a live capture.
+  void write_sample_matrix(const SampleInfo& sample, const char* name, int rows, int cols,
+                           const float* data);
   void close();
 
  private:

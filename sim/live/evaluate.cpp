@@ -70,6 +70,7 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
     RunOptions ro;
     ro.steps = G;
     ro.record = true;
+    ro.keep_logits = o.logits;
     ro.forced = o.force_reference ? &prompt.reference_ids : nullptr;
     const RunResult r = engine.run(pp, ro);
     SampleInfo s = pp.sample;
@@ -77,6 +78,11 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
     for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
     writer.write_sample(s);
     for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
+    if (o.logits) {
+      std::vector<float> all = pp.first_logits;
+      for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
+      writer.write_sample_matrix(s, "logits", G + 1, c.vocab_size, all.data());
+    }
   }
   writer.close();
   publish(out_path);

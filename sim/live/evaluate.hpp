@@ -16,6 +16,9 @@ struct CaptureOptions {
   bool force_reference = false;
   DType dtype = DType::kFloat32;
   std::string model_name;
+  // Also store samples/<name>/logits, float32 [G + 1, vocab]: row 0 from the prefill (the
+  // distribution of position P), row t + 1 after decode step t.
+  bool logits = false;
 };
 void capture(LiveEngine& engine, const PromptReader& prompts,
              const std::vector<std::string>& samples, const std::string& out_path,
