@@ -60,7 +60,7 @@ def save(fig, out, stem, written):
 
 
 def find_inputs(paths):
-    stats, replays, sweeps = [], [], []
+    stats, replays, sweeps, live_steps, live_summaries = [], [], [], [], []
     for p in paths:
         files = sorted(glob.glob(os.path.join(p, "*"))) if os.path.isdir(p) else [p]
         for f in files:
@@ -73,6 +73,10 @@ def find_inputs(paths):
                     replays.append(f)
                 elif header.startswith("trace,trace_hash,sample,label"):
                     sweeps.append(f)
+                elif header.startswith("policy,sample,step,position,kl,top1_agree"):
+                    live_steps.append(f)
+                elif header.startswith("policy,sample,prompt_len,gen_len,mean_kl"):
+                    live_summaries.append(f)
             elif f.endswith(".h5"):
                 import h5py
                 try:
@@ -81,7 +85,7 @@ def find_inputs(paths):
                             stats.append(f)
                 except OSError:
                     pass
-    return stats, replays, sweeps
+    return stats, replays, sweeps, live_steps, live_summaries
 
 
 def stats_figures(path, out, written):
@@ -221,15 +225,72 @@ def replay_figures(paths, out, written):
         save(fig, out, "budget_vs_error", written)
 
 
+def read_rows(paths):
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            rows += list(csv.DictReader(f))
+    return rows
+
+
+def live_figures(steps, summaries, replays, out, written):
+    """`kvsim live evaluate` results: KL per decode step, agreement and memory per policy, and,
+    with replay results of the same policies, replay's mass recall against live top-1 agreement."""
+    if steps:
+        by_step = defaultdict(lambda: defaultdict(list))
+        for r in read_rows(steps):
+            by_step[r["policy"]][int(r["step"])].append(float(r["kl"]))
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, per in sorted(by_step.items()):
+            xs = sorted(per)
+            ax.plot(xs, [np.mean(per[x]) for x in xs], marker="o", ms=2, label=label,
+                    color=policy_colour(label))
+        ax.set(title="Live: KL(full || policy) per decode step", xlabel="decode step",
+               ylabel="mean KL (nats), teacher-forced")
+        ax.legend(fontsize=7, ncol=2)
+        save(fig, out, "live_kl_by_step", written)
+    if not summaries:
+        return
+    acc = defaultdict(lambda: defaultdict(list))
+    for r in read_rows(summaries):
+        for k in ("top1_agreement", "answer_overlap", "kv_fraction", "mean_kl"):
+            acc[r["policy"]][k].append(float(r[k]))
+    labels = sorted(acc)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for ax, (key, title) in zip(axes, [("top1_agreement", "top-1 agreement (teacher-forced)"),
+                                        ("answer_overlap", "greedy answer overlap (LCS)"),
+                                        ("kv_fraction", "peak KV memory / full cache")]):
+        ax.bar(range(len(labels)), [np.mean(acc[l][key]) for l in labels],
+               color=[policy_colour(l) for l in labels])
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set(title=title, ylim=(0, 1.05))
+    fig.tight_layout()
+    save(fig, out, "live_summary", written)
+    if replays:
+        recall = defaultdict(list)
+        for r in read_rows(replays):
+            recall[r["policy"]].append(float(r["mass_recall"]))
+        common = [l for l in labels if l in recall]
+        if common:
+            fig, ax = plt.subplots(figsize=(5, 4))
+            for l in common:
+                ax.scatter(np.mean(recall[l]), np.mean(acc[l]["top1_agreement"]), label=l,
+                           color=policy_colour(l))
+            ax.set(title="Replay vs live", xlabel="replay: mean attention mass recall",
+                   ylabel="live: top-1 agreement", xlim=(0, 1.02), ylim=(0, 1.02))
+            ax.legend(fontsize=7)
+            save(fig, out, "replay_vs_live", written)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+", help="result files or directories")
     ap.add_argument("--out", required=True, help="output directory for PNG and PDF files")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    stats, replays, sweeps = find_inputs(args.results)
-    if not stats and not replays and not sweeps:
-        print("figures: no kvsim result files (stats .h5, replay or sweep .csv) in " +
+    stats, replays, sweeps, live_steps, live_summaries = find_inputs(args.results)
+    if not stats and not replays and not sweeps and not live_steps and not live_summaries:
+        print("figures: no kvsim result files (stats .h5, replay, sweep or live .csv) in " +
               ", ".join(args.results), file=sys.stderr)
         return 1
     written = []
@@ -237,6 +298,8 @@ def main(argv):
         stats_figures(s, args.out, written)
     if replays:
         replay_figures(replays, args.out, written)
+    if live_steps or live_summaries:
+        live_figures(live_steps, live_summaries, replays, args.out, written)
     for sw in sweeps:  # sweep results: the recipe report (table, per-parameter figures, Pareto)
         import sweep_report
         sub = os.path.join(args.out, os.path.basename(os.path.dirname(os.path.abspath(sw))) or "sweep")

@@ -298,6 +298,17 @@ struct LiveFixture : ::testing::Test {
   live::LiveEngine engine{model, 2};
 };
 
+TEST_F(LiveFixture, ImageTokenIdsComeFromInputsEmbedsNotTheVocabulary) {
+  PromptSample prompt = tiny_prompt(20, 4, 6, c.vocab_size, c.hidden_size);
+  live::PreparedPrompt a = engine.prepare(prompt, 1, {});
+  for (int p = 4; p < 10; ++p) prompt.info.token_ids[p] = c.vocab_size + 100;  // LLaVA's id
+  live::PreparedPrompt b = engine.prepare(prompt, 1, {});
+  EXPECT_EQ(a.first_logits, b.first_logits);
+  prompt.inputs_embeds.clear();  // now position 4 is an ordinary token: out of range
+  prompt.embed_dim = 0;
+  expect_error([&] { engine.prepare(prompt, 1, {}); }, "token id 164 at position 4");
+}
+
 TEST_F(LiveFixture, FullPolicyReproducesTheModelAloneExactly) {
   const PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);
   const PolicyConfig full = make_policy_config("full", {});
@@ -527,6 +538,12 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
     bytes[i] = slurp(out + ".csv") + slurp(out + "_summary.csv");
   }
   EXPECT_EQ(bytes[0], bytes[1]);
+  const std::string figs = temp_path("cli_live_figs");
+  const CliRun fig = kvsim("figures " + temp_path("cli_eval0.csv") + " " +
+                           temp_path("cli_eval0_summary.csv") + " -o " + figs);
+  ASSERT_EQ(fig.code, 0) << fig.output;
+  for (const char* f : {"live_kl_by_step.png", "live_summary.pdf"})
+    EXPECT_TRUE(std::filesystem::exists(figs + "/" + f)) << f;
   EXPECT_NE(bytes[0].find("snapkv,000000,64,5,"), std::string::npos);
   const CliRun oracle =
       kvsim("live evaluate -m " + dir + " --prompts " + prompts + " -p oracle --gen 3");

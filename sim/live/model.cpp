@@ -124,9 +124,13 @@ std::vector<float> Model::logits(const float* hidden_row) {
   return host;
 }
 
-PrefillResult Model::prefill(const std::vector<std::int32_t>& ids,
+PrefillResult Model::prefill(const std::vector<std::int32_t>& prompt_ids,
                              const std::vector<int>& embed_positions,
                              const std::vector<float>& embeds) {
+  // Positions with precomputed embeddings may carry an id outside the language model's
+  // vocabulary (LLaVA's image token): they are embedded as token 0, then overwritten.
+  std::vector<std::int32_t> ids = prompt_ids;
+  for (int p : embed_positions) ids[p] = 0;
   check_tokens(ids);
   const auto& c = config_;
   const int P = static_cast<int>(ids.size()), D = c.hidden_size, H = c.num_attention_heads,
