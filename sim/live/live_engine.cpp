@@ -123,11 +123,86 @@ void sync_layer(Backend& b, int layer, const KvCache& cache,
 
 }  // namespace
 
+namespace {
+
+// The policy side of a run: one instance, one KvCache and one list of backend rows per layer.
+class PolicyLoop {
+ public:
+  PolicyLoop(Backend& b, PreparedPrompt& pp, const PolicyConfig& config, bool check)
+      : b_(b), pp_(pp), config_(config), check_(check) {
+    if (!pp.stats.cross_modal_entropy.empty()) stats_ = &pp.stats;
+  }
+
+  // Each layer's instance first sees the prefill of layers 0..l-1 on scratch caches, so it holds
+  // exactly the cross-layer information replay's single instance has when it reaches layer l.
+  void prefill(std::vector<KvCache>& caches) {
+    const int L = static_cast<int>(pp_.layers.size()), P = pp_.sample.prompt_len;
+    const int Hkv = pp_.trace.num_kv_heads, d = pp_.trace.head_dim;
+    std::vector<std::int32_t> prompt(P);
+    for (int i = 0; i < P; ++i) prompt[i] = i;
+    rows_.assign(L, std::vector<std::vector<std::int32_t>>(Hkv, prompt));
+    for (int l = 0; l < L; ++l) {
+      policies_.push_back(config_.info->create(config_.params, pp_.sample));
+      for (int lower = 0; lower < l; ++lower) {
+        KvCache scratch(Hkv, d);
+        scratch.fill_prompt(P);
+        scratch.set_step(-1);
+        policies_[l]->on_prefill(view(lower), scratch);
+      }
+      caches.emplace_back(Hkv, d);
+      caches[l].fill_prompt(P);
+      caches[l].set_step(-1);
+      policies_[l]->on_prefill(view(l), caches[l]);
+      if (check_) check_capacity(*policies_[l], caches[l], l, "the prefill", config_.label);
+      sync_layer(b_, l, caches[l], rows_[l]);
+    }
+  }
+
+  // Decode step t of layer l, whose token the backend has just appended: attends, lets the
+  // policy update, applies its edits. Returns the rows held while attending.
+  std::int64_t decode(int l, int t, const float* q, float scale, float* out, KvCache& cache) {
+    const int position = pp_.sample.prompt_len + t;
+    cache.set_step(t);
+    masks_.resize(cache.kv_heads());
+    std::int64_t held = 0;
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      cache.append(g, position);
+      rows_[l][g].push_back(position);
+      masks_[g].clear();
+      if (cache.attended_size(g) < cache.size(g))
+        for (int e = 0; e < cache.size(g); ++e) masks_[g].push_back(cache.attended(g, e));
+      held += cache.size(g);
+    }
+    StepAttention sa;
+    sa.group = pp_.trace.group_size();
+    sa.step = t;
+    sa.position = position;
+    b_.decode_attention(l, q, pp_.trace.num_heads, scale, masks_, out, sa.probs);
+    policies_[l]->on_decode(view(l), sa, cache);
+    if (check_) check_capacity(*policies_[l], cache, l, "a decode step", config_.label);
+    sync_layer(b_, l, cache, rows_[l]);
+    return held;
+  }
+
+ private:
+  LayerView view(int l) const { return LayerView(*pp_.layers[l], false, stats_); }
+  Backend& b_;
+  PreparedPrompt& pp_;
+  const PolicyConfig& config_;
+  bool check_;
+  const SampleStats* stats_ = nullptr;
+  std::vector<std::unique_ptr<Policy>> policies_;
+  std::vector<std::vector<std::vector<std::int32_t>>> rows_;  // [layer][g] positions held
+  std::vector<std::vector<std::uint8_t>> masks_;
+};
+
+}  // namespace
+
 RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   Backend& b = model_.backend();
   const ModelConfig& c = model_.config();
   const int L = c.num_hidden_layers, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
-            d = c.head_dim, group = H / Hkv, P = pp.sample.prompt_len;
+            d = c.head_dim, P = pp.sample.prompt_len;
   if (o.steps > pp.sample.gen_len)
     throw std::invalid_argument("run of " + std::to_string(o.steps) +
                                 " steps on a prompt prepared for " +
@@ -144,41 +219,15 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   RunResult r;
   r.bytes_per_entry = 2ll * d * static_cast<std::int64_t>(sizeof(float));
   r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * P;
-
-  // One policy instance per layer (step-major decoding would otherwise mix the layers' state);
-  // the instance of layer l first sees the prefill of layers 0..l-1 on scratch caches, so it holds
-  // exactly the cross-layer information replay's single instance has when it reaches layer l.
-  std::vector<std::unique_ptr<Policy>> policy;
-  const SampleStats* stats = pp.stats.cross_modal_entropy.empty() ? nullptr : &pp.stats;
-  std::vector<std::vector<std::vector<std::int32_t>>> rows;  // [layer][g] positions held
-  const std::string label = o.policy ? o.policy->label : "";
+  std::unique_ptr<PolicyLoop> loop;
   if (o.policy) {
-    std::vector<std::int32_t> prompt(P);
-    for (int i = 0; i < P; ++i) prompt[i] = i;
-    rows.assign(L, std::vector<std::vector<std::int32_t>>(Hkv, prompt));
-    for (int l = 0; l < L; ++l) {
-      policy.push_back(o.policy->info->create(o.policy->params, pp.sample));
-      for (int lower = 0; lower < l; ++lower) {
-        KvCache scratch(Hkv, d);
-        scratch.fill_prompt(P);
-        scratch.set_step(-1);
-        policy[l]->on_prefill(LayerView(*pp.layers[lower], false, stats), scratch);
-      }
-      r.caches.emplace_back(Hkv, d);
-      KvCache& cache = r.caches.back();
-      cache.fill_prompt(P);
-      cache.set_step(-1);
-      policy[l]->on_prefill(LayerView(*pp.layers[l], false, stats), cache);
-      if (o.check_invariants) check_capacity(*policy[l], cache, l, "the prefill", label);
-      sync_layer(b, l, cache, rows[l]);
-    }
+    loop = std::make_unique<PolicyLoop>(b, pp, *o.policy, o.check_invariants);
+    loop->prefill(r.caches);
   }
   const bool history = o.record || (o.policy && o.policy->info->merges);
   std::vector<float> hq(static_cast<std::size_t>(H) * d), hk(static_cast<std::size_t>(Hkv) * d),
       hv(hk.size());
-  std::vector<std::vector<std::uint8_t>> masks(Hkv);
-  StepAttention sa;
-  sa.group = group;
+  std::vector<std::vector<float>> probs;
   r.predicted.push_back(argmax(pp.first_logits));
   for (int t = 0; t < o.steps; ++t) {
     StepRecord rec;
@@ -189,33 +238,18 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
       for (int g = 0; g < Hkv; ++g)
         b.cache_append(l, g, k + static_cast<std::size_t>(g) * d,
                        v + static_cast<std::size_t>(g) * d);
-      if (history) {
+      if (history) {  // the recorded rows merging policies read, and what capture writes
         b.download(hq.data(), q, hq.size());
         b.download(hk.data(), k, hk.size());
         b.download(hv.data(), v, hv.size());
         pp.layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
       }
-      if (policy.empty()) {
-        b.decode_attention(l, q, H, model_.scale(), {}, out, sa.probs);
-        for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
+      if (loop) {
+        rec.kv_entries += loop->decode(l, t, q, model_.scale(), out, r.caches[l]);
         return;
       }
-      KvCache& cache = r.caches[l];
-      cache.set_step(t);
-      for (int g = 0; g < Hkv; ++g) {
-        cache.append(g, rec.position);
-        rows[l][g].push_back(rec.position);
-        masks[g].clear();
-        if (cache.attended_size(g) < cache.size(g))
-          for (int e = 0; e < cache.size(g); ++e) masks[g].push_back(cache.attended(g, e));
-        rec.kv_entries += cache.size(g);
-      }
-      b.decode_attention(l, q, H, model_.scale(), masks, out, sa.probs);
-      sa.step = t;
-      sa.position = rec.position;
-      policy[l]->on_decode(LayerView(*pp.layers[l], false, stats), sa, cache);
-      if (o.check_invariants) check_capacity(*policy[l], cache, l, "a decode step", label);
-      sync_layer(b, l, cache, rows[l]);
+      b.decode_attention(l, q, H, model_.scale(), {}, out, probs);
+      for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
     };
     std::vector<float> logits = model_.decode(rec.input, rec.position, attend);
     b.synchronize();
