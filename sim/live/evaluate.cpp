@@ -83,6 +83,7 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
       for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
       writer.write_sample_matrix(s, "logits", G + 1, c.vocab_size, all.data());
     }
+    if (o.on_sample) o.on_sample();
   }
   writer.close();
   publish(out_path);

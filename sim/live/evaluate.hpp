@@ -1,6 +1,7 @@
 // `kvsim live capture` and `kvsim live evaluate`: the two jobs of the live path.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct CaptureOptions {
   // Also store samples/<name>/logits, float32 [G + 1, vocab]: row 0 from the prefill (the
   // distribution of position P), row t + 1 after decode step t.
   bool logits = false;
+  std::function<void()> on_sample;  // called after each sample (progress)
 };
 void capture(LiveEngine& engine, const PromptReader& prompts,
              const std::vector<std::string>& samples, const std::string& out_path,
