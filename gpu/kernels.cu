@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 #include <stdexcept>
 #include <string>
@@ -11,7 +12,9 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kDecodeThreads = 128;  // 4 warps
 constexpr int kDecodeWarps = kDecodeThreads / kWarp;
-constexpr int kChunk = 256;   // cache entries per decode block
+constexpr int kChunk = 256;  // most cache entries per decode block
+constexpr int kMinChunk = 32;
+constexpr int kUnroll = 4;    // key/value rows a warp loads before using them (loads in flight)
 constexpr int kMaxGroup = 8;  // query heads per KV head
 constexpr int kMaxVec = 2;    // float4 per lane: head_dim <= 256
 
@@ -118,8 +121,8 @@ __global__ void gather_rows_kernel(const float* rows, const std::int32_t* index,
 // Scratch layout of the decode attention.
 struct DecodeScratch {
   float *logits, *part_max, *part_sum, *part_out, *lse;
-  __host__ __device__ DecodeScratch(float* base, int heads, int d, int max_length) {
-    const int splits = (max_length + kChunk - 1) / kChunk;
+  __host__ __device__ DecodeScratch(float* base, int heads, int d, int max_length, int chunk) {
+    const int splits = (max_length + chunk - 1) / chunk;
     logits = base;                                                     // [H, max_length]
     part_max = logits + static_cast<std::size_t>(heads) * max_length;  // [splits, H]
     part_sum = part_max + static_cast<std::size_t>(splits) * heads;    // [splits, H]
@@ -131,41 +134,61 @@ struct DecodeScratch {
 // One block per (KV head, chunk of kChunk entries): every query head of the group reads each key
 // and value row once (GQA-friendly), rows are read as float4 by a whole warp (coalesced).
 // Writes the chunk's raw logits, its max, sum of exponentials and unnormalised output.
+// G >= the group size and V float4 per lane (head_dim <= 128 V) are compile-time so that the
+// per-head query and output fragments stay in registers (fully unrolled loops).
+template <int G, int V>
 __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAttentionArgs a) {
-  __shared__ float p[kMaxGroup][kChunk];
-  __shared__ float reduce[kDecodeWarps][kMaxGroup][kMaxVec * 128];
+  __shared__ float p[G][kChunk];
+  __shared__ float reduce[kDecodeWarps][G][V * 128];
   const int g = blockIdx.x, split = blockIdx.y, group = a.heads / a.kv_heads;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int n = a.lengths[g], begin = split * kChunk, end = min(n, begin + kChunk);
-  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length);
+  const int n = a.lengths[g], begin = split * a.chunk, end = min(n, begin + a.chunk);
+  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length, a.chunk);
   const float* krows = a.k + static_cast<std::size_t>(g) * a.capacity * a.d;
   const float* vrows = a.v + static_cast<std::size_t>(g) * a.capacity * a.d;
   const std::uint8_t* mask = a.mask ? a.mask + static_cast<std::size_t>(g) * a.capacity : nullptr;
 
-  float4 q[kMaxGroup][kMaxVec];
-  for (int h = 0; h < group; ++h)
-    for (int v = 0; v < kMaxVec; ++v) {
+  float4 q[G][V];
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
       const int c = (v * kWarp + lane) * 4;
-      q[h][v] = c < a.d ? *reinterpret_cast<const float4*>(a.q + (g * group + h) * a.d + c)
-                        : make_float4(0, 0, 0, 0);
+      q[h][v] = h < group && c < a.d
+                    ? *reinterpret_cast<const float4*>(a.q + (g * group + h) * a.d + c)
+                    : make_float4(0, 0, 0, 0);
     }
-  for (int e = begin + warp; e < end; e += kDecodeWarps) {
-    float acc[kMaxGroup];
-    for (int h = 0; h < group; ++h) acc[h] = 0;
-    for (int v = 0; v < kMaxVec; ++v) {
-      const int c = (v * kWarp + lane) * 4;
-      if (c >= a.d) break;
-      const float4 kv =
-          *reinterpret_cast<const float4*>(krows + static_cast<std::size_t>(e) * a.d + c);
-      for (int h = 0; h < group; ++h)
-        acc[h] += q[h][v].x * kv.x + q[h][v].y * kv.y + q[h][v].z * kv.z + q[h][v].w * kv.w;
-    }
-    for (int h = 0; h < group; ++h) {
-      const float s = warp_sum(acc[h]) * a.scale;
-      if (lane == 0) {
-        const float logit = (mask && !mask[e]) ? -INFINITY : s;
-        p[h][e - begin] = logit;
-        sc.logits[static_cast<std::size_t>(g * group + h) * a.max_length + e] = logit;
+  // Each warp takes kUnroll consecutive rows per round and issues all their loads first.
+  for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
+    float4 kv[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int c = (v * kWarp + lane) * 4, e = e0 + u;
+        kv[u][v] =
+            e < end && c < a.d
+                ? *reinterpret_cast<const float4*>(krows + static_cast<std::size_t>(e) * a.d + c)
+                : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u;
+      if (e >= end) break;
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        if (h >= group) break;
+        float acc = 0;
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          acc += q[h][v].x * kv[u][v].x + q[h][v].y * kv[u][v].y + q[h][v].z * kv[u][v].z +
+                 q[h][v].w * kv[u][v].w;
+        const float logit = warp_sum(acc) * a.scale;
+        if (lane == 0) {
+          const float x = (mask && !mask[e]) ? -INFINITY : logit;
+          p[h][e - begin] = x;
+          sc.logits[static_cast<std::size_t>(g * group + h) * a.max_length + e] = x;
+        }
       }
     }
   }
@@ -187,24 +210,43 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
     }
   }
   __syncthreads();
-  float4 o[kMaxGroup][kMaxVec];
-  for (int h = 0; h < group; ++h)
-    for (int v = 0; v < kMaxVec; ++v) o[h][v] = make_float4(0, 0, 0, 0);
-  for (int e = begin + warp; e < end; e += kDecodeWarps)
-    for (int v = 0; v < kMaxVec; ++v) {
-      const int c = (v * kWarp + lane) * 4;
-      if (c >= a.d) break;
-      const float4 vv =
-          *reinterpret_cast<const float4*>(vrows + static_cast<std::size_t>(e) * a.d + c);
-      for (int h = 0; h < group; ++h) {
-        const float w = p[h][e - begin];
-        o[h][v].x += w * vv.x, o[h][v].y += w * vv.y, o[h][v].z += w * vv.z, o[h][v].w += w * vv.w;
+  float4 o[G][V];
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int v = 0; v < V; ++v) o[h][v] = make_float4(0, 0, 0, 0);
+  for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
+    float4 vv[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int c = (v * kWarp + lane) * 4, e = e0 + u;
+        vv[u][v] =
+            e < end && c < a.d
+                ? *reinterpret_cast<const float4*>(vrows + static_cast<std::size_t>(e) * a.d + c)
+                : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (e0 + u >= end) break;
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float w = h < group ? p[h][e0 + u - begin] : 0.0f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          o[h][v].x += w * vv[u][v].x, o[h][v].y += w * vv[u][v].y;
+          o[h][v].z += w * vv[u][v].z, o[h][v].w += w * vv[u][v].w;
+        }
       }
     }
-  for (int h = 0; h < group; ++h)
-    for (int v = 0; v < kMaxVec; ++v) {
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
       const int c = (v * kWarp + lane) * 4;
-      if (c >= a.d) break;
+      if (h >= group || c >= a.d) continue;
       reduce[warp][h][c] = o[h][v].x, reduce[warp][h][c + 1] = o[h][v].y;
       reduce[warp][h][c + 2] = o[h][v].z, reduce[warp][h][c + 3] = o[h][v].w;
     }
@@ -217,10 +259,18 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
   }
 }
 
+template <int G>
+void launch_partial(const DecodeAttentionArgs& a, int splits, cudaStream_t s) {
+  if (a.d <= 128)
+    decode_partial_kernel<G, 1><<<dim3(a.kv_heads, splits), kDecodeThreads, 0, s>>>(a);
+  else
+    decode_partial_kernel<G, 2><<<dim3(a.kv_heads, splits), kDecodeThreads, 0, s>>>(a);
+}
+
 // One block per query head: combines the chunks (flash-decoding's log-sum-exp merge).
 __global__ void decode_reduce_kernel(DecodeAttentionArgs a, int splits) {
   const int h = blockIdx.x;
-  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length);
+  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length, a.chunk);
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, sc.part_max[s * a.heads + h]);
   float total = 0;
@@ -244,7 +294,7 @@ __global__ void decode_probs_kernel(DecodeAttentionArgs a) {
   const int h = blockIdx.x, group = a.heads / a.kv_heads;
   const int e = blockIdx.y * blockDim.x + threadIdx.x;
   if (e >= a.lengths[h / group]) return;
-  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length);
+  DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length, a.chunk);
   const float logit = sc.logits[static_cast<std::size_t>(h) * a.max_length + e];
   a.probs[static_cast<std::size_t>(h) * a.capacity + e] =
       logit == -INFINITY ? 0.0f : expf(logit - sc.lse[h]);
@@ -310,19 +360,41 @@ void launch_gather_rows(const float* rows, const std::int32_t* index, int n, int
 }
 
 std::size_t decode_attention_scratch_floats(int heads, int d, int max_length) {
-  const std::size_t splits = (max_length + kChunk - 1) / kChunk;
+  const std::size_t splits = (max_length + kMinChunk - 1) / kMinChunk;  // the most splits
   return static_cast<std::size_t>(heads) * max_length + 2 * splits * heads + splits * heads * d +
          heads;
 }
 
-void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t s) {
+// Entries per block: enough blocks to fill every SM twice, within [kMinChunk, kChunk].
+int choose_chunk(int kv_heads, int max_length) {
+  static int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count > 0 ? count : 100;
+  }();
+  const long per_block = (static_cast<long>(max_length) * kv_heads + 2 * sms - 1) / (2 * sms);
+  const int rounded = static_cast<int>((per_block + kMinChunk - 1) / kMinChunk * kMinChunk);
+  return std::max(kMinChunk, std::min(kChunk, rounded));
+}
+
+void launch_decode_attention(const DecodeAttentionArgs& args, cudaStream_t s) {
+  DecodeAttentionArgs a = args;
+  a.chunk = choose_chunk(a.kv_heads, a.max_length);
   const int group = a.heads / a.kv_heads;
   if (group > kMaxGroup || a.d > kMaxVec * 128 || a.d % 4 != 0)
     throw std::invalid_argument("decode attention supports up to " + std::to_string(kMaxGroup) +
                                 " query heads per KV head and head_dim <= " +
                                 std::to_string(kMaxVec * 128) + ", a multiple of 4");
-  const int splits = (a.max_length + kChunk - 1) / kChunk;
-  decode_partial_kernel<<<dim3(a.kv_heads, splits), kDecodeThreads, 0, s>>>(a);
+  const int splits = (a.max_length + a.chunk - 1) / a.chunk;
+  if (group == 1)
+    launch_partial<1>(a, splits, s);
+  else if (group == 2)
+    launch_partial<2>(a, splits, s);
+  else if (group <= 4)
+    launch_partial<4>(a, splits, s);
+  else
+    launch_partial<8>(a, splits, s);
   check_launch("decode_partial");
   decode_reduce_kernel<<<a.heads, 128, 0, s>>>(a, splits);
   check_launch("decode_reduce");

@@ -43,6 +43,7 @@ struct DecodeAttentionArgs {
   float* probs;  // [H, capacity]
   // Scratch sized by decode_attention_scratch_floats().
   float* scratch;
+  int chunk = 0;  // entries per block; chosen by launch_decode_attention
 };
 std::size_t decode_attention_scratch_floats(int heads, int d, int max_length);
 void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t s);

@@ -101,7 +101,7 @@ TEST_F(GpuVsCpu, CausalAttention) {
 }
 
 // Varying lengths per KV head, compaction, a merged row, a stored-but-unattended row, and a
-// cache longer than one decode chunk (256 rows).
+// cache split over many decode chunks (32 to 256 rows each).
 TEST_F(GpuVsCpu, DecodeAttentionOverACompactedCache) {
   const int L = 2, Hkv = 4, H = 16, d = 128, P = 700, cap = P + 4;
   const std::vector<float> k = random(P * Hkv * d), v = random(P * Hkv * d);
