@@ -131,6 +131,22 @@ struct DecodeScratch {
   }
 };
 
+// Rows e0..e0+kUnroll-1 (those below end) of a [rows, d] cache head, lane's float4 slices;
+// all loads issue before any is used (zeros beyond end or d).
+template <int V>
+__device__ void load_rows(const float* rows, int e0, int end, int d, int lane,
+                          float4 (&out)[kUnroll][V]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int c = (v * kWarp + lane) * 4, e = e0 + u;
+      out[u][v] = e < end && c < d
+                      ? *reinterpret_cast<const float4*>(rows + static_cast<std::size_t>(e) * d + c)
+                      : make_float4(0, 0, 0, 0);
+    }
+}
+
 // One block per (KV head, chunk of kChunk entries): every query head of the group reads each key
 // and value row once (GQA-friendly), rows are read as float4 by a whole warp (coalesced).
 // Writes the chunk's raw logits, its max, sum of exponentials and unnormalised output.
@@ -161,16 +177,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
   // Each warp takes kUnroll consecutive rows per round and issues all their loads first.
   for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
     float4 kv[kUnroll][V];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int c = (v * kWarp + lane) * 4, e = e0 + u;
-        kv[u][v] =
-            e < end && c < a.d
-                ? *reinterpret_cast<const float4*>(krows + static_cast<std::size_t>(e) * a.d + c)
-                : make_float4(0, 0, 0, 0);
-      }
+    load_rows<V>(krows, e0, end, a.d, lane, kv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int e = e0 + u;
@@ -217,16 +224,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
     for (int v = 0; v < V; ++v) o[h][v] = make_float4(0, 0, 0, 0);
   for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
     float4 vv[kUnroll][V];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int c = (v * kWarp + lane) * 4, e = e0 + u;
-        vv[u][v] =
-            e < end && c < a.d
-                ? *reinterpret_cast<const float4*>(vrows + static_cast<std::size_t>(e) * a.d + c)
-                : make_float4(0, 0, 0, 0);
-      }
+    load_rows<V>(vrows, e0, end, a.d, lane, vv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (e0 + u >= end) break;

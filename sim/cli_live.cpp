@@ -215,7 +215,6 @@ int run_evaluate(const RunArgs& a) {
   const std::vector<PolicyConfig> policies =
       resolve_policy_list(a.policies, a.sets, a.config, a.budget, "evaluated");
   Session s(a);
-  live::LiveEngine::live_needs(policies, s.model->config().num_hidden_layers);
   live::EvalOptions o;
   o.gen_len = a.gen;
   o.timing = !a.no_timing;

@@ -34,9 +34,6 @@ void write_whole(const std::string& path, const std::string& text) {
   publish(path);
 }
 
-namespace {
-
-// Numbers print with %.9g (exact float round trip), so identical results give identical bytes.
 void append_float(std::string& out, double x) {
   if (std::isnan(x)) return;  // empty field
   char buf[32];
@@ -50,8 +47,6 @@ std::string csv_quote(const std::string& s) {
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
 }
-
-}  // namespace
 
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), file_(open_for_write(partial(path))) {

@@ -20,6 +20,11 @@ std::string partial(const std::string& path);
 void publish(const std::string& path);
 void write_whole(const std::string& path, const std::string& text);  // via .partial
 
+// CSV fields: numbers print with %.9g (exact float round trip; NaN is an empty field), so
+// identical results give identical bytes; text is quoted when it holds a comma, quote or newline.
+void append_float(std::string& out, double x);
+std::string csv_quote(const std::string& s);
+
 // One row per (policy, sample, layer, KV head, decode step).
 class StepCsvWriter {
  public:

@@ -202,4 +202,30 @@ H5Handle h5_require_group(hid_t loc, const std::string& path) {
   return g;
 }
 
+std::vector<std::string> h5_group_members(hid_t loc, const std::string& path) {
+  H5Handle group(H5Gopen2(loc, path.c_str(), H5P_DEFAULT));
+  std::vector<std::string> names;
+  H5G_info_t info;
+  if (!group.valid() || H5Gget_info(group.get(), &info) < 0) return names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
+                                           0, H5P_DEFAULT);
+    std::string name(len, '\0');
+    H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
+                       H5P_DEFAULT);
+    names.push_back(name);
+  }
+  return names;
+}
+
+void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::size_t n, const std::string& where) {
+  const hsize_t dims[1] = {n};
+  H5Handle space(H5Screate_simple(1, dims, nullptr));
+  H5Handle d(
+      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+    throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+
 }  // namespace kvsim

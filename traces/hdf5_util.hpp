@@ -61,4 +61,16 @@ hid_t h5_float16_type();
 // Creates (or opens) every group along path.
 H5Handle h5_require_group(hid_t loc, const std::string& path);
 
+// Names of the members of the group at path, in name order.
+std::vector<std::string> h5_group_members(hid_t loc, const std::string& path);
+
+// Writes a one-dimensional dataset; `where` prefixes the error message.
+void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::size_t n, const std::string& where);
+template <typename T>
+void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
+                 const std::vector<T>& data, const std::string& where) {
+  h5_write_1d(group, name, file_type, mem_type, data.data(), data.size(), where);
+}
+
 }  // namespace kvsim

@@ -132,17 +132,7 @@ void TraceReader::read_file_attrs() {
     throw TraceError(path_ + ": file attribute 'scale' must be a positive finite number");
 
   if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
-  H5Handle samples(H5Gopen2(root, "samples", H5P_DEFAULT));
-  H5G_info_t ginfo;
-  H5Gget_info(samples.get(), &ginfo);
-  for (hsize_t i = 0; i < ginfo.nlinks; ++i) {
-    const ssize_t len = H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                           nullptr, 0, H5P_DEFAULT);
-    std::string name(len, '\0');
-    H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
-                       H5P_DEFAULT);
-    samples_.push_back(name);
-  }
+  samples_ = h5_group_members(root, "samples");
   if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
 }
 

@@ -23,22 +23,6 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
   h5_require_group(root, "samples");
 }
 
-namespace {
-
-template <typename T>
-void write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
-              const std::vector<T>& data, const std::string& where) {
-  const hsize_t dims[1] = {data.size()};
-  H5Handle space(H5Screate_simple(1, dims, nullptr));
-  H5Handle d(
-      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!d.valid() || (!data.empty() &&
-                     H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0))
-    throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
-}
-
-}  // namespace
-
 void TraceWriter::write_sample(const SampleInfo& s) {
   const std::string where = path_ + ": sample '" + s.name + "'";
   H5Handle g = h5_require_group(file_.get(), "samples/" + s.name);
@@ -46,12 +30,12 @@ void TraceWriter::write_sample(const SampleInfo& s) {
   h5_write_int_attr(g.get(), "gen_len", s.gen_len);
   if (!s.task.empty()) h5_write_string_attr(g.get(), "task", s.task);
   if (!s.reference.empty()) h5_write_string_attr(g.get(), "reference", s.reference);
-  write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.modality, where);
-  write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.segment, where);
+  h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.modality, where);
+  h5_write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.segment, where);
   if (!s.media_id.empty())
-    write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.media_id, where);
+    h5_write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.media_id, where);
   if (!s.token_ids.empty())
-    write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.token_ids, where);
+    h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.token_ids, where);
 }
 
 void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<float, 3>& t) {

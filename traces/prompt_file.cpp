@@ -31,18 +31,6 @@ std::vector<T> read_ints(hid_t group, const char* name, hid_t mem_type, const st
   return out;
 }
 
-template <typename T>
-void write_ints(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
-                const std::vector<T>& data, const std::string& where) {
-  const hsize_t dims[1] = {data.size()};
-  H5Handle space(H5Screate_simple(1, dims, nullptr));
-  H5Handle d(
-      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!d.valid() || (!data.empty() &&
-                     H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0))
-    throw TraceError(where + ": cannot write '" + name + "': " + hdf5_last_error());
-}
-
 void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
   H5Handle d(H5Dopen2(g, "inputs_embeds", H5P_DEFAULT));
   const auto shape = h5_dataset_shape(d.get());
@@ -91,17 +79,7 @@ PromptReader::PromptReader(const std::string& path) : path_(path) {
                      " is not supported (1)");
   if (!h5_path_exists(file_.get(), "samples"))
     throw TraceError(path + ": missing group '/samples'");
-  H5Handle samples(H5Gopen2(file_.get(), "samples", H5P_DEFAULT));
-  H5G_info_t info;
-  H5Gget_info(samples.get(), &info);
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len = H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                           nullptr, 0, H5P_DEFAULT);
-    std::string name(len, '\0');
-    H5Lget_name_by_idx(samples.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
-                       H5P_DEFAULT);
-    samples_.push_back(name);
-  }
+  samples_ = h5_group_members(file_.get(), "samples");
   if (samples_.empty()) throw TraceError(path + ": '/samples' holds no sample");
 }
 
@@ -161,13 +139,14 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     H5Handle g = h5_require_group(file.get(), "samples/" + s.info.name);
     if (!s.info.task.empty()) h5_write_string_attr(g.get(), "task", s.info.task);
     if (!s.info.reference.empty()) h5_write_string_attr(g.get(), "reference", s.info.reference);
-    write_ints(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
-    write_ints(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
-    write_ints(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);
+    h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
+    h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
+    h5_write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);
     if (!s.info.media_id.empty())
-      write_ints(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.media_id, where);
+      h5_write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.media_id, where);
     if (!s.reference_ids.empty())
-      write_ints(g.get(), "reference_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.reference_ids, where);
+      h5_write_1d(g.get(), "reference_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.reference_ids,
+                  where);
     if (!s.inputs_embeds.empty()) {
       const hsize_t dims[2] = {s.inputs_embeds.size() / s.embed_dim,
                                static_cast<hsize_t>(s.embed_dim)};

@@ -189,21 +189,11 @@ namespace {
 
 void field(std::string& out, double x) {
   out += ',';
-  if (std::isnan(x)) return;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  out += buf;
+  append_float(out, x);
 }
 
 void field(std::string& out, std::int64_t x) {
   out += ',' + std::to_string(x);
-}
-
-std::string quoted(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + '"';
 }
 
 }  // namespace
@@ -215,7 +205,7 @@ std::string eval_steps_csv_header() {
 
 void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) {
   for (const auto& st : s.steps) {
-    out += quoted(s.label) + ',' + quoted(s.sample);
+    out += csv_quote(s.label) + ',' + csv_quote(s.sample);
     field(out, std::int64_t{st.step});
     field(out, std::int64_t{st.position});
     field(out, st.kl);
@@ -236,7 +226,7 @@ std::string eval_summary_csv_header() {
 }
 
 void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing) {
-  out += quoted(s.label) + ',' + quoted(s.sample);
+  out += csv_quote(s.label) + ',' + csv_quote(s.sample);
   field(out, std::int64_t{s.prompt_len});
   field(out, std::int64_t{s.gen_len});
   field(out, s.mean_kl);

@@ -1,5 +1,6 @@
 #include "sim/live/live_engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -95,29 +96,43 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
 
 namespace {
 
-// Applies a policy's edits of one layer's KvCache to the backend's rows: `rows[g]` lists the
-// positions the backend holds, in the same order as the cache.
-void sync_layer(Backend& b, int layer, const KvCache& cache,
-                std::vector<std::vector<std::int32_t>>& rows) {
+// What the backend holds for one (layer, KV head): the positions of its rows, in cache order,
+// and how many of the cache's merge records have been applied to them.
+struct HeldRows {
+  std::vector<std::int32_t> positions;
+  std::size_t merges_applied = 0;
+};
+
+// Applies a policy's edits of one layer's KvCache to the backend: compacts away the rows whose
+// positions left the cache, and rewrites the rows that absorbed a merge since the last call.
+void sync_layer(Backend& b, int layer, const KvCache& cache, std::vector<HeldRows>& held) {
   for (int g = 0; g < cache.kv_heads(); ++g) {
     const auto& now = cache.positions(g);
-    auto& held = rows[g];
-    if (now != held) {
+    HeldRows& h = held[g];
+    if (now != h.positions) {
       std::vector<int> keep;
       std::size_t j = 0;
-      for (std::size_t i = 0; i < held.size() && j < now.size(); ++i)
-        if (held[i] == now[j]) keep.push_back(static_cast<int>(i)), ++j;
+      for (std::size_t i = 0; i < h.positions.size() && j < now.size(); ++i)
+        if (h.positions[i] == now[j]) keep.push_back(static_cast<int>(i)), ++j;
       if (j != now.size())
         throw std::logic_error("layer " + std::to_string(layer) + ", KV head " + std::to_string(g) +
                                ": the policy's cache holds a position the " +
                                "backend never stored");
       b.cache_keep(layer, g, keep);
-      held = now;
+      h.positions = now;
     }
-    if (!cache.has_merged(g)) continue;
-    for (int e = 0; e < cache.size(g); ++e)
-      if (const float* key = cache.merged_key(g, e))
-        b.cache_write(layer, g, e, key, cache.merged_value(g, e));
+    const auto& merges = cache.merges(g);
+    std::vector<std::int32_t> absorbed;
+    for (; h.merges_applied < merges.size(); ++h.merges_applied)
+      absorbed.push_back(merges[h.merges_applied].into_position);
+    std::sort(absorbed.begin(), absorbed.end());
+    absorbed.erase(std::unique(absorbed.begin(), absorbed.end()), absorbed.end());
+    for (std::int32_t pos : absorbed) {
+      const auto it = std::lower_bound(now.begin(), now.end(), pos);
+      if (it == now.end() || *it != pos) continue;  // since merged away itself
+      const int e = static_cast<int>(it - now.begin());
+      b.cache_write(layer, g, e, cache.merged_key(g, e), cache.merged_value(g, e));
+    }
   }
 }
 
@@ -140,7 +155,7 @@ class PolicyLoop {
     const int Hkv = pp_.trace.num_kv_heads, d = pp_.trace.head_dim;
     std::vector<std::int32_t> prompt(P);
     for (int i = 0; i < P; ++i) prompt[i] = i;
-    rows_.assign(L, std::vector<std::vector<std::int32_t>>(Hkv, prompt));
+    rows_.assign(L, std::vector<HeldRows>(Hkv, HeldRows{prompt, 0}));
     for (int l = 0; l < L; ++l) {
       policies_.push_back(config_.info->create(config_.params, pp_.sample));
       for (int lower = 0; lower < l; ++lower) {
@@ -167,7 +182,7 @@ class PolicyLoop {
     std::int64_t held = 0;
     for (int g = 0; g < cache.kv_heads(); ++g) {
       cache.append(g, position);
-      rows_[l][g].push_back(position);
+      rows_[l][g].positions.push_back(position);
       masks_[g].clear();
       if (cache.attended_size(g) < cache.size(g))
         for (int e = 0; e < cache.size(g); ++e) masks_[g].push_back(cache.attended(g, e));
@@ -192,7 +207,7 @@ class PolicyLoop {
   bool check_;
   const SampleStats* stats_ = nullptr;
   std::vector<std::unique_ptr<Policy>> policies_;
-  std::vector<std::vector<std::vector<std::int32_t>>> rows_;  // [layer][g] positions held
+  std::vector<std::vector<HeldRows>> rows_;  // [layer][g]
   std::vector<std::vector<std::uint8_t>> masks_;
 };
 
