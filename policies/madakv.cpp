@@ -4,25 +4,39 @@
 // At the end of each layer's prefill, per KV head h:
 //   ψ(i) = Σ_{j ∈ proxy} α_{j→i}: attention from the last `proxy` prompt tokens     (Eq. 7)
 //   w_v = Σ_{i visual} ψ(i), w_t = Σ_{i text} ψ(i)                                     (Eq. 6)
-//   φ_v = w_v / (w_v + w_t) · φ^l, φ_t = w_t / (w_v + w_t) · φ^l                      (Eq. 8)
-// and the top φ_v visual and top φ_t text tokens by ψ are kept (MPA). Then (HCC)
 //   k_v, k_t = the fewest visual / text tokens whose ψ reaches θ·w_v / θ·w_t           (Eq. 9)
-//   K^l = Σ_h (k_v + k_t - φ^l)                                                         (Eq. 10)
-//   φ^{l+1} = φ^l - K^l / (L - l)   (1-based l, i.e. the layers left after this one)     (Eq. 11)
-// with φ^0 = budget. Decoding appends without eviction.
+// The head keeps b^{l,h} entries, split by Eq. 8 — the top round(w_v/(w_v+w_t)·b) visual and the
+// rest text tokens by ψ (MPA) — and decoding appends without eviction.
 //
-// Readings chosen (the paper leaves them open): proxy = the last 8 prompt tokens ("a few");
-// θ = 0.9 (Sec. 3.2: "20% of tokens capture nearly 90%"); with GQA, ψ sums the query heads of a
-// KV head and the h of Eq. 10 runs over KV heads; φ^l is rounded to a whole number of entries in
-// [1, P], φ_v = round(share · φ^l) and φ_t = φ^l - φ_v, and a modality with fewer tokens than its
-// share passes the rest to the other; the layer keeps φ^l per head as Eq. 8 says, and Eq. 10-11
-// only move the next layers' budgets (`compensation = mean` divides K^l by the number of heads,
-// since the literal sum moves budgets by H times a per-head quantity). Read literally, a layer
-// whose θ-sparsity exceeds its budget shrinks every later budget without itself keeping more, so
-// on diffuse attention budgets collapse towards one entry; `hcc_keep = need` is the other
-// reading of "the current layer has exceeded its budget": the layer keeps its Eq. 9 sets and the
-// later layers pay for it. mpa = false keeps the top φ^l (or k_v + k_t) of all tokens by ψ;
-// hcc = false keeps φ^l = budget in every layer (Table 3).
+// HCC, default reading (`hcc_reading = conserve`): the paper says HCC "ensures that the overall
+// cache budget is maintained" and that a positive K^l means "the current layer has exceeded its
+// budget". So a head spends what Eq. 9 says it needs, b^{l,h} = k_v + k_t (it may exceed φ^l),
+// and K^l is what the layer actually spent beyond its budget, normalised per head:
+//   K^l = (1/H) Σ_h (b^{l,h} - φ^l)                                                   (Eq. 10)
+//   φ^{l+1} = φ^l - K^l / (L - l)   (l 1-based: the number of layers left after this one)  (Eq. 11)
+// With φ^1 = B this conserves the total exactly: φ^l is the budget not yet spent, L·H·B minus the
+// entries kept by layers 1..l-1, shared evenly by the layers l..L, which is how it is computed
+// (in whole entries, so the entries kept after the prefill sum to L·H·B). A later layer whose
+// Eq. 9 need is below φ^l saves budget (K^l < 0) for the layers after it. Bounds the paper does
+// not give, so that the total holds on any trace: a head keeps at most (1 + max_overspend)·φ^l
+// entries (`max_overspend`, default 1: one diffuse layer may not spend the budget of many later
+// ones; a large value is the unbounded reading) and at most P; every head of every later layer
+// keeps at least one entry; the last layer spends what is left; when a layer must spend more or
+// less than its heads' needs to honour those bounds, the difference is shared evenly by its heads.
+// With GQA, ψ sums the query heads of a KV head and the h of Eq. 10 runs over KV heads.
+//
+// Other readings of Eq. 10-11 (`hcc_reading`), kept because each is a literal reading of some
+// sentence of Sec. 3.3 and changes results:
+//   literal       the layer keeps φ^l per head (Eq. 8 as printed), K^l = Σ_h (k_v + k_t - φ^l)
+//                 charges the need, H times a per-head quantity, to later layers: budgets
+//                 collapse towards one entry whenever θ-sparsity exceeds the budget (the layer
+//                 never spent the surplus it is charged for), so the budget is not maintained;
+//   literal_mean  the same with K^l divided by H;
+//   need          each layer keeps its Eq. 9 sets whatever φ^l is: the budget plays no part.
+// Other readings chosen: proxy = the last 8 prompt tokens ("a few"); θ = 0.9 (Sec. 3.2: "20% of
+// tokens capture nearly 90%"); budgets are whole entries in [1, P]; a modality with fewer tokens
+// than its share passes the rest to the other. mpa = false keeps the top b^{l,h} of all tokens by
+// ψ; hcc = false keeps φ^l = budget in every layer (Table 3).
 #include <algorithm>
 #include <cmath>
 
@@ -38,43 +52,114 @@ class MadaKV final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "madakv")),
         proxy_(static_cast<int>(p.get_int("proxy"))),
         theta_(p.get_float("theta")),
+        max_overspend_(p.get_float("max_overspend")),
         mpa_(p.get_bool("mpa")),
         hcc_(p.get_bool("hcc")),
-        mean_compensation_(p.get_string("compensation") == "mean"),
-        keep_need_(p.get_string("hcc_keep") == "need"),
+        reading_(p.get_string("hcc_reading")),
         phi_(budget_) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len();
-    const int phi = std::clamp(static_cast<int>(std::lround(phi_)), 1, P);
-    double overflow = 0;  // Σ_h (k_v + k_t - φ^l)
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      const std::vector<double> psi = proxy_importance(view, g);
-      std::vector<int> vis, txt;
-      std::vector<std::uint8_t> is_text(P);
-      for (int j = 0; j < P; ++j) {
-        is_text[j] = view.modality()[j] == 0;
-        (is_text[j] ? txt : vis).push_back(j);
-      }
-      const double wv = sum_of(psi, vis), wt = sum_of(psi, txt);
-      const int kv = fewest_reaching(psi, vis, theta_ * wv),
-                kt = fewest_reaching(psi, txt, theta_ * wt);
-      overflow += kv + kt - phi;
-      if (hcc_ && keep_need_)  // the layer spends what Eq. 9 says it needs; later layers pay
-        cache.keep_only(
-            g, mpa_ ? keep_with_quotas(psi, is_text, kt, kv) : keep_top_scores(psi, kv + kt));
-      else if (P > phi)
-        cache.keep_only(g, mpa_ ? modality_split(psi, is_text, vis, txt, wv, wt, phi)
-                                : keep_top_scores(psi, phi));
-    }
-    if (mean_compensation_) overflow /= cache.kv_heads();
-    const int layers_left = view.num_layers() - view.layer() - 1;
-    if (hcc_ && layers_left > 0) phi_ -= overflow / layers_left;
+    const int P = view.prompt_len(), heads = cache.kv_heads();
+    if (hcc_ && reading_ == "conserve" && view.layer() == 0)
+      unspent_ = static_cast<long>(view.num_layers()) * heads * std::min(budget_, P);
+    std::vector<Head> hs(heads);
+    for (int g = 0; g < heads; ++g) hs[g] = analyse_head(view, g);
+    const std::vector<int> keep = kept_per_head(view, hs);
+    for (int g = 0; g < heads; ++g)
+      if (keep[g] < P) cache.keep_only(g, select(hs[g], keep[g]));
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
 
  private:
+  struct Head {
+    std::vector<double> psi;
+    std::vector<std::uint8_t> is_text;
+    std::vector<int> vis, txt;
+    double wv = 0, wt = 0;
+    int kv = 0, kt = 0;  // Eq. 9
+    int need() const { return kv + kt; }
+  };
+
+  Head analyse_head(const LayerView& view, int g) const {
+    Head h;
+    h.psi = proxy_importance(view, g);
+    h.is_text.resize(view.prompt_len());
+    for (int j = 0; j < view.prompt_len(); ++j) {
+      h.is_text[j] = view.modality()[j] == 0;
+      (h.is_text[j] ? h.txt : h.vis).push_back(j);
+    }
+    h.wv = sum_of(h.psi, h.vis);
+    h.wt = sum_of(h.psi, h.txt);
+    h.kv = fewest_reaching(h.psi, h.vis, theta_ * h.wv);
+    h.kt = fewest_reaching(h.psi, h.txt, theta_ * h.wt);
+    return h;
+  }
+
+  // Entries each KV head keeps in this layer, and the next layer's φ (Eq. 10-11).
+  std::vector<int> kept_per_head(const LayerView& view, const std::vector<Head>& hs) {
+    const int P = view.prompt_len(), heads = static_cast<int>(hs.size());
+    if (!hcc_) return std::vector<int>(heads, std::min(P, budget_));
+    if (reading_ == "conserve") return conserving_budgets(view, hs);
+    const int phi = std::clamp(static_cast<int>(std::lround(phi_)), 1, P);
+    double overflow = 0;  // Σ_h (k_v + k_t - φ^l)
+    std::vector<int> keep(heads, phi);
+    for (int g = 0; g < heads; ++g) {
+      overflow += hs[g].need() - phi;
+      if (reading_ == "need") keep[g] = hs[g].need();
+    }
+    if (reading_ == "literal_mean") overflow /= heads;
+    const int layers_left = view.num_layers() - view.layer() - 1;
+    if (layers_left > 0) phi_ -= overflow / layers_left;
+    return keep;
+  }
+
+  // The default reading: heads spend their Eq. 9 need within bounds that keep the total at
+  // L·H·B; φ^l = unspent / (H · layers left including this one) is Eq. 11's φ^l.
+  std::vector<int> conserving_budgets(const LayerView& view, const std::vector<Head>& hs) {
+    const int P = view.prompt_len(), heads = static_cast<int>(hs.size());
+    const long later = static_cast<long>(view.num_layers() - view.layer() - 1) * heads;
+    const double phi = static_cast<double>(unspent_) / (heads + later);
+    const int cap =
+        std::clamp(static_cast<int>(std::floor((1 + max_overspend_) * phi + 1e-9)), 1, P);
+    std::vector<int> keep(heads);
+    long total = 0;
+    for (int g = 0; g < heads; ++g) total += keep[g] = std::clamp(hs[g].need(), 1, cap);
+    // Later heads keep at least 1 and at most P entries each: the layer's total is bounded so
+    // that what it leaves can be spent.
+    const long most = unspent_ - later, least = unspent_ - later * P;
+    const long target = std::clamp(total, std::max<long>(least, heads),
+                                   std::min<long>(most, static_cast<long>(heads) * P));
+    share_difference(keep, target - total, P);
+    for (int k : keep) unspent_ -= k;
+    return keep;
+  }
+
+  // Adds `diff` entries (or removes -diff) as evenly as possible over the heads, within [1, P].
+  static void share_difference(std::vector<int>& keep, long diff, int P) {
+    while (diff != 0) {
+      int movable = 0;
+      for (int k : keep) movable += diff > 0 ? k < P : k > 1;
+      if (movable == 0) return;
+      const long each = std::max<long>(1, std::labs(diff) / movable);
+      for (int& k : keep) {
+        if (diff == 0) break;
+        const long room = diff > 0 ? P - k : k - 1;
+        const long step = std::min({each, room, std::labs(diff)});
+        k += static_cast<int>(diff > 0 ? step : -step);
+        diff += diff > 0 ? -step : step;
+      }
+    }
+  }
+
+  // Eq. 8: the head's n entries split by its modality preference (MPA), or the top n by ψ.
+  // The `need` reading keeps the Eq. 9 sets themselves.
+  std::vector<std::uint8_t> select(const Head& h, int n) const {
+    if (!mpa_) return keep_top_scores(h.psi, n);
+    if (hcc_ && reading_ == "need") return keep_with_quotas(h.psi, h.is_text, h.kt, h.kv);
+    return modality_split(h.psi, h.is_text, h.vis, h.txt, h.wv, h.wt, n);
+  }
+
   // Eq. 7, per KV head: attention from the proxy rows, summed over its query heads.
   std::vector<double> proxy_importance(const LayerView& view, int g) const {
     const LayerAttention& att = view.attention();
@@ -121,9 +206,11 @@ class MadaKV final : public Policy {
   }
 
   int budget_, proxy_;
-  double theta_;
-  bool mpa_, hcc_, mean_compensation_, keep_need_;
-  double phi_;  // φ^l of the next layer to prefill
+  double theta_, max_overspend_;
+  bool mpa_, hcc_;
+  std::string reading_;
+  double phi_;         // φ^l of the next layer to prefill (literal readings)
+  long unspent_ = 0;  // entries not yet kept, summed over layers and heads (conserve)
 };
 
 const PolicyRegistration reg({
@@ -138,21 +225,17 @@ const PolicyRegistration reg({
                {"mpa", ParamType::kBool, "true", "modality preference adaptation (Eq. 6-8)"},
                {"hcc", ParamType::kBool, "true",
                 "hierarchical compression compensation (Eq. 9-11)"},
-               {"compensation",
+               {"hcc_reading",
                 ParamType::kChoice,
-                "sum",
-                "K^l as the sum over heads (Eq. 10) or their mean",
+                "conserve",
+                "reading of Eq. 10-11: conserve (heads keep their Eq. 9 need, later layers pay, "
+                "the total stays L*H*B), literal (keep phi, charge the sum of the needs), "
+                "literal_mean (the same divided by H), need (keep the Eq. 9 sets, no budget)",
                 0,
                 0,
-                {"sum", "mean"}},
-               {"hcc_keep",
-                ParamType::kChoice,
-                "budget",
-                "what a layer keeps under HCC: its budget φ^l split by Eq. 8, or its need, the "
-                "Eq. 9 sets (k_v visual + k_t text), with later layers paying the difference",
-                0,
-                0,
-                {"budget", "need"}}},
+                {"conserve", "literal", "literal_mean", "need"}},
+               {"max_overspend", ParamType::kFloat, "1",
+                "conserve: a head keeps at most (1 + max_overspend) * phi^l entries", 0, 1e9}},
     .needs = {},
     .lookahead = false,
     .merges = false,

@@ -1,11 +1,12 @@
-// madakv on a hand-worked trace (tiny_trace.hpp: p_ij ∝ w_j). Two layers with the same
-// attention, modality [T I I I I T T], w = [3, 4, 1, 1, 2, 2.5, 1 | 1], one proxy token (the last
-// prompt token): ψ = w / 14.5 over the prompt.
+// madakv on a hand-worked trace (tiny_trace.hpp: p_ij ∝ w_j). Layers with the same attention,
+// modality [T I I I I T T], w = [3, 4, 1, 1, 2, 2.5, 1 | 1], one proxy token (the last prompt
+// token): ψ = w / 14.5 over the prompt.
 // w_v = (4 + 1 + 1 + 2) / 14.5, w_t = (3 + 2.5 + 1) / 14.5: the visual share is 8 / 14.5 = .552.
-// Layer 0, φ = 3: φ_v = round(1.655) = 2 -> images {1, 4}; φ_t = 1 -> text {0}.
-// θ = 0.8: k_v = 3 (4 + 2 = 6 < 6.4 <= 7), k_t = 2 (3 < 5.2 <= 5.5); K^0 = 3 + 2 - 3 = 2;
-// φ^1 = 3 - 2 / (2 - 1) = 1. Layer 1: φ_v = round(.552) = 1 -> image {1}, φ_t = 0.
+// θ = 0.8: k_v = 3 (4 + 2 = 6 < 6.4 <= 7: images 1, 4 and, of the tied 2 and 3, the newer 3),
+// k_t = 2 (3 < 5.2 <= 5.5: texts 0, 5); every head of every layer needs k_v + k_t = 5 entries.
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -15,44 +16,88 @@ namespace {
 
 using V = std::vector<int>;
 
-std::string madakv_trace(const std::string& name) {
+std::string madakv_trace(const std::string& name, int layers = 2) {
   return TinyTrace{.prompt_len = 7,
                    .weights = {3, 4, 1, 1, 2, 2.5, 1, 1},
                    .modality = {0, 1, 1, 1, 1, 0, 0, 0},
-                   .layers = 2}
+                   .layers = layers}
       .write(name);
 }
 
 const std::map<std::string, std::string> kParams = {
     {"budget", "3"}, {"proxy", "1"}, {"theta", "0.8"}};
 
-TEST(MadaKV, ModalityBudgetsAndCompensation) {
+TEST(MadaKV, LayersSpendTheirNeedAndLaterLayersPay) {
+  // Default reading (conserve), B = 3 on 2 layers: 6 entries in all. Layer 0: φ^0 = 6 / 2 = 3, the
+  // head needs 5 <= 2·φ and leaves 1 >= 1 for layer 1, so it keeps 5: Eq. 8 splits them
+  // round(.552 · 5) = 3 visual {1, 4, 3} and 2 text {0, 5}. K^0 = 5 - 3 = 2, φ^1 = 3 - 2 / 1 = 1:
+  // layer 1 keeps round(.552) = 1 visual {1} and no text.
   const auto r = run_policy(madakv_trace("madakv.h5"), "madakv", kParams);
-  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 5, 6}));
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
   EXPECT_EQ(evicted_at(r[1], -1), (V{0, 2, 3, 4, 5, 6}));
   EXPECT_TRUE(evicted_at(r[0], 0).empty());  // decoding appends
   EXPECT_EQ(r[1].steps[0][0].cache_size, 2);
 }
 
-TEST(MadaKV, AblationsOfTable3) {
+TEST(MadaKV, OverspendIsCappedAndTheLastLayerSpendsWhatIsLeft) {
+  // Three layers, max_overspend = .5, 9 entries in all. Layer 0: φ = 3, cap floor(1.5 · 3) = 4 < 5:
+  // keeps 4 = 2 visual {1, 4} (round 2.21) + 2 text {0, 5}. Layer 1: φ = (9 - 4) / 2 = 2.5 (Eq. 11:
+  // 3 - 1 / 2), cap floor(3.75) = 3: 2 visual {1, 4} (round 1.66) + 1 text {0}. Layer 2 (last):
+  // the 2 left, 1 visual {1} (round 1.10) + 1 text {0}. 4 + 3 + 2 = 9.
   auto p = kParams;
-  p["mpa"] = "false";  // the top 3 by ψ regardless of modality: 1 (4), 0 (3), 5 (2.5)
-  auto r = run_policy(madakv_trace("madakv_mpa.h5"), "madakv", p);
-  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 4, 6}));
-  p = kParams;
-  p["hcc"] = "false";  // φ stays 3 in layer 1
-  r = run_policy(madakv_trace("madakv_hcc.h5"), "madakv", p);
+  p["max_overspend"] = "0.5";
+  const auto r = run_policy(madakv_trace("madakv_cap.h5", 3), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 6}));
   EXPECT_EQ(evicted_at(r[1], -1), (V{2, 3, 5, 6}));
+  EXPECT_EQ(evicted_at(r[2], -1), (V{2, 3, 4, 5, 6}));
 }
 
-TEST(MadaKV, NeedReadingKeepsTheSparsitySets) {
-  // hcc_keep = need: each layer keeps its Eq. 9 sets, k_v = 3 images by ψ (4, 2, then 1 and 1 tie:
-  // the newer, 3) and k_t = 2 texts (3, 2.5): {0, 1, 3, 4, 5}, whatever φ^l is.
+TEST(MadaKV, KeptEntriesSumToTheBudgetOfEveryLayerAndHead) {
+  // On a GQA synthetic trace, at several budgets: Σ over layers and KV heads of the entries kept
+  // after the prefill is exactly L · Hkv · B, although layers differ.
+  const std::string path = small_synthetic_trace("madakv_total.h5", 6);
+  for (int B : {3, 10, 25}) {
+    const auto r = run_policy(path, "madakv", {{"budget", std::to_string(B)}, {"proxy", "4"}});
+    long kept = 0;
+    std::set<int> sizes;
+    for (const auto& layer : r)
+      for (std::size_t g = 0; g < layer.steps.size(); ++g) {
+        const int n = layer.steps[g][0].cache_size - 1;  // minus step 0's own token
+        kept += n;
+        sizes.insert(n);
+      }
+    EXPECT_EQ(kept, static_cast<long>(r.size()) * r[0].steps.size() * B) << "budget " << B;
+    EXPECT_GT(sizes.size(), 1u) << "HCC moved no budget at " << B;
+  }
+}
+
+TEST(MadaKV, LiteralReadingsOfEq10And11) {
+  // literal: layer 0 keeps φ = 3 (2 visual {1, 4}, 1 text {0}) yet is charged its need:
+  // K^0 = 5 - 3 = 2, φ^1 = 1 -> {1}. 4 entries kept of the 6 budgeted.
   auto p = kParams;
-  p["hcc_keep"] = "need";
-  const auto r = run_policy(madakv_trace("madakv_need.h5"), "madakv", p);
+  p["hcc_reading"] = "literal";
+  auto r = run_policy(madakv_trace("madakv_literal.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 5, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{0, 2, 3, 4, 5, 6}));
+  // need: each layer keeps its Eq. 9 sets {0, 1, 3, 4, 5}, whatever φ^l is.
+  p["hcc_reading"] = "need";
+  r = run_policy(madakv_trace("madakv_need.h5"), "madakv", p);
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
   EXPECT_EQ(evicted_at(r[1], -1), (V{2, 6}));
+}
+
+TEST(MadaKV, AblationsOfTable3) {
+  auto p = kParams;
+  // The top 5 by ψ regardless of modality: 1 (4), 0 (3), 5 (2.5), 4 (2) and, of 2, 3 and 6 tied
+  // at 1, the newest, 6.
+  p["mpa"] = "false";
+  auto r = run_policy(madakv_trace("madakv_mpa.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3}));
+  p = kParams;
+  p["hcc"] = "false";  // φ = 3 in both layers: 2 visual {1, 4}, 1 text {0}
+  r = run_policy(madakv_trace("madakv_hcc.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 5, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{2, 3, 5, 6}));
 }
 
 }  // namespace
