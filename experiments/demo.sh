@@ -9,10 +9,11 @@ cmake --build build -j"$(nproc)" --target kvsim
 mkdir -p demo
 [ -f demo/demo.h5 ] || ./build/kvsim synth --out demo/demo.h5
 ./build/kvsim inspect demo/demo.h5
+# ST3 recommends τ above the longest generation (its VTA ablation): the demo generates 64 tokens.
 ./build/kvsim replay --trace demo/demo.h5 \
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
   --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy madakv --policy avl --policy st3 --policy meda \
-  --budget 20% --out demo/results.csv --summary demo/summary.csv \
+  --budget 20% --set st3.tau=65 --out demo/results.csv --summary demo/summary.csv \
   --dump-decisions demo/decisions.h5
 echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"

@@ -19,12 +19,38 @@ std::string st3_trace(const std::string& name) {
       .write(name);
 }
 
-TEST(St3, ProgressivePruningAndLinearAnnealing) {
-  // PVTP with S = 1: layer 3 prunes P = 50% of 4 = 2 -> {1, 2}; layer 4 prunes R = 25% -> {1}.
-  // VTA linear, τ = 4: generation t keeps floor(|V^{l,0}| (1 - t/4)).
+TEST(St3, Alg3AnnealsPruningBlocksOnlyAndCompounds) {
+  // PVTP with S = 2: layer 3 prunes P = 50% of 4 = 2 -> T[3] = [1, 2]; layer 4 shares its block.
+  // VTA linear, τ = 4, β(O) = 1 - O/4: before generated token 1, ⌊2 · .75⌋ = 1 keeps {1}; before
+  // token 2, ⌊1 · .5⌋ = 0. Layers 0-2 never anneal.
   const auto r =
-      run_policy(st3_trace("st3.h5"), "st3",
-                 {{"S", "1"}, {"R", "25"}, {"P", "50"}, {"schedule", "linear"}, {"tau", "4"}});
+      run_policy(st3_trace("st3_alg3.h5"), "st3",
+                 {{"S", "2"}, {"R", "25"}, {"P", "50"}, {"schedule", "linear"}, {"tau", "4"}});
+  for (int l = 0; l < 3; ++l) EXPECT_TRUE(r[l].evicted[0].empty()) << "layer " << l;
+  for (int l : {3, 4}) {
+    EXPECT_EQ(evicted_at(r[l], -1), (V{3, 4, 2})) << "layer " << l;
+    EXPECT_EQ(evicted_at(r[l], 0), (V{1})) << "layer " << l;
+  }
+  // Without PVTP, T[3] ranks all four images [1, 2, 4, 3]: ⌊4 · .75⌋ = 3 keeps {1, 2, 4}, then
+  // ⌊3 · .5⌋ = 1 keeps {1}, then ⌊1 · .25⌋ = 0 (Eq. 7 would keep ⌊4 · .5⌋ = 2, then 1).
+  const auto q = run_policy(st3_trace("st3_alg3_vta.h5"), "st3",
+                            {{"S", "1"}, {"pvtp", "false"}, {"schedule", "linear"}, {"tau", "4"}});
+  EXPECT_TRUE(q[2].evicted[0].empty());
+  EXPECT_EQ(evicted_at(q[3], -1), (V{3}));
+  EXPECT_EQ(evicted_at(q[3], 0), (V{2, 4}));
+  EXPECT_EQ(evicted_at(q[3], 1), (V{1}));
+}
+
+TEST(St3, ProgressivePruningAndPerLayerAnnealing) {
+  // PVTP with S = 1: layer 3 prunes P = 50% of 4 = 2 -> {1, 2}; layer 4 prunes R = 25% -> {1}.
+  // VTA per layer (Eq. 7), linear, τ = 4: generation t keeps floor(|V^{l,0}| (1 - t/4)).
+  const auto r = run_policy(st3_trace("st3.h5"), "st3",
+                            {{"S", "1"},
+                             {"R", "25"},
+                             {"P", "50"},
+                             {"schedule", "linear"},
+                             {"tau", "4"},
+                             {"annealing", "per_layer"}});
   // Layer 0, |V0| = 4: 3, 2, 1, 0 entries for generations 1..4 (steps -1..2).
   EXPECT_EQ(evicted_at(r[0], -1), (V{3}));
   EXPECT_EQ(evicted_at(r[0], 0), (V{4}));
@@ -40,12 +66,16 @@ TEST(St3, ProgressivePruningAndLinearAnnealing) {
 
 TEST(St3, CosineAndExponentialSchedules) {
   // Cosine τ = 2 on layer 0: floor(4 cos(π/4)) = 2 keeps {1, 2}; generation 2 reaches τ: none.
-  auto r = run_policy(st3_trace("st3_cos.h5"), "st3", {{"pvtp", "false"}, {"tau", "2"}});
+  auto r = run_policy(st3_trace("st3_cos.h5"), "st3",
+                      {{"pvtp", "false"}, {"tau", "2"}, {"annealing", "per_layer"}});
   EXPECT_EQ(evicted_at(r[0], -1), (V{3, 4}));
   EXPECT_EQ(evicted_at(r[0], 0), (V{1, 2}));
   // Exponential σ = 1: floor(4 e^-1) = 1 keeps {1}; floor(4 e^-2) = 0.
   r = run_policy(st3_trace("st3_exp.h5"), "st3",
-                 {{"pvtp", "false"}, {"schedule", "exponential"}, {"sigma", "1"}});
+                 {{"pvtp", "false"},
+                  {"schedule", "exponential"},
+                  {"sigma", "1"},
+                  {"annealing", "per_layer"}});
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 4}));
   EXPECT_EQ(evicted_at(r[0], 0), (V{1}));
 }
