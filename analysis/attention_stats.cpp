@@ -157,6 +157,8 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
   s.modality_share = s.cumulative_variance;
   s.entropy.assign(L, NAN);
   s.cross_modal_entropy.assign(L, NAN);
+  s.entropy_mean_of_heads.assign(L, NAN);
+  s.cross_modal_entropy_mean_of_heads.assign(L, NAN);
   s.layer_cosine.assign(static_cast<std::size_t>(L) * L, NAN);
   s.ppci_layers.assign(static_cast<std::size_t>(np) * L, NAN);
   s.ppci_steps.assign(static_cast<std::size_t>(np) * L * G, NAN);
@@ -176,7 +178,11 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
   LayerTensors tensors;
   for (int l = 0; l < L; ++l) {
     reader.read_layer_into(sample, l, tensors);
-    layer_entropies(info, sample, tensors, o.threads, s.cross_modal_entropy[l], s.entropy[l]);
+    const LayerEntropies e = layer_entropies(info, sample, tensors, o.threads);
+    s.entropy[l] = e.full_of_mean;
+    s.cross_modal_entropy[l] = e.cross_modal_of_mean;
+    s.entropy_mean_of_heads[l] = e.full_mean_of_heads;
+    s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_mean_of_heads;
     LayerAttention att(info, sample, std::move(tensors), needs, o.threads);
     head_metrics(att, keys, o, l, s);
     last_rows[l].assign(P, 0.0);
@@ -282,9 +288,14 @@ void write_attention_stats(
       write_array(g.get(), "modality_share", s.modality_share, {L, H, 2},
                   "[layer, head, text|vision]: share of the prompt attention mass", path);
       write_array(g.get(), "entropy", s.entropy, {L},
-                  "[layer]: mean row entropy of the prompt attention (nats), head-averaged", path);
+                  "[layer]: mean row entropy of the head-averaged prompt attention (nats)", path);
       write_array(g.get(), "cross_modal_entropy", s.cross_modal_entropy, {L},
-                  "[layer]: MEDA E_CM (Eq. 4-6), head-averaged", path);
+                  "[layer]: MEDA E_CM (Eq. 4-6) of the head-averaged attention (nats)", path);
+      write_array(g.get(), "entropy_mean_of_heads", s.entropy_mean_of_heads, {L},
+                  "[layer]: mean over heads of each head's mean row entropy (nats)", path);
+      write_array(g.get(), "cross_modal_entropy_mean_of_heads",
+                  s.cross_modal_entropy_mean_of_heads, {L},
+                  "[layer]: mean over heads of each head's E_CM (nats)", path);
       write_array(
           g.get(), "layer_cosine", s.layer_cosine, {L, L},
           "[layer, layer]: cosine of the last prompt token's head-averaged attention (ST3 Eq. 5)",

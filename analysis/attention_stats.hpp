@@ -30,6 +30,7 @@ struct SampleAttentionStats {
   std::vector<double> modality_share;       // [L, H, 2]: text, vision
   std::vector<double> entropy;              // [L]
   std::vector<double> cross_modal_entropy;  // [L]
+  std::vector<double> entropy_mean_of_heads, cross_modal_entropy_mean_of_heads;  // [L]
   std::vector<double> layer_cosine;         // [L, L]
   std::vector<double> ppci_layers;          // [n_p, L]: vs layer 0
   std::vector<double> ppci_steps;           // [n_p, L, G]: vs decode step 0

@@ -2,10 +2,15 @@
 // (paper 004_e44d9128330c3619, Sec. 3.2-3.3 and 4.4).
 //
 // Layer budgets (Eq. 4-7): E_CM^l = -(E_TV^l + E_VT^l), the cross-modal attention entropy of the
-// prompt (text queries over vision keys, vision queries over text keys), and
+// prompt (text queries over vision keys, vision queries over text keys) of the attention
+// averaged over the layer's query heads ("A is average attention across multi-heads", Sec. 3.2),
+// and
 //   S_l = α_l · S,  α_l = softmax_l(E_CM) · L · ρ,
 // with S the prompt length and ρ the compression ratio; kvsim's `budget` is ρ·S (so `10%` is
-// ρ = 0.1, Table 1) and layer l keeps ceil(softmax_l(E_CM) · L · budget) entries, at most P.
+// ρ = 0.1, Table 1). A layer holds at most P entries; App. A.3 says the allocation "respects the
+// total cache size", so the share a capped layer cannot take goes to the other layers in
+// proportion to their softmax weights, and whole entries are handed out by largest remainder:
+// Σ_l S_l = L · budget exactly (allocate_layer_budgets in selection.hpp).
 // Selection (Eq. 8-10): A_s = column sums of the prompt attention (summed over the KV head's
 // query heads); text entries get + max(A_s) (Eq. 9); keep the M most recent entries and the top
 // N of the others, M : N = 3 : 1 (Sec. 4.4, following LOOK-M), M = floor(recent_ratio · S_l).
@@ -14,7 +19,9 @@
 // entry becomes the average of itself and its members, keys and values alike. Attention then uses
 // the merged keys and values. Decoding appends without eviction.
 //
-// Readings chosen: entropies average over query heads, and each modality's term is the mean over
+// Readings chosen: `head_average = entropy` is the other reading of "head-averaged" (the mean of
+// the heads' own entropies, which the attention's sharper heads pull down); each modality's term
+// is the mean over
 // the query rows that have at least one causally valid key of the other modality (the paper's
 // 1/|T| and 1/|V| count every token, but a text token before the first image has no
 // cross-modal row); video counts as vision; a key of zero norm has cosine 0 with every key;
@@ -38,6 +45,7 @@ class Meda final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "meda")),
         recent_ratio_(p.get_float("recent_ratio")),
         full_entropy_(p.get_string("entropy") == "full"),
+        head_mean_(p.get_string("head_average") == "entropy"),
         at_first_decode_(p.get_string("compress_at") == "first_decode"),
         uniform_(p.get_string("allocation") == "uniform"),
         merge_(p.get_bool("merge")) {}
@@ -51,17 +59,21 @@ class Meda final : public Policy {
   }
 
  private:
-  // Eq. 7: this layer's share of L · budget.
+  // Eq. 7 with the capped surplus redistributed: this layer's share of L · budget.
   int layer_budget(const LayerView& view) const {
     const int P = view.prompt_len();
     if (uniform_) return std::min(P, budget_);
-    const auto& st = view.sample_stats();
-    const auto& e = full_entropy_ ? st.attention_entropy : st.cross_modal_entropy;
+    const auto& layers = view.sample_stats().layers;
+    std::vector<double> e;
+    for (const LayerEntropies& le : layers)
+      e.push_back(full_entropy_ ? (head_mean_ ? le.full_mean_of_heads : le.full_of_mean)
+                                : (head_mean_ ? le.cross_modal_mean_of_heads
+                                              : le.cross_modal_of_mean));
     const double mx = *std::max_element(e.begin(), e.end());
-    double z = 0;
-    for (double x : e) z += std::exp(x - mx);
-    const double alpha = std::exp(e[view.layer()] - mx) / z * e.size();
-    return std::min(P, static_cast<int>(std::ceil(alpha * budget_ - 1e-9)));
+    std::vector<double> weight;  // softmax_l(E), shifted by the maximum
+    for (double x : e) weight.push_back(std::exp(x - mx));
+    const long total = static_cast<long>(e.size()) * budget_;
+    return allocate_layer_budgets(weight, total, P)[view.layer()];
   }
 
   void compress(const LayerView& view, KvCache& cache) const {
@@ -91,7 +103,7 @@ class Meda final : public Policy {
 
   int budget_;
   double recent_ratio_;
-  bool full_entropy_, at_first_decode_, uniform_, merge_;
+  bool full_entropy_, head_mean_, at_first_decode_, uniform_, merge_;
 };
 
 const PolicyRegistration reg({
@@ -109,6 +121,13 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"cross_modal", "full"}},
+               {"head_average",
+                ParamType::kChoice,
+                "attention",
+                "entropy of the head-averaged attention (paper) or mean of the heads' entropies",
+                0,
+                0,
+                {"attention", "entropy"}},
                {"compress_at",
                 ParamType::kChoice,
                 "prefill",

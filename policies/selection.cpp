@@ -1,6 +1,7 @@
 #include "policies/selection.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -104,6 +105,44 @@ std::vector<double> pool_avg(std::span<const double> x, int kernel) {
     double s = 0;
     for (int j = std::max(0, i - r); j <= std::min(n - 1, i + r); ++j) s += x[j];
     out[i] = s / kernel;
+  }
+  return out;
+}
+
+}  // namespace kvsim
+
+namespace kvsim {
+
+std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap) {
+  const int L = static_cast<int>(weights.size());
+  total = std::min<long>(total, static_cast<long>(cap) * L);
+  std::vector<double> share(L, 0.0);
+  std::vector<std::uint8_t> capped(L, 0);
+  double left = static_cast<double>(total);
+  for (bool changed = true; changed;) {  // each round caps at least one layer or ends
+    changed = false;
+    double wsum = 0;
+    for (int l = 0; l < L; ++l)
+      if (!capped[l]) wsum += weights[l];
+    for (int l = 0; l < L; ++l)
+      if (!capped[l]) share[l] = wsum > 0 ? weights[l] / wsum * left : left / L;
+    for (int l = 0; l < L; ++l)
+      if (!capped[l] && share[l] > cap) {
+        capped[l] = 1, share[l] = cap, left -= cap;
+        changed = true;
+      }
+  }
+  std::vector<int> out(L);
+  long given = 0;
+  for (int l = 0; l < L; ++l) given += out[l] = static_cast<int>(std::floor(share[l] + 1e-9));
+  std::vector<int> order(L);
+  for (int l = 0; l < L; ++l) order[l] = l;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return share[a] - out[a] > share[b] - out[b];
+  });
+  for (int l : order) {
+    if (given >= total) break;
+    if (out[l] < cap) ++out[l], ++given;
   }
   return out;
 }

@@ -39,3 +39,13 @@ std::vector<double> pool_max(std::span<const double> x, int kernel);
 std::vector<double> pool_avg(std::span<const double> x, int kernel);
 
 }  // namespace kvsim
+
+namespace kvsim {
+
+// Splits `total` entries over layers in proportion to `weights`, at most `cap` per layer: the
+// share a capped layer cannot take goes to the others, again in proportion to their weights
+// (water-filling), and whole entries are handed out by largest remainder (ties to the lower
+// layer), so the result sums to min(total, cap · layers) exactly.
+std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap);
+
+}  // namespace kvsim

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "sim/parallel.hpp"
@@ -10,96 +12,158 @@ namespace kvsim {
 
 namespace {
 
-// Entropy of softmax(x_j) over the keys j < n with mask(j) true; false if there is none.
+// Softmax of scale·x_j over the keys j < n with mask(j), written to p (0 off the mask), and its
+// entropy; false when no key passes the mask.
 template <typename Mask>
-bool masked_entropy(const float* x, int n, double scale, Mask mask, double& entropy) {
+bool masked_softmax(const float* x, int n, double scale, Mask mask, double* p, double& entropy) {
   double mx = -INFINITY;
   for (int j = 0; j < n; ++j)
     if (mask(j)) mx = std::max(mx, scale * x[j]);
   if (mx == -INFINITY) return false;
-  double z = 0, zx = 0;
+  double z = 0, zy = 0;
   for (int j = 0; j < n; ++j) {
-    if (!mask(j)) continue;
-    const double y = scale * x[j] - mx, e = std::exp(y);
-    z += e;
-    zx += e * y;
+    if (!mask(j)) {
+      p[j] = 0;
+      continue;
+    }
+    const double y = scale * x[j] - mx;
+    p[j] = std::exp(y);
+    z += p[j];
+    zy += p[j] * y;
   }
-  entropy = std::log(z) - zx / z;  // -Σ p log p with p = e^y / z
+  for (int j = 0; j < n; ++j) p[j] /= z;
+  entropy = std::log(z) - zy / z;  // -Σ p log p with p = e^y / z
   return true;
 }
 
-struct RowSums {
-  double text = 0, vision = 0, full = 0;
-  long text_rows = 0, vision_rows = 0, full_rows = 0;
-  void add_row(const float* logits, int i, double scale,
-               const std::vector<std::uint8_t>& modality) {
-    const bool text_query = modality[i] == 0;
-    double h = 0;
-    if (masked_entropy(
-            logits, i + 1, scale, [&](int j) { return (modality[j] == 0) != text_query; }, h)) {
-      (text_query ? text : vision) += h;
-      ++(text_query ? text_rows : vision_rows);
-    }
-    masked_entropy(
-        logits, i + 1, scale, [](int) { return true; }, h);
-    full += h;
-    ++full_rows;
+double entropy_of(const double* p, int n, double total) {
+  double h = 0;
+  for (int j = 0; j < n; ++j)
+    if (p[j] > 0) h -= p[j] / total * std::log(p[j] / total);
+  return h;
+}
+
+// One prompt row i: its heads' probabilities summed (cross-modal and full), and the sums of the
+// heads' own entropies.
+class RowAccumulator {
+ public:
+  explicit RowAccumulator(int P) : cm_(P), full_(P), tmp_(P) {}
+  void start(int i) {
+    i_ = i;
+    std::fill(cm_.begin(), cm_.begin() + i + 1, 0.0);
+    std::fill(full_.begin(), full_.begin() + i + 1, 0.0);
+    cm_heads_ = full_heads_ = 0;
+    heads_ = 0;
+    cm_valid_ = false;
   }
+  void add_head(const float* logits, double scale, const std::vector<std::uint8_t>& modality) {
+    const int n = i_ + 1;
+    const bool text_query = modality[i_] == 0;
+    double h = 0;
+    ++heads_;
+    if (masked_softmax(
+            logits, n, scale, [&](int j) { return (modality[j] == 0) != text_query; }, tmp_.data(),
+            h)) {
+      cm_valid_ = true;
+      cm_heads_ += h;
+      for (int j = 0; j < n; ++j) cm_[j] += tmp_[j];
+    }
+    masked_softmax(
+        logits, n, scale, [](int) { return true; }, tmp_.data(), h);
+    full_heads_ += h;
+    for (int j = 0; j < n; ++j) full_[j] += tmp_[j];
+  }
+  // Cross-modal (of the mean, mean of heads), full (the same); cross-modal NaN without a key.
+  void finish(double out[4]) const {
+    const int n = i_ + 1;
+    out[0] = cm_valid_ ? entropy_of(cm_.data(), n, heads_) : NAN;
+    out[1] = cm_valid_ ? cm_heads_ / heads_ : NAN;
+    out[2] = entropy_of(full_.data(), n, heads_);
+    out[3] = full_heads_ / heads_;
+  }
+
+ private:
+  std::vector<double> cm_, full_, tmp_;
+  int i_ = 0, heads_ = 0;
+  double cm_heads_ = 0, full_heads_ = 0;
+  bool cm_valid_ = false;
 };
 
-void finish(const std::vector<RowSums>& per_head, double& cross_modal, double& full) {
-  cross_modal = full = 0;
-  for (const auto& s : per_head) {
-    cross_modal +=
-        (s.text_rows ? s.text / s.text_rows : 0) + (s.vision_rows ? s.vision / s.vision_rows : 0);
-    full += s.full_rows ? s.full / s.full_rows : 0;
+// Means over rows: cross-modal = mean over text rows + mean over vision rows (rows without a
+// cross-modal key skipped); full = mean over all rows. rows[i] as written by finish().
+LayerEntropies reduce_rows(const std::vector<std::array<double, 4>>& rows,
+                           const std::vector<std::uint8_t>& modality) {
+  double sum[2][2] = {}, full[2] = {};
+  long count[2] = {};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int vision = modality[i] != 0;
+    if (!std::isnan(rows[i][0])) {
+      sum[vision][0] += rows[i][0];
+      sum[vision][1] += rows[i][1];
+      ++count[vision];
+    }
+    full[0] += rows[i][2];
+    full[1] += rows[i][3];
   }
-  cross_modal /= per_head.size();
-  full /= per_head.size();
+  auto mean = [&](int m, int k) { return count[m] ? sum[m][k] / count[m] : 0.0; };
+  LayerEntropies e;
+  e.cross_modal_of_mean = mean(0, 0) + mean(1, 0);
+  e.cross_modal_mean_of_heads = mean(0, 1) + mean(1, 1);
+  e.full_of_mean = rows.empty() ? 0 : full[0] / rows.size();
+  e.full_mean_of_heads = rows.empty() ? 0 : full[1] / rows.size();
+  return e;
 }
 
 }  // namespace
 
-void layer_entropies(const TraceInfo& trace, const SampleInfo& sample, const LayerTensors& t,
-                     int threads, double& cross_modal, double& full) {
+LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
+                               const LayerTensors& t, int threads) {
   const int P = sample.prompt_len, H = trace.num_heads, Hkv = trace.num_kv_heads,
             d = trace.head_dim;
-  std::vector<RowSums> sums(H);
+  // Row blocks hold every head's logits at once (about 16 MiB of floats per thread at most).
+  const int kBlock = std::clamp((1 << 22) / std::max(1, H * P), 1, 64);
+  std::vector<std::array<double, 4>> rows(P);
   openblas_set_num_threads(1);
-  parallel_for(H, threads, [&](int h) {
-    constexpr int kBlock = 64;
-    const int g = h / (H / Hkv);
-    std::vector<float> logits(static_cast<std::size_t>(kBlock) * P);
-    for (int i0 = 0; i0 < P; i0 += kBlock) {
-      const int rows = std::min(kBlock, P - i0), keys = i0 + rows;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d, 1.0f, &t.q(i0, h, 0),
-                  H * d, t.k.data() + static_cast<std::size_t>(g) * d, Hkv * d, 0.0f, logits.data(),
-                  keys);
-      for (int r = 0; r < rows; ++r)
-        sums[h].add_row(&logits[static_cast<std::size_t>(r) * keys], i0 + r, trace.scale,
-                        sample.modality);
+  parallel_for((P + kBlock - 1) / kBlock, threads, [&](int b) {
+    const int i0 = b * kBlock, n = std::min(kBlock, P - i0), keys = i0 + n;
+    std::vector<float> logits(static_cast<std::size_t>(H) * n * keys);
+    for (int h = 0; h < H; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, d, 1.0f, &t.q(i0, h, 0), H * d,
+                  t.k.data() + static_cast<std::size_t>(h / (H / Hkv)) * d, Hkv * d, 0.0f,
+                  &logits[static_cast<std::size_t>(h) * n * keys], keys);
+    RowAccumulator acc(P);
+    for (int r = 0; r < n; ++r) {
+      acc.start(i0 + r);
+      for (int h = 0; h < H; ++h)
+        acc.add_head(&logits[(static_cast<std::size_t>(h) * n + r) * keys], trace.scale,
+                     sample.modality);
+      acc.finish(rows[i0 + r].data());
     }
   });
-  finish(sums, cross_modal, full);
+  return reduce_rows(rows, sample.modality);
 }
 
-void layer_entropies_naive(const TraceInfo& trace, const SampleInfo& sample, const LayerTensors& t,
-                           double& cross_modal, double& full) {
+LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& sample,
+                                     const LayerTensors& t) {
   const int P = sample.prompt_len, H = trace.num_heads, Hkv = trace.num_kv_heads,
             d = trace.head_dim;
-  std::vector<RowSums> sums(H);
-  std::vector<float> row(P);
-  for (int h = 0; h < H; ++h)
-    for (int i = 0; i < P; ++i) {
+  std::vector<std::array<double, 4>> rows(P);
+  std::vector<float> logits(P);
+  RowAccumulator acc(P);
+  for (int i = 0; i < P; ++i) {
+    acc.start(i);
+    for (int h = 0; h < H; ++h) {
       for (int j = 0; j <= i; ++j) {
         double dot = 0;
         for (int e = 0; e < d; ++e)
           dot += static_cast<double>(t.q(i, h, e)) * t.k(j, h / (H / Hkv), e);
-        row[j] = static_cast<float>(dot);
+        logits[j] = static_cast<float>(dot);
       }
-      sums[h].add_row(row.data(), i, trace.scale, sample.modality);
+      acc.add_head(logits.data(), trace.scale, sample.modality);
     }
-  finish(sums, cross_modal, full);
+    acc.finish(rows[i].data());
+  }
+  return reduce_rows(rows, sample.modality);
 }
 
 SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
@@ -108,13 +172,8 @@ SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sa
   LayerTensors t;
   for (int l = 0; l < reader.info().num_layers; ++l) {
     reader.read_layer_into(sample, l, t);
-    double cm = 0, full = 0;
-    if (naive)
-      layer_entropies_naive(reader.info(), sample, t, cm, full);
-    else
-      layer_entropies(reader.info(), sample, t, threads, cm, full);
-    stats.cross_modal_entropy.push_back(cm);
-    stats.attention_entropy.push_back(full);
+    stats.layers.push_back(naive ? layer_entropies_naive(reader.info(), sample, t)
+                                 : layer_entropies(reader.info(), sample, t, threads));
   }
   return stats;
 }

@@ -9,25 +9,32 @@
 
 namespace kvsim {
 
-struct SampleStats {
-  // Per layer, from the prompt's causal attention, averaged over query heads:
-  // cross-modal entropy E_CM (MEDA Eq. 4-6) = mean over text queries of the entropy of their
-  // softmax restricted to earlier vision keys + the same for vision queries over earlier text
-  // keys (rows with no such key are skipped);
-  std::vector<double> cross_modal_entropy;
-  // and the mean entropy of the full causal attention rows of the prompt.
-  std::vector<double> attention_entropy;
+// One layer's prompt-attention entropies (nats), each in two readings of "head-averaged":
+// `*_of_mean` is the entropy of the attention averaged over the query heads (MEDA Sec. 3.2: "A is
+// average attention across multi-heads"), `*_mean_of_heads` the mean over heads of each head's
+// entropy; by concavity the first is never below the second.
+//   cross-modal (MEDA E_CM, Eq. 4-6): mean over text queries of the entropy of their attention
+//   restricted (renormalised) to earlier vision keys + the same for vision queries over earlier
+//   text keys; rows with no such key are skipped;
+//   full: mean entropy of the causal attention rows of the prompt.
+struct LayerEntropies {
+  double cross_modal_of_mean = 0, cross_modal_mean_of_heads = 0;
+  double full_of_mean = 0, full_mean_of_heads = 0;
 };
 
-// One layer's two entropies, computed with blocked GEMMs (threads over heads, deterministic).
-void layer_entropies(const TraceInfo& trace, const SampleInfo& sample, const LayerTensors& t,
-                     int threads, double& cross_modal, double& full);
+struct SampleStats {
+  std::vector<LayerEntropies> layers;  // [L]
+};
+
+// One layer's entropies, computed with blocked GEMMs (threads over row blocks, deterministic).
+LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
+                               const LayerTensors& t, int threads);
 
 // The same from scalar loops, for the plain reference.
-void layer_entropies_naive(const TraceInfo& trace, const SampleInfo& sample, const LayerTensors& t,
-                           double& cross_modal, double& full);
+LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& sample,
+                                     const LayerTensors& t);
 
-// Reads every layer of a sample and fills both vectors.
+// Reads every layer of a sample and computes its entropies.
 SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
                                  bool naive = false);
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "policies/selection.hpp"
 #include "sim/sample_stats.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -21,8 +22,52 @@ TEST(SampleStats, CrossModalAndFullEntropyByHand) {
   const SampleInfo s = reader.read_sample("s0");
   for (bool naive : {false, true}) {
     const SampleStats st = compute_sample_stats(reader, s, 2, naive);
-    EXPECT_NEAR(st.cross_modal_entropy[0], std::log(2.0), 1e-6);
-    EXPECT_NEAR(st.attention_entropy[0], std::log(24.0) / 4, 1e-6);
+    for (double e : {st.layers[0].cross_modal_of_mean, st.layers[0].cross_modal_mean_of_heads})
+      EXPECT_NEAR(e, std::log(2.0), 1e-6);
+    for (double e : {st.layers[0].full_of_mean, st.layers[0].full_mean_of_heads})
+      EXPECT_NEAR(e, std::log(24.0) / 4, 1e-6);
+  }
+}
+
+double entropy(std::vector<double> p) {
+  double h = 0;
+  for (double x : p) h -= x * std::log(x);
+  return h;
+}
+
+TEST(SampleStats, EntropyOfTheHeadAveragedAttention) {
+  // Two query heads on one KV head: head 0 has c = 1 (p ∝ w), head 1 c = 0 (uniform); modality
+  // [T I I T], w = [1, 1, 3, 1]. Cross-modal rows: text row 3 over images 1, 2 — head 0
+  // (1/4, 3/4), head 1 (1/2, 1/2), their mean (3/8, 5/8); image rows over text key 0: 0.
+  // MEDA's E_CM is the entropy of the mean; the other reading averages the heads' entropies.
+  // Full rows: row 1 (1/2, 1/2) in both heads; row 2 head 0 (1, 1, 3) / 5, head 1 uniform over 3;
+  // row 3 head 0 (1, 1, 3, 1) / 6, head 1 uniform over 4.
+  TinyTrace t{.prompt_len = 4,
+              .weights = {1, 1, 3, 1, 1},
+              .modality = {0, 1, 1, 0, 0},
+              .heads = 2,
+              .head_power = {1, 0}};
+  TraceReader reader(t.write("entropy_heads.h5"));
+  const SampleInfo s = reader.read_sample("s0");
+  const double third = 1.0 / 3;
+  const std::vector<double> r2h0{.2, .2, .6}, r2h1{third, third, third};
+  const std::vector<double> r3h0{1. / 6, 1. / 6, .5, 1. / 6}, r3h1{.25, .25, .25, .25};
+  auto mean = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> m;
+    for (std::size_t i = 0; i < a.size(); ++i) m.push_back((a[i] + b[i]) / 2);
+    return m;
+  };
+  const double full_of_mean =
+      (std::log(2.0) + entropy(mean(r2h0, r2h1)) + entropy(mean(r3h0, r3h1))) / 4;
+  const double full_mean_of_heads =
+      (std::log(2.0) + (entropy(r2h0) + entropy(r2h1) + entropy(r3h0) + entropy(r3h1)) / 2) / 4;
+  for (bool naive : {false, true}) {
+    const LayerEntropies e = compute_sample_stats(reader, s, 2, naive).layers[0];
+    EXPECT_NEAR(e.cross_modal_of_mean, entropy({3. / 8, 5. / 8}), 1e-6);
+    EXPECT_NEAR(e.cross_modal_mean_of_heads, (entropy({.25, .75}) + std::log(2.0)) / 2, 1e-6);
+    EXPECT_NEAR(e.full_of_mean, full_of_mean, 1e-6);
+    EXPECT_NEAR(e.full_mean_of_heads, full_mean_of_heads, 1e-6);
+    EXPECT_GT(e.cross_modal_of_mean, e.cross_modal_mean_of_heads);
   }
 }
 
@@ -78,22 +123,44 @@ TEST(Meda, FirstDecodeReading) {
   EXPECT_EQ(r[0].merged[0][2].into_position, 6);
 }
 
-TEST(Meda, LayerBudgetsFollowTheEntropySoftmax) {
-  // Two layers that differ in sharpness; budgets are ceil(softmax(E_CM) * L * B), at most P.
+TEST(Meda, CappedLayerSurplusIsRedistributed) {
+  // Weights ∝ softmax(E) = (6, 1, 1), 3 layers of budget 4 (12 entries), at most P = 7 per layer:
+  // 12 · (.75, .125, .125) = (9, 1.5, 1.5); layer 0 is capped at 7 and its 2 extra entries go to
+  // layers 1 and 2 by their weights: 2.5 each, then by largest remainder (ties to the lower layer)
+  // 3 and 2. Sum 12 (dropping the surplus would allocate 7 + 2 + 2 = 11).
+  EXPECT_EQ(allocate_layer_budgets({6, 1, 1}, 12, 7), (std::vector<int>{7, 3, 2}));
+  // Cascading caps: (10, 10, 1) of 15 with cap 6: 7.14 -> 6 twice, the last layer gets 3.
+  EXPECT_EQ(allocate_layer_budgets({10, 10, 1}, 15, 6), (std::vector<int>{6, 6, 3}));
+  // More than the layers can hold: every layer full.
+  EXPECT_EQ(allocate_layer_budgets({1, 2}, 50, 7), (std::vector<int>{7, 7}));
+  // Uncapped: (2.4, 1.2, 2.4) of 6 by largest remainder -> 2, 1, 2 and one more to layer 0 (.4,
+  // ties to the lower layer).
+  EXPECT_EQ(allocate_layer_budgets({2, 1, 2}, 6, 10), (std::vector<int>{3, 1, 2}));
+}
+
+TEST(Meda, LayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
   const std::string path = small_synthetic_trace("meda_layers.h5", 3);
   TraceReader reader(path);
   const SampleInfo s = reader.read_sample("000000");
   const SampleStats st = compute_sample_stats(reader, s, 1);
-  const int B = 20;
-  const auto r = run_policy(path, "meda", {{"budget", std::to_string(B)}, {"merge", "false"}});
-  double z = 0;
-  for (double e : st.cross_modal_entropy) z += std::exp(e);
-  for (int l = 0; l < 3; ++l) {
-    const int want = std::min(
-        s.prompt_len,
-        static_cast<int>(std::ceil(std::exp(st.cross_modal_entropy[l]) / z * 3 * B - 1e-9)));
-    EXPECT_EQ(r[l].prefill_kept_min, want) << "layer " << l;
-  }
+  for (const std::string reading : {"attention", "entropy"})
+    for (int B : {8, 20, 40}) {
+      const auto r = run_policy(path, "meda",
+                                {{"budget", std::to_string(B)},
+                                 {"merge", "false"},
+                                 {"head_average", reading}});
+      std::vector<double> w;
+      for (const auto& e : st.layers)
+        w.push_back(std::exp(reading == "attention" ? e.cross_modal_of_mean
+                                                    : e.cross_modal_mean_of_heads));
+      const auto want = allocate_layer_budgets(w, 3L * B, s.prompt_len);
+      int total = 0;
+      for (int l = 0; l < 3; ++l) {
+        EXPECT_EQ(r[l].prefill_kept_min, want[l]) << reading << " B " << B << " layer " << l;
+        total += r[l].prefill_kept_min;
+      }
+      EXPECT_EQ(total, 3 * B) << reading << " B " << B;
+    }
 }
 
 }  // namespace

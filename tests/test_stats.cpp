@@ -63,6 +63,9 @@ TEST(Stats, TinyTraceByHand) {
   // none), image rows over the one text key before them: 0.
   EXPECT_NEAR(st.entropy[0], std::log(24.0) / 4, 1e-6);
   EXPECT_NEAR(st.cross_modal_entropy[0], std::log(2.0), 1e-6);
+  // One head: both readings of "head-averaged" agree.
+  EXPECT_NEAR(st.entropy_mean_of_heads[0], std::log(24.0) / 4, 1e-6);
+  EXPECT_NEAR(st.cross_modal_entropy_mean_of_heads[0], std::log(2.0), 1e-6);
 }
 
 TEST(Stats, DapAgreementAcrossLayers) {

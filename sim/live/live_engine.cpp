@@ -85,11 +85,8 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
   }
   if (needs.sample_entropies) {
     const int L = c.num_hidden_layers;
-    pp.stats.cross_modal_entropy.resize(L);
-    pp.stats.attention_entropy.resize(L);
     for (int l = 0; l < L; ++l)
-      layer_entropies(pp.trace, s, pp.layers[l]->tensors(), threads_,
-                      pp.stats.cross_modal_entropy[l], pp.stats.attention_entropy[l]);
+      pp.stats.layers.push_back(layer_entropies(pp.trace, s, pp.layers[l]->tensors(), threads_));
   }
   return pp;
 }
@@ -145,7 +142,7 @@ class PolicyLoop {
  public:
   PolicyLoop(Backend& b, PreparedPrompt& pp, const PolicyConfig& config, bool check)
       : b_(b), pp_(pp), config_(config), check_(check) {
-    if (!pp.stats.cross_modal_entropy.empty()) stats_ = &pp.stats;
+    if (!pp.stats.layers.empty()) stats_ = &pp.stats;
   }
 
   // Each layer's instance first sees the prefill of layers 0..l-1 on scratch caches, so it holds
