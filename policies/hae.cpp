@@ -7,9 +7,16 @@
 //                           and max_{i ∈ text} A_{i,j} < α                (Eq. 3)
 // Decode — Dynamic Decoding Eviction Strategy (DDES, Definition 2, Eq. 4-5):
 //   Sc(j) = cumulative attention received by j (Eq. 5: this step's softmax plus β, the score
-//   before it), summed over the query heads of the KV head. While the cache holds more unmarked
-//   entries than the budget, the lowest-scoring unmarked entry is marked into the recycle bin; it
-//   stays in attention. When the bin holds RC_size entries they are all evicted at once.
+//   before it), summed over the query heads of the KV head. The cache grows from l to
+//   l + k - 1 (the Dynamic Cache Constraint l <= |S_2| < l + D); every k = RC_size new tokens an
+//   eviction is triggered that removes the k entries with the lowest Sc at that moment (Eq. 4's
+//   argmin over subsets of size k, re-ranked at the trigger), new tokens included.
+//   `ddes = mark` is the recycle bin as Fig. 1's caption and Sec. 1 tell it: at every step while
+//   the cache holds more unmarked entries than l, the lowest-scoring unmarked entry is marked
+//   (its rank frozen from then on) and stays attended; when the bin holds RC_size entries they
+//   are evicted at once. It is a defensible reading of the figure, not of Eq. 4: a marked entry
+//   is never reprieved even if it is attended later, so a flush can remove more score than the
+//   k lowest (Corollary 2.1's bound, which Eq. 4 meets by construction).
 //
 // Readings chosen (the paper does not say):
 // - A_{i,j} is the first layer's attention averaged over all query heads (the set is broadcast
@@ -43,6 +50,7 @@ class Hae final : public Policy {
         dap_(p.get_string("stages") != "decode"),
         ddes_(p.get_string("stages") != "prefill"),
         prompt_scores_(p.get_bool("prompt_scores")),
+        mark_(p.get_string("ddes") == "mark"),
         auto_budget_(p.get_string("budget") == "auto"),
         budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")),
         total_len_(s.total_len()) {}
@@ -61,11 +69,8 @@ class Hae final : public Policy {
           for (int j = 0; j < view.prompt_len(); ++j) st.scores[g][j] += col[j];
         }
       st.budget[g] = auto_budget_ ? cache.size(g) : budget_;
-      if (cache.size(g) > st.budget[g]) {
-        std::vector<double> s(cache.size(g));
-        for (int e = 0; e < cache.size(g); ++e) s[e] = st.scores[g][cache.position(g, e)];
-        cache.keep_only(g, keep_top_scores(s, st.budget[g]));
-      }
+      if (cache.size(g) > st.budget[g])
+        cache.keep_only(g, keep_top_scores(cache_scores(st, cache, g), st.budget[g]));
     }
   }
 
@@ -78,16 +83,10 @@ class Hae final : public Policy {
         const float* p = att.head(g, r, n);
         for (int e = 0; e < n; ++e) st.scores[g][cache.position(g, e)] += p[e];  // Eq. 5
       }
-      auto& bin = st.bin[g];
-      while (n - static_cast<int>(bin.size()) > st.budget[g])
-        bin.insert(lowest_unmarked(st, cache, g));
-      if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
-        std::vector<int> entries;
-        for (int e = 0; e < n; ++e)
-          if (bin.count(cache.position(g, e))) entries.push_back(e);
-        cache.evict(g, entries);
-        bin.clear();
-      }
+      if (mark_)
+        mark_and_flush(st, cache, g);
+      else if (n - st.budget[g] >= rc_size_)  // k new tokens since the last trigger: Eq. 4
+        cache.keep_only(g, keep_top_scores(cache_scores(st, cache, g), st.budget[g]));
     }
   }
 
@@ -132,6 +131,25 @@ class Hae final : public Policy {
       if (modality[j] != 0 && sum[j] < r_ * total && max[j] < alpha_) pruned_.insert(j);
   }
 
+  static std::vector<double> cache_scores(const Layer& st, const KvCache& cache, int g) {
+    std::vector<double> s(cache.size(g));
+    for (int e = 0; e < cache.size(g); ++e) s[e] = st.scores[g][cache.position(g, e)];
+    return s;
+  }
+
+  void mark_and_flush(Layer& st, KvCache& cache, int g) const {
+    auto& bin = st.bin[g];
+    const int n = cache.size(g);
+    while (n - static_cast<int>(bin.size()) > st.budget[g]) bin.insert(lowest_unmarked(st, cache, g));
+    if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
+      std::vector<int> entries;
+      for (int e = 0; e < n; ++e)
+        if (bin.count(cache.position(g, e))) entries.push_back(e);
+      cache.evict(g, entries);
+      bin.clear();
+    }
+  }
+
   static int lowest_unmarked(const Layer& st, const KvCache& cache, int g) {
     int best = -1;
     double best_score = 0;
@@ -146,7 +164,7 @@ class Hae final : public Policy {
 
   double r_, alpha_;
   int rc_size_;
-  bool dap_, ddes_, prompt_scores_, auto_budget_;
+  bool dap_, ddes_, prompt_scores_, mark_, auto_budget_;
   int budget_;
   int total_len_;
   std::set<int> pruned_;  // DAP's evicted positions, broadcast to every layer
@@ -177,6 +195,15 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"prefill", "decode", "all"}},
+               {"ddes",
+                ParamType::kChoice,
+                "eq4",
+                "eq4: every RC_size new tokens evict the RC_size lowest cumulative scores, "
+                "re-ranked then (Eq. 4-5); mark: mark the lowest entry each step into the "
+                "recycle bin, evict the bin when full (Fig. 1)",
+                0,
+                0,
+                {"eq4", "mark"}},
                {"prompt_scores", ParamType::kBool, "true",
                 "cumulative scores include the attention received during the prefill"}},
     .needs = {},

@@ -78,6 +78,7 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"oracle", {{"budget", "16"}}},
       {"hae", {{"r", "0.02"}, {"alpha", "0.05"}, {"rc_size", "4"}}},
       {"hae", {{"budget", "20"}, {"rc_size", "3"}, {"stages", "decode"}}},
+      {"hae", {{"r", "0.02"}, {"alpha", "0.05"}, {"rc_size", "4"}, {"ddes", "mark"}}},
       {"meda", {{"budget", "12"}}},
       {"avl", {}},
       {"fastv", {}},

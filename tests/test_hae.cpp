@@ -5,9 +5,9 @@
 // image: [4, 1, .5, 2, 1] / 8.5 -> A_1 = .1176, A_2 = .0588, A_3 = .2353, Σ = .4118,
 // r·Σ = .0824: only A_2 is below it, and its maximum over text queries .0588 < α: evict {2}.
 // Prompt scores (column sums of all prompt rows): s0 = 3.531, s1 = .633, s3 = .502, s4 = .118.
-// Budget auto = |S_1| = 4. Step 0 attends {0 1 3 4 5} with [4 1 2 1 3]/11: s4 = .208 is the
-// lowest -> marked, still attended. Step 1 attends all six with [4 1 2 1 3 3]/14: the lowest
-// unmarked score is s6 = .214 -> marked; the bin holds RC_size = 2: evict {4, 6} at once.
+// Budget auto = |S_1| = 4, RC_size = 2. Step 0 attends {0 1 3 4 5} with [4 1 2 1 3]/11: the cache
+// holds l + 1 entries, no trigger. Step 1 attends all six with [4 1 2 1 3 3]/14: 2 new tokens,
+// Eq. 4 evicts the 2 lowest scores s4 = .118 + 1/11 + 1/14 = .280 and s6 = 3/14 = .214.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,9 +35,9 @@ TEST(Hae, DualAttentionPruningThenRecycleBin) {
   ASSERT_EQ(r.size(), 2u);
   for (const auto& layer : r) {
     EXPECT_EQ(evicted_at(layer, -1), (V{2})) << "broadcast to layer " << layer.layer;
-    EXPECT_TRUE(evicted_at(layer, 0).empty());  // 4 is only marked
+    EXPECT_TRUE(evicted_at(layer, 0).empty());  // the cache may grow to l + RC_size - 1
     EXPECT_EQ(evicted_at(layer, 1), (V{4, 6}));
-    EXPECT_EQ(layer.steps[0][1].cache_size, 6);  // marked entries stay in attention
+    EXPECT_EQ(layer.steps[0][1].cache_size, 6);  // buffered entries stay in attention
     EXPECT_EQ(layer.steps[0][1].attended_size, 6);
   }
   // Step 0 attends everything but 2: (11.5 - 0.5) / 11.5 of the full-cache mass.
@@ -59,8 +59,8 @@ TEST(Hae, StagesReproduceTheAblation) {
   EXPECT_EQ(evicted_at(r[1], -1), (V{2}));
   EXPECT_EQ(r[1].evicted[0].size(), 1u);
   EXPECT_EQ(r[1].steps[0][1].cache_size, 6);
-  // DDES only, budget auto = P = 5. Step 0: s4 = .118 + 1/11.5 = .205 is the lowest -> marked.
-  // Step 1: s6 = 3/14.5 = .207 < s2 = .294 -> marked, bin full: evict {4, 6}.
+  // DDES only, budget auto = P = 5. Step 1 triggers: s6 = 3/14.5 = .207 and
+  // s4 = .118 + 1/11.5 + 1/14.5 = .274 are the lowest (s2 = .294).
   p["stages"] = "decode";
   r = run_policy(path, "hae", p);
   EXPECT_TRUE(evicted_at(r[0], -1).empty());
@@ -73,6 +73,38 @@ TEST(Hae, ExplicitBudgetEvictsDownToItAtThePrefill) {
   const auto r = run_policy(hae_trace().write("hae_budget.h5"), "hae", p);
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 4}));
   for (const auto& m : r[0].steps[0]) EXPECT_LE(m.cache_size, 3 + 2);  // B + RC_size - 1 + new
+}
+
+TEST(Hae, Eq4ReranksAtTheTriggerWhereTheMarkedBinDoesNot) {
+  // The trace above, but the step-1 query has c = -1 (p ∝ 1/w): over {0 1 3 4 5 6} with
+  // w = [4 1 2 1 3 3] it attends [.25 1 .5 1 .333 .333] / 3.417. Scores after step 1:
+  // s4 = .118 + 1/11 + 1/3.417 = .501, s5 = 3/11 + .333/3.417 = .370, s6 = .098, s1 = 1.017,
+  // s3 = .830. Eq. 4 evicts the two lowest then, {5, 6}. The recycle bin (ddes = mark) marked 4
+  // at step 0, when s4 = .209 < s5 = .273 was the lowest, and cannot take it back: {4, 6}.
+  TinyTrace t = hae_trace();
+  t.query_power = {1, 1, 1, 1, 1, 1, -1};
+  const std::string path = t.write("hae_rerank.h5");
+  auto r = run_policy(path, "hae", kParams);
+  EXPECT_EQ(evicted_at(r[0], 1), (V{5, 6}));
+  auto p = kParams;
+  p["ddes"] = "mark";
+  r = run_policy(path, "hae", p);
+  EXPECT_TRUE(evicted_at(r[0], 0).empty());  // 4 is only marked, still attended
+  EXPECT_EQ(evicted_at(r[0], 1), (V{4, 6}));
+  // Corollary 2.1 (--bounds): the marked flush removes more score than the two lowest held.
+  TraceReader reader(path);
+  for (const std::string ddes : {"eq4", "mark"}) {
+    p["ddes"] = ddes;
+    std::vector<LayerResult> out;
+    Replayer(reader, {make_policy_config("hae", p)}, {.threads = 1, .bounds = true})
+        .replay_sample("s0", [&](const LayerResult& l) { out.push_back(l); });
+    ASSERT_EQ(out[0].flushes.size(), 1u) << ddes;
+    const FlushEvent& f = out[0].flushes[0];
+    const double s4 = 1 / 8.5 + 1 / 11.0 + 1 / 3.41666667, s5 = 3 / 11.0 + 1 / 3.0 / 3.41666667,
+                 s6 = 1 / 3.0 / 3.41666667;
+    EXPECT_NEAR(f.greedy, s5 + s6, 1e-6) << ddes;
+    EXPECT_NEAR(f.realized, ddes == "eq4" ? s5 + s6 : s4 + s6, 1e-6) << ddes;
+  }
 }
 
 }  // namespace
