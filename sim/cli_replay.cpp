@@ -103,7 +103,8 @@ Runner add_replay(CLI::App& app) {
     if (!a->summary.empty()) summary.write_csv(a->summary);
     std::printf(
         "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
-        "out_rel_err = |o - o_hat| / |o|, means over layers, heads and decode steps\n%s",
+        "out_rel_err = |o - o_hat| / |o|, out_v_err = |o - o_hat| / sum_j p_j |v_j|, means over "
+        "layers, heads and decode steps\n%s",
         a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
         summary.table().c_str());
     return 0;

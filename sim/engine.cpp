@@ -173,7 +173,7 @@ void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
       for (int e = 0; e < n; ++e)
         if (cache.attended(g, e)) attended_mask[cache.position(g, e)] = 1;
     }
-    double mass_sum = 0, err2 = 0, ref2 = 0;
+    double mass_sum = 0, err2 = 0, ref2 = 0, vnorm2 = 0;
     for (int r = 0; r < group; ++r) {
       const int h = g * group + r;
       const float* pf = att.decode_probs(step, h);
@@ -237,12 +237,15 @@ void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
         err2 += (o[i] - o_hat[i]) * (o[i] - o_hat[i]);
         ref2 += static_cast<double>(o[i]) * o[i];
       }
+      const double vn = ref.full_value_norm(step, h);
+      vnorm2 += vn * vn;
     }
     StepMetrics& m = metrics[g];
     m.cache_size = n;
     m.attended_size = n_att;
     m.mass_recall = static_cast<float>(mass_sum / group);
     m.output_rel_error = with_v ? static_cast<float>(std::sqrt(err2 / ref2)) : NAN;
+    m.output_value_error = with_v ? static_cast<float>(std::sqrt(err2 / vnorm2)) : NAN;
     if (ref.has_key_ranking()) step_diagnostics(ref, cache, step, g, attended_mask, m);
   }
 }

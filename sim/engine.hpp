@@ -22,6 +22,9 @@ struct StepMetrics {
   int attended_size = 0;  // entries that took part in attention
   float mass_recall = 0;  // Σ full-cache probability of attended positions, mean over the group
   float output_rel_error = NAN;  // ‖o - ô‖ / ‖o‖ over the group's query heads; NaN without v
+  // ‖o - ô‖ / Σ_j p_j ‖v_j‖ (full-cache probabilities) over the group's query heads: the error
+  // relative to the mean norm of the attended values, which stays finite when o is small.
+  float output_value_error = NAN;
   std::int64_t kv_bytes = 0;     // cache_size * 2 * head_dim * bytes per element of the trace
   // Diagnostics (replay --diagnostics; NaN otherwise), on the group-mean full-cache attention:
   float hit_top = NAN;       // share of the top 10% keys still stored

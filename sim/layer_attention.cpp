@@ -108,7 +108,10 @@ void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (!decode) return;
   decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
-  if (tensors_.has_v()) full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
+  if (tensors_.has_v()) {
+    full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
+    full_value_norm_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
+  }
 }
 
 std::vector<int> LayerAttention::text_query_rows() const {
@@ -247,6 +250,19 @@ void LayerAttention::compute_decode(int h) {
     const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G_, d_, T_, 1.0f, probs, ld, v,
                 Hkv_ * d_, 0.0f, &full_output_[static_cast<std::size_t>(h) * d_], H_ * d_);
+    std::vector<float> norms(T_);
+    for (int j = 0; j < T_; ++j) {
+      const float* vj = v + static_cast<std::size_t>(j) * Hkv_ * d_;
+      double s = 0;
+      for (int i = 0; i < d_; ++i) s += static_cast<double>(vj[i]) * vj[i];
+      norms[j] = static_cast<float>(std::sqrt(s));
+    }
+    for (int t = 0; t < G_; ++t) {
+      const float* row = probs + static_cast<std::size_t>(t) * ld;
+      double s = 0;
+      for (int j = 0; j < P_ + t + 1; ++j) s += static_cast<double>(row[j]) * norms[j];
+      full_value_norm_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(s);
+    }
   }
 }
 

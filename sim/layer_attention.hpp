@@ -97,6 +97,10 @@ class LayerAttention {
     return &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_];
   }
   bool has_output() const { return !full_output_.empty(); }
+  // Σ_j p_j ‖v_j‖ over the full cache at decode step t for query head h (needs v).
+  float full_value_norm(int t, int h) const {
+    return full_value_norm_[static_cast<std::size_t>(t) * H_ + h];
+  }
 
  private:
   // Sets the shapes and allocates the outputs; the public constructors then fill them.
@@ -123,6 +127,7 @@ class LayerAttention {
   std::vector<float> decode_probs_;        // [G, H, T]
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<float> full_output_;         // [G, H, d]
+  std::vector<float> full_value_norm_;     // [G, H]
   std::vector<long> sparse_counts_;        // [H, 2]
   std::vector<std::int32_t> ranking_;      // [G, Hkv, T]
   std::vector<std::int32_t> rank_counts_;  // [G, Hkv, 2]

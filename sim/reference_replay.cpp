@@ -91,7 +91,7 @@ void plain_step_attention(const LayerAttention& att, const LayerAttention& ref,
   for (int g = 0; g < Hkv; ++g) {
     const int n = cache.size(g);
     out.probs[g].assign(static_cast<std::size_t>(group) * n, 0.0f);
-    double recall = 0, err2 = 0, ref2 = 0;
+    double recall = 0, err2 = 0, ref2 = 0, vnorm2 = 0;
     for (int r = 0; r < group; ++r) {
       const int h = g * group + r;
       double full_lse = 0;
@@ -112,6 +112,9 @@ void plain_step_attention(const LayerAttention& att, const LayerAttention& ref,
       for (int e = 0; e < n; ++e)
         p[e] = cache.attended(g, e) ? static_cast<float>(std::exp(logit[e] - mx) / sum) : 0.0f;
       if (!t.has_v()) continue;
+      double vn = 0;  // Σ_j p_j ‖v_j‖
+      for (int j = 0; j <= s; ++j) vn += full[j] * std::sqrt(dot(&t_ref.v(j, g, 0), &t_ref.v(j, g, 0), d));
+      vnorm2 += vn * vn;
       for (int i = 0; i < d; ++i) {
         double o = 0, o_hat = 0;
         for (int j = 0; j <= s; ++j) o += full[j] * t_ref.v(j, g, i);
@@ -129,6 +132,7 @@ void plain_step_attention(const LayerAttention& att, const LayerAttention& ref,
     metrics[g].attended_size = cache.attended_size(g);
     metrics[g].mass_recall = static_cast<float>(recall / group);
     metrics[g].output_rel_error = t.has_v() ? static_cast<float>(std::sqrt(err2 / ref2)) : NAN;
+    metrics[g].output_value_error = t.has_v() ? static_cast<float>(std::sqrt(err2 / vnorm2)) : NAN;
   }
 }
 

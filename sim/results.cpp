@@ -53,7 +53,7 @@ StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyCo
   for (const auto& p : policies) labels_.push_back(p.label);
   std::fputs(
       "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-      "output_rel_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,evicted_mass,"
+      "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,evicted_mass,"
       "cumulative_evicted_mass,regret\n",
       file_);
 }
@@ -75,6 +75,8 @@ void StepCsvWriter::write(const LayerResult& r) {
       append_float(buffer_, m.mass_recall);
       buffer_ += ",";
       append_float(buffer_, m.output_rel_error);
+      buffer_ += ",";
+      append_float(buffer_, m.output_value_error);
       buffer_ += "," + std::to_string(m.kv_bytes) + ",";
       append_float(buffer_, m.hit_top);
       buffer_ += ",";
@@ -171,6 +173,7 @@ void Summary::Acc::add(const StepMetrics& m) {
   ++count;
   if (!std::isnan(m.output_rel_error)) {
     error += m.output_rel_error;
+    value_error += m.output_value_error;
     ++error_count;
   }
 }
@@ -193,7 +196,7 @@ void Summary::add(const LayerResult& r) {
 void Summary::write_csv(const std::string& path) const {
   std::string out =
       "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
-      "min_mass_recall,mean_output_rel_error,mean_kv_bytes\n";
+      "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
                  const Acc& a) {
     out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
@@ -209,6 +212,8 @@ void Summary::write_csv(const std::string& path) const {
     out += ",";
     append_float(out, a.error_count ? a.error / a.error_count : NAN);
     out += ",";
+    append_float(out, a.error_count ? a.value_error / a.error_count : NAN);
+    out += ",";
     append_float(out, a.kv_bytes / n);
     out += "\n";
   };
@@ -223,9 +228,9 @@ std::string Summary::table() const {
   char line[512];
   int w = 14;  // label column: wide enough for preset names
   for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
-  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %11s\n", w, "policy",
-                "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
-                "KV_MiB/step");
+  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %9s %11s\n", w,
+                "policy", "budget", "kept@P", "stored", "used", "recall", "min_recall",
+                "out_rel_err", "out_v_err", "KV_MiB/step");
   os << line;
   for (const auto& [p, a] : per_policy_) {
     const auto& cfg = policies_[p];
@@ -237,17 +242,20 @@ std::string Summary::table() const {
     const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
     const double mib = kv_bytes_per_step_.at(p) /
                        std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
-    char err[32] = "-";
-    if (a.error_count) std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+    char err[32] = "-", verr[32] = "-";
+    if (a.error_count) {
+      std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+      std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
+    }
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
-      std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8s %8s %8s %10s %11s %11s\n", w,
-                    cfg.label.c_str(), budget.c_str(), kept, "-", "-", "-", "-", "-", "-");
+      std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8s %8s %8s %10s %11s %9s %11s\n", w,
+                    cfg.label.c_str(), budget.c_str(), kept, "-", "-", "-", "-", "-", "-", "-");
       os << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %11.2f\n", w,
-                  cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
-                  a.recall / n, a.min_recall, err, mib);
+    std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %9s %11.2f\n",
+                  w, cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
+                  a.recall / n, a.min_recall, err, verr, mib);
     os << line;
   }
   return os.str();

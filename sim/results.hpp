@@ -53,7 +53,7 @@ class Summary {
   std::string table() const;
 
   struct Acc {
-    double cache = 0, attended = 0, recall = 0, error = 0, kv_bytes = 0;
+    double cache = 0, attended = 0, recall = 0, error = 0, value_error = 0, kv_bytes = 0;
     double min_recall = 1e30;
     long count = 0, error_count = 0;
     void add(const StepMetrics& m);

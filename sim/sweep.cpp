@@ -133,25 +133,26 @@ std::string num(double x) {
 // Item files hold the measurements only; the results file prefixes them with who made them.
 const char* kItemHeader =
     "layer,kv_head,steps,mean_cache_size,mean_attended_size,mean_mass_recall,min_mass_recall,"
-    "mean_output_rel_error,mean_kv_bytes\n";
+    "mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
 const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
 
 // One configuration's rows for one layer: means over the decode steps of each KV head.
 std::string layer_rows(const LayerResult& r) {
   std::string out;
   for (std::size_t g = 0; g < r.steps.size(); ++g) {
-    double cache = 0, att = 0, recall = 0, err = 0, bytes = 0, min_recall = INFINITY;
+    double cache = 0, att = 0, recall = 0, err = 0, verr = 0, bytes = 0, min_recall = INFINITY;
     long n_err = 0;
     for (const auto& m : r.steps[g]) {
       cache += m.cache_size, att += m.attended_size, recall += m.mass_recall, bytes += m.kv_bytes;
       min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
-      if (!std::isnan(m.output_rel_error)) err += m.output_rel_error, ++n_err;
+      if (!std::isnan(m.output_rel_error))
+        err += m.output_rel_error, verr += m.output_value_error, ++n_err;
     }
     const double n = static_cast<double>(r.steps[g].size());
     out += std::to_string(r.layer) + "," + std::to_string(g) + "," +
            std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
            num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
-           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
+           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," + num(n_err ? verr / n_err : NAN) + "," +
            num(n ? bytes / n : NAN) + "\n";
   }
   return out;

@@ -62,6 +62,7 @@ void expect_same(const LayerResult& a, const LayerResult& b, double tol, const s
       EXPECT_NEAR(x.mass_recall, y.mass_recall, tol)
           << what << " layer " << a.layer << " step " << t;
       EXPECT_NEAR(x.output_rel_error, y.output_rel_error, tol) << what << " step " << t;
+      EXPECT_NEAR(x.output_value_error, y.output_value_error, tol) << what << " step " << t;
       EXPECT_EQ(x.kv_bytes, y.kv_bytes) << what;
     }
   }
@@ -129,6 +130,7 @@ TEST(Engine, ResultsDoNotDependOnTheThreadCount) {
         const auto &a = one[i].steps[g][t], &b = four[i].steps[g][t];
         EXPECT_EQ(std::memcmp(&a.mass_recall, &b.mass_recall, 4), 0);
         EXPECT_EQ(std::memcmp(&a.output_rel_error, &b.output_rel_error, 4), 0);
+        EXPECT_EQ(std::memcmp(&a.output_value_error, &b.output_value_error, 4), 0);
       }
     expect_same(one[i], four[i], 0, "threads");
   }

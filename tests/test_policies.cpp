@@ -59,7 +59,23 @@ TEST(StreamingLlm, SinksPlusRecentWindow) {
   EXPECT_EQ(m.cache_size, 4);
   EXPECT_NEAR(m.mass_recall, 4.0 / 7, 1e-6);
   EXPECT_NEAR(m.output_rel_error, 0.1875, 1e-6);
+  EXPECT_NEAR(m.output_value_error, 0.1875, 1e-6);  // all values positive: Σ p |v| = ‖o‖
   EXPECT_EQ(m.kv_bytes, 4 * 2 * 1 * 4);  // entries * (k, v) * d * float32
+}
+
+TEST(Metrics, ValueErrorStaysFiniteWhenTheOutputIsSmall) {
+  // P = 3, uniform attention (c = 0), v = [2, -2, 4 | -2]. StreamingLLM, budget 2, 1 sink, keeps
+  // {0, 2}; step 0 attends {0, 2, 3}: ô = (2 + 4 - 2) / 3 = 4/3. Full: o = (2 - 2 + 4 - 2) / 4 = .5
+  // and Σ p |v| = 10 / 4 = 2.5. ‖o - ô‖ = 5/6: relative to ‖o‖ 5/3, to the values' norm 1/3.
+  TinyTrace t{.prompt_len = 3,
+              .weights = {1, 1, 1, 1},
+              .query_power = std::vector<double>(4, 0.0),
+              .values = {2, -2, 4, -2}};
+  const auto r =
+      run_policy(t.write("value_error.h5"), "streamingllm", {{"budget", "2"}, {"sinks", "1"}});
+  const auto& m = r[0].steps[0][0];
+  EXPECT_NEAR(m.output_rel_error, 5.0 / 3, 1e-5);
+  EXPECT_NEAR(m.output_value_error, 1.0 / 3, 1e-5);
 }
 
 TEST(StreamingLlm, BudgetMustExceedSinks) {
