@@ -11,7 +11,9 @@ Runner add_synth(CLI::App& app) {
       "Write a synthetic multimodal kvtrace v1 file whose attention has the structure observed "
       "in real MLLMs: attention sinks, local text attention, image blocks attended densely in "
       "early layers and sparsely in deep ones, vision share decaying with generated length, "
-      "heads preferring one modality, similar adjacent layers, rotary positions. Defaults give "
+      "heads preferring one modality, similar adjacent layers, rotary positions; q, k and v "
+      "projected from per-token hidden states (neighbouring image patches alike, keys and values "
+      "alike together). Defaults give "
       "the LLaVA-1.5-7B shape (32 layers, 32 heads, d = 128, 640-token prompt with 576 image "
       "tokens, 64 generated tokens). Deterministic for a seed.");
   auto c = std::make_shared<SynthConfig>();
@@ -84,6 +86,35 @@ Runner add_synth(CLI::App& app) {
                  "Radians per decode step the salient set rotates")
       ->capture_default_str();
   app.add_option("--noise", c->noise, "Logit noise std")->capture_default_str();
+  app.add_option("--hidden-dim", c->hidden_dim,
+                 "Width of the per-token hidden states q, k and v are projected from")
+      ->capture_default_str();
+  app.add_option("--image-regions", c->image_regions,
+                 "Regions per image (patches of one region are near-duplicates)")
+      ->capture_default_str();
+  app.add_option("--region-share", c->region_share,
+                 "Share of an image token's state from its region prototype")
+      ->capture_default_str();
+  app.add_option("--smooth-share", c->smooth_share,
+                 "Share from a spatially smooth field (the rest is the patch's own detail)")
+      ->capture_default_str();
+  app.add_option("--smooth-length", c->smooth_length,
+                 "Correlation length of the smooth field, in patches")
+      ->capture_default_str();
+  app.add_option("--frame-correlation", c->frame_correlation,
+                 "Video: correlation of consecutive frames' states")
+      ->capture_default_str();
+  app.add_option("--saliency-head-share", c->saliency_head_share,
+                 "Share of a head's vision saliency common to all heads")
+      ->capture_default_str();
+  app.add_option("--key-modality-norm", c->key_modality_norm,
+                 "Norm of the modality direction in every key (logits unchanged)")
+      ->capture_default_str();
+  app.add_option("--value-mean", c->value_mean,
+                 "Norm of the value mean shared by a layer's tokens, relative to the content part")
+      ->capture_default_str();
+  app.add_option("--sink-value-scale", c->sink_value_scale, "Factor on the sinks' values")
+      ->capture_default_str();
   return [=] {
     c->write.dtype = *dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
     c->with_v = !*no_v;

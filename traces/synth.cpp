@@ -18,10 +18,22 @@
 //
 // Content terms live in the slowest rotary pairs, where RoPE barely rotates them, and the whole
 // vectors are then rotated, so stored q/k are post-RoPE as the format requires.
+//
+// Every token has a hidden state h (hidden_dim wide, unit variance per coordinate), evolving over
+// layers as an AR(1) with the layer correlation (the residual stream changes slowly). Queries,
+// keys and values are projections of it, as in a real attention layer: the saliency terms are
+// h·u along per-KV-head directions (partly shared by all heads, so important image tokens are
+// important to many heads), the remaining key and query pairs are W_k h and W_q h, and
+// v = W_v h + μ, with μ a value mean shared by the layer's tokens (real value vectors have a
+// large common component) and sinks' values scaled down. Image tokens on their grid mix a region
+// prototype (near-duplicate patches), a spatially smooth field and their own detail, so
+// neighbouring patches have similar keys and similar values; video frames are correlated in
+// time; text tokens are independent.
 #include "traces/synth.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <stdexcept>
 
 namespace kvsim {
@@ -99,6 +111,17 @@ void SynthConfig::validate() const {
   need(rope_base > 1, "rope-base", "must be > 1");
   need(gen_decay_steps >= 1, "gen-decay-steps", "must be >= 1");
   need(write.gzip_level >= 0 && write.gzip_level <= 9, "gzip", "must be in [0, 9]");
+  need(hidden_dim >= 1, "hidden-dim", "must be >= 1");
+  need(image_regions >= 1, "image-regions", "must be >= 1");
+  need(region_share >= 0 && smooth_share >= 0 && region_share + smooth_share <= 1,
+       "region-share/smooth-share", "must be >= 0 and sum to at most 1");
+  need(smooth_length > 0, "smooth-length", "must be > 0");
+  need(frame_correlation >= 0 && frame_correlation <= 1, "frame-correlation", "must be in [0, 1]");
+  need(saliency_head_share >= 0 && saliency_head_share <= 1, "saliency-head-share",
+       "must be in [0, 1]");
+  need(value_mean >= 0, "value-mean", "must be >= 0");
+  need(key_modality_norm > 0, "key-modality-norm", "must be > 0");
+  need(sink_value_scale >= 0, "sink-value-scale", "must be >= 0");
 }
 
 SampleInfo synth_sample_info(const SynthConfig& c, int index) {
@@ -135,19 +158,150 @@ SampleInfo synth_sample_info(const SynthConfig& c, int index) {
 
 namespace {
 
-// Vision saliency fields s1, s2 per (kv head, position) at `layer`: AR(1) over layers from an
-// i.i.d. standard normal field at layer 0, so each layer is reproducible on its own.
-std::vector<double> saliency_fields(const SynthConfig& c, int sample, int layer, int T) {
-  const std::size_t n = static_cast<std::size_t>(c.kv_heads) * T * 2;
-  std::vector<double> z(n);
-  Rng r0(mix_seed(c.seed, sample, 0x5A1, 0));
-  for (auto& x : z) x = r0.gaussian();
-  const double rho = c.layer_correlation, innov = std::sqrt(1.0 - rho * rho);
-  for (int l = 1; l <= layer; ++l) {
-    Rng r(mix_seed(c.seed, sample, 0x5A1, l));
-    for (auto& x : z) x = rho * x + innov * r.gaussian();
+// The Gaussian draws behind the hidden states: region prototypes [media, regions, m], the raw
+// smooth field and the detail [T, m] (the detail is the whole state of a text token).
+struct HiddenDraws {
+  std::vector<double> proto, field, detail;
+  HiddenDraws(const SynthConfig& c, int T)
+      : proto(static_cast<std::size_t>(std::max(1, c.media_count)) * c.image_regions * c.hidden_dim),
+        field(static_cast<std::size_t>(T) * c.hidden_dim),
+        detail(field.size()) {}
+  void draw(Rng& r) {
+    for (auto* v : {&proto, &field, &detail})
+      for (auto& x : *v) x = r.gaussian();
   }
-  return z;
+  void ar1(const HiddenDraws& innovation, double rho) {
+    const double w = std::sqrt(1.0 - rho * rho);
+    for (auto [a, b] : {std::pair{&proto, &innovation.proto}, std::pair{&field, &innovation.field},
+                        std::pair{&detail, &innovation.detail}})
+      for (std::size_t i = 0; i < a->size(); ++i) (*a)[i] = rho * (*a)[i] + w * (*b)[i];
+  }
+};
+
+// One image (or frame) on its grid: positions in the trace, grid width, region of each patch.
+struct MediaGrid {
+  std::vector<int> positions;
+  int width = 1;
+  std::vector<int> region;
+};
+
+std::vector<MediaGrid> media_grids(const SynthConfig& c, const SampleInfo& info, int sample) {
+  std::vector<MediaGrid> grids(std::max(0, c.media_count));
+  for (int j = 0; j < info.total_len(); ++j)
+    if (is_vision(info.modality[j]) && info.media_id[j] >= 0)
+      grids[info.media_id[j]].positions.push_back(j);
+  for (int m = 0; m < static_cast<int>(grids.size()); ++m) {
+    MediaGrid& g = grids[m];
+    const int n = static_cast<int>(g.positions.size());
+    g.width = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)))));
+    const int rows = (n + g.width - 1) / std::max(1, g.width);
+    // Video frames share the first frame's layout: the scene persists, its content drifts.
+    Rng r(mix_seed(c.seed, sample, 0x4E6, c.video ? 0 : m));
+    std::vector<std::pair<double, double>> seeds(std::max(1, c.image_regions));
+    for (auto& s : seeds) s = {r.uniform() * rows, r.uniform() * g.width};
+    for (int t = 0; t < n; ++t) {
+      const double y = t / g.width + 0.5, x = t % g.width + 0.5;
+      int best = 0;
+      double best_d = INFINITY;
+      for (int k = 0; k < static_cast<int>(seeds.size()); ++k) {
+        const double d = (y - seeds[k].first) * (y - seeds[k].first) +
+                         (x - seeds[k].second) * (x - seeds[k].second);
+        if (d < best_d) best_d = d, best = k;
+      }
+      g.region.push_back(best);
+    }
+  }
+  return grids;
+}
+
+// Gaussian smoothing of a raw field over one grid, rescaled to unit variance at every patch.
+std::vector<double> smooth_field(const SynthConfig& c, const MediaGrid& g, const double* raw) {
+  const int n = static_cast<int>(g.positions.size()), m = c.hidden_dim, w = g.width;
+  const int radius = static_cast<int>(std::ceil(2 * c.smooth_length));
+  std::vector<double> out(static_cast<std::size_t>(n) * m, 0.0);
+  for (int t = 0; t < n; ++t) {
+    const int y = t / w, x = t % w;
+    double norm = 0;
+    double* o = &out[static_cast<std::size_t>(t) * m];
+    for (int dy = -radius; dy <= radius; ++dy)
+      for (int dx = -radius; dx <= radius; ++dx) {
+        const int yy = y + dy, xx = x + dx, u = yy * w + xx;
+        if (yy < 0 || xx < 0 || xx >= w || u >= n) continue;
+        const double k = std::exp(-(dy * dy + dx * dx) / (2 * c.smooth_length * c.smooth_length));
+        norm += k * k;
+        const double* in = raw + static_cast<std::size_t>(g.positions[u]) * m;
+        for (int e = 0; e < m; ++e) o[e] += k * in[e];
+      }
+    for (int e = 0; e < m; ++e) o[e] /= std::sqrt(norm);
+  }
+  return out;
+}
+
+// Hidden states [T, m] at `layer`: AR(1) over layers from the draws of layer 0, so each layer is
+// reproducible on its own.
+std::vector<double> hidden_states(const SynthConfig& c, const SampleInfo& info, int sample,
+                                  int layer) {
+  const int T = info.total_len(), m = c.hidden_dim;
+  HiddenDraws z(c, T), innovation(c, T);
+  Rng r0(mix_seed(c.seed, sample, 0x41D, 0));
+  z.draw(r0);
+  for (int l = 1; l <= layer; ++l) {
+    Rng r(mix_seed(c.seed, sample, 0x41D, l));
+    innovation.draw(r);
+    z.ar1(innovation, c.layer_correlation);
+  }
+  std::vector<double> h = z.detail;  // text tokens: their own state
+  const auto grids = media_grids(c, info, sample);
+  const double a = std::sqrt(c.region_share), b = std::sqrt(c.smooth_share),
+               e = std::sqrt(std::max(0.0, 1 - c.region_share - c.smooth_share));
+  std::vector<double> previous;  // the previous frame's states (video)
+  for (std::size_t g = 0; g < grids.size(); ++g) {
+    const MediaGrid& grid = grids[g];
+    const std::vector<double> field = smooth_field(c, grid, z.field.data());
+    std::vector<double> frame(field.size());
+    for (std::size_t t = 0; t < grid.positions.size(); ++t) {
+      const double* proto =
+          &z.proto[(g * c.image_regions + grid.region[t]) * static_cast<std::size_t>(m)];
+      const double* detail = &z.detail[static_cast<std::size_t>(grid.positions[t]) * m];
+      for (int k = 0; k < m; ++k)
+        frame[t * m + k] = a * proto[k] + b * field[t * m + k] + e * detail[k];
+    }
+    if (c.video && !previous.empty() && previous.size() == frame.size()) {
+      const double rho = c.frame_correlation, w = std::sqrt(1 - rho * rho);
+      for (std::size_t i = 0; i < frame.size(); ++i) frame[i] = rho * previous[i] + w * frame[i];
+    }
+    for (std::size_t t = 0; t < grid.positions.size(); ++t)
+      std::copy(&frame[t * m], &frame[t * m] + m, &h[static_cast<std::size_t>(grid.positions[t]) * m]);
+    previous = std::move(frame);
+  }
+  return h;
+}
+
+// A [rows, m] Gaussian matrix scaled by 1/sqrt(m): W h has unit-variance entries.
+std::vector<double> projection(std::uint64_t seed, int rows, int m) {
+  std::vector<double> w(static_cast<std::size_t>(rows) * m);
+  Rng r(seed);
+  const double s = 1 / std::sqrt(static_cast<double>(m));
+  for (auto& x : w) x = s * r.gaussian();
+  return w;
+}
+
+double project(const std::vector<double>& w, int row, const double* h, int m) {
+  double s = 0;
+  for (int k = 0; k < m; ++k) s += w[static_cast<std::size_t>(row) * m + k] * h[k];
+  return s;
+}
+
+// Saliency directions of KV head `kv` (two rows): a share common to every head plus the head's
+// own, the same in every layer (the AR(1) of h carries the layer correlation).
+std::vector<double> saliency_directions(const SynthConfig& c, int kv) {
+  const int m = c.hidden_dim;
+  const std::vector<double> shared = projection(mix_seed(c.seed, 0x5A1, 0xA11), 2, m);
+  const std::vector<double> own = projection(mix_seed(c.seed, 0x5A1, kv), 2, m);
+  std::vector<double> u(shared.size());
+  const double a = std::sqrt(c.saliency_head_share), b = std::sqrt(1 - c.saliency_head_share);
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] = a * shared[i] + b * own[i];
+  return u;
 }
 
 void rotate(float* x, int d, int position, double base) {
@@ -180,7 +334,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   for (int f = 0; f < g.content_first; ++f) norm += spectrum[f] = std::exp(-f / c.locality_width);
   for (auto& s : spectrum) s = std::sqrt(s / norm);
 
-  const std::vector<double> sal = saliency_fields(c, sample, layer, T);
+  const int m = c.hidden_dim, content_dims = 2 * g.noise_pairs;
+  const std::vector<double> hidden = hidden_states(c, info, sample, layer);
   LayerTensors out;
   out.layer = layer;
   out.q = xt::zeros<float>({std::size_t(T), std::size_t(H), std::size_t(d)});
@@ -188,29 +343,42 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   if (c.with_v) out.v = xt::zeros<float>({std::size_t(T), std::size_t(Hkv), std::size_t(d)});
 
   for (int kv = 0; kv < Hkv; ++kv) {
-    Rng rng(mix_seed(c.seed, sample, layer * 4096 + kv, 0xCE7));
+    // The model's weights: the same for every sample.
+    const std::vector<double> wk = projection(mix_seed(c.seed, layer, kv, 0xCE7), content_dims, m);
+    const std::vector<double> wv = projection(mix_seed(c.seed, layer, kv, 0x7A1), d, m);
+    const std::vector<double> u = saliency_directions(c, kv);
+    std::vector<double> value_mean(d);
+    Rng mean_rng(mix_seed(c.seed, layer, kv, 0x3EA));
+    for (auto& x : value_mean) x = c.value_mean * mean_rng.gaussian();
     for (int j = 0; j < T; ++j) {
+      const double* hj = &hidden[static_cast<std::size_t>(j) * m];
       float* k = &out.k(j, kv, 0);
       const bool vis = is_vision(info.modality[j]);
       // Sinks draw attention by content alone: the rotary kernel's aliasing at long range would
       // otherwise make their share swing from step to step.
       const double w = j < c.sinks ? 0.0 : vis ? std::sqrt(c.vision_locality) : 1.0;
       for (int f = 0; f < g.content_first; ++f) k[f] = static_cast<float>(spectrum[f] * w);
-      k[g.sink] = j < c.sinks ? 1.0f : 0.0f;
-      k[g.vision] = vis ? 1.0f : 0.0f;
-      k[g.text] = vis ? 0.0f : 1.0f;
+      // A sink's key is its own direction (norm A, its content left out): sinks are attention
+      // dumps, unlike any content token.
+      const bool is_sink = j < c.sinks;
+      k[g.sink] = is_sink ? static_cast<float>(c.key_modality_norm) : 0.0f;
+      // A modality component of norm A in the key and 1/A in the query: the logit is unchanged,
+      // and keys of one modality share a large common direction, as real keys do.
+      k[g.vision] = vis ? static_cast<float>(c.key_modality_norm) : 0.0f;
+      k[g.text] = vis ? 0.0f : static_cast<float>(c.key_modality_norm);
       if (vis) {
-        const std::size_t idx = (static_cast<std::size_t>(kv) * T + j) * 2;
-        k[g.sal1] = static_cast<float>(sal[idx]);
-        k[g.sal2] = static_cast<float>(sal[idx + 1]);
+        k[g.sal1] = static_cast<float>(project(u, 0, hj, m));
+        k[g.sal2] = static_cast<float>(project(u, 1, hj, m));
       }
-      for (int n = 0; n < g.noise_pairs; ++n) {
-        k[g.content_first + n] = static_cast<float>(rng.gaussian());
-        k[g.content_first + n + g.pairs] = static_cast<float>(rng.gaussian());
+      for (int n = 0; n < g.noise_pairs && !is_sink; ++n) {
+        k[g.content_first + n] = static_cast<float>(project(wk, 2 * n, hj, m));
+        k[g.content_first + n + g.pairs] = static_cast<float>(project(wk, 2 * n + 1, hj, m));
       }
       rotate(k, d, j, c.rope_base);
-      if (c.with_v)
-        for (int e = 0; e < d; ++e) out.v(j, kv, e) = static_cast<float>(rng.gaussian());
+      if (!c.with_v) continue;
+      const double vscale = j < c.sinks ? c.sink_value_scale : 1.0;
+      for (int e = 0; e < d; ++e)
+        out.v(j, kv, e) = static_cast<float>(vscale * (project(wv, e, hj, m) + value_mean[e]));
     }
   }
 
@@ -218,9 +386,14 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   for (int h = 0; h < H; ++h) {
     Rng head_rng(mix_seed(c.seed, sample, 0xEAD, h));  // head traits persist across layers
     const double pref = (2 * head_rng.uniform() - 1) * c.head_preference;
-    const double phase0 = 6.283185307179586 * head_rng.uniform();
-    Rng rng(mix_seed(c.seed, sample, layer * 4096 + h, 0x0E7));
+    // Heads read the saliency plane along nearby directions (a shared phase, spread by the
+    // head's own share): the tokens one head finds salient, most heads do.
+    const double shared_phase = 6.283185307179586 * Rng(mix_seed(c.seed, sample, 0xEAD, ~0ull)).uniform();
+    const double phase0 =
+        shared_phase + (2 * head_rng.uniform() - 1) * M_PI * (1 - c.saliency_head_share);
+    const std::vector<double> wq = projection(mix_seed(c.seed, layer, h, 0x0E7), content_dims, m);
     for (int i = 0; i < T; ++i) {
+      const double* hi = &hidden[static_cast<std::size_t>(i) * m];
       float* q = &out.q(i, h, 0);
       const int t = std::max(0, i - P + 1);  // decode step index + 1 (0 in the prompt)
       const double decay =
@@ -229,14 +402,15 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
       const double s = gamma * qscale;
       for (int f = 0; f < g.content_first; ++f)
         q[f] = static_cast<float>(s * c.locality * spectrum[f]);
-      q[g.sink] = static_cast<float>(s * sink);
-      q[g.vision] = static_cast<float>(s * (c.vision_offset + pref - decay));
-      q[g.text] = static_cast<float>(s * -pref);
+      q[g.sink] = static_cast<float>(s * sink / c.key_modality_norm);
+      q[g.vision] = static_cast<float>(s * (c.vision_offset + pref - decay) / c.key_modality_norm);
+      q[g.text] = static_cast<float>(s * -pref / c.key_modality_norm);
       q[g.sal1] = static_cast<float>(s * spread * std::cos(phase));
       q[g.sal2] = static_cast<float>(s * spread * std::sin(phase));
       for (int n = 0; n < g.noise_pairs; ++n) {
-        q[g.content_first + n] = static_cast<float>(s * noise_q * rng.gaussian());
-        q[g.content_first + n + g.pairs] = static_cast<float>(s * noise_q * rng.gaussian());
+        q[g.content_first + n] = static_cast<float>(s * noise_q * project(wq, 2 * n, hi, m));
+        q[g.content_first + n + g.pairs] =
+            static_cast<float>(s * noise_q * project(wq, 2 * n + 1, hi, m));
       }
       rotate(q, d, i, c.rope_base);
     }

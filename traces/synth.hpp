@@ -40,7 +40,7 @@ struct SynthConfig {
   double vision_locality = 0.0;     // locality of vision keys relative to text keys
   double vision_offset = -2.0;      // mean logit of vision keys relative to text keys
   double head_preference = 1.5;     // per-head modality preference spread (+ vision, - text)
-  double saliency_first = 0.3;      // spread of vision saliency logits in the first layer
+  double saliency_first = 1.2;      // spread of vision saliency logits in the first layer
   double saliency_last = 3.0;       // ... in the last layer (dense early, concentrated deep)
   double sharpness_first = 0.6;     // factor on all logits in the first layer
   double sharpness_last = 1.5;      // ... in the last layer
@@ -49,6 +49,22 @@ struct SynthConfig {
   int gen_decay_steps = 64;
   double saliency_drift = 0.01;  // radians per decode step the salient set rotates
   double noise = 0.3;            // std of the logit noise
+
+  // Hidden states: q, k and v are projections of one per-token hidden state (plus the named
+  // terms above), so similar keys have similar values. Image tokens lie on a grid; each belongs
+  // to one of `image_regions` regions (near-duplicate patches of one object or background), and
+  // its state mixes the region's prototype, a spatially smooth field and its own detail, with
+  // these shares of the variance (the detail gets 1 - region - smooth).
+  int hidden_dim = 64;
+  int image_regions = 12;
+  double region_share = 0.55;
+  double smooth_share = 0.30;
+  double smooth_length = 2.0;        // correlation length of the smooth field, in patches
+  double frame_correlation = 0.9;    // video: correlation of consecutive frames' states
+  double saliency_head_share = 0.8;  // share of a head's saliency common to every head
+  double key_modality_norm = 4.0;    // norm of the modality direction every key carries
+  double value_mean = 1.0;           // norm of the shared value mean / norm of the content part
+  double sink_value_scale = 0.2;     // sinks' values are small (they absorb attention, not content)
 
   int prompt_len() const {
     return system_tokens + media_count * media_tokens + (media_count - 1) * separator_tokens +
