@@ -28,6 +28,7 @@
 #include <numeric>
 #include <set>
 
+#include "analysis/key_similarity.hpp"
 #include "sim/layer_attention.hpp"
 #include "sim/sample_stats.hpp"
 
@@ -164,6 +165,9 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
   s.ppci_steps.assign(static_cast<std::size_t>(np) * L * G, NAN);
   s.segment_share.assign(static_cast<std::size_t>(L) * G * 4, NAN);
   s.dap_agreement.assign(static_cast<std::size_t>(nr) * L, NAN);
+  const int nq = static_cast<int>(o.key_quantiles.size());
+  s.key_nearest_cosine.assign(static_cast<std::size_t>(L) * 2 * nq, NAN);
+  s.key_value_correlation.assign(static_cast<std::size_t>(L) * 2, NAN);
 
   std::vector<int> keys[2], images;  // prompt keys by modality (0 text, 1 vision)
   for (int j = 0; j < P; ++j) keys[sample.modality[j] != 0].push_back(j);
@@ -183,6 +187,13 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
     s.cross_modal_entropy[l] = e.cross_modal_of_mean;
     s.entropy_mean_of_heads[l] = e.full_mean_of_heads;
     s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_mean_of_heads;
+    const KeySimilarity ks = key_similarity(info, sample, tensors, o.threads);
+    for (int m = 0; m < 2; ++m) {
+      for (int x = 0; x < nq; ++x)
+        s.key_nearest_cosine[(static_cast<std::size_t>(l) * 2 + m) * nq + x] =
+            quantile(ks.nearest[m], o.key_quantiles[x]);
+      s.key_value_correlation[static_cast<std::size_t>(l) * 2 + m] = ks.key_value_correlation[m];
+    }
     LayerAttention att(info, sample, std::move(tensors), needs, o.threads);
     head_metrics(att, keys, o, l, s);
     last_rows[l].assign(P, 0.0);
@@ -267,6 +278,7 @@ void write_attention_stats(
     h5_write_string_attr(f.get(), "ppci", join(o.ppci));
     h5_write_string_attr(f.get(), "dap_r", join(o.dap_r));
     h5_write_float_attr(f.get(), "dap_alpha", o.dap_alpha);
+    h5_write_string_attr(f.get(), "key_quantiles", join(o.key_quantiles));
     for (const auto& [name, s] : samples) {
       H5Handle g = h5_require_group(f.get(), "samples/" + name);
       const hsize_t L = s.layers, H = s.heads, G = s.steps, nx = o.concentration.size(),
@@ -291,6 +303,15 @@ void write_attention_stats(
                   "[layer]: mean row entropy of the head-averaged prompt attention (nats)", path);
       write_array(g.get(), "cross_modal_entropy", s.cross_modal_entropy, {L},
                   "[layer]: MEDA E_CM (Eq. 4-6) of the head-averaged attention (nats)", path);
+      const hsize_t nq = o.key_quantiles.size();
+      write_array(g.get(), "key_nearest_cosine", s.key_nearest_cosine, {L, 2, nq},
+                  "[layer, text|vision key, quantile (attr key_quantiles)]: cosine of each prompt "
+                  "key to its most similar other prompt key of its KV head, pooled over KV heads",
+                  path);
+      write_array(g.get(), "key_value_correlation", s.key_value_correlation, {L, 2},
+                  "[layer, text|vision]: Pearson correlation of key cosine and value cosine over "
+                  "pairs of prompt positions of that modality, pooled over KV heads",
+                  path);
       write_array(g.get(), "entropy_mean_of_heads", s.entropy_mean_of_heads, {L},
                   "[layer]: mean over heads of each head's mean row entropy (nats)", path);
       write_array(g.get(), "cross_modal_entropy_mean_of_heads",

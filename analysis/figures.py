@@ -6,7 +6,8 @@
 RESULTS are files or directories holding them:
   * `kvsim stats` files (HDF5, attribute kind = kvsim-stats): sparsity by layer (HAE Fig. 3),
     cumulative-attention variance (HAE Fig. 2), PPCI across layers and steps (A-VL Fig. 4-5),
-    layer-similarity heatmap (ST3 Fig. 3), entropy by layer (MEDA Fig. 2), head modality preference
+    layer-similarity heatmap (ST3 Fig. 3), entropy by layer (MEDA Fig. 2), key geometry (nearest-key
+    cosine, key/value similarity correlation), head modality preference
     (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1);
   * `kvsim replay --out` CSVs (with their .policies.csv): mass recall and hit rate by layer per
     policy, and a budget-vs-error curve for every policy replayed at two budgets or more;
@@ -145,6 +146,26 @@ def stats_figures(path, out, written):
             ax.set(title="Attention entropy by layer", xlabel="layer", ylabel="entropy (nats)")
             ax.legend()
             save(fig, out, f"{stem}_entropy", written)
+
+            if "key_nearest_cosine" in g:
+                fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
+                kq = [float(x) for x in str(f.attrs["key_quantiles"]).split(",")]
+                near = g["key_nearest_cosine"][()]
+                mid = int(np.argmin([abs(q - 0.5) for q in kq]))
+                for m, (label, colour) in enumerate([("text keys", "C0"), ("vision keys", "C1")]):
+                    a1.plot(layers, near[:, m, mid], marker="o", ms=3, color=colour,
+                            label=f"{label}, q = {kq[mid]:g}")
+                    a1.fill_between(layers, near[:, m, 0], near[:, m, -1], color=colour, alpha=0.2)
+                a1.set(title="Cosine of each key to its nearest other key", xlabel="layer",
+                       ylabel="cosine", ylim=(-0.05, 1.05))
+                a1.legend(fontsize=8)
+                corr = g["key_value_correlation"][()]
+                a2.plot(layers, corr[:, 0], marker="o", ms=3, label="text pairs")
+                a2.plot(layers, corr[:, 1], marker="s", ms=3, label="vision pairs")
+                a2.set(title="Key- vs value-similarity correlation", xlabel="layer",
+                       ylabel="Pearson r", ylim=(-1.05, 1.05))
+                a2.legend(fontsize=8)
+                save(fig, out, f"{stem}_key_similarity", written)
 
             fig, ax = plt.subplots(figsize=(7, 4))
             im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,

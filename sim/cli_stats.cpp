@@ -33,7 +33,9 @@ Runner add_stats(CLI::App& app) {
       "epsilon-sparsity (causal and masked readings, by key modality), token concentration, "
       "cumulative-attention variance, per-head modality share, entropy and cross-modal entropy, "
       "layer cosine similarity, PPCI across layers and decode steps, attention share of "
-      "system/image/user/generated tokens per decode step, and HAE's layer-broadcast agreement. "
+      "system/image/user/generated tokens per decode step, HAE's layer-broadcast agreement, and "
+      "key geometry (each key's cosine to its nearest other key, key/value similarity "
+      "correlation). "
       "Written to an HDF5 file (--out); README.md documents every dataset.");
   auto trace = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
@@ -42,6 +44,7 @@ Runner add_stats(CLI::App& app) {
   auto conc = std::make_shared<std::string>("0.8,0.9");
   auto ppci = std::make_shared<std::string>("0.3,0.5");
   auto dap_r = std::make_shared<std::string>("0.001,0.0012,0.0015,0.002");
+  auto key_q = std::make_shared<std::string>("0.1,0.25,0.5,0.75,0.9");
   o->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("trace", *trace, "kvtrace v1 file")->required();
   app.add_option("-o,--out", *out, "Results file (HDF5)")->required();
@@ -55,6 +58,8 @@ Runner add_stats(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--dap-alpha", o->dap_alpha, "HAE α for layer-broadcast agreement")
       ->capture_default_str();
+  app.add_option("--key-quantiles", *key_q, "Quantiles of the nearest-key cosine to report")
+      ->capture_default_str();
   app.add_option("-j,--threads", o->threads, "Worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -62,6 +67,10 @@ Runner add_stats(CLI::App& app) {
     o->concentration = parse_list(*conc, "--concentration");
     o->ppci = parse_list(*ppci, "--ppci");
     o->dap_r = parse_list(*dap_r, "--dap-r");
+    o->key_quantiles = parse_list(*key_q, "--key-quantiles");
+    for (double q : o->key_quantiles)
+      if (q > 1)
+        throw std::invalid_argument("--key-quantiles '" + *key_q + "': quantiles must be in (0, 1]");
     TraceReader reader(*trace);
     const auto names = samples->empty() ? reader.sample_names() : *samples;
     std::vector<std::pair<std::string, SampleAttentionStats>> results;

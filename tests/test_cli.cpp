@@ -108,9 +108,11 @@ TEST(Cli, StatsWritesItsResultsFile) {
   for (const char* d :
        {"sparsity_causal", "sparsity_masked", "concentration", "cumulative_variance",
         "modality_share", "entropy", "cross_modal_entropy", "layer_cosine", "ppci_layers",
-        "ppci_steps", "segment_share", "dap_agreement"})
+        "ppci_steps", "segment_share", "dap_agreement", "entropy_mean_of_heads",
+        "cross_modal_entropy_mean_of_heads", "key_nearest_cosine", "key_value_correlation"})
     EXPECT_TRUE(h5_path_exists(f.get(), std::string("samples/000000/") + d)) << d;
   EXPECT_NE(kvsim("stats " + trace + " --out " + out + " --ppci 0.5,x").code, 0);
+  EXPECT_NE(kvsim("stats " + trace + " --out " + out + " --key-quantiles 0.5,2").code, 0);
 }
 
 TEST(Cli, FiguresRenderFromResultFiles) {
@@ -142,6 +144,7 @@ TEST(Cli, FiguresRenderFromResultFiles) {
   for (const char* stem :
        {"stats_000000_sparsity", "stats_000000_cumulative_variance", "stats_000000_ppci",
         "stats_000000_layer_similarity", "stats_000000_entropy", "stats_000000_head_preference",
+        "stats_000000_key_similarity",
         "stats_000000_vision_share", "replay20_recall_by_layer", "budget_vs_error"}) {
     const std::string png = slurp(out + "/" + stem + ".png"),
                       pdf = slurp(out + "/" + stem + ".pdf");

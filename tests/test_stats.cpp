@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "analysis/attention_stats.hpp"
+#include "analysis/key_similarity.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {
@@ -66,6 +67,32 @@ TEST(Stats, TinyTraceByHand) {
   // One head: both readings of "head-averaged" agree.
   EXPECT_NEAR(st.entropy_mean_of_heads[0], std::log(24.0) / 4, 1e-6);
   EXPECT_NEAR(st.cross_modal_entropy_mean_of_heads[0], std::log(2.0), 1e-6);
+}
+
+TEST(Stats, KeySimilarityByHand) {
+  // d = 1, so a key's cosine with another is the product of their signs (0 for k = ln 1 = 0).
+  // modality [T I I I T], w = [2 3 .5 4 1] -> keys [+ + - + 0], v = [1 2 3 -5 4].
+  // Nearest other key: text 0 -> 1 (keys 1, 3), text 4 -> 0 (zero norm); vision 1 -> 1,
+  // vision 2 -> 0 (every other key is + or 0), vision 3 -> 1.
+  // Vision pairs (1,2), (1,3), (2,3): key cosines (-1, 1, -1), value cosines (1, -1, -1):
+  // Pearson -0.5. Text has one pair (0, 4): no correlation.
+  TinyTrace t{.prompt_len = 5,
+              .weights = {2, 3, 0.5, 4, 1, 1},
+              .values = {1, 2, 3, -5, 4, 1},
+              .modality = {0, 1, 1, 1, 0, 0}};
+  TraceReader reader(t.write("key_similarity.h5"));
+  const SampleInfo s = reader.read_sample("s0");
+  const KeySimilarity k = key_similarity(reader.info(), s, reader.read_layer(s, 0), 2);
+  std::vector<double> text = k.nearest[0], vision = k.nearest[1];
+  std::sort(text.begin(), text.end());
+  std::sort(vision.begin(), vision.end());
+  EXPECT_EQ(text, (std::vector<double>{0, 1}));
+  EXPECT_EQ(vision, (std::vector<double>{0, 1, 1}));
+  EXPECT_NEAR(k.key_value_correlation[1], -0.5, 1e-6);
+  EXPECT_TRUE(std::isnan(k.key_value_correlation[0]));
+  EXPECT_NEAR(quantile(vision, 0.1), 0.2, 1e-12);  // 0 + .2 · (1 - 0)
+  EXPECT_DOUBLE_EQ(quantile(vision, 0.5), 1.0);
+  EXPECT_TRUE(std::isnan(quantile({}, 0.5)));
 }
 
 TEST(Stats, DapAgreementAcrossLayers) {
