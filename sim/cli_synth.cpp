@@ -107,6 +107,9 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--saliency-head-share", c->saliency_head_share,
                  "Share of a head's vision saliency common to all heads")
       ->capture_default_str();
+  app.add_option("--key-rank", c->key_rank,
+                 "Rank of the key projection of the hidden state (values see all of it)")
+      ->capture_default_str();
   app.add_option("--key-modality-norm", c->key_modality_norm,
                  "Norm of the modality direction in every key (logits unchanged)")
       ->capture_default_str();

@@ -112,6 +112,7 @@ void SynthConfig::validate() const {
   need(gen_decay_steps >= 1, "gen-decay-steps", "must be >= 1");
   need(write.gzip_level >= 0 && write.gzip_level <= 9, "gzip", "must be in [0, 9]");
   need(hidden_dim >= 1, "hidden-dim", "must be >= 1");
+  need(key_rank >= 1, "key-rank", "must be >= 1");
   need(image_regions >= 1, "image-regions", "must be >= 1");
   need(region_share >= 0 && smooth_share >= 0 && region_share + smooth_share <= 1,
        "region-share/smooth-share", "must be >= 0 and sum to at most 1");
@@ -286,6 +287,21 @@ std::vector<double> projection(std::uint64_t seed, int rows, int m) {
   return w;
 }
 
+// A [rows, m] projection of rank r (rows x r times r x m, each Gaussian), scaled so that W h
+// still has unit-variance entries: keys see only r directions of the hidden state.
+std::vector<double> low_rank_projection(std::uint64_t seed, int rows, int m, int r) {
+  if (r >= std::min(rows, m)) return projection(seed, rows, m);
+  const std::vector<double> a = projection(mix_seed(seed, 1), rows, r),
+                            b = projection(mix_seed(seed, 2), r, m);
+  std::vector<double> w(static_cast<std::size_t>(rows) * m, 0.0);
+  for (int i = 0; i < rows; ++i)
+    for (int k = 0; k < r; ++k)
+      for (int j = 0; j < m; ++j)
+        w[static_cast<std::size_t>(i) * m + j] +=
+            a[static_cast<std::size_t>(i) * r + k] * b[static_cast<std::size_t>(k) * m + j];
+  return w;
+}
+
 double project(const std::vector<double>& w, int row, const double* h, int m) {
   double s = 0;
   for (int k = 0; k < m; ++k) s += w[static_cast<std::size_t>(row) * m + k] * h[k];
@@ -344,7 +360,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
 
   for (int kv = 0; kv < Hkv; ++kv) {
     // The model's weights: the same for every sample.
-    const std::vector<double> wk = projection(mix_seed(c.seed, layer, kv, 0xCE7), content_dims, m);
+    const std::vector<double> wk = low_rank_projection(mix_seed(c.seed, layer, kv, 0xCE7),
+                                                       content_dims, m, c.key_rank);
     const std::vector<double> wv = projection(mix_seed(c.seed, layer, kv, 0x7A1), d, m);
     const std::vector<double> u = saliency_directions(c, kv);
     std::vector<double> value_mean(d);

@@ -62,6 +62,7 @@ struct SynthConfig {
   double smooth_length = 2.0;        // correlation length of the smooth field, in patches
   double frame_correlation = 0.9;    // video: correlation of consecutive frames' states
   double saliency_head_share = 0.8;  // share of a head's saliency common to every head
+  int key_rank = 8;                  // rank of the key projection of h (keys are low-rank)
   double key_modality_norm = 4.0;    // norm of the modality direction every key carries
   double value_mean = 1.0;           // norm of the shared value mean / norm of the content part
   double sink_value_scale = 0.2;     // sinks' values are small (they absorb attention, not content)
