@@ -314,9 +314,8 @@ void write_attention_stats(
                   path);
       write_array(g.get(), "entropy_mean_of_heads", s.entropy_mean_of_heads, {L},
                   "[layer]: mean over heads of each head's mean row entropy (nats)", path);
-      write_array(g.get(), "cross_modal_entropy_mean_of_heads",
-                  s.cross_modal_entropy_mean_of_heads, {L},
-                  "[layer]: mean over heads of each head's E_CM (nats)", path);
+      write_array(g.get(), "cross_modal_entropy_mean_of_heads", s.cross_modal_entropy_mean_of_heads,
+                  {L}, "[layer]: mean over heads of each head's E_CM (nats)", path);
       write_array(
           g.get(), "layer_cosine", s.layer_cosine, {L, L},
           "[layer, layer]: cosine of the last prompt token's head-averaged attention (ST3 Eq. 5)",

@@ -12,11 +12,11 @@
 namespace kvsim {
 
 struct StatsOptions {
-  double epsilon = 1e-4;                                       // HAE Eq. 7
-  std::vector<double> concentration = {0.8, 0.9};              // mass shares (MadaKV, A-VL)
-  std::vector<double> ppci = {0.3, 0.5};                       // A-VL Eq. 2 p values
-  std::vector<double> dap_r = {0.001, 0.0012, 0.0015, 0.002};  // HAE Sec. 4.4
-  double dap_alpha = 0.0005;                                   // HAE Sec. 4.4
+  double epsilon = 1e-4;                                            // HAE Eq. 7
+  std::vector<double> concentration = {0.8, 0.9};                   // mass shares (MadaKV, A-VL)
+  std::vector<double> ppci = {0.3, 0.5};                            // A-VL Eq. 2 p values
+  std::vector<double> dap_r = {0.001, 0.0012, 0.0015, 0.002};       // HAE Sec. 4.4
+  double dap_alpha = 0.0005;                                        // HAE Sec. 4.4
   std::vector<double> key_quantiles = {0.1, 0.25, 0.5, 0.75, 0.9};  // nearest-key cosine
   int threads = 1;
 };
@@ -32,12 +32,12 @@ struct SampleAttentionStats {
   std::vector<double> entropy;              // [L]
   std::vector<double> cross_modal_entropy;  // [L]
   std::vector<double> entropy_mean_of_heads, cross_modal_entropy_mean_of_heads;  // [L]
-  std::vector<double> layer_cosine;         // [L, L]
-  std::vector<double> ppci_layers;          // [n_p, L]: vs layer 0
-  std::vector<double> ppci_steps;           // [n_p, L, G]: vs decode step 0
-  std::vector<double> segment_share;        // [L, G, 4]: system, image, user, generated
-  std::vector<double> dap_agreement;        // [n_r, L]
-  std::vector<double> key_nearest_cosine;   // [L, 2, n_q]: text, vision keys
+  std::vector<double> layer_cosine;                                              // [L, L]
+  std::vector<double> ppci_layers;            // [n_p, L]: vs layer 0
+  std::vector<double> ppci_steps;             // [n_p, L, G]: vs decode step 0
+  std::vector<double> segment_share;          // [L, G, 4]: system, image, user, generated
+  std::vector<double> dap_agreement;          // [n_r, L]
+  std::vector<double> key_nearest_cosine;     // [L, 2, n_q]: text, vision keys
   std::vector<double> key_value_correlation;  // [L, 2]: text, vision pairs
 };
 

@@ -20,7 +20,8 @@ std::vector<float> unit_rows(const xt::xtensor<float, 3>& x, int g, int P) {
     double n2 = 0;
     for (int e = 0; e < d; ++e) n2 += static_cast<double>(r[e]) * r[e];
     const double inv = n2 > 0 ? 1 / std::sqrt(n2) : 0.0;
-    for (int e = 0; e < d; ++e) out[static_cast<std::size_t>(i) * d + e] = static_cast<float>(r[e] * inv);
+    for (int e = 0; e < d; ++e)
+      out[static_cast<std::size_t>(i) * d + e] = static_cast<float>(r[e] * inv);
   }
   return out;
 }
@@ -57,7 +58,8 @@ KeySimilarity key_similarity(const TraceInfo& trace, const SampleInfo& sample,
   openblas_set_num_threads(1);
   parallel_for(Hkv, threads, [&](int g) {
     const std::vector<float> sk = gram(unit_rows(t.k, g, P), P, d);
-    const std::vector<float> sv = t.has_v() ? gram(unit_rows(t.v, g, P), P, d) : std::vector<float>{};
+    const std::vector<float> sv =
+        t.has_v() ? gram(unit_rows(t.v, g, P), P, d) : std::vector<float>{};
     HeadResult& r = heads[g];
     for (int i = 0; i < P; ++i) {
       const int mi = sample.modality[i] != 0;

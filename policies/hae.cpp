@@ -140,7 +140,8 @@ class Hae final : public Policy {
   void mark_and_flush(Layer& st, KvCache& cache, int g) const {
     auto& bin = st.bin[g];
     const int n = cache.size(g);
-    while (n - static_cast<int>(bin.size()) > st.budget[g]) bin.insert(lowest_unmarked(st, cache, g));
+    while (n - static_cast<int>(bin.size()) > st.budget[g])
+      bin.insert(lowest_unmarked(st, cache, g));
     if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
       std::vector<int> entries;
       for (int e = 0; e < n; ++e)

@@ -209,7 +209,7 @@ class MadaKV final : public Policy {
   double theta_, max_overspend_;
   bool mpa_, hcc_;
   std::string reading_;
-  double phi_;         // φ^l of the next layer to prefill (literal readings)
+  double phi_;        // φ^l of the next layer to prefill (literal readings)
   long unspent_ = 0;  // entries not yet kept, summed over layers and heads (conserve)
 };
 

@@ -66,9 +66,9 @@ class Meda final : public Policy {
     const auto& layers = view.sample_stats().layers;
     std::vector<double> e;
     for (const LayerEntropies& le : layers)
-      e.push_back(full_entropy_ ? (head_mean_ ? le.full_mean_of_heads : le.full_of_mean)
-                                : (head_mean_ ? le.cross_modal_mean_of_heads
-                                              : le.cross_modal_of_mean));
+      e.push_back(full_entropy_
+                      ? (head_mean_ ? le.full_mean_of_heads : le.full_of_mean)
+                      : (head_mean_ ? le.cross_modal_mean_of_heads : le.cross_modal_of_mean));
     const double mx = *std::max_element(e.begin(), e.end());
     std::vector<double> weight;  // softmax_l(E), shifted by the maximum
     for (double x : e) weight.push_back(std::exp(x - mx));

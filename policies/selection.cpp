@@ -137,9 +137,8 @@ std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long
   for (int l = 0; l < L; ++l) given += out[l] = static_cast<int>(std::floor(share[l] + 1e-9));
   std::vector<int> order(L);
   for (int l = 0; l < L; ++l) order[l] = l;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return share[a] - out[a] > share[b] - out[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return share[a] - out[a] > share[b] - out[b]; });
   for (int l : order) {
     if (given >= total) break;
     if (out[l] < cap) ++out[l], ++given;

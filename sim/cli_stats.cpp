@@ -70,7 +70,8 @@ Runner add_stats(CLI::App& app) {
     o->key_quantiles = parse_list(*key_q, "--key-quantiles");
     for (double q : o->key_quantiles)
       if (q > 1)
-        throw std::invalid_argument("--key-quantiles '" + *key_q + "': quantiles must be in (0, 1]");
+        throw std::invalid_argument("--key-quantiles '" + *key_q +
+                                    "': quantiles must be in (0, 1]");
     TraceReader reader(*trace);
     const auto names = samples->empty() ? reader.sample_names() : *samples;
     std::vector<std::pair<std::string, SampleAttentionStats>> results;

@@ -25,7 +25,7 @@ struct StepMetrics {
   // ‖o - ô‖ / Σ_j p_j ‖v_j‖ (full-cache probabilities) over the group's query heads: the error
   // relative to the mean norm of the attended values, which stays finite when o is small.
   float output_value_error = NAN;
-  std::int64_t kv_bytes = 0;     // cache_size * 2 * head_dim * bytes per element of the trace
+  std::int64_t kv_bytes = 0;  // cache_size * 2 * head_dim * bytes per element of the trace
   // Diagnostics (replay --diagnostics; NaN otherwise), on the group-mean full-cache attention:
   float hit_top = NAN;       // share of the top 10% keys still stored
   float hit_mass90 = NAN;    // share of the fewest keys holding 90% of the mass still stored

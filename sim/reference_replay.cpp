@@ -113,7 +113,8 @@ void plain_step_attention(const LayerAttention& att, const LayerAttention& ref,
         p[e] = cache.attended(g, e) ? static_cast<float>(std::exp(logit[e] - mx) / sum) : 0.0f;
       if (!t.has_v()) continue;
       double vn = 0;  // Σ_j p_j ‖v_j‖
-      for (int j = 0; j <= s; ++j) vn += full[j] * std::sqrt(dot(&t_ref.v(j, g, 0), &t_ref.v(j, g, 0), d));
+      for (int j = 0; j <= s; ++j)
+        vn += full[j] * std::sqrt(dot(&t_ref.v(j, g, 0), &t_ref.v(j, g, 0), d));
       vnorm2 += vn * vn;
       for (int i = 0; i < d; ++i) {
         double o = 0, o_hat = 0;

@@ -53,7 +53,8 @@ StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyCo
   for (const auto& p : policies) labels_.push_back(p.label);
   std::fputs(
       "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-      "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,evicted_mass,"
+      "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,"
+      "evicted_mass,"
       "cumulative_evicted_mass,regret\n",
       file_);
 }
@@ -228,9 +229,9 @@ std::string Summary::table() const {
   char line[512];
   int w = 14;  // label column: wide enough for preset names
   for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
-  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %9s %11s\n", w,
-                "policy", "budget", "kept@P", "stored", "used", "recall", "min_recall",
-                "out_rel_err", "out_v_err", "KV_MiB/step");
+  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %9s %11s\n", w, "policy",
+                "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
+                "out_v_err", "KV_MiB/step");
   os << line;
   for (const auto& [p, a] : per_policy_) {
     const auto& cfg = policies_[p];

@@ -152,8 +152,8 @@ std::string layer_rows(const LayerResult& r) {
     out += std::to_string(r.layer) + "," + std::to_string(g) + "," +
            std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
            num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
-           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," + num(n_err ? verr / n_err : NAN) + "," +
-           num(n ? bytes / n : NAN) + "\n";
+           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
+           num(n_err ? verr / n_err : NAN) + "," + num(n ? bytes / n : NAN) + "\n";
   }
   return out;
 }

@@ -81,7 +81,8 @@ TEST(Cli, SynthInspectReplay) {
   EXPECT_EQ(a, slurp(csv2));  // byte-identical whatever the thread count
   EXPECT_EQ(a.substr(0, a.find('\n')),
             "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-            "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,evicted_mass,"
+            "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_"
+            "top10,evicted_mass,"
             "cumulative_evicted_mass,regret");
   // 5 policies x 2 layers x 2 KV heads x 6 steps + header.
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
@@ -144,8 +145,8 @@ TEST(Cli, FiguresRenderFromResultFiles) {
   for (const char* stem :
        {"stats_000000_sparsity", "stats_000000_cumulative_variance", "stats_000000_ppci",
         "stats_000000_layer_similarity", "stats_000000_entropy", "stats_000000_head_preference",
-        "stats_000000_key_similarity",
-        "stats_000000_vision_share", "replay20_recall_by_layer", "budget_vs_error"}) {
+        "stats_000000_key_similarity", "stats_000000_vision_share", "replay20_recall_by_layer",
+        "budget_vs_error"}) {
     const std::string png = slurp(out + "/" + stem + ".png"),
                       pdf = slurp(out + "/" + stem + ".pdf");
     EXPECT_GT(png.size(), 1000u) << stem;

@@ -145,14 +145,13 @@ TEST(Meda, LayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
   const SampleStats st = compute_sample_stats(reader, s, 1);
   for (const std::string reading : {"attention", "entropy"})
     for (int B : {8, 20, 40}) {
-      const auto r = run_policy(path, "meda",
-                                {{"budget", std::to_string(B)},
-                                 {"merge", "false"},
-                                 {"head_average", reading}});
+      const auto r = run_policy(
+          path, "meda",
+          {{"budget", std::to_string(B)}, {"merge", "false"}, {"head_average", reading}});
       std::vector<double> w;
       for (const auto& e : st.layers)
-        w.push_back(std::exp(reading == "attention" ? e.cross_modal_of_mean
-                                                    : e.cross_modal_mean_of_heads));
+        w.push_back(
+            std::exp(reading == "attention" ? e.cross_modal_of_mean : e.cross_modal_mean_of_heads));
       const auto want = allocate_layer_budgets(w, 3L * B, s.prompt_len);
       int total = 0;
       for (int l = 0; l < 3; ++l) {

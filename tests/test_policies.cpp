@@ -60,7 +60,7 @@ TEST(StreamingLlm, SinksPlusRecentWindow) {
   EXPECT_NEAR(m.mass_recall, 4.0 / 7, 1e-6);
   EXPECT_NEAR(m.output_rel_error, 0.1875, 1e-6);
   EXPECT_NEAR(m.output_value_error, 0.1875, 1e-6);  // all values positive: Σ p |v| = ‖o‖
-  EXPECT_EQ(m.kv_bytes, 4 * 2 * 1 * 4);  // entries * (k, v) * d * float32
+  EXPECT_EQ(m.kv_bytes, 4 * 2 * 1 * 4);             // entries * (k, v) * d * float32
 }
 
 TEST(Metrics, ValueErrorStaysFiniteWhenTheOutputIsSmall) {

@@ -71,11 +71,9 @@ TEST(St3, CosineAndExponentialSchedules) {
   EXPECT_EQ(evicted_at(r[0], -1), (V{3, 4}));
   EXPECT_EQ(evicted_at(r[0], 0), (V{1, 2}));
   // Exponential σ = 1: floor(4 e^-1) = 1 keeps {1}; floor(4 e^-2) = 0.
-  r = run_policy(st3_trace("st3_exp.h5"), "st3",
-                 {{"pvtp", "false"},
-                  {"schedule", "exponential"},
-                  {"sigma", "1"},
-                  {"annealing", "per_layer"}});
+  r = run_policy(
+      st3_trace("st3_exp.h5"), "st3",
+      {{"pvtp", "false"}, {"schedule", "exponential"}, {"sigma", "1"}, {"annealing", "per_layer"}});
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 4}));
   EXPECT_EQ(evicted_at(r[0], 0), (V{1}));
 }

@@ -33,8 +33,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <stdexcept>
+#include <utility>
 
 namespace kvsim {
 
@@ -164,7 +164,8 @@ namespace {
 struct HiddenDraws {
   std::vector<double> proto, field, detail;
   HiddenDraws(const SynthConfig& c, int T)
-      : proto(static_cast<std::size_t>(std::max(1, c.media_count)) * c.image_regions * c.hidden_dim),
+      : proto(static_cast<std::size_t>(std::max(1, c.media_count)) * c.image_regions *
+              c.hidden_dim),
         field(static_cast<std::size_t>(T) * c.hidden_dim),
         detail(field.size()) {}
   void draw(Rng& r) {
@@ -272,7 +273,8 @@ std::vector<double> hidden_states(const SynthConfig& c, const SampleInfo& info, 
       for (std::size_t i = 0; i < frame.size(); ++i) frame[i] = rho * previous[i] + w * frame[i];
     }
     for (std::size_t t = 0; t < grid.positions.size(); ++t)
-      std::copy(&frame[t * m], &frame[t * m] + m, &h[static_cast<std::size_t>(grid.positions[t]) * m]);
+      std::copy(&frame[t * m], &frame[t * m] + m,
+                &h[static_cast<std::size_t>(grid.positions[t]) * m]);
     previous = std::move(frame);
   }
   return h;
@@ -360,8 +362,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
 
   for (int kv = 0; kv < Hkv; ++kv) {
     // The model's weights: the same for every sample.
-    const std::vector<double> wk = low_rank_projection(mix_seed(c.seed, layer, kv, 0xCE7),
-                                                       content_dims, m, c.key_rank);
+    const std::vector<double> wk =
+        low_rank_projection(mix_seed(c.seed, layer, kv, 0xCE7), content_dims, m, c.key_rank);
     const std::vector<double> wv = projection(mix_seed(c.seed, layer, kv, 0x7A1), d, m);
     const std::vector<double> u = saliency_directions(c, kv);
     std::vector<double> value_mean(d);
@@ -405,7 +407,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
     const double pref = (2 * head_rng.uniform() - 1) * c.head_preference;
     // Heads read the saliency plane along nearby directions (a shared phase, spread by the
     // head's own share): the tokens one head finds salient, most heads do.
-    const double shared_phase = 6.283185307179586 * Rng(mix_seed(c.seed, sample, 0xEAD, ~0ull)).uniform();
+    const double shared_phase =
+        6.283185307179586 * Rng(mix_seed(c.seed, sample, 0xEAD, ~0ull)).uniform();
     const double phase0 =
         shared_phase + (2 * head_rng.uniform() - 1) * M_PI * (1 - c.saliency_head_share);
     const std::vector<double> wq = projection(mix_seed(c.seed, layer, h, 0x0E7), content_dims, m);
