@@ -260,5 +260,23 @@ TEST(Synth, LayoutAndGqaShapes) {
   EXPECT_THROW(c.validate(), std::invalid_argument);
 }
 
+TEST(Synth, HiddenStateKnobsAreChecked) {
+  auto rejects = [](auto change, const std::string& knob) {
+    SynthConfig c = small_config();
+    change(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << knob << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(knob), std::string::npos) << e.what();
+    }
+  };
+  rejects([](SynthConfig& c) { c.region_share = 0.8, c.smooth_share = 0.3; }, "region-share");
+  rejects([](SynthConfig& c) { c.key_rank = 0; }, "key-rank");
+  rejects([](SynthConfig& c) { c.saliency_head_share = 1.5; }, "saliency-head-share");
+  rejects([](SynthConfig& c) { c.key_modality_norm = 0; }, "key-modality-norm");
+  rejects([](SynthConfig& c) { c.frame_correlation = -0.1; }, "frame-correlation");
+}
+
 }  // namespace
 }  // namespace kvsim
