@@ -21,11 +21,10 @@
 //
 // Readings chosen: `head_average = entropy` is the other reading of "head-averaged" (the mean of
 // the heads' own entropies, which the attention's sharper heads pull down); each modality's term
-// is the mean over
-// the query rows that have at least one causally valid key of the other modality (the paper's
-// 1/|T| and 1/|V| count every token, but a text token before the first image has no
-// cross-modal row); video counts as vision; a key of zero norm has cosine 0 with every key;
-// equal similarities merge into the newer kept entry. `entropy = full` and
+// is the mean over the query rows that have at least one causally valid key of the other
+// modality (the paper's 1/|T| and 1/|V| count every token, but a text token before the first
+// image has no cross-modal row); video counts as vision; a key of zero norm has cosine 0 with
+// every key; equal similarities merge into the newer kept entry. `entropy = full` and
 // `compress_at = first_decode` are the released code's readings (entropy of the full attention
 // map; compression at the first decode step, which then attends the full cache and whose token
 // joins the recent window). `allocation = uniform` and `merge = false` are the ablations.

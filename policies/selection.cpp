@@ -109,10 +109,6 @@ std::vector<double> pool_avg(std::span<const double> x, int kernel) {
   return out;
 }
 
-}  // namespace kvsim
-
-namespace kvsim {
-
 std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap) {
   const int L = static_cast<int>(weights.size());
   total = std::min<long>(total, static_cast<long>(cap) * L);

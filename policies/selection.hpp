@@ -38,10 +38,6 @@ std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
 std::vector<double> pool_max(std::span<const double> x, int kernel);
 std::vector<double> pool_avg(std::span<const double> x, int kernel);
 
-}  // namespace kvsim
-
-namespace kvsim {
-
 // Splits `total` entries over layers in proportion to `weights`, at most `cap` per layer: the
 // share a capped layer cannot take goes to the others, again in proportion to their weights
 // (water-filling), and whole entries are handed out by largest remainder (ties to the lower
