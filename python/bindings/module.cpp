@@ -1,0 +1,19 @@
+// The `kvsim` Python module's C++ half (`kvsim._kvsim`): traces as numpy arrays, replay results
+// as numpy columns, the policy registry. The pure-Python package (python/kvsim/) re-exports it.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace kvsim::python {
+void bind_trace(py::module_& m);
+void bind_replay(py::module_& m);
+void bind_policies(py::module_& m);
+}  // namespace kvsim::python
+
+PYBIND11_MODULE(_kvsim, m) {
+  m.doc() = "kvsim: KV-cache eviction policies of multimodal LLMs, replayed on attention traces";
+  m.attr("__version__") = KVSIM_VERSION;
+  kvsim::python::bind_trace(m);
+  kvsim::python::bind_replay(m);
+  kvsim::python::bind_policies(m);
+}
