@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "python/bindings/python_policy.hpp"
 #include "sim/engine.hpp"
 #include "sim/params.hpp"
 
@@ -71,59 +72,127 @@ struct Columns {
   }
 };
 
-// `policies`: a name (policy or preset), a list of names, or a dict name -> {key: value}.
-std::vector<std::pair<std::string, std::map<std::string, std::string>>> policy_list(
-    const py::object& policies) {
-  std::vector<std::pair<std::string, std::map<std::string, std::string>>> out;
-  if (py::isinstance<py::str>(policies)) {
-    out.emplace_back(policies.cast<std::string>(), std::map<std::string, std::string>{});
-  } else if (py::isinstance<py::dict>(policies)) {
-    for (const auto& [name, params] : policies.cast<py::dict>()) {
-      std::map<std::string, std::string> values;
-      if (!params.is_none())
-        for (const auto& [key, value] : params.cast<py::dict>())
-          values[py::str(key)] = py::isinstance<py::bool_>(value)
-                                     ? (value.cast<bool>() ? "true" : "false")
-                                     : std::string(py::str(value));
-      out.emplace_back(py::str(name), values);
-    }
-  } else {
-    for (const auto& name : policies)
-      out.emplace_back(py::str(name), std::map<std::string, std::string>{});
+// Evictions and merges, one row each, in the order the engine logged them.
+struct Decisions {
+  std::vector<std::string> policy, sample;
+  std::vector<std::int64_t> layer, kv_head, step, position, into_position;
+
+  void add(const std::string& label, const LayerResult& r) {
+    auto row = [&](std::size_t g, int step_, int pos, int into) {
+      policy.push_back(label), sample.push_back(r.sample), layer.push_back(r.layer);
+      kv_head.push_back(g), step.push_back(step_), position.push_back(pos);
+      into_position.push_back(into);
+    };
+    for (std::size_t g = 0; g < r.evicted.size(); ++g)
+      for (const auto& e : r.evicted[g]) row(g, e.step, e.position, -1);
+    for (std::size_t g = 0; g < r.merged.size(); ++g)
+      for (const auto& m : r.merged[g]) row(g, m.step, m.position, m.into_position);
   }
-  if (out.empty()) throw py::value_error("kvsim.replay: no policy given");
-  return out;
+
+  py::dict to_dict() const {
+    py::dict d;
+    d["policy"] = Columns::strings(policy), d["sample"] = Columns::strings(sample);
+    d["layer"] = Columns::array(layer), d["kv_head"] = Columns::array(kv_head);
+    d["step"] = Columns::array(step), d["position"] = Columns::array(position);
+    d["into_position"] = Columns::array(into_position);
+    return d;
+  }
+};
+
+// The run's policies. `policies`: a name (policy or preset), a list of names, or a dict whose
+// values are None, {parameter: value}, or a Python policy object (a kvsim.Policy).
+struct PolicySet {
+  std::vector<PolicyConfig> configs;
+  std::vector<std::unique_ptr<PolicyInfo>> python_infos;  // owned here, pointed to by configs
+
+  void add(const std::string& label, std::map<std::string, std::string> params,
+           const std::string& budget) {
+    check_new(label);
+    if (!budget.empty()) apply_default_budget(label, budget, params);
+    configs.push_back(make_policy_config(label, params));
+  }
+  void add_python(const std::string& label, py::object obj) {
+    check_new(label);
+    python_infos.push_back(python_policy_info(label, std::move(obj)));
+    PolicyConfig c;
+    c.label = label;
+    c.info = python_infos.back().get();
+    configs.push_back(std::move(c));
+  }
+  void check_new(const std::string& label) const {
+    for (const auto& c : configs)
+      if (c.label == label)
+        throw py::value_error("kvsim.replay: policy '" + label + "' given twice");
+  }
+};
+
+std::map<std::string, std::string> param_strings(const py::handle& params) {
+  std::map<std::string, std::string> values;
+  for (const auto& [key, value] : params.cast<py::dict>())
+    values[py::str(key)] = py::isinstance<py::bool_>(value)
+                               ? (value.cast<bool>() ? "true" : "false")
+                               : std::string(py::str(value));
+  return values;
 }
 
-py::dict replay(const std::string& trace, const py::object& policies, const py::object& samples,
-                int threads, const std::string& budget, bool diagnostics) {
-  std::vector<PolicyConfig> configs;
-  for (auto& [name, params] : policy_list(policies)) {
-    for (const auto& c : configs)
-      if (c.label == name) throw py::value_error("kvsim.replay: policy '" + name + "' given twice");
-    if (!budget.empty()) apply_default_budget(name, budget, params);
-    configs.push_back(make_policy_config(name, params));
+PolicySet policy_set(const py::object& policies, const std::string& budget) {
+  PolicySet set;
+  if (py::isinstance<py::str>(policies)) {
+    set.add(policies.cast<std::string>(), {}, budget);
+  } else if (py::isinstance<py::dict>(policies)) {
+    for (const auto& [name, value] : policies.cast<py::dict>()) {
+      const std::string label = py::str(name);
+      if (value.is_none())
+        set.add(label, {}, budget);
+      else if (py::isinstance<py::dict>(value))
+        set.add(label, param_strings(value), budget);
+      else if (is_python_policy(value))
+        set.add_python(label, py::reinterpret_borrow<py::object>(value));
+      else
+        throw py::type_error("kvsim.replay: policy '" + label +
+                             "': expected None, a dict of parameters or a kvsim.Policy");
+    }
+  } else {
+    for (const auto& name : policies) set.add(py::str(name), {}, budget);
   }
+  if (set.configs.empty()) throw py::value_error("kvsim.replay: no policy given");
+  return set;
+}
+
+py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
+                  int threads, const std::string& budget, bool diagnostics, bool decisions) {
+  const PolicySet set = policy_set(policies, budget);
   const TraceReader reader(trace);
   std::vector<std::string> names =
       samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Replayer replayer(reader, configs, ReplayOptions{.threads = threads, .diagnostics = diagnostics});
+  Replayer replayer(reader, set.configs,
+                    ReplayOptions{.threads = threads, .diagnostics = diagnostics});
   Columns columns;
+  Decisions log;
   struct Interrupted {};  // the Python error (KeyboardInterrupt) stays set on this thread
   try {
     py::gil_scoped_release release;
     for (const auto& s : names)
       replayer.replay_sample(
-          s, [&](const LayerResult& r) { columns.add(configs[r.policy_index].label, r); },
+          s,
+          [&](const LayerResult& r) {
+            const std::string& label = set.configs[r.policy_index].label;
+            columns.add(label, r);
+            if (decisions) log.add(label, r);
+          },
           [&](int) {
             py::gil_scoped_acquire acquire;
             if (PyErr_CheckSignals() != 0) throw Interrupted{};
           });
   } catch (const Interrupted&) {
     throw py::error_already_set();
+  } catch (const PythonInterrupted&) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
   }
-  return columns.to_dict();
+  if (!decisions) return columns.to_dict();
+  return py::make_tuple(columns.to_dict(), log.to_dict());
 }
 
 }  // namespace
@@ -131,13 +200,19 @@ py::dict replay(const std::string& trace, const py::object& policies, const py::
 void bind_replay(py::module_& m) {
   m.def("replay", &replay, py::arg("trace"), py::arg("policies"), py::arg("samples") = py::none(),
         py::arg("threads") = 0, py::arg("budget") = "", py::arg("diagnostics") = false,
+        py::arg("decisions") = false,
         R"doc(Replays samples of a trace through policies, as `kvsim replay --out` does.
 
-policies: a policy or preset name, a list of names, or a dict name -> {parameter: value}.
+policies: a policy or preset name, a list of names, or a dict whose keys are labels (policy or
+preset names, or any label for a Python policy) and whose values are None, {parameter: value},
+or a kvsim.Policy object.
 samples: names (default: every sample). threads: 0 = all cores (results do not depend on it).
 budget: for every policy that declares one and is given none (like --budget).
 diagnostics: also fill the hit-rate, miss and evicted-mass columns (like --diagnostics).
-Returns a dict of numpy columns named as the CSV's; pandas.DataFrame(result) is the CSV.)doc");
+Returns a dict of numpy columns named as the CSV's; pandas.DataFrame(result) is the CSV. With
+decisions=True, returns (results, decisions): decisions has one row per eviction (into_position
+-1) and per merge, with columns policy, sample, layer, kv_head, step (-1: end of prefill),
+position, into_position.)doc");
 }
 
 }  // namespace kvsim::python

@@ -1,5 +1,5 @@
 """kvsim from Python: open kvtrace files as numpy arrays, replay them through KV-cache eviction
-policies, and list the policies.
+policies (built-in or written in Python), and list the policies.
 
     import kvsim, pandas
     t = kvsim.Trace("trace.h5"); s = t.sample(t.samples()[0]); q = s.layer(3)["q"]  # [T, H, d]
@@ -9,6 +9,38 @@ policies, and list the policies.
 The C++ engine does the work (`kvsim._kvsim`, built by CMake with pybind11); see README.md,
 section "Python".
 """
-from ._kvsim import Sample, Trace, __version__, policies, presets, replay
+from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
+                     presets, replay)
 
-__all__ = ["Trace", "Sample", "replay", "policies", "presets", "__version__"]
+
+class Policy:
+    """Base of policies written in Python; pass an instance to kvsim.replay under any label.
+
+    The engine calls, per sample: start(sample) once, then on_prefill(view, cache) for every
+    layer in order and on_decode(view, att, cache) for each decode step of that layer (the call
+    order of C++ policies, policies/policy.hpp). `view` (kvsim.LayerView), `att`
+    (kvsim.StepAttention) and `cache` (kvsim.Cache) expose numpy views of the engine's own
+    buffers: no copies, valid only during the call. Edit the cache with cache.evict(g, entries),
+    cache.keep_only(g, flags), cache.set_attended(g, e, bool) and cache.merge(g, e, into, key,
+    value); entries are indices in cache order (ascending positions, cache.positions(g)).
+
+    Class attributes: `needs`, the statistics the policy reads ({"prefill_column_sums": True,
+    "prefill_window": 8, "text_query_layers": 1}); `merges = True` if it merges. Define
+    capacity(layer, kv_head) to have the engine check a bound after every hook.
+    """
+
+    needs = {}
+    merges = False
+
+    def start(self, sample):
+        """Before each sample: a dict with name, prompt_len, gen_len and modality."""
+
+    def on_prefill(self, view, cache):
+        """End of a layer's prefill: the cache holds positions 0..P-1 in every KV head."""
+
+    def on_decode(self, view, att, cache):
+        """After decode step att.step attended; the cache already holds its position."""
+
+
+__all__ = ["Trace", "Sample", "replay", "policies", "presets", "Policy", "LayerView",
+           "StepAttention", "Cache", "__version__"]

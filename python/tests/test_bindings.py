@@ -112,6 +112,110 @@ class ReplayTest(Fixture):
             kvsim.replay(self.trace, [])
 
 
+def same(a, b):
+    return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+class DecisionsTest(Fixture):
+    def test_decisions_equal_the_dump(self):
+        dump = os.path.join(self.dir.name, "d.h5")
+        run("replay", "-t", self.trace, "-p", "h2o", "-p", "meda", "--budget", "10",
+            "--dump-decisions", dump)
+        _, d = kvsim.replay(self.trace, ["h2o", "meda"], budget="10", decisions=True)
+        with h5py.File(dump, "r") as f:
+            for label, kind in (("h2o", "evicted"), ("meda", "merged")):
+                for sample in ("000000", "000001"):
+                    for layer in range(3):
+                        for g in range(2):
+                            rows = (d["policy"] == label) & (d["sample"] == sample) & \
+                                   (d["layer"] == layer) & (d["kv_head"] == g)
+                            if kind == "merged":
+                                rows &= d["into_position"] >= 0
+                            got = np.stack([d["step"][rows], d["position"][rows]], axis=1)
+                            if kind == "merged":
+                                got = np.column_stack([got, d["into_position"][rows]])
+                            path = f"{label}/samples/{sample}/layers/{layer}/heads/{g}/{kind}"
+                            want = f[path][()] if path in f else np.zeros((0, got.shape[1]))
+                            np.testing.assert_array_equal(got, want.reshape(got.shape), path)
+
+
+class PythonPolicyTest(Fixture):
+    def test_python_twins_make_the_same_decisions(self):
+        from kvsim.python_policies import H2O, StreamingLLM
+        for name, twin in (("streamingllm", StreamingLLM(budget="12", sinks=2)),
+                           ("h2o", H2O(budget="12", recent="25%"))):
+            params = {"budget": "12", "sinks": 2} if name == "streamingllm" else \
+                {"budget": "12", "recent": "25%"}
+            a, da = kvsim.replay(self.trace, {name: params, "twin": twin}, decisions=True,
+                                 threads=2)
+            mine, other = a["policy"] == name, a["policy"] == "twin"
+            for col, values in a.items():
+                if col != "policy":
+                    self.assertTrue(same(values[mine], values[other]), (name, col))
+            dm, do = da["policy"] == name, da["policy"] == "twin"
+            self.assertGreater(dm.sum(), 0)
+            for col, values in da.items():
+                if col != "policy":
+                    np.testing.assert_array_equal(values[dm], values[do], (name, col))
+
+    def test_views_statistics_and_errors(self):
+        seen = {}
+
+        class Probe(kvsim.Policy):
+            needs = {"prefill_column_sums": True, "prefill_window": 2}
+
+            def start(self, sample):
+                seen.setdefault("samples", []).append(sample["name"])
+
+            def on_prefill(self, view, cache):
+                if view.layer == 1:
+                    seen["view"] = view
+                    seen["sums"] = view.prefill_column_sums(0).copy()
+                    seen["window"] = view.prefill_window(0).copy()
+                    seen["keys"] = view.keys(1).copy()
+                    seen["positions"] = cache.positions(0).copy()
+
+            def on_decode(self, view, att, cache):
+                if view.layer == 0 and att.step == 0:
+                    seen["probs"] = att.probs(1).copy()
+                    seen["sizes"] = [cache.size(g) for g in range(cache.kv_heads)]
+
+        kvsim.replay(self.trace, {"probe": Probe()}, samples=["000000"])
+        self.assertEqual(seen["samples"], ["000000"])
+        s = kvsim.Trace(self.trace).sample("000000")
+        P = s.prompt_len
+        layer = s.layer(1)
+        # The last prompt row of query head 0, computed here from q and k (scale 1/4).
+        logits = (layer["k"][:P, 0] @ layer["q"][P - 1, 0]) * 0.25
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        np.testing.assert_allclose(seen["window"][1], p, rtol=1e-4, atol=1e-6)
+        self.assertAlmostEqual(seen["sums"].sum(), P, places=2)  # each row sums to 1
+        np.testing.assert_array_equal(seen["keys"], layer["k"][:, 1])
+        np.testing.assert_array_equal(seen["positions"], np.arange(P))
+        self.assertEqual(seen["probs"].shape, (2, P + 1))  # group 2, P prompt entries + step 0
+        np.testing.assert_allclose(seen["probs"].sum(axis=1), 1, rtol=1e-5)
+        self.assertEqual(seen["sizes"], [P + 1, P + 1])
+        with self.assertRaisesRegex(RuntimeError, "after its hook returned"):
+            seen["view"].layer
+
+        class Broken(kvsim.Policy):
+            def on_prefill(self, view, cache):
+                raise ValueError("deliberate")
+
+        with self.assertRaisesRegex(RuntimeError, "Python policy 'broken'.*deliberate"):
+            kvsim.replay(self.trace, {"broken": Broken()})
+
+        class Greedy(kvsim.Policy):
+            def capacity(self, layer, g):
+                return 3  # but never evicts: the engine's invariant check names the policy
+
+        with self.assertRaisesRegex(Exception, "greedy"):
+            kvsim.replay(self.trace, {"greedy": Greedy()})
+        with self.assertRaisesRegex(TypeError, "kvsim.Policy"):
+            kvsim.replay(self.trace, {"x": 3})
+
+
 class InterruptTest(unittest.TestCase):
     def test_ctrl_c_stops_a_replay(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,336 @@
+#include "python/bindings/python_policy.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace kvsim::python {
+
+namespace {
+
+// A read-only numpy view on memory owned by C++ (no copy): valid while the hook runs.
+template <typename T>
+py::array view(const T* data, std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides) {
+  py::array a(py::dtype::of<T>(), std::move(shape), std::move(strides), data,
+              py::capsule(data, [](void*) {}));
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+// Handles passed to the hooks; every method checks that the hook is still running.
+struct Alive {
+  std::shared_ptr<bool> alive;
+  void check() const {
+    if (!*alive)
+      throw std::runtime_error(
+          "kvsim: a LayerView, StepAttention or Cache was used after its hook returned");
+  }
+};
+
+struct ViewHandle : Alive {
+  const LayerView* v;
+  const LayerAttention& att() const {
+    check();
+    return v->attention();
+  }
+};
+
+struct StepHandle : Alive {
+  const StepAttention* a;
+  const KvCache* cache;
+};
+
+struct CacheHandle : Alive {
+  KvCache* c;
+  KvCache& get() const {
+    check();
+    return *c;
+  }
+  void head_in_range(int g) const {
+    if (g < 0 || g >= get().kv_heads())
+      throw py::index_error("kv head " + std::to_string(g) + " out of range [0, " +
+                            std::to_string(get().kv_heads()) + ")");
+  }
+};
+
+py::dict sample_dict(const SampleInfo& s) {
+  py::dict d;
+  d["name"] = s.name;
+  d["prompt_len"] = s.prompt_len;
+  d["gen_len"] = s.gen_len;
+  py::array_t<std::uint8_t> m(static_cast<py::ssize_t>(s.modality.size()));
+  std::copy(s.modality.begin(), s.modality.end(), m.mutable_data());
+  d["modality"] = m;
+  return d;
+}
+
+class PythonPolicy final : public Policy {
+ public:
+  PythonPolicy(std::string label, py::object obj) : label_(std::move(label)), obj_(std::move(obj)) {
+    has_capacity_ = py::hasattr(obj_, "capacity");
+  }
+  ~PythonPolicy() override {
+    py::gil_scoped_acquire gil;
+    obj_ = py::object();
+  }
+
+  void start(const SampleInfo& s) {
+    py::gil_scoped_acquire gil;
+    if (py::hasattr(obj_, "start")) call([&] { obj_.attr("start")(sample_dict(s)); });
+  }
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    py::gil_scoped_acquire gil;
+    auto alive = std::make_shared<bool>(true);
+    call([&] {
+      obj_.attr("on_prefill")(ViewHandle{{alive}, &view}, CacheHandle{{alive}, &cache});
+    });
+    *alive = false;
+  }
+
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    py::gil_scoped_acquire gil;
+    auto alive = std::make_shared<bool>(true);
+    call([&] {
+      obj_.attr("on_decode")(ViewHandle{{alive}, &view}, StepHandle{{alive}, &att, &cache},
+                             CacheHandle{{alive}, &cache});
+    });
+    *alive = false;
+  }
+
+  int capacity(int layer, int g) const override {
+    if (!has_capacity_) return -1;
+    py::gil_scoped_acquire gil;
+    int cap = -1;
+    call([&] { cap = obj_.attr("capacity")(layer, g).cast<int>(); });
+    return cap;
+  }
+
+ private:
+  // Python errors become C++ errors here, under the GIL, so that they can cross threads.
+  template <typename Fn>
+  void call(Fn&& fn) const {
+    try {
+      fn();
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) throw PythonInterrupted();
+      throw std::runtime_error("Python policy '" + label_ + "': " + e.what());
+    } catch (const py::cast_error& e) {
+      throw std::runtime_error("Python policy '" + label_ + "': " + e.what());
+    }
+  }
+
+  std::string label_;
+  py::object obj_;
+  bool has_capacity_ = false;
+};
+
+AttentionNeeds needs_of(const py::object& obj, const std::string& label) {
+  AttentionNeeds n;
+  if (!py::hasattr(obj, "needs")) return n;
+  for (const auto& [key, value] : obj.attr("needs").cast<py::dict>()) {
+    const std::string k = py::str(key);
+    if (k == "prefill_column_sums")
+      n.prefill_column_sums = value.cast<bool>();
+    else if (k == "prefill_window")
+      n.prefill_window = value.cast<int>();
+    else if (k == "text_query_layers")
+      n.text_query_layers = value.cast<int>();
+    else
+      throw py::value_error("Python policy '" + label + "': unknown need '" + k +
+                            "' (known: prefill_column_sums, prefill_window, text_query_layers)");
+  }
+  return n;
+}
+
+void bind_handles(py::module_& m) {
+  py::class_<ViewHandle>(m, "LayerView",
+                         "The statistics of the current layer a policy may read (numpy views, "
+                         "valid during the hook; copy to keep).")
+      .def_property_readonly("layer", [](const ViewHandle& v) { return v.att().layer(); })
+      .def_property_readonly("num_layers", [](const ViewHandle& v) { return v.att().num_layers(); })
+      .def_property_readonly("prompt_len", [](const ViewHandle& v) { return v.att().prompt_len(); })
+      .def_property_readonly("gen_len", [](const ViewHandle& v) { return v.att().gen_len(); })
+      .def_property_readonly("group_size", [](const ViewHandle& v) { return v.att().group_size(); })
+      .def_property_readonly("num_kv_heads",
+                             [](const ViewHandle& v) { return v.att().num_kv_heads(); })
+      .def_property_readonly("modality",
+                             [](const ViewHandle& v) {
+                               const auto& m = v.att().sample().modality;
+                               return view(m.data(), {static_cast<py::ssize_t>(m.size())}, {1});
+                             })
+      .def(
+          "prefill_column_sums",
+          [](const ViewHandle& v, int h) {
+            return view(v.att().prefill_column_sums(h), {v.att().prompt_len()}, {4});
+          },
+          py::arg("head"),
+          "float32 [P]: Σ over causal prompt rows of p_ij (needs prefill_column_sums)")
+      .def(
+          "prefill_window",
+          [](const ViewHandle& v, int h) {
+            const auto& a = v.att();
+            const int w = a.prefill_window(), P = a.prompt_len();
+            if (w == 0) throw std::logic_error("prefill window rows were not requested");
+            return view(a.prefill_window_row(h, 0), {w, P}, {4 * P, 4});
+          },
+          py::arg("head"), "float32 [window, P]: the last prompt rows' probabilities")
+      .def(
+          "text_query_column_sums",
+          [](const ViewHandle& v) {
+            return view(v.att().text_query_column_sums(), {v.att().prompt_len()}, {4});
+          },
+          "float32 [P]: head-averaged column sums over the prompt's text queries")
+      .def(
+          "text_query_column_max",
+          [](const ViewHandle& v) {
+            return view(v.att().text_query_column_max(), {v.att().prompt_len()}, {4});
+          },
+          "float32 [P]: head-averaged column maxima over the prompt's text queries")
+      .def(
+          "keys",
+          [](const ViewHandle& v, int g) {
+            const auto& t = v.att().tensors();
+            const auto T = static_cast<py::ssize_t>(t.k.shape(0)),
+                       H = static_cast<py::ssize_t>(t.k.shape(1)),
+                       d = static_cast<py::ssize_t>(t.k.shape(2));
+            return view(&t.k(0, g, 0), {T, d}, {4 * H * d, 4});
+          },
+          py::arg("kv_head"), "float32 [T, d]: the recorded keys of a KV head")
+      .def(
+          "values",
+          [](const ViewHandle& v, int g) {
+            const auto& t = v.att().tensors();
+            if (!t.has_v()) throw std::logic_error("the trace has no values");
+            const auto T = static_cast<py::ssize_t>(t.v.shape(0)),
+                       H = static_cast<py::ssize_t>(t.v.shape(1)),
+                       d = static_cast<py::ssize_t>(t.v.shape(2));
+            return view(&t.v(0, g, 0), {T, d}, {4 * H * d, 4});
+          },
+          py::arg("kv_head"), "float32 [T, d]: the recorded values of a KV head");
+
+  py::class_<StepHandle>(m, "StepAttention", "One decode step's renormalised attention.")
+      .def_property_readonly("step",
+                             [](const StepHandle& s) {
+                               s.check();
+                               return s.a->step;
+                             })
+      .def_property_readonly("position",
+                             [](const StepHandle& s) {
+                               s.check();
+                               return s.a->position;
+                             })
+      .def_property_readonly("group",
+                             [](const StepHandle& s) {
+                               s.check();
+                               return s.a->group;
+                             })
+      .def(
+          "probs",
+          [](const StepHandle& s, int g) {
+            s.check();
+            const int n = s.cache->size(g);
+            return view(s.a->probs[g].data(), {s.a->group, n}, {4 * n, 4});
+          },
+          py::arg("kv_head"),
+          "float32 [group, n]: each query head's probabilities over the KV head's n entries, in "
+          "cache order (0 for stored-but-unused entries)");
+
+  py::class_<CacheHandle>(m, "Cache", "The retained entries of the current layer, per KV head.")
+      .def_property_readonly("kv_heads", [](const CacheHandle& c) { return c.get().kv_heads(); })
+      .def_property_readonly("step", [](const CacheHandle& c) { return c.get().step(); })
+      .def("size",
+           [](const CacheHandle& c, int g) {
+             c.head_in_range(g);
+             return c.get().size(g);
+           })
+      .def("attended_size",
+           [](const CacheHandle& c, int g) {
+             c.head_in_range(g);
+             return c.get().attended_size(g);
+           })
+      .def(
+          "positions",
+          [](const CacheHandle& c, int g) {
+            c.head_in_range(g);
+            const auto& p = c.get().positions(g);
+            return view(p.data(), {static_cast<py::ssize_t>(p.size())}, {4});
+          },
+          py::arg("kv_head"), "int32 [n]: positions of the entries, ascending")
+      .def("attended", [](const CacheHandle& c, int g, int e) { return c.get().attended(g, e); })
+      .def(
+          "evict",
+          [](const CacheHandle& c, int g, const std::vector<int>& entries) {
+            c.head_in_range(g);
+            for (int e : entries)
+              if (e < 0 || e >= c.get().size(g))
+                throw py::index_error("entry " + std::to_string(e) + " out of range");
+            c.get().evict(g, entries);
+          },
+          py::arg("kv_head"), py::arg("entries"), "removes entries (indices in cache order)")
+      .def(
+          "keep_only",
+          [](const CacheHandle& c, int g, const py::array_t<std::uint8_t>& keep) {
+            c.head_in_range(g);
+            if (keep.ndim() != 1 || keep.shape(0) != c.get().size(g))
+              throw py::value_error("keep_only: expected " + std::to_string(c.get().size(g)) +
+                                    " flags for kv head " + std::to_string(g));
+            std::vector<std::uint8_t> k(keep.data(), keep.data() + keep.shape(0));
+            c.get().keep_only(g, k);
+          },
+          py::arg("kv_head"), py::arg("keep"), "keeps exactly the entries whose flag is set")
+      .def(
+          "set_attended",
+          [](const CacheHandle& c, int g, int e, bool attended) {
+            c.head_in_range(g);
+            c.get().set_attended(g, e, attended);
+          },
+          py::arg("kv_head"), py::arg("entry"), py::arg("attended"))
+      .def(
+          "merge",
+          [](const CacheHandle& c, int g, int from, int into, const py::array_t<float>& key,
+             const py::array_t<float>& value) {
+            c.head_in_range(g);
+            const int d = c.get().head_dim();
+            if (key.size() != d || value.size() != d)
+              throw py::value_error("merge: key and value need " + std::to_string(d) + " floats");
+            c.get().merge(g, from, into, key.data(), value.data());
+          },
+          py::arg("kv_head"), py::arg("entry"), py::arg("into"), py::arg("key"), py::arg("value"),
+          "entry disappears into `into`, which then holds key and value");
+}
+
+}  // namespace
+
+bool is_python_policy(const py::handle& obj) {
+  return py::hasattr(obj, "on_prefill") && py::hasattr(obj, "on_decode");
+}
+
+std::unique_ptr<PolicyInfo> python_policy_info(const std::string& label, py::object obj) {
+  auto info = std::make_unique<PolicyInfo>();
+  info->name = label;
+  info->summary = "Python policy " + std::string(py::str(obj.get_type().attr("__name__")));
+  info->provenance = "Python";
+  info->needs = needs_of(obj, label);
+  info->merges = py::hasattr(obj, "merges") && obj.attr("merges").cast<bool>();
+  auto shared = std::make_shared<py::object>(std::move(obj));
+  info->create = [label, shared](const ParamSet&, const SampleInfo& s) -> std::unique_ptr<Policy> {
+    std::unique_ptr<PythonPolicy> p;
+    {
+      py::gil_scoped_acquire gil;
+      p = std::make_unique<PythonPolicy>(label, *shared);
+    }
+    p->start(s);
+    return p;
+  };
+  return info;
+}
+
+void bind_python_policy(py::module_& m) {
+  bind_handles(m);
+}
+
+}  // namespace kvsim::python

@@ -1,0 +1,30 @@
+// Policies written in Python (subclasses of kvsim.Policy) run inside the C++ engine: an adapter
+// Policy calls the object's hooks with handles on the layer's statistics and the cache, which
+// expose numpy views (no copies) valid for the duration of the call.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <stdexcept>
+
+#include "policies/policy.hpp"
+
+namespace kvsim::python {
+
+// A PolicyInfo (needs, factory) for a Python policy object, labelled `label`. The object's
+// `needs` attribute (a dict) declares the statistics it reads; its `start(sample)` method, if
+// any, is called before each sample.
+std::unique_ptr<PolicyInfo> python_policy_info(const std::string& label, pybind11::object obj);
+
+// Thrown (as a C++ error, to cross the engine's threads) when Ctrl-C lands in a Python hook.
+struct PythonInterrupted : std::runtime_error {
+  PythonInterrupted() : std::runtime_error("KeyboardInterrupt") {}
+};
+
+// Whether `obj` is a Python policy (has on_prefill and on_decode).
+bool is_python_policy(const pybind11::handle& obj);
+
+void bind_python_policy(pybind11::module_& m);
+
+}  // namespace kvsim::python
