@@ -8,7 +8,7 @@ packages=(
   libcli11-dev libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  python3 python3-numpy python3-h5py python3-matplotlib python3-dev pybind11-dev
+  python3 python3-numpy python3-h5py python3-matplotlib python3-dev pybind11-dev python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -9,8 +9,15 @@ policies (built-in or written in Python), and list the policies.
 The C++ engine does the work (`kvsim._kvsim`, built by CMake with pybind11); see README.md,
 section "Python".
 """
-from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
-                     presets, replay)
+try:
+    from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
+                         presets, replay)
+except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
+    _why = str(_missing)
+
+    def __getattr__(name):
+        raise ImportError(f"kvsim.{name} needs the C++ module kvsim._kvsim, which could not be "
+                          f"imported ({_why}); build it with CMake (README.md, section Python)")
 
 
 class Policy:

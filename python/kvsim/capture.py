@@ -1,0 +1,212 @@
+"""Capture kvtrace v1 files (traces/kvtrace-v1.md) from PyTorch models.
+
+Records, for every decoder layer, q and k exactly as they enter the q·k product (after the
+rotary embedding, whatever kind) and v, during the prefill and a greedy decode with a full
+cache. Pure Python over torch and h5py, so it runs where kvsim's C++ module is not built (a GPU
+machine without HDF5's C library).
+
+Architecture glue: a Recorder stands in for the model's attention function, with the signature
+of transformers' AttentionInterface,
+
+    recorder.attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw)
+
+query [1, H, n, d] after the rotary embedding; key, value [1, Hkv, T, d], the whole cache after
+this step's update (the last n rows are the new ones); module.layer_idx the decoder layer. Calls
+whose module has no layer_idx (a vision tower's attention) pass through unrecorded. The recorder
+returns what the function it wraps (`inner`, default: eager softmax attention with the mask)
+returns, so the model runs unchanged. Supporting another architecture means routing its
+attention through that call, in a few lines; transformers models do so already.
+
+    rec = Recorder()
+    model.attention_fn = rec.attention          # however the architecture exposes it
+    with rec.sample("000000", modality=m, segment=s):
+        ids = greedy(step, prompt_ids, gen=32)   # prefill + 32 decode steps, full cache
+    rec.write("trace.h5", model="my-model", dtype="float16")
+"""
+import contextlib
+import math
+import sys
+
+import numpy as np
+
+
+def eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                    **kwargs):
+    """softmax(scaling · q kᵀ + mask) v with GQA (key/value heads repeated); [B, n, H, d] out,
+    transformers' convention for attention functions."""
+    import torch
+
+    h, hkv = query.shape[1], key.shape[1]
+    if h != hkv:
+        key = key.repeat_interleave(h // hkv, dim=1)
+        value = value.repeat_interleave(h // hkv, dim=1)
+    if scaling is None:
+        scaling = 1 / math.sqrt(query.shape[-1])
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., : key.shape[-2]]
+    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    out = torch.matmul(probs, value)
+    return out.transpose(1, 2).contiguous(), probs
+
+
+class CaptureError(RuntimeError):
+    """A capture that cannot make a valid trace (the message says which sample and layer)."""
+
+
+class Recorder:
+    """Collects q/k/v per sample and decoder layer; writes them as a kvtrace v1 file."""
+
+    def __init__(self, inner=None):
+        self.inner = inner or eager_attention
+        self.samples = []  # finished samples, in order
+        self.scale = None
+        self.shapes = None  # (H, Hkv, d)
+        self._current = None
+
+    @contextlib.contextmanager
+    def sample(self, name, *, modality, segment, media_id=None, token_ids=None, task=None,
+               reference=None):
+        """Records the forward passes run inside the block as one sample. modality and segment
+        (and the optional media_id, token_ids) cover every position, prompt and generated;
+        positions with segment 2 are the generated ones (kvtrace v1)."""
+        if self._current is not None:
+            raise CaptureError("capture: samples cannot nest")
+        meta = {"modality": np.asarray(modality, dtype=np.uint8),
+                "segment": np.asarray(segment, dtype=np.uint8)}
+        if media_id is not None:
+            meta["media_id"] = np.asarray(media_id, dtype=np.int32)
+        if token_ids is not None:
+            meta["token_ids"] = np.asarray(token_ids, dtype=np.int32)
+        self._current = {"name": str(name), "meta": meta, "layers": {}, "task": task,
+                         "reference": reference}
+        try:
+            yield self
+            self.samples.append(self._finish(self._current))
+        finally:
+            self._current = None
+
+    def attention(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                  **kwargs):
+        layer = getattr(module, "layer_idx", None)
+        if self._current is not None and layer is not None:
+            self._record(int(layer), query, key, value, scaling)
+        return self.inner(module, query, key, value, attention_mask, scaling=scaling,
+                          dropout=dropout, **kwargs)
+
+    def _record(self, layer, query, key, value, scaling):
+        if query.shape[0] != 1:
+            raise CaptureError(f"capture: batch size {query.shape[0]}; capture one prompt at a time")
+        n = query.shape[2]
+        shapes = (query.shape[1], key.shape[1], query.shape[3])
+        if self.shapes is None:
+            self.shapes = shapes
+        elif shapes != self.shapes:
+            raise CaptureError(f"capture: layer {layer} has (H, Hkv, d) = {shapes}, "
+                               f"earlier layers {self.shapes}")
+        scale = float(scaling) if scaling is not None else 1 / math.sqrt(query.shape[3])
+        if self.scale is None:
+            self.scale = scale
+        elif not math.isclose(scale, self.scale, rel_tol=1e-6):
+            raise CaptureError(f"capture: layer {layer} scales q·k by {scale}, others by "
+                               f"{self.scale}")
+
+        def rows(x):  # [1, heads, m, d] -> the last n rows as float32 numpy [n, heads, d]
+            return x[0, :, -n:, :].transpose(0, 1).detach().to("cpu").float().numpy()
+
+        parts = self._current["layers"].setdefault(layer, {"q": [], "k": [], "v": []})
+        parts["q"].append(rows(query))
+        parts["k"].append(rows(key))
+        parts["v"].append(rows(value))
+
+    def _finish(self, cur):
+        name, meta, layers = cur["name"], cur["meta"], cur["layers"]
+        if not layers:
+            raise CaptureError(f"capture: sample '{name}': no attention call was recorded")
+        L = max(layers) + 1
+        missing = [l for l in range(L) if l not in layers]
+        if missing:
+            raise CaptureError(f"capture: sample '{name}': layers {missing} were never called")
+        T = len(meta["segment"])
+        tensors = {}
+        for l in range(L):
+            t = {k: np.concatenate(v) for k, v in layers[l].items()}
+            if t["q"].shape[0] != T:
+                raise CaptureError(f"capture: sample '{name}', layer {l}: {t['q'].shape[0]} "
+                                   f"positions recorded, metadata covers {T}")
+            tensors[l] = t
+        for key, arr in meta.items():
+            if len(arr) != T:
+                raise CaptureError(f"capture: sample '{name}': {key} has {len(arr)} entries, "
+                                   f"segment {T}")
+        generated = meta["segment"] == 2
+        P = int(np.argmax(generated)) if generated.any() else T
+        if generated[:P].any() or not generated[P:].all():
+            raise CaptureError(f"capture: sample '{name}': generated positions (segment 2) must "
+                               f"be the last ones")
+        return {"name": name, "meta": meta, "prompt_len": P, "gen_len": T - P, "tensors": tensors,
+                "task": cur["task"], "reference": cur["reference"]}
+
+    def write(self, path, model="", dtype="float16", progress=None):
+        """Writes every finished sample to `path` (kvtrace v1); dtype float16 or float32."""
+        import h5py
+
+        if dtype not in ("float16", "float32"):
+            raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
+        if not self.samples:
+            raise CaptureError("capture: no sample to write")
+        L = len(self.samples[0]["tensors"])
+        for s in self.samples:
+            if len(s["tensors"]) != L:
+                raise CaptureError(f"capture: sample '{s['name']}' has {len(s['tensors'])} "
+                                   f"layers, the first sample {L}")
+        H, Hkv, d = self.shapes
+        show = progress if progress is not None else sys.stderr.isatty()
+        total, done = len(self.samples) * L, 0
+        with h5py.File(path + ".partial", "w") as f:
+            f.attrs["kvtrace_version"] = 1
+            f.attrs["model"] = model
+            f.attrs["num_layers"] = L
+            f.attrs["num_heads"] = H
+            f.attrs["num_kv_heads"] = Hkv
+            f.attrs["head_dim"] = d
+            f.attrs["scale"] = self.scale
+            for s in self.samples:
+                g = f.create_group(f"samples/{s['name']}")
+                g.attrs["prompt_len"] = s["prompt_len"]
+                g.attrs["gen_len"] = s["gen_len"]
+                for key in ("task", "reference"):
+                    if s[key] is not None:
+                        g.attrs[key] = s[key]
+                for key, arr in s["meta"].items():
+                    g[key] = arr
+                for l, t in s["tensors"].items():
+                    for key in ("q", "k", "v"):
+                        g[f"layers/{l}/{key}"] = t[key].astype(dtype)
+                    done += 1
+                    if show:
+                        print(f"\rcapture: writing {done}/{total} layers", end="", file=sys.stderr)
+        if show:
+            print(file=sys.stderr)
+        import os
+
+        os.replace(path + ".partial", path)
+
+
+def greedy(step, prompt_ids, gen):
+    """Prefill then `gen` decode steps with a full cache, feeding back the argmax each time.
+
+    step(ids, cache) -> (logits, cache): ids a [1, n] LongTensor of the new tokens, cache None
+    at the prefill; logits [1, n, vocab]. Returns the prompt followed by the gen tokens fed back
+    (positions P..P+gen-1 of the trace), as a list of ints."""
+    import torch
+
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
+    out = ids[0].tolist()
+    with torch.no_grad():
+        logits, cache = step(ids, None)
+        for _ in range(gen):
+            nxt = int(torch.argmax(logits[0, -1]))
+            out.append(nxt)
+            logits, cache = step(torch.tensor([[nxt]]), cache)
+    return out

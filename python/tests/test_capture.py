@@ -1,0 +1,208 @@
+"""kvsim.capture on a small PyTorch decoder written here (rotary embedding, GQA, a KV cache),
+whose q/k/v this test computes again independently, in float64, from one full-sequence pass.
+
+Run by ctest with Debian's python3 and python3-torch (no transformers needed)."""
+import math
+import os
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+from kvsim import capture
+
+VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS = 61, 32, 3, 4, 2
+D = HIDDEN // HEADS
+
+
+def rotate_half(x):
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-b, a), dim=-1)
+
+
+def rope(x, positions, base=10000.0):
+    """x [B, heads, n, d]; the rotate-half convention of LLaMA."""
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat((ang.cos(), ang.cos()), -1).to(x.dtype)
+    sin = torch.cat((ang.sin(), ang.sin()), -1).to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, idx):
+        super().__init__()
+        self.layer_idx = idx
+        self.norm1 = torch.nn.LayerNorm(HIDDEN)
+        self.q = torch.nn.Linear(HIDDEN, HEADS * D)
+        self.k = torch.nn.Linear(HIDDEN, KV_HEADS * D)
+        self.v = torch.nn.Linear(HIDDEN, KV_HEADS * D)
+        self.o = torch.nn.Linear(HEADS * D, HIDDEN)
+        self.norm2 = torch.nn.LayerNorm(HIDDEN)
+        self.up = torch.nn.Linear(HIDDEN, 2 * HIDDEN)
+        self.down = torch.nn.Linear(2 * HIDDEN, HIDDEN)
+
+
+class TinyDecoder(torch.nn.Module):
+    """Attention goes through self.attention_fn with transformers' AttentionInterface
+    signature: the few lines that make an architecture capturable."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
+        self.layers = torch.nn.ModuleList(Layer(i) for i in range(LAYERS))
+        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.vision = torch.nn.Linear(HIDDEN, HIDDEN)  # a stand-in vision tower's attention
+        self.attention_fn = capture.eager_attention
+
+    def step(self, ids, cache):
+        start = 0 if cache is None else cache[0][0].shape[2]
+        n = ids.shape[1]
+        pos = torch.arange(start, start + n)
+        x = self.embed(ids)
+        # A call without layer_idx, as a vision tower's attention makes: never recorded.
+        t = self.vision(x).view(1, n, 1, HIDDEN).transpose(1, 2)
+        self.attention_fn(self.vision, t, t, t, None)
+        new_cache = []
+        mask = torch.full((n, start + n), float("-inf")).triu(start + 1)[None, None]
+        for i, layer in enumerate(self.layers):
+            h = layer.norm1(x)
+            q = rope(layer.q(h).view(1, n, HEADS, D).transpose(1, 2), pos)
+            k = rope(layer.k(h).view(1, n, KV_HEADS, D).transpose(1, 2), pos)
+            v = layer.v(h).view(1, n, KV_HEADS, D).transpose(1, 2)
+            if cache is not None:
+                k = torch.cat((cache[i][0], k), dim=2)
+                v = torch.cat((cache[i][1], v), dim=2)
+            new_cache.append((k, v))
+            out, _ = self.attention_fn(layer, q, k, v, mask, scaling=D ** -0.5)
+            x = x + layer.o(out.reshape(1, n, HEADS * D))
+            x = x + layer.down(torch.nn.functional.silu(layer.up(layer.norm2(x))))
+        return self.head(x), new_cache
+
+
+def reference_qkv(model, ids):
+    """q (after RoPE), k, v of every layer for the whole sequence in one causal pass, float64,
+    computed here without the model's step() or the recorder."""
+    m = TinyDecoder()
+    m.load_state_dict(model.state_dict())
+    m = m.double()
+    T = len(ids)
+    x = m.embed(torch.tensor([ids]))
+    pos = torch.arange(T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    out = []
+    with torch.no_grad():
+        for layer in m.layers:
+            h = layer.norm1(x)
+            q = rope(layer.q(h).view(1, T, HEADS, D).transpose(1, 2), pos)
+            k = rope(layer.k(h).view(1, T, KV_HEADS, D).transpose(1, 2), pos)
+            v = layer.v(h).view(1, T, KV_HEADS, D).transpose(1, 2)
+            out.append({"q": q[0].transpose(0, 1).numpy(), "k": k[0].transpose(0, 1).numpy(),
+                        "v": v[0].transpose(0, 1).numpy()})
+            kk = k.repeat_interleave(HEADS // KV_HEADS, 1)
+            vv = v.repeat_interleave(HEADS // KV_HEADS, 1)
+            s = (q @ kk.transpose(2, 3)) / math.sqrt(D)
+            s = s.masked_fill(~causal, float("-inf"))
+            a = torch.softmax(s, -1) @ vv
+            x = x + layer.o(a.transpose(1, 2).reshape(1, T, HEADS * D))
+            x = x + layer.down(torch.nn.functional.silu(layer.up(layer.norm2(x))))
+    return out
+
+
+def metadata(P, G, images=(2, 6)):
+    modality = np.zeros(P + G, dtype=np.uint8)
+    modality[images[0]:images[1]] = 1
+    segment = np.array([0] * 2 + [1] * (P - 2) + [2] * G, dtype=np.uint8)
+    media = np.where(modality == 1, 0, -1).astype(np.int32)
+    return modality, segment, media
+
+
+class CaptureTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.model = TinyDecoder().eval()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_capture(self, prompts, gen):
+        rec = capture.Recorder()
+        self.model.attention_fn = rec.attention
+        tokens = []
+        for i, prompt in enumerate(prompts):
+            modality, segment, media = metadata(len(prompt), gen)
+            with rec.sample(f"{i:06d}", modality=modality, segment=segment, media_id=media):
+                ids = capture.greedy(self.model.step, prompt, gen)
+            tokens.append(ids)
+        return rec, tokens
+
+    def test_recorded_tensors_equal_an_independent_full_pass(self):
+        prompts = [[3, 14, 15, 9, 26, 5, 35, 8, 9], [7, 1, 2, 3, 4, 5, 6]]
+        rec, tokens = self.run_capture(prompts, gen=5)
+        path = os.path.join(self.dir.name, "t.h5")
+        rec.write(path, model="tiny", dtype="float32", progress=False)
+        with h5py.File(path, "r") as f:
+            self.assertEqual(f.attrs["kvtrace_version"], 1)
+            self.assertEqual((f.attrs["num_layers"], f.attrs["num_heads"],
+                              f.attrs["num_kv_heads"], f.attrs["head_dim"]),
+                             (LAYERS, HEADS, KV_HEADS, D))
+            self.assertAlmostEqual(f.attrs["scale"], D ** -0.5)
+            self.assertEqual(sorted(f["samples"]), ["000000", "000001"])
+            for i, ids in enumerate(tokens):
+                g = f[f"samples/{i:06d}"]
+                P = len(prompts[i])
+                self.assertEqual((g.attrs["prompt_len"], g.attrs["gen_len"]), (P, 5))
+                ref = reference_qkv(self.model, ids)
+                for l in range(LAYERS):
+                    for key in ("q", "k", "v"):
+                        got = g[f"layers/{l}/{key}"][()]
+                        self.assertEqual(got.shape, ref[l][key].shape)
+                        np.testing.assert_allclose(got, ref[l][key], rtol=1e-4, atol=1e-5,
+                                                   err_msg=f"sample {i} layer {l} {key}")
+                np.testing.assert_array_equal(g["media_id"][()], metadata(P, 5)[2])
+
+    def test_kvsim_reads_and_replays_the_capture(self):
+        try:
+            import kvsim
+            kvsim.Trace
+        except (ImportError, AttributeError):
+            self.skipTest("the kvsim C++ module is not built")
+        rec, tokens = self.run_capture([[3, 14, 15, 9, 26, 5, 35, 8, 9, 11, 12]], gen=4)
+        path = os.path.join(self.dir.name, "t16.h5")
+        rec.write(path, model="tiny", dtype="float16", progress=False)
+        t = kvsim.Trace(path)
+        s = t.sample("000000")
+        self.assertEqual((s.prompt_len, s.gen_len, s.dtype), (11, 4, "float16"))
+        layer = s.layer(1)
+        ref = reference_qkv(self.model, tokens[0])[1]
+        np.testing.assert_allclose(layer["k"], ref["k"], rtol=2e-3, atol=2e-3)
+        res = kvsim.replay(path, {"full": None, "h2o": {"budget": "6"}})
+        full = res["policy"] == "full"
+        np.testing.assert_allclose(res["mass_recall"][full], 1, rtol=1e-6)
+        np.testing.assert_allclose(res["output_rel_error"][full], 0, atol=1e-6)
+        self.assertTrue(np.all(res["mass_recall"][~full] <= 1))
+
+    def test_errors_name_the_sample(self):
+        rec = capture.Recorder()
+        self.model.attention_fn = rec.attention
+        modality, segment, media = metadata(6, 3)
+        with self.assertRaisesRegex(capture.CaptureError, "sample 'short'.*positions recorded"):
+            with rec.sample("short", modality=modality, segment=segment):
+                capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=2)  # one step short
+        with self.assertRaisesRegex(capture.CaptureError, "no attention call"):
+            with rec.sample("none", modality=modality, segment=segment):
+                pass
+        bad = segment.copy()
+        bad[1] = 2
+        with self.assertRaisesRegex(capture.CaptureError, "must be the last"):
+            with rec.sample("order", modality=modality, segment=bad):
+                capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=3)
+        with self.assertRaisesRegex(capture.CaptureError, "no sample"):
+            rec.write(os.path.join(self.dir.name, "x.h5"))
+
+
+if __name__ == "__main__":
+    unittest.main()
