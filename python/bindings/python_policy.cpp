@@ -20,6 +20,12 @@ py::array view(const T* data, std::vector<py::ssize_t> shape, std::vector<py::ss
   return a;
 }
 
+void in_range(int i, int n, const char* what) {
+  if (i < 0 || i >= n)
+    throw py::index_error(std::string(what) + " " + std::to_string(i) + " out of range [0, " +
+                          std::to_string(n) + ")");
+}
+
 // Handles passed to the hooks; every method checks that the hook is still running.
 struct Alive {
   std::shared_ptr<bool> alive;
@@ -165,6 +171,7 @@ void bind_handles(py::module_& m) {
       .def(
           "prefill_column_sums",
           [](const ViewHandle& v, int h) {
+            in_range(h, v.att().num_heads(), "query head");
             return view(v.att().prefill_column_sums(h), {v.att().prompt_len()}, {4});
           },
           py::arg("head"),
@@ -173,6 +180,7 @@ void bind_handles(py::module_& m) {
           "prefill_window",
           [](const ViewHandle& v, int h) {
             const auto& a = v.att();
+            in_range(h, a.num_heads(), "query head");
             const int w = a.prefill_window(), P = a.prompt_len();
             if (w == 0) throw std::logic_error("prefill window rows were not requested");
             return view(a.prefill_window_row(h, 0), {w, P}, {4 * P, 4});
@@ -194,6 +202,7 @@ void bind_handles(py::module_& m) {
           "keys",
           [](const ViewHandle& v, int g) {
             const auto& t = v.att().tensors();
+            in_range(g, v.att().num_kv_heads(), "kv head");
             const auto T = static_cast<py::ssize_t>(t.k.shape(0)),
                        H = static_cast<py::ssize_t>(t.k.shape(1)),
                        d = static_cast<py::ssize_t>(t.k.shape(2));
@@ -205,6 +214,7 @@ void bind_handles(py::module_& m) {
           [](const ViewHandle& v, int g) {
             const auto& t = v.att().tensors();
             if (!t.has_v()) throw std::logic_error("the trace has no values");
+            in_range(g, v.att().num_kv_heads(), "kv head");
             const auto T = static_cast<py::ssize_t>(t.v.shape(0)),
                        H = static_cast<py::ssize_t>(t.v.shape(1)),
                        d = static_cast<py::ssize_t>(t.v.shape(2));
@@ -232,6 +242,7 @@ void bind_handles(py::module_& m) {
           "probs",
           [](const StepHandle& s, int g) {
             s.check();
+            in_range(g, static_cast<int>(s.a->probs.size()), "kv head");
             const int n = s.cache->size(g);
             return view(s.a->probs[g].data(), {s.a->group, n}, {4 * n, 4});
           },
@@ -260,14 +271,17 @@ void bind_handles(py::module_& m) {
             return view(p.data(), {static_cast<py::ssize_t>(p.size())}, {4});
           },
           py::arg("kv_head"), "int32 [n]: positions of the entries, ascending")
-      .def("attended", [](const CacheHandle& c, int g, int e) { return c.get().attended(g, e); })
+      .def("attended",
+           [](const CacheHandle& c, int g, int e) {
+             c.head_in_range(g);
+             in_range(e, c.get().size(g), "entry");
+             return c.get().attended(g, e);
+           })
       .def(
           "evict",
           [](const CacheHandle& c, int g, const std::vector<int>& entries) {
             c.head_in_range(g);
-            for (int e : entries)
-              if (e < 0 || e >= c.get().size(g))
-                throw py::index_error("entry " + std::to_string(e) + " out of range");
+            for (int e : entries) in_range(e, c.get().size(g), "entry");
             c.get().evict(g, entries);
           },
           py::arg("kv_head"), py::arg("entries"), "removes entries (indices in cache order)")
@@ -286,6 +300,7 @@ void bind_handles(py::module_& m) {
           "set_attended",
           [](const CacheHandle& c, int g, int e, bool attended) {
             c.head_in_range(g);
+            in_range(e, c.get().size(g), "entry");
             c.get().set_attended(g, e, attended);
           },
           py::arg("kv_head"), py::arg("entry"), py::arg("attended"))
@@ -294,6 +309,9 @@ void bind_handles(py::module_& m) {
           [](const CacheHandle& c, int g, int from, int into, const py::array_t<float>& key,
              const py::array_t<float>& value) {
             c.head_in_range(g);
+            in_range(from, c.get().size(g), "entry");
+            in_range(into, c.get().size(g), "entry");
+            if (from == into) throw py::value_error("merge: an entry cannot merge into itself");
             const int d = c.get().head_dim();
             if (key.size() != d || value.size() != d)
               throw py::value_error("merge: key and value need " + std::to_string(d) + " floats");

@@ -212,6 +212,12 @@ class PythonPolicyTest(Fixture):
 
         with self.assertRaisesRegex(Exception, "greedy"):
             kvsim.replay(self.trace, {"greedy": Greedy()})
+        class OutOfRange(kvsim.Policy):
+            def on_prefill(self, view, cache):
+                view.prefill_column_sums(99)
+
+        with self.assertRaisesRegex(RuntimeError, "query head 99 out of range"):
+            kvsim.replay(self.trace, {"oor": OutOfRange()})
         with self.assertRaisesRegex(TypeError, "kvsim.Policy"):
             kvsim.replay(self.trace, {"x": 3})
 
