@@ -9,6 +9,7 @@ void bind_trace(py::module_& m);
 void bind_replay(py::module_& m);
 void bind_policies(py::module_& m);
 void bind_python_policy(py::module_& m);
+void bind_write(py::module_& m);
 }  // namespace kvsim::python
 
 PYBIND11_MODULE(_kvsim, m) {
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_replay(m);
   kvsim::python::bind_policies(m);
   kvsim::python::bind_python_policy(m);
+  kvsim::python::bind_write(m);
 }
