@@ -261,6 +261,82 @@ std::string join(const std::vector<double>& v) {
 
 }  // namespace
 
+std::vector<StatsDataset> stats_datasets(const SampleAttentionStats& s, const StatsOptions& o) {
+  const std::size_t L = s.layers, H = s.heads, G = s.steps, nx = o.concentration.size(),
+                    np = o.ppci.size(), nr = o.dap_r.size(), nq = o.key_quantiles.size();
+  return {
+      {"sparsity_causal",
+       &s.sparsity_causal,
+       {L, H, 3},
+       "[layer, head, all|text keys|vision keys]: share of causal prompt entries <= epsilon"},
+      {"sparsity_masked",
+       &s.sparsity_masked,
+       {L, H, 3},
+       "[layer, head, all|text|vision]: same over the full P x P matrix, masked zeros counted "
+       "(HAE code)"},
+      {"concentration",
+       &s.concentration,
+       {L, H, nx, 2},
+       "[layer, head, share (attr concentration), text|vision]: fraction of tokens holding that "
+       "share of the modality's cumulative attention"},
+      {"cumulative_variance",
+       &s.cumulative_variance,
+       {L, H, 2},
+       "[layer, head, text|vision]: variance of the prompt-attention column sums"},
+      {"modality_share",
+       &s.modality_share,
+       {L, H, 2},
+       "[layer, head, text|vision]: share of the prompt attention mass"},
+      {"entropy",
+       &s.entropy,
+       {L},
+       "[layer]: mean row entropy of the head-averaged prompt attention (nats)"},
+      {"cross_modal_entropy",
+       &s.cross_modal_entropy,
+       {L},
+       "[layer]: MEDA E_CM (Eq. 4-6) of the head-averaged attention (nats)"},
+      {"key_nearest_cosine",
+       &s.key_nearest_cosine,
+       {L, 2, nq},
+       "[layer, text|vision key, quantile (attr key_quantiles)]: cosine of each prompt key to its "
+       "most similar other prompt key of its KV head, pooled over KV heads"},
+      {"key_value_correlation",
+       &s.key_value_correlation,
+       {L, 2},
+       "[layer, text|vision]: Pearson correlation of key cosine and value cosine over pairs of "
+       "prompt positions of that modality, pooled over KV heads"},
+      {"entropy_mean_of_heads",
+       &s.entropy_mean_of_heads,
+       {L},
+       "[layer]: mean over heads of each head's mean row entropy (nats)"},
+      {"cross_modal_entropy_mean_of_heads",
+       &s.cross_modal_entropy_mean_of_heads,
+       {L},
+       "[layer]: mean over heads of each head's E_CM (nats)"},
+      {"layer_cosine",
+       &s.layer_cosine,
+       {L, L},
+       "[layer, layer]: cosine of the last prompt token's head-averaged attention (ST3 Eq. 5)"},
+      {"ppci_layers",
+       &s.ppci_layers,
+       {np, L},
+       "[p (attr ppci), layer]: PPCI of image tokens vs layer 0, last prompt token (A-VL Eq. 2)"},
+      {"ppci_steps",
+       &s.ppci_steps,
+       {np, L, G},
+       "[p, layer, decode step]: PPCI of image tokens vs decode step 0 (A-VL Fig. 5, ST3 Eq. 10)"},
+      {"segment_share",
+       &s.segment_share,
+       {L, G, 4},
+       "[layer, decode step, system|image|user|generated]: head-averaged decode attention mass"},
+      {"dap_agreement",
+       &s.dap_agreement,
+       {nr, L},
+       "[r (attr dap_r), layer]: share of layer 0's DAP-selected vision tokens also selected in "
+       "the layer (NaN: none in layer 0)"},
+  };
+}
+
 void write_attention_stats(
     const std::string& path, const TraceReader& reader, const StatsOptions& o,
     const std::vector<std::pair<std::string, SampleAttentionStats>>& samples) {
@@ -281,61 +357,10 @@ void write_attention_stats(
     h5_write_string_attr(f.get(), "key_quantiles", join(o.key_quantiles));
     for (const auto& [name, s] : samples) {
       H5Handle g = h5_require_group(f.get(), "samples/" + name);
-      const hsize_t L = s.layers, H = s.heads, G = s.steps, nx = o.concentration.size(),
-                    np = o.ppci.size(), nr = o.dap_r.size();
-      write_array(
-          g.get(), "sparsity_causal", s.sparsity_causal, {L, H, 3},
-          "[layer, head, all|text keys|vision keys]: share of causal prompt entries <= epsilon",
-          path);
-      write_array(g.get(), "sparsity_masked", s.sparsity_masked, {L, H, 3},
-                  "[layer, head, all|text|vision]: same over the full P x P matrix, masked zeros "
-                  "counted (HAE code)",
-                  path);
-      write_array(g.get(), "concentration", s.concentration, {L, H, nx, 2},
-                  "[layer, head, share (attr concentration), text|vision]: fraction of tokens "
-                  "holding that share of the modality's cumulative attention",
-                  path);
-      write_array(g.get(), "cumulative_variance", s.cumulative_variance, {L, H, 2},
-                  "[layer, head, text|vision]: variance of the prompt-attention column sums", path);
-      write_array(g.get(), "modality_share", s.modality_share, {L, H, 2},
-                  "[layer, head, text|vision]: share of the prompt attention mass", path);
-      write_array(g.get(), "entropy", s.entropy, {L},
-                  "[layer]: mean row entropy of the head-averaged prompt attention (nats)", path);
-      write_array(g.get(), "cross_modal_entropy", s.cross_modal_entropy, {L},
-                  "[layer]: MEDA E_CM (Eq. 4-6) of the head-averaged attention (nats)", path);
-      const hsize_t nq = o.key_quantiles.size();
-      write_array(g.get(), "key_nearest_cosine", s.key_nearest_cosine, {L, 2, nq},
-                  "[layer, text|vision key, quantile (attr key_quantiles)]: cosine of each prompt "
-                  "key to its most similar other prompt key of its KV head, pooled over KV heads",
-                  path);
-      write_array(g.get(), "key_value_correlation", s.key_value_correlation, {L, 2},
-                  "[layer, text|vision]: Pearson correlation of key cosine and value cosine over "
-                  "pairs of prompt positions of that modality, pooled over KV heads",
-                  path);
-      write_array(g.get(), "entropy_mean_of_heads", s.entropy_mean_of_heads, {L},
-                  "[layer]: mean over heads of each head's mean row entropy (nats)", path);
-      write_array(g.get(), "cross_modal_entropy_mean_of_heads", s.cross_modal_entropy_mean_of_heads,
-                  {L}, "[layer]: mean over heads of each head's E_CM (nats)", path);
-      write_array(
-          g.get(), "layer_cosine", s.layer_cosine, {L, L},
-          "[layer, layer]: cosine of the last prompt token's head-averaged attention (ST3 Eq. 5)",
-          path);
-      write_array(
-          g.get(), "ppci_layers", s.ppci_layers, {np, L},
-          "[p (attr ppci), layer]: PPCI of image tokens vs layer 0, last prompt token (A-VL Eq. 2)",
-          path);
-      write_array(g.get(), "ppci_steps", s.ppci_steps, {np, L, G},
-                  "[p, layer, decode step]: PPCI of image tokens vs decode step 0 (A-VL Fig. 5, "
-                  "ST3 Eq. 10)",
-                  path);
-      write_array(
-          g.get(), "segment_share", s.segment_share, {L, G, 4},
-          "[layer, decode step, system|image|user|generated]: head-averaged decode attention mass",
-          path);
-      write_array(g.get(), "dap_agreement", s.dap_agreement, {nr, L},
-                  "[r (attr dap_r), layer]: share of layer 0's DAP-selected vision tokens also "
-                  "selected in the layer (NaN: none in layer 0)",
-                  path);
+      for (const StatsDataset& d : stats_datasets(s, o)) {
+        const std::vector<hsize_t> dims(d.shape.begin(), d.shape.end());
+        write_array(g.get(), d.name, *d.data, dims, d.doc, path);
+      }
     }
     if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0)
       throw TraceError(tmp + ": write failed: " + hdf5_last_error());

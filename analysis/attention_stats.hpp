@@ -45,6 +45,16 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
                                              const StatsOptions& options,
                                              const std::function<void()>& on_layer = {});
 
+// The datasets of one sample's stats, as the results file holds them: name, data, shape
+// (row-major), and the `doc` attribute naming the axes.
+struct StatsDataset {
+  const char* name;
+  const std::vector<double>* data;
+  std::vector<std::size_t> shape;
+  std::string doc;
+};
+std::vector<StatsDataset> stats_datasets(const SampleAttentionStats& s, const StatsOptions& o);
+
 // Writes `path` (through path.partial, renamed when complete).
 void write_attention_stats(
     const std::string& path, const TraceReader& reader, const StatsOptions& options,

@@ -11,7 +11,7 @@ section "Python".
 """
 try:
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
-                         presets, replay, write_trace)
+                         presets, replay, stats, write_trace)
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
     _why = str(_missing)
 
@@ -49,5 +49,5 @@ class Policy:
         """After decode step att.step attended; the cache already holds its position."""
 
 
-__all__ = ["Trace", "Sample", "replay", "write_trace", "policies", "presets", "Policy",
+__all__ = ["Trace", "Sample", "replay", "stats", "write_trace", "policies", "presets", "Policy",
            "LayerView", "StepAttention", "Cache", "__version__"]

@@ -284,6 +284,20 @@ class InterruptTest(unittest.TestCase):
             self.assertGreater(len(kvsim.replay(trace, "full", samples=["000000"])["step"]), 0)
 
 
+class StatsTest(Fixture):
+    def test_same_arrays_as_the_stats_file(self):
+        out = os.path.join(self.dir.name, "s.h5")
+        run("stats", self.trace, "--out", out, "--ppci", "0.5", "-j", "2")
+        st = kvsim.stats(self.trace, ppci=[0.5], threads=1)
+        self.assertEqual(sorted(st), ["000000", "000001"])
+        with h5py.File(out, "r") as f:
+            for sample, arrays in st.items():
+                g = f[f"samples/{sample}"]
+                self.assertEqual(sorted(arrays), sorted(g))
+                for name, a in arrays.items():
+                    self.assertTrue(np.array_equal(a, g[name][()], equal_nan=True), name)
+
+
 class PoliciesTest(unittest.TestCase):
     def test_registry_as_data(self):
         ps = {p["name"]: p for p in kvsim.policies()}

@@ -1,0 +1,71 @@
+// kvsim.stats: the metrics of `kvsim stats`, as numpy arrays named and shaped as the datasets of
+// its results file (README, "kvsim stats file").
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <thread>
+
+#include "analysis/attention_stats.hpp"
+
+namespace py = pybind11;
+
+namespace kvsim::python {
+
+namespace {
+
+py::dict stats(const std::string& trace, const py::object& samples, double epsilon,
+               std::vector<double> concentration, std::vector<double> ppci,
+               std::vector<double> dap_r, double dap_alpha, std::vector<double> key_quantiles,
+               int threads) {
+  StatsOptions o;
+  o.epsilon = epsilon;
+  o.concentration = std::move(concentration);
+  o.ppci = std::move(ppci);
+  o.dap_r = std::move(dap_r);
+  o.dap_alpha = dap_alpha;
+  o.key_quantiles = std::move(key_quantiles);
+  o.threads =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const TraceReader reader(trace);
+  const std::vector<std::string> names =
+      samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
+  py::dict out;
+  struct Interrupted {};
+  for (const auto& name : names) {
+    SampleAttentionStats s;
+    try {
+      py::gil_scoped_release release;
+      s = compute_attention_stats(reader, reader.read_sample(name), o, [] {
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) throw Interrupted{};
+      });
+    } catch (const Interrupted&) {
+      throw py::error_already_set();
+    }
+    py::dict d;
+    for (const StatsDataset& ds : stats_datasets(s, o)) {
+      std::vector<py::ssize_t> shape(ds.shape.begin(), ds.shape.end());
+      py::array_t<double> a(shape);
+      std::copy(ds.data->begin(), ds.data->end(), a.mutable_data());
+      d[ds.name] = a;
+    }
+    out[py::str(name)] = d;
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_stats(py::module_& m) {
+  const StatsOptions defaults;
+  m.def("stats", &stats, py::arg("trace"), py::arg("samples") = py::none(),
+        py::arg("epsilon") = defaults.epsilon, py::arg("concentration") = defaults.concentration,
+        py::arg("ppci") = defaults.ppci, py::arg("dap_r") = defaults.dap_r,
+        py::arg("dap_alpha") = defaults.dap_alpha,
+        py::arg("key_quantiles") = defaults.key_quantiles, py::arg("threads") = 0,
+        R"doc(The observation metrics of `kvsim stats` (options as its command line), per sample:
+{sample: {dataset: float64 numpy array}}, named and shaped as the results file's datasets.)doc");
+}
+
+}  // namespace kvsim::python
