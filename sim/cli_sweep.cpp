@@ -51,13 +51,7 @@ int run_sweep_command(SweepArgs a, int rank) {
   if (a.traces.empty() || a.policies.empty())
     throw std::invalid_argument(
         "sweep: give at least one --trace and one --policy (or a --file with them)");
-  std::vector<GridAxis> axes;
-  for (const auto& g : a.grids) axes.push_back(parse_grid_axis(g));
-  PolicyOverrides fixed;
-  for (const auto& s : a.sets) apply_set_option(s, fixed);
-  // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
-  for (const auto& name : a.policies) apply_default_budget(name, a.budget, fixed[name]);
-  const auto configs = expand_grid(a.policies, axes, fixed);
+  const auto configs = sweep_configs(a.policies, a.grids, a.sets, a.budget);
   const auto files = expand_globs(a.traces);
   std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
   const SweepReport r =

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "sim/config.hpp"
 #include "sim/engine.hpp"
 
 #ifdef KVSIM_WITH_MPI
@@ -86,6 +87,19 @@ std::vector<PolicyConfig> expand_grid(
     }
   }
   return out;
+}
+
+std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
+                                        const std::vector<std::string>& grids,
+                                        const std::vector<std::string>& sets,
+                                        const std::string& budget) {
+  std::vector<GridAxis> axes;
+  for (const auto& g : grids) axes.push_back(parse_grid_axis(g));
+  PolicyOverrides fixed;
+  for (const auto& s : sets) apply_set_option(s, fixed);
+  // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
+  for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
+  return expand_grid(policies, axes, fixed);
 }
 
 std::string file_content_hash(const std::string& path) {

@@ -30,6 +30,14 @@ std::vector<PolicyConfig> expand_grid(
     const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
     const std::map<std::string, std::map<std::string, std::string>>& fixed);
 
+// The configurations of a sweep's command line: --grid axes, --set fixed values ("NAME.key=v"),
+// and --budget for every policy that has one and no grid or --set for it (an axis on the budget
+// wins).
+std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
+                                        const std::vector<std::string>& grids,
+                                        const std::vector<std::string>& sets,
+                                        const std::string& budget);
+
 // 64-bit FNV-1a of the file's bytes, as 16 hex digits.
 std::string file_content_hash(const std::string& path);
 

@@ -11,6 +11,7 @@ void bind_policies(py::module_& m);
 void bind_python_policy(py::module_& m);
 void bind_write(py::module_& m);
 void bind_stats(py::module_& m);
+void bind_sweep(py::module_& m);
 }  // namespace kvsim::python
 
 PYBIND11_MODULE(_kvsim, m) {
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_python_policy(m);
   kvsim::python::bind_write(m);
   kvsim::python::bind_stats(m);
+  kvsim::python::bind_sweep(m);
 }

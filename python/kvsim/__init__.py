@@ -12,12 +12,53 @@ section "Python".
 try:
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
                          presets, replay, stats, write_trace)
+    from ._kvsim import _sweep
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
     _why = str(_missing)
 
     def __getattr__(name):
         raise ImportError(f"kvsim.{name} needs the C++ module kvsim._kvsim, which could not be "
                           f"imported ({_why}); build it with CMake (README.md, section Python)")
+
+
+def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0):
+    """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
+    on every trace and sample; finished items are kept under `out` (a rerun skips them, an
+    interrupted sweep loses only the item in flight). Returns OUT/results.csv as a dict of
+    numpy columns (numbers as float64 / int64, names as object arrays).
+
+    traces: a path or a list of paths. policies: a name or a list of names (policies or presets).
+    grid: {"h2o.budget": ["5%", "10%"], "st3.S+R": ["1/1.75", "7/12.25"]} or axis strings as
+    `--grid` takes them ("h2o.budget=40:130:10"). set: {"h2o.recent": "25%"} (as `--set`).
+    budget: as `--budget`."""
+    import csv
+    import os
+
+    import numpy as np
+
+    traces = [traces] if isinstance(traces, str) else list(traces)
+    policies = [policies] if isinstance(policies, str) else list(policies)
+    if isinstance(grid, dict):
+        grids = [f"{axis}={','.join(str(v) for v in values)}" for axis, values in grid.items()]
+    else:
+        grids = list(grid or [])
+    sets = [f"{k}={v}" for k, v in (set or {}).items()]
+    _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads)
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = {"trace", "trace_hash", "sample", "label", "policy", "params"}
+    integer = {"layer", "kv_head", "steps"}
+    columns = {}
+    names = rows[0].keys() if rows else []
+    for name in names:
+        cells = [r[name] for r in rows]
+        if name in text:
+            columns[name] = np.array(cells, dtype=object)
+        elif name in integer:
+            columns[name] = np.array(cells, dtype=np.int64)
+        else:
+            columns[name] = np.array([float(c) if c else np.nan for c in cells])
+    return columns
 
 
 class Policy:
@@ -49,5 +90,5 @@ class Policy:
         """After decode step att.step attended; the cache already holds its position."""
 
 
-__all__ = ["Trace", "Sample", "replay", "stats", "write_trace", "policies", "presets", "Policy",
+__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "write_trace", "policies", "presets", "Policy",
            "LayerView", "StepAttention", "Cache", "__version__"]

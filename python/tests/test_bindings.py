@@ -298,6 +298,26 @@ class StatsTest(Fixture):
                     self.assertTrue(np.array_equal(a, g[name][()], equal_nan=True), name)
 
 
+class SweepTest(Fixture):
+    def test_same_results_file_as_the_command_line(self):
+        cli, py = os.path.join(self.dir.name, "cli"), os.path.join(self.dir.name, "py")
+        run("sweep", "-t", self.trace, "-p", "h2o", "-p", "streamingllm",
+            "--grid", "h2o.budget=8,12", "--grid", "h2o.recent=25%,50%",
+            "--set", "streamingllm.sinks=2", "--budget", "10", "-o", cli, "-j", "2")
+        res = kvsim.sweep(self.trace, ["h2o", "streamingllm"], py,
+                          grid={"h2o.budget": [8, 12], "h2o.recent": ["25%", "50%"]},
+                          set={"streamingllm.sinks": 2}, budget="10", threads=1)
+        with open(os.path.join(cli, "results.csv"), "rb") as a, \
+                open(os.path.join(py, "results.csv"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertEqual(len(set(res["label"])), 5)  # 4 h2o configurations + streamingllm
+        self.assertEqual(res["mean_mass_recall"].dtype, np.float64)
+        again = kvsim.sweep(self.trace, ["h2o", "streamingllm"], py, budget="10",
+                            grid=["h2o.budget=8,12", "h2o.recent=25%,50%"],
+                            set={"streamingllm.sinks": 2})
+        np.testing.assert_array_equal(again["mean_mass_recall"], res["mean_mass_recall"])
+
+
 class PoliciesTest(unittest.TestCase):
     def test_registry_as_data(self):
         ps = {p["name"]: p for p in kvsim.policies()}

@@ -1,0 +1,50 @@
+// kvsim._sweep: `kvsim sweep` on one machine (kvsim.sweep in python/kvsim/__init__.py builds its
+// arguments and reads OUT/results.csv back as numpy columns).
+#include "sim/sweep.hpp"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <thread>
+
+namespace py = pybind11;
+
+namespace kvsim::python {
+
+namespace {
+
+py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::string>& policies,
+               const std::vector<std::string>& grids, const std::vector<std::string>& sets,
+               const std::string& budget, const std::string& out,
+               const std::vector<std::string>& samples, int threads) {
+  if (traces.empty() || policies.empty())
+    throw py::value_error("kvsim.sweep: give at least one trace and one policy");
+  const auto configs = sweep_configs(policies, grids, sets, budget);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct Interrupted {};
+  SweepReport r;
+  try {
+    py::gil_scoped_release release;
+    r = run_sweep(traces, configs, {out, threads, samples}, [](long, long) {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) throw Interrupted{};
+    });
+  } catch (const Interrupted&) {
+    throw py::error_already_set();
+  }
+  py::dict d;
+  d["configurations"] = configs.size();
+  d["items"] = r.items_total;
+  d["done_before"] = r.items_done_before;
+  d["run"] = r.items_run;
+  return d;
+}
+
+}  // namespace
+
+void bind_sweep(py::module_& m) {
+  m.def("_sweep", &sweep, py::arg("traces"), py::arg("policies"), py::arg("grids"), py::arg("sets"),
+        py::arg("budget"), py::arg("out"), py::arg("samples"), py::arg("threads"));
+}
+
+}  // namespace kvsim::python
