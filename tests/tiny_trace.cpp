@@ -1,5 +1,7 @@
 #include "tests/tiny_trace.hpp"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,10 @@
 namespace kvsim::test {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "kvsim_tests";
+  // One directory per test process: ctest runs the cases as concurrent processes, and two cases
+  // writing the same file name (every LiveFixture writes "fixture") would race.
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "kvsim_tests" /
+                   std::to_string(static_cast<long>(::getpid()));
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }
