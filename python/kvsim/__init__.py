@@ -12,7 +12,6 @@ section "Python".
 try:
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
                          presets, replay, stats, write_trace)
-    from ._kvsim import _sweep
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
     _why = str(_missing)
 
@@ -35,6 +34,8 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     import os
 
     import numpy as np
+
+    from ._kvsim import _sweep
 
     traces = [traces] if isinstance(traces, str) else list(traces)
     policies = [policies] if isinstance(policies, str) else list(policies)
