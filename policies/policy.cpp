@@ -26,6 +26,12 @@ void PolicyRegistry::add(PolicyInfo info) {
     throw std::logic_error("policy '" + name + "' registered twice");
 }
 
+void PolicyRegistry::replace(PolicyInfo info) {
+  const auto it = policies_.find(info.name);
+  if (it == policies_.end()) throw std::logic_error("policy '" + info.name + "' is not registered");
+  it->second = std::move(info);
+}
+
 const PolicyInfo& PolicyRegistry::get(const std::string& name) const {
   auto it = policies_.find(name);
   if (it == policies_.end()) {

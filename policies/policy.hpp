@@ -99,6 +99,8 @@ class PolicyRegistry {
  public:
   static PolicyRegistry& instance();
   void add(PolicyInfo info);
+  // Replaces a policy added at run time (Python registrations); `info.name` must exist.
+  void replace(PolicyInfo info);
   const PolicyInfo& get(const std::string& name) const;  // throws listing known names
   std::vector<std::string> names() const;
 

@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <set>
 #include <stdexcept>
 
 namespace py = pybind11;
@@ -347,8 +348,115 @@ std::unique_ptr<PolicyInfo> python_policy_info(const std::string& label, py::obj
   return info;
 }
 
+namespace {
+
+py::object python_value(const ParamSpec& spec, const ParamSet& p) {
+  switch (spec.type) {
+    case ParamType::kInt:
+      return py::int_(p.get_int(spec.name));
+    case ParamType::kFloat:
+      return py::float_(p.get_float(spec.name));
+    case ParamType::kBool:
+      return py::bool_(p.get_bool(spec.name));
+    default:
+      return py::str(p.get_string(spec.name));
+  }
+}
+
+ParamType param_type(const std::string& type, const std::string& where) {
+  if (type == "int") return ParamType::kInt;
+  if (type == "float") return ParamType::kFloat;
+  if (type == "bool") return ParamType::kBool;
+  if (type == "size") return ParamType::kSize;
+  if (type == "choice") return ParamType::kChoice;
+  if (type == "string") return ParamType::kString;
+  throw py::value_error(where + ": type '" + type +
+                        "' (expected int, float, bool, size, choice or string)");
+}
+
+std::vector<ParamSpec> param_specs(const std::string& name, const py::list& params) {
+  std::vector<ParamSpec> specs;
+  for (const auto& item : params) {
+    const py::dict d = item.cast<py::dict>();
+    ParamSpec s;
+    s.name = py::str(d["name"]);
+    const std::string where = "kvsim.register('" + name + "'), parameter '" + s.name + "'";
+    s.type = param_type(d.contains("type") ? std::string(py::str(d["type"])) : "string", where);
+    if (!d.contains("default")) throw py::value_error(where + ": no default");
+    const py::handle def = d["default"];
+    s.default_value = py::isinstance<py::bool_>(def) ? (def.cast<bool>() ? "true" : "false")
+                                                     : std::string(py::str(def));
+    if (d.contains("doc")) s.doc = py::str(d["doc"]);
+    if (d.contains("min")) s.min = d["min"].cast<double>();
+    if (d.contains("max")) s.max = d["max"].cast<double>();
+    if (d.contains("choices")) s.choices = d["choices"].cast<std::vector<std::string>>();
+    if (s.type == ParamType::kSize && !d.contains("max")) s.max = 1e9;
+    specs.push_back(std::move(s));
+  }
+  resolve_params(name, specs, {});  // the defaults must satisfy their own declarations
+  return specs;
+}
+
+// Names this process registered from Python: those, and only those, may be registered again.
+std::set<std::string>& python_names() {
+  static std::set<std::string> names;
+  return names;
+}
+
+void register_policy(const std::string& name, py::object factory, const py::list& params,
+                     const std::string& summary, const std::string& provenance) {
+  PolicyInfo info = registered_python_policy(name, std::move(factory), param_specs(name, params),
+                                             summary, provenance);
+  if (python_names().count(name)) {
+    PolicyRegistry::instance().replace(std::move(info));
+    return;
+  }
+  for (const auto& known : PolicyRegistry::instance().names())
+    if (known == name) throw py::value_error("kvsim.register: '" + name + "' is a built-in policy");
+  PolicyRegistry::instance().add(std::move(info));
+  python_names().insert(name);
+}
+
+}  // namespace
+
+PolicyInfo registered_python_policy(const std::string& name, py::object factory,
+                                    std::vector<ParamSpec> params, const std::string& summary,
+                                    const std::string& provenance) {
+  // Kept for the life of the process: the registry is static and must not release a Python
+  // object without the GIL at exit.
+  auto* held = new py::object(std::move(factory));
+  PolicyInfo info;
+  info.name = name;
+  info.summary = summary.empty() ? "Python policy" : summary;
+  info.provenance = provenance;
+  info.params = params;
+  info.needs = needs_of(*held, name);
+  info.merges = py::hasattr(*held, "merges") && held->attr("merges").cast<bool>();
+  info.create = [name, held, params](const ParamSet& p,
+                                     const SampleInfo& s) -> std::unique_ptr<Policy> {
+    std::unique_ptr<PythonPolicy> policy;
+    {
+      py::gil_scoped_acquire gil;
+      py::dict kwargs;
+      for (const auto& spec : params) kwargs[py::str(spec.name)] = python_value(spec, p);
+      py::object instance;
+      try {
+        instance = (*held)(**kwargs);
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error("Python policy '" + name + "': " + e.what());
+      }
+      policy = std::make_unique<PythonPolicy>(name, instance);
+    }
+    policy->start(s);
+    return policy;
+  };
+  return info;
+}
+
 void bind_python_policy(py::module_& m) {
   bind_handles(m);
+  m.def("_register", &register_policy, py::arg("name"), py::arg("factory"), py::arg("params"),
+        py::arg("summary"), py::arg("provenance"));
 }
 
 }  // namespace kvsim::python

@@ -17,6 +17,12 @@ namespace kvsim::python {
 // any, is called before each sample.
 std::unique_ptr<PolicyInfo> python_policy_info(const std::string& label, pybind11::object obj);
 
+// A PolicyInfo whose instances are made per sample by calling `factory(**parameters)` (the
+// resolved ParamSet converted to Python values by type) — what kvsim.register installs.
+PolicyInfo registered_python_policy(const std::string& name, pybind11::object factory,
+                                    std::vector<ParamSpec> params, const std::string& summary,
+                                    const std::string& provenance);
+
 // Thrown (as a C++ error, to cross the engine's threads) when Ctrl-C lands in a Python hook.
 struct PythonInterrupted : std::runtime_error {
   PythonInterrupted() : std::runtime_error("KeyboardInterrupt") {}

@@ -62,6 +62,22 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     return columns
 
 
+def register(name, factory, params=(), summary="", provenance="Python"):
+    """Registers a policy written in Python under `name`, with typed parameters, so that it is
+    used like a built-in one in this process: by name in kvsim.replay and kvsim.sweep (grids over
+    its parameters included), listed by kvsim.policies(), its values checked against the
+    declarations (errors name the parameter and the policy).
+
+    factory: a kvsim.Policy subclass (or any callable) called per sample with the resolved
+    parameters as keyword arguments (int, float and bool as Python values; size, choice and
+    string as str). params: dicts with "name", "type" (int, float, bool, size, choice, string),
+    "default", and optionally "doc", "min", "max", "choices". A name registered from Python may
+    be registered again (the new definition replaces it); a built-in name may not."""
+    from ._kvsim import _register
+
+    _register(name, factory, [dict(p) for p in params], summary, provenance)
+
+
 class Policy:
     """Base of policies written in Python; pass an instance to kvsim.replay under any label.
 
@@ -91,5 +107,5 @@ class Policy:
         """After decode step att.step attended; the cache already holds its position."""
 
 
-__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "write_trace", "policies", "presets", "Policy",
+__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "write_trace", "register", "policies", "presets", "Policy",
            "LayerView", "StepAttention", "Cache", "__version__"]

@@ -268,6 +268,38 @@ class PythonPolicyTest(Fixture):
             kvsim.replay(self.trace, {"x": 3})
 
 
+class RegisterTest(Fixture):
+    def test_a_registered_python_policy_is_used_by_name(self):
+        from kvsim.python_policies import H2O
+        kvsim.register("py_h2o", H2O, params=[
+            {"name": "budget", "type": "size", "default": "20%", "doc": "entries per KV head"},
+            {"name": "recent", "type": "size", "default": "50%"}],
+            summary="H2O in Python", provenance="python_policies.py")
+        listed = {p["name"]: p for p in kvsim.policies()}["py_h2o"]
+        self.assertEqual(listed["summary"], "H2O in Python")
+        self.assertEqual([p["name"] for p in listed["params"]], ["budget", "recent"])
+        res = kvsim.replay(self.trace, {"h2o": {"budget": "12", "recent": "25%"},
+                                        "py_h2o": {"budget": "12", "recent": "25%"}})
+        a, b = res["policy"] == "h2o", res["policy"] == "py_h2o"
+        for col, values in res.items():
+            if col != "policy":
+                self.assertTrue(same(values[a], values[b]), col)
+        with self.assertRaisesRegex(Exception, "py_h2o.*budget"):
+            kvsim.replay(self.trace, {"py_h2o": {"budget": "lots"}})
+        out = os.path.join(self.dir.name, "sweep_py")
+        sw = kvsim.sweep(self.trace, "py_h2o", out, grid={"py_h2o.budget": [8, 12]})
+        self.assertEqual(sorted(set(sw["label"])),
+                         ["py_h2o[budget=12]", "py_h2o[budget=8]"])  # labels name the swept axes
+        kvsim.register("py_h2o", H2O, params=[{"name": "budget", "type": "size", "default": "9"},
+                                              {"name": "recent", "type": "size", "default": "0"}])
+        again = kvsim.replay(self.trace, "py_h2o", samples=["000000"])
+        self.assertTrue(np.all(again["cache_size"] <= 10))
+        with self.assertRaisesRegex(ValueError, "built-in"):
+            kvsim.register("h2o", H2O)
+        with self.assertRaisesRegex(Exception, "parameter 'x'.*type 'number'"):
+            kvsim.register("bad", H2O, params=[{"name": "x", "type": "number", "default": 1}])
+
+
 class InterruptTest(unittest.TestCase):
     def test_ctrl_c_stops_a_replay(self):
         with tempfile.TemporaryDirectory() as d:
