@@ -74,6 +74,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
   openblas_set_num_threads(1);
   if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
   parallel_for(H_, threads, [&](int h) {
     if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
     if (G_ > 0) compute_decode(h);
@@ -232,6 +233,18 @@ long LayerAttention::sparse_entries(int h, int key_vision) const {
   return sparse_counts_[static_cast<std::size_t>(h) * 2 + (key_vision ? 1 : 0)];
 }
 
+void LayerAttention::compute_value_norms(int threads) {
+  value_norms_.resize(static_cast<std::size_t>(Hkv_) * T_);
+  parallel_for(Hkv_, threads, [&](int g) {
+    for (int j = 0; j < T_; ++j) {
+      const float* v = &tensors_.v(j, g, 0);
+      double s = 0;
+      for (int i = 0; i < d_; ++i) s += static_cast<double>(v[i]) * v[i];
+      value_norms_[static_cast<std::size_t>(g) * T_ + j] = static_cast<float>(std::sqrt(s));
+    }
+  });
+}
+
 void LayerAttention::compute_decode(int h) {
   const int g = h / group_size();
   const float* q = tensors_.q.data() + (static_cast<std::size_t>(P_) * H_ + h) * d_;
@@ -250,13 +263,7 @@ void LayerAttention::compute_decode(int h) {
     const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G_, d_, T_, 1.0f, probs, ld, v,
                 Hkv_ * d_, 0.0f, &full_output_[static_cast<std::size_t>(h) * d_], H_ * d_);
-    std::vector<float> norms(T_);
-    for (int j = 0; j < T_; ++j) {
-      const float* vj = v + static_cast<std::size_t>(j) * Hkv_ * d_;
-      double s = 0;
-      for (int i = 0; i < d_; ++i) s += static_cast<double>(vj[i]) * vj[i];
-      norms[j] = static_cast<float>(std::sqrt(s));
-    }
+    const float* norms = &value_norms_[static_cast<std::size_t>(g) * T_];
     for (int t = 0; t < G_; ++t) {
       const float* row = probs + static_cast<std::size_t>(t) * ld;
       double s = 0;

@@ -112,6 +112,7 @@ class LayerAttention {
   void allocate(const AttentionNeeds& needs, bool decode);
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
+  void compute_value_norms(int threads);
   void count_sparse(int h, const float* row, int i);
   void rank_keys(int g);
   void compute_text_query_stats(int threads);
@@ -128,6 +129,7 @@ class LayerAttention {
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<float> full_output_;         // [G, H, d]
   std::vector<float> full_value_norm_;     // [G, H]
+  std::vector<float> value_norms_;         // [Hkv, T]: ‖v_j‖, shared by a KV head's query heads
   std::vector<long> sparse_counts_;        // [H, 2]
   std::vector<std::int32_t> ranking_;      // [G, Hkv, T]
   std::vector<std::int32_t> rank_counts_;  // [G, Hkv, 2]

@@ -54,8 +54,7 @@ StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyCo
   std::fputs(
       "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
       "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,"
-      "evicted_mass,"
-      "cumulative_evicted_mass,regret\n",
+      "evicted_mass,cumulative_evicted_mass,regret\n",
       file_);
 }
 

@@ -68,9 +68,7 @@ py::dict sample_dict(const SampleInfo& s) {
   d["name"] = s.name;
   d["prompt_len"] = s.prompt_len;
   d["gen_len"] = s.gen_len;
-  py::array_t<std::uint8_t> m(static_cast<py::ssize_t>(s.modality.size()));
-  std::copy(s.modality.begin(), s.modality.end(), m.mutable_data());
-  d["modality"] = m;
+  d["modality"] = to_numpy(s.modality);
   return d;
 }
 
@@ -383,9 +381,7 @@ std::vector<ParamSpec> param_specs(const std::string& name, const py::list& para
     const std::string where = "kvsim.register('" + name + "'), parameter '" + s.name + "'";
     s.type = param_type(d.contains("type") ? std::string(py::str(d["type"])) : "string", where);
     if (!d.contains("default")) throw py::value_error(where + ": no default");
-    const py::handle def = d["default"];
-    s.default_value = py::isinstance<py::bool_>(def) ? (def.cast<bool>() ? "true" : "false")
-                                                     : std::string(py::str(def));
+    s.default_value = param_text(d["default"]);
     if (d.contains("doc")) s.doc = py::str(d["doc"]);
     if (d.contains("min")) s.min = d["min"].cast<double>();
     if (d.contains("max")) s.max = d["max"].cast<double>();

@@ -3,12 +3,11 @@
 // expose numpy views (no copies) valid for the duration of the call.
 #pragma once
 
-#include <pybind11/pybind11.h>
-
 #include <memory>
 #include <stdexcept>
 
 #include "policies/policy.hpp"
+#include "python/bindings/common.hpp"
 
 namespace kvsim::python {
 
@@ -22,11 +21,6 @@ std::unique_ptr<PolicyInfo> python_policy_info(const std::string& label, pybind1
 PolicyInfo registered_python_policy(const std::string& name, pybind11::object factory,
                                     std::vector<ParamSpec> params, const std::string& summary,
                                     const std::string& provenance);
-
-// Thrown (as a C++ error, to cross the engine's threads) when Ctrl-C lands in a Python hook.
-struct PythonInterrupted : std::runtime_error {
-  PythonInterrupted() : std::runtime_error("KeyboardInterrupt") {}
-};
 
 // Whether `obj` is a Python policy (has on_prefill and on_decode).
 bool is_python_policy(const pybind11::handle& obj);

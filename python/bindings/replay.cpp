@@ -3,18 +3,11 @@
 // the same float32 values (the CSV prints them with %.9g, which round-trips float32 exactly).
 // Empty CSV cells are NaN. The GIL is released while the engine works; Ctrl-C (KeyboardInterrupt)
 // is checked after every layer and stops the replay with the exception.
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
 #include <map>
-#include <thread>
 
 #include "python/bindings/python_policy.hpp"
 #include "sim/engine.hpp"
 #include "sim/params.hpp"
-
-namespace py = pybind11;
 
 namespace kvsim::python {
 
@@ -45,29 +38,20 @@ struct Columns {
       }
   }
 
-  template <typename T>
-  static py::array_t<T> array(const std::vector<T>& v) {
-    py::array_t<T> out(static_cast<py::ssize_t>(v.size()));
-    std::copy(v.begin(), v.end(), out.mutable_data());
-    return out;
-  }
-
-  static py::object strings(const std::vector<std::string>& v) {
-    return py::module_::import("numpy").attr("array")(py::cast(v), py::arg("dtype") = "object");
-  }
-
   py::dict to_dict() const {
     py::dict d;
-    d["policy"] = strings(policy);
-    d["sample"] = strings(sample);
-    d["layer"] = array(layer), d["kv_head"] = array(kv_head), d["step"] = array(step);
-    d["position"] = array(position), d["cache_size"] = array(cache_size);
-    d["attended_size"] = array(attended_size), d["mass_recall"] = array(mass_recall);
-    d["output_rel_error"] = array(output_rel_error);
-    d["output_value_error"] = array(output_value_error), d["kv_bytes"] = array(kv_bytes);
-    d["hit_rate_top10"] = array(hit_rate_top10), d["hit_rate_mass90"] = array(hit_rate_mass90);
-    d["misses_top10"] = array(misses_top10), d["evicted_mass"] = array(evicted_mass);
-    d["cumulative_evicted_mass"] = array(cumulative_evicted_mass), d["regret"] = array(regret);
+    d["policy"] = to_numpy(policy);
+    d["sample"] = to_numpy(sample);
+    d["layer"] = to_numpy(layer), d["kv_head"] = to_numpy(kv_head), d["step"] = to_numpy(step);
+    d["position"] = to_numpy(position), d["cache_size"] = to_numpy(cache_size);
+    d["attended_size"] = to_numpy(attended_size), d["mass_recall"] = to_numpy(mass_recall);
+    d["output_rel_error"] = to_numpy(output_rel_error);
+    d["output_value_error"] = to_numpy(output_value_error), d["kv_bytes"] = to_numpy(kv_bytes);
+    d["hit_rate_top10"] = to_numpy(hit_rate_top10),
+    d["hit_rate_mass90"] = to_numpy(hit_rate_mass90);
+    d["misses_top10"] = to_numpy(misses_top10), d["evicted_mass"] = to_numpy(evicted_mass);
+    d["cumulative_evicted_mass"] = to_numpy(cumulative_evicted_mass),
+    d["regret"] = to_numpy(regret);
     return d;
   }
 };
@@ -91,10 +75,10 @@ struct Decisions {
 
   py::dict to_dict() const {
     py::dict d;
-    d["policy"] = Columns::strings(policy), d["sample"] = Columns::strings(sample);
-    d["layer"] = Columns::array(layer), d["kv_head"] = Columns::array(kv_head);
-    d["step"] = Columns::array(step), d["position"] = Columns::array(position);
-    d["into_position"] = Columns::array(into_position);
+    d["policy"] = to_numpy(policy), d["sample"] = to_numpy(sample);
+    d["layer"] = to_numpy(layer), d["kv_head"] = to_numpy(kv_head);
+    d["step"] = to_numpy(step), d["position"] = to_numpy(position);
+    d["into_position"] = to_numpy(into_position);
     return d;
   }
 };
@@ -128,10 +112,7 @@ struct PolicySet {
 
 std::map<std::string, std::string> param_strings(const py::handle& params) {
   std::map<std::string, std::string> values;
-  for (const auto& [key, value] : params.cast<py::dict>())
-    values[py::str(key)] = py::isinstance<py::bool_>(value)
-                               ? (value.cast<bool>() ? "true" : "false")
-                               : std::string(py::str(value));
+  for (const auto& [key, value] : params.cast<py::dict>()) values[py::str(key)] = param_text(value);
   return values;
 }
 
@@ -165,14 +146,11 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   const TraceReader reader(trace);
   std::vector<std::string> names =
       samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Replayer replayer(reader, set.configs,
-                    ReplayOptions{.threads = threads, .diagnostics = diagnostics});
+                    ReplayOptions{.threads = thread_count(threads), .diagnostics = diagnostics});
   Columns columns;
   Decisions log;
-  struct Interrupted {};  // the Python error (KeyboardInterrupt) stays set on this thread
-  try {
-    py::gil_scoped_release release;
+  run_without_gil([&] {
     for (const auto& s : names)
       replayer.replay_sample(
           s,
@@ -181,16 +159,8 @@ py::object replay(const std::string& trace, const py::object& policies, const py
             columns.add(label, r);
             if (decisions) log.add(label, r);
           },
-          [&](int) {
-            py::gil_scoped_acquire acquire;
-            if (PyErr_CheckSignals() != 0) throw Interrupted{};
-          });
-  } catch (const Interrupted&) {
-    throw py::error_already_set();
-  } catch (const PythonInterrupted&) {
-    PyErr_SetNone(PyExc_KeyboardInterrupt);
-    throw py::error_already_set();
-  }
+          [](int) { interruption_point(); });
+  });
   if (!decisions) return columns.to_dict();
   return py::make_tuple(columns.to_dict(), log.to_dict());
 }

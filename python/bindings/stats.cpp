@@ -1,14 +1,7 @@
 // kvsim.stats: the metrics of `kvsim stats`, as numpy arrays named and shaped as the datasets of
 // its results file (README, "kvsim stats file").
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
-#include <thread>
-
 #include "analysis/attention_stats.hpp"
-
-namespace py = pybind11;
+#include "python/bindings/common.hpp"
 
 namespace kvsim::python {
 
@@ -25,31 +18,19 @@ py::dict stats(const std::string& trace, const py::object& samples, double epsil
   o.dap_r = std::move(dap_r);
   o.dap_alpha = dap_alpha;
   o.key_quantiles = std::move(key_quantiles);
-  o.threads =
-      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = thread_count(threads);
   const TraceReader reader(trace);
   const std::vector<std::string> names =
       samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
   py::dict out;
-  struct Interrupted {};
   for (const auto& name : names) {
     SampleAttentionStats s;
-    try {
-      py::gil_scoped_release release;
-      s = compute_attention_stats(reader, reader.read_sample(name), o, [] {
-        py::gil_scoped_acquire acquire;
-        if (PyErr_CheckSignals() != 0) throw Interrupted{};
-      });
-    } catch (const Interrupted&) {
-      throw py::error_already_set();
-    }
+    run_without_gil([&] {
+      s = compute_attention_stats(reader, reader.read_sample(name), o, interruption_point);
+    });
     py::dict d;
-    for (const StatsDataset& ds : stats_datasets(s, o)) {
-      std::vector<py::ssize_t> shape(ds.shape.begin(), ds.shape.end());
-      py::array_t<double> a(shape);
-      std::copy(ds.data->begin(), ds.data->end(), a.mutable_data());
-      d[ds.name] = a;
-    }
+    for (const StatsDataset& ds : stats_datasets(s, o))
+      d[ds.name] = to_numpy(*ds.data, {ds.shape.begin(), ds.shape.end()});
     out[py::str(name)] = d;
   }
   return out;

@@ -2,12 +2,7 @@
 // arguments and reads OUT/results.csv back as numpy columns).
 #include "sim/sweep.hpp"
 
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
-#include <thread>
-
-namespace py = pybind11;
+#include "python/bindings/common.hpp"
 
 namespace kvsim::python {
 
@@ -20,18 +15,11 @@ py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::st
   if (traces.empty() || policies.empty())
     throw py::value_error("kvsim.sweep: give at least one trace and one policy");
   const auto configs = sweep_configs(policies, grids, sets, budget);
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  struct Interrupted {};
   SweepReport r;
-  try {
-    py::gil_scoped_release release;
-    r = run_sweep(traces, configs, {out, threads, samples}, [](long, long) {
-      py::gil_scoped_acquire acquire;
-      if (PyErr_CheckSignals() != 0) throw Interrupted{};
-    });
-  } catch (const Interrupted&) {
-    throw py::error_already_set();
-  }
+  run_without_gil([&] {
+    r = run_sweep(traces, configs, {out, thread_count(threads), samples},
+                  [](long, long) { interruption_point(); });
+  });
   py::dict d;
   d["configurations"] = configs.size();
   d["items"] = r.items_total;

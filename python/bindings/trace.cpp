@@ -1,25 +1,13 @@
 // kvsim.Trace / kvsim.Sample: a kvtrace v1 file's attributes, samples, token metadata and any
 // layer's q/k/v as numpy arrays (float32 [T, heads, d], whatever the stored dtype).
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
 #include <memory>
 
+#include "python/bindings/common.hpp"
 #include "traces/kvtrace.hpp"
-
-namespace py = pybind11;
 
 namespace kvsim::python {
 
 namespace {
-
-template <typename T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-  py::array_t<T> out(static_cast<py::ssize_t>(v.size()));
-  std::copy(v.begin(), v.end(), out.mutable_data());
-  return out;
-}
 
 py::array_t<float> to_numpy(const xt::xtensor<float, 3>& x) {
   py::array_t<float> out({static_cast<py::ssize_t>(x.shape(0)),

@@ -39,11 +39,14 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
 
     traces = [traces] if isinstance(traces, str) else list(traces)
     policies = [policies] if isinstance(policies, str) else list(policies)
+    def text(value):  # as kvsim reads parameter values (and kvsim.replay converts them)
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
     if isinstance(grid, dict):
-        grids = [f"{axis}={','.join(str(v) for v in values)}" for axis, values in grid.items()]
+        grids = [f"{axis}={','.join(text(v) for v in values)}" for axis, values in grid.items()]
     else:
         grids = list(grid or [])
-    sets = [f"{k}={v}" for k, v in (set or {}).items()]
+    sets = [f"{k}={text(v)}" for k, v in (set or {}).items()]
     _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads)
     with open(os.path.join(out, "results.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
