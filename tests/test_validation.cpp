@@ -174,6 +174,116 @@ TEST(Validation, NonFloatTensor) {
       {"dataset 'layers/0/v'", "not floating point"});
 }
 
+// kvtrace-v1.md's contract, each thing it forbids.
+TEST(Validation, LayerGroupBeyondNumLayers) {
+  expect_error(broken_trace("extra_layer.h5",
+                            [](hid_t f) {
+                              H5Handle g(H5Gcreate2(f, "samples/s0/layers/2", H5P_DEFAULT,
+                                                    H5P_DEFAULT, H5P_DEFAULT));
+                            }),
+               {"sample 's0'", "'layers/2' is not a layer of this trace (num_layers = 2"});
+}
+
+TEST(Validation, LayerNamesAreDecimalWithoutPadding) {
+  for (const char* name : {"01", "x", "-1", "1.0"}) {
+    const std::string group = std::string("samples/s0/layers/") + name;
+    expect_error(broken_trace(std::string("layer_name_") + (name[0] == '-' ? "neg" : name) + ".h5",
+                              [&](hid_t f) {
+                                H5Handle g(H5Gcreate2(f, group.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                                                      H5P_DEFAULT));
+                              }),
+                 {std::string("'layers/") + name + "' is not a layer", "without padding"});
+  }
+}
+
+TEST(Validation, LayerMustBeAGroup) {
+  expect_error(broken_trace("layer_dataset.h5",
+                            [](hid_t f) {
+                              const float x = 1;
+                              replace_dataset(f, "samples/s0/layers/1", {1}, H5T_NATIVE_FLOAT, &x);
+                            }),
+               {"'layers/1' is not a group"});
+}
+
+TEST(Validation, OnlyGzipAndShuffleFilters) {
+  expect_error(
+      broken_trace("fletcher.h5",
+                   [](hid_t f) {
+                     const float q[6 * 2] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+                     H5Ldelete(f, "samples/s0/layers/1/q", H5P_DEFAULT);
+                     const hsize_t dims[3] = {6, 2, 1};
+                     H5Handle space(H5Screate_simple(3, dims, nullptr));
+                     H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+                     H5Pset_chunk(dcpl.get(), 3, dims);
+                     H5Pset_fletcher32(dcpl.get());
+                     H5Handle d(H5Dcreate2(f, "samples/s0/layers/1/q", H5T_NATIVE_FLOAT,
+                                           space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+                     H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, q);
+                   }),
+      {"dataset 'layers/1/q'", "allows gzip and shuffle only"});
+}
+
+TEST(Validation, UnwrittenTensor) {
+  expect_error(broken_trace("unwritten.h5",
+                            [](hid_t f) {
+                              H5Ldelete(f, "samples/s0/layers/0/k", H5P_DEFAULT);
+                              const hsize_t dims[3] = {6, 1, 1};
+                              H5Handle space(H5Screate_simple(3, dims, nullptr));
+                              H5Handle d(H5Dcreate2(f, "samples/s0/layers/0/k", H5T_NATIVE_FLOAT,
+                                                    space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                                    H5P_DEFAULT));
+                            }),
+               {"dataset 'layers/0/k'", "never fully written"});
+}
+
+TEST(Validation, MediaIdIsMinusOneExactlyOnText) {
+  // The tiny trace is all text: media 0 on a text token is wrong, and so is -1 on an image token.
+  expect_error(broken_trace("media_text.h5",
+                            [](hid_t f) {
+                              const std::int32_t m[6] = {-1, 0, -1, -1, -1, -1};
+                              replace_dataset(f, "samples/s0/media_id", {6}, H5T_NATIVE_INT32, m);
+                            }),
+               {"dataset 'media_id'", "value 0 at position 1 for a text token"});
+  expect_error(broken_trace("media_image.h5",
+                            [](hid_t f) {
+                              const std::uint8_t mod[6] = {0, 1, 0, 0, 0, 0};
+                              const std::int32_t m[6] = {-1, -1, -1, -1, -1, -1};
+                              replace_dataset(f, "samples/s0/modality", {6}, H5T_NATIVE_UINT8, mod);
+                              replace_dataset(f, "samples/s0/media_id", {6}, H5T_NATIVE_INT32, m);
+                            }),
+               {"value -1 at position 1 for a vision token"});
+}
+
+TEST(Validation, IntegerValuesTheFormatsTypeCannotHold) {
+  // HDF5 would saturate 300 to 255 when converting to uint8; the reader reports the value itself.
+  expect_error(broken_trace("wide_modality.h5",
+                            [](hid_t f) {
+                              const std::int16_t mod[6] = {0, 0, 300, 0, 0, 0};
+                              replace_dataset(f, "samples/s0/modality", {6}, H5T_NATIVE_INT16, mod);
+                            }),
+               {"dataset 'modality'", "value 300 at position 2 does not fit the format's uint8"});
+  // A wider type holding allowed values is read.
+  EXPECT_NO_THROW(read_everything(broken_trace("wide_ok.h5", [](hid_t f) {
+    const std::int64_t seg[6] = {0, 1, 1, 1, 2, 2};
+    replace_dataset(f, "samples/s0/segment", {6}, H5T_NATIVE_INT64, seg);
+  })));
+}
+
+TEST(Validation, StringAttributeMustBeOneString) {
+  expect_error(broken_trace("model_array.h5",
+                            [](hid_t f) {
+                              H5Adelete(f, "model");
+                              const hsize_t n = 3;
+                              H5Handle space(H5Screate_simple(1, &n, nullptr));
+                              H5Handle type(H5Tcopy(H5T_C_S1));
+                              H5Tset_size(type.get(), 4);
+                              H5Handle a(H5Acreate2(f, "model", type.get(), space.get(),
+                                                    H5P_DEFAULT, H5P_DEFAULT));
+                              H5Awrite(a.get(), type.get(), "abcdefghijkl");
+                            }),
+               {"attribute 'model' must be a single string"});
+}
+
 TEST(Validation, NotAnHdf5File) {
   const std::string path = temp_path("text.h5");
   std::ofstream(path) << "this is not HDF5\n";

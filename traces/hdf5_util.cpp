@@ -114,8 +114,9 @@ std::optional<std::string> h5_read_string_attr(hid_t obj, const std::string& nam
   if (!h5_attr_exists(obj, name)) return std::nullopt;
   H5Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
   H5Handle type(H5Aget_type(attr.get()));
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    throw TraceError("attribute '" + name + "' must be a string");
+  H5Handle space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw TraceError("attribute '" + name + "' must be a single string");
   if (H5Tis_variable_str(type.get()) > 0) {
     H5Handle mem(H5Tcopy(H5T_C_S1));
     H5Tset_size(mem.get(), H5T_VARIABLE);
@@ -202,6 +203,16 @@ H5Handle h5_require_group(hid_t loc, const std::string& path) {
   return g;
 }
 
+H5I_type_t h5_object_kind(hid_t loc, const std::string& path) {
+  if (!h5_path_exists(loc, path)) return H5I_BADID;
+  H5Handle obj(H5Oopen(loc, path.c_str(), H5P_DEFAULT));
+  if (!obj.valid()) {
+    hdf5_last_error();
+    return H5I_BADID;
+  }
+  return H5Iget_type(obj.get());
+}
+
 std::vector<std::string> h5_group_members(hid_t loc, const std::string& path) {
   H5Handle group(H5Gopen2(loc, path.c_str(), H5P_DEFAULT));
   std::vector<std::string> names;
@@ -210,6 +221,7 @@ std::vector<std::string> h5_group_members(hid_t loc, const std::string& path) {
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     const ssize_t len = H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
                                            0, H5P_DEFAULT);
+    if (len < 0) throw TraceError("cannot list group '" + path + "': " + hdf5_last_error());
     std::string name(len, '\0');
     H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
                        H5P_DEFAULT);

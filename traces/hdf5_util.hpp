@@ -61,6 +61,9 @@ hid_t h5_float16_type();
 // Creates (or opens) every group along path.
 H5Handle h5_require_group(hid_t loc, const std::string& path);
 
+// The kind of object at path (H5I_GROUP, H5I_DATASET, ...), H5I_BADID when there is none.
+H5I_type_t h5_object_kind(hid_t loc, const std::string& path);
+
 // Names of the members of the group at path, in name order.
 std::vector<std::string> h5_group_members(hid_t loc, const std::string& path);
 

@@ -1,6 +1,7 @@
 #include "traces/kvtrace.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "traces/half.hpp"
@@ -46,9 +47,11 @@ DType tensor_dtype(hid_t dset, const std::string& where) {
                    "or float32");
 }
 
+// Reads a [T] integer dataset through int64, so that a value the spec's type cannot hold is
+// reported rather than saturated by HDF5's conversion.
 template <typename T>
-std::vector<T> read_1d(hid_t group, const std::string& name, hid_t mem_type, int expected_len,
-                       const std::string& where, H5T_class_t want_class) {
+std::vector<T> read_1d(hid_t group, const std::string& name, int expected_len,
+                       const std::string& where) {
   H5Handle dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
   if (!dset.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(dset.get());
@@ -56,13 +59,67 @@ std::vector<T> read_1d(hid_t group, const std::string& name, hid_t mem_type, int
     throw TraceError(where + ": shape " + shape_str(shape) + " does not match [T] = [" +
                      std::to_string(expected_len) + "] (T = prompt_len + gen_len)");
   H5Handle type(H5Dget_type(dset.get()));
-  if (H5Tget_class(type.get()) != want_class)
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
     throw TraceError(where + ": element type must be an integer type");
-  std::vector<T> out(expected_len);
+  std::vector<std::int64_t> wide(expected_len);
   if (expected_len > 0 &&
-      H5Dread(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()) < 0)
     throw TraceError(where + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
+  std::vector<T> out(expected_len);
+  for (int i = 0; i < expected_len; ++i) {
+    if (wide[i] < std::numeric_limits<T>::min() || wide[i] > std::numeric_limits<T>::max())
+      throw TraceError(where + ": value " + std::to_string(wide[i]) + " at position " +
+                       std::to_string(i) + " does not fit the format's " +
+                       (sizeof(T) == 1 ? "uint8" : "int32"));
+    out[i] = static_cast<T>(wide[i]);
+  }
   return out;
+}
+
+// kvtrace v1 allows gzip and shuffle only (kvtrace-v1.md: "no custom filters").
+void check_filters(hid_t dset, const std::string& where) {
+  H5Handle dcpl(H5Dget_create_plist(dset));
+  for (int i = 0; i < H5Pget_nfilters(dcpl.get()); ++i) {
+    unsigned flags = 0;
+    std::size_t n = 0;
+    char name[64] = "";
+    const H5Z_filter_t f =
+        H5Pget_filter2(dcpl.get(), i, &flags, &n, nullptr, sizeof name, name, nullptr);
+    if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE)
+      throw TraceError(where + ": filter " + std::to_string(f) + " ('" + name +
+                       "'); kvtrace v1 allows gzip and shuffle only");
+  }
+}
+
+// A dataset whose data were never written reads as fill values: not a recording. And since
+// deflate compresses at most 1032:1, a dataset declaring far more bytes than it stores was not
+// fully written either; checking this first keeps a tiny file from asking for any amount of memory.
+void check_storage(hid_t dset, double declared_bytes, const std::string& where) {
+  const double stored = static_cast<double>(H5Dget_storage_size(dset));
+  if (declared_bytes > 0 && (stored == 0 || declared_bytes > 1032.0 * stored + 65536.0))
+    throw TraceError(where + ": declares " + std::to_string(static_cast<long long>(declared_bytes)) +
+                     " bytes but stores " + std::to_string(static_cast<long long>(stored)) +
+                     " (its data were never fully written)");
+}
+
+// Layer groups are exactly layers/0 .. layers/L-1, in decimal without padding.
+void check_layer_groups(hid_t sample, int num_layers, const std::string& where) {
+  if (!h5_path_exists(sample, "layers")) return;  // reported as the missing layers/0/q
+  if (h5_object_kind(sample, "layers") != H5I_GROUP)
+    throw TraceError(where + ": 'layers' is not a group");
+  for (const auto& name : h5_group_members(sample, "layers")) {
+    int l = -1;
+    const bool decimal = !name.empty() && name.size() <= 9 &&
+                         name.find_first_not_of("0123456789") == std::string::npos &&
+                         (name == "0" || name[0] != '0');
+    if (decimal) l = std::stoi(name);
+    if (l < 0 || l >= num_layers)
+      throw TraceError(where + ": 'layers/" + name + "' is not a layer of this trace (num_layers = " +
+                       std::to_string(num_layers) + ": layers are 0.." +
+                       std::to_string(num_layers - 1) + " in decimal, without padding)");
+    if (h5_object_kind(sample, "layers/" + name) != H5I_GROUP)
+      throw TraceError(where + ": 'layers/" + name + "' is not a group");
+  }
 }
 
 int require_positive_int(hid_t obj, const char* name, const std::string& where, bool allow_zero) {
@@ -77,6 +134,16 @@ int require_positive_int(hid_t obj, const char* name, const std::string& where, 
     throw TraceError(where + ": attribute '" + name + "' = " + std::to_string(*v) +
                      " is out of range (must be " + (allow_zero ? ">= 0" : ">= 1") + ")");
   return static_cast<int>(*v);
+}
+
+// media_id is -1 exactly on text tokens (kvtrace-v1.md).
+void check_media_ids(const SampleInfo& s, const std::string& where) {
+  for (std::size_t i = 0; i < s.media_id.size(); ++i)
+    if ((s.media_id[i] == -1) != (s.modality[i] == 0) || s.media_id[i] < -1)
+      throw TraceError(where + ": value " + std::to_string(s.media_id[i]) + " at position " +
+                       std::to_string(i) + " for a " +
+                       (s.modality[i] == 0 ? "text" : "vision") +
+                       " token (text tokens have -1, vision tokens their image or frame, >= 0)");
 }
 
 }  // namespace
@@ -157,16 +224,12 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   for (const char* req : {"modality", "segment"})
     if (!h5_path_exists(g.get(), req))
       throw TraceError(where(name, req) + ": missing required dataset");
-  s.modality = read_1d<std::uint8_t>(g.get(), "modality", H5T_NATIVE_UINT8, T,
-                                     where(name, "modality"), H5T_INTEGER);
-  s.segment = read_1d<std::uint8_t>(g.get(), "segment", H5T_NATIVE_UINT8, T, where(name, "segment"),
-                                    H5T_INTEGER);
+  s.modality = read_1d<std::uint8_t>(g.get(), "modality", T, where(name, "modality"));
+  s.segment = read_1d<std::uint8_t>(g.get(), "segment", T, where(name, "segment"));
   if (h5_path_exists(g.get(), "media_id"))
-    s.media_id = read_1d<std::int32_t>(g.get(), "media_id", H5T_NATIVE_INT32, T,
-                                       where(name, "media_id"), H5T_INTEGER);
+    s.media_id = read_1d<std::int32_t>(g.get(), "media_id", T, where(name, "media_id"));
   if (h5_path_exists(g.get(), "token_ids"))
-    s.token_ids = read_1d<std::int32_t>(g.get(), "token_ids", H5T_NATIVE_INT32, T,
-                                        where(name, "token_ids"), H5T_INTEGER);
+    s.token_ids = read_1d<std::int32_t>(g.get(), "token_ids", T, where(name, "token_ids"));
   for (int i = 0; i < T; ++i) {
     if (s.modality[i] > 2)
       throw TraceError(where(name, "modality") + ": value " + std::to_string(s.modality[i]) +
@@ -180,6 +243,8 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
                        " (positions 0..P-1 must be 0 or 1, "
                        "positions P..T-1 must be 2)");
   }
+  check_media_ids(s, where(name, "media_id"));
+  check_layer_groups(g.get(), info_.num_layers, where(name));
   for (int l = 0; l < info_.num_layers; ++l)
     for (const char* t : {"q", "k"})
       if (!h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/" + t))
@@ -212,6 +277,9 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
                      (heads == info_.num_heads ? "[T, H, d] = " : "[T, Hkv, d] = ") +
                      shape_str(want));
   const DType dt = tensor_dtype(dset.get(), w);
+  check_filters(dset.get(), w);
+  check_storage(dset.get(),
+                static_cast<double>(want[0]) * want[1] * want[2] * dtype_bytes(dt), w);
   if (out.shape(0) != want[0] || out.shape(1) != want[1] || out.shape(2) != want[2])
     out.resize({want[0], want[1], want[2]});
   const std::size_t n = out.size();
