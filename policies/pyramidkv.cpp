@@ -10,7 +10,7 @@
 // (max - min) / (L - 1) and hands out the rounding remainders by largest fraction (ties to the
 // lower layer), so they sum to exactly L · B; `rounding = reference` reproduces the floor.
 // Fall-backs, as in the reference:
-// a prompt shorter than B is not compressed; one shorter than 2 (B - w) keeps the window + the top
+// a prompt no longer than B is not compressed; one shorter than 2 (B - w) keeps the window + the top
 // B - w in every layer (uniform, as SnapKV). Decoding appends without eviction.
 #include <algorithm>
 #include <cmath>
@@ -59,7 +59,7 @@ class PyramidKV final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
-    if (P < budget_) return;
+    if (P <= budget_) return;  // P = B keeps everything in every layer either way
     const int keep = prefix_budget(view.layer(), view.num_layers(), P) + scoring_.window;
     for (int g = 0; g < cache.kv_heads(); ++g) {
       std::vector<double> score = snapkv_scores(view, g, scoring_);

@@ -206,7 +206,8 @@ void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
       }
       const double inv = 1.0 / weight;
       for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
-      mass_sum += recall;
+      // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
+      mass_sum += recall / ref.decode_mass(step, h);
       if (!with_v) continue;
       const float* o = ref.full_output(step, h);
       // Float accumulation in contiguous loops the compiler vectorises: this is the hot loop.

@@ -109,6 +109,7 @@ void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (!decode) return;
   decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
+  decode_mass_.assign(static_cast<std::size_t>(G_) * H_, 0.0);
   if (tensors_.has_v()) {
     full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
     full_value_norm_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
@@ -258,6 +259,9 @@ void LayerAttention::compute_decode(int h) {
     const int n = P_ + t + 1;
     decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
     std::fill(row + n, row + T_, 0.0f);
+    double mass = 0;
+    for (int j = 0; j < n; ++j) mass += row[j];
+    decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
   }
   if (!full_output_.empty()) {
     const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;

@@ -90,6 +90,10 @@ class LayerAttention {
   const float* decode_probs(int t, int h) const {
     return &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
   }
+  // Σ_j of decode_probs(t, h), summed in double in position order: the denominator of mass
+  // recall, so that the full cache recalls exactly 1 and no subset more (float rounding leaves
+  // the stored probabilities summing to 1 ± a few ulps).
+  double decode_mass(int t, int h) const { return decode_mass_[static_cast<std::size_t>(t) * H_ + h]; }
   // log Σ_j exp(scale q·k_j) of decode step t over the full cache, for attending merged keys.
   float decode_lse(int t, int h) const { return decode_lse_[static_cast<std::size_t>(t) * H_ + h]; }
   // [d]: full-cache attention output of decode step t for query head h (needs v).
@@ -127,6 +131,7 @@ class LayerAttention {
   std::vector<float> window_rows_;         // [H, window, P]
   std::vector<float> decode_probs_;        // [G, H, T]
   std::vector<float> decode_lse_;          // [G, H]
+  std::vector<double> decode_mass_;        // [G, H]
   std::vector<float> full_output_;         // [G, H, d]
   std::vector<float> full_value_norm_;     // [G, H]
   std::vector<float> value_norms_;         // [Hkv, T]: ‖v_j‖, shared by a KV head's query heads

@@ -62,7 +62,9 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
       double lse = 0;
       const auto p = causal_row(tensors_, P_ + t, h, g, P_ + t + 1, scale_, d_, &lse);
       float* row = &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
-      for (std::size_t j = 0; j < p.size(); ++j) row[j] = static_cast<float>(p[j]);
+      double mass = 0;
+      for (std::size_t j = 0; j < p.size(); ++j) mass += row[j] = static_cast<float>(p[j]);
+      decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
       decode_lse_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(lse);
       if (!tensors_.has_v()) continue;
       for (int i = 0; i < d_; ++i) {

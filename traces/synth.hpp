@@ -2,6 +2,7 @@
 // ../shared/papers observe in real MLLMs (see the knob list below and README "kvsim synth").
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -68,7 +69,7 @@ struct SynthConfig {
   double sink_value_scale = 0.2;     // sinks' values are small (they absorb attention, not content)
 
   int prompt_len() const {
-    return system_tokens + media_count * media_tokens + (media_count - 1) * separator_tokens +
+    return system_tokens + media_count * media_tokens + std::max(media_count - 1, 0) * separator_tokens +
            user_tokens;
   }
   void validate() const;  // throws std::invalid_argument naming the knob
