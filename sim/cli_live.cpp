@@ -7,8 +7,10 @@
 #include "sim/cli.hpp"
 #include "sim/config.hpp"
 #include "sim/live/evaluate.hpp"
+#include "sim/live/pieces.hpp"
 #include "sim/progress.hpp"
 #include "sim/results.hpp"
+#include "sim/sweep.hpp"
 
 namespace kvsim::cli {
 
@@ -197,6 +199,13 @@ struct Session {
   }
 };
 
+// What a live run's results depend on besides its options: the checkpoint, the prompt file, the
+// backend (CPU and CUDA round differently).
+std::string run_identity(const RunArgs& a) {
+  return live::fingerprint_of(
+      {live::checkpoint_fingerprint(a.model), file_content_hash(a.prompts), a.backend});
+}
+
 int run_capture(const RunArgs& a) {
   Session s(a);
   live::CaptureOptions o;
@@ -205,10 +214,51 @@ int run_capture(const RunArgs& a) {
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
   o.logits = a.logits;
   o.model_name = std::filesystem::path(a.model).filename().string();
+  o.fingerprint = run_identity(a);
+  Progress progress(static_cast<long>(s.samples.size()), "live capture");
+  o.on_sample = [&] { progress.advance(); };
   live::capture(*s.engine, *s.prompts, s.samples, a.out, o);
+  progress.finish();
   std::printf("%s: %zu sample(s) captured with a full cache (%s backend)\n", a.out.c_str(),
               s.samples.size(), a.backend.c_str());
   return 0;
+}
+
+// One sample's rows of the three outputs of `live evaluate`, stored as one piece.
+struct EvalText {
+  std::string steps, summary, table;
+  static constexpr const char* kSeparator = "#kvsim-piece-section\n";
+  std::string str() const { return steps + kSeparator + summary + kSeparator + table; }
+  static EvalText parse(const std::string& text, const std::string& path) {
+    const std::string sep = kSeparator;
+    const auto a = text.find(sep), b = a == std::string::npos ? a : text.find(sep, a + sep.size());
+    if (b == std::string::npos)
+      throw std::runtime_error(path + ": not a piece of `kvsim live evaluate` (delete it to redo "
+                               "the sample)");
+    return {text.substr(0, a), text.substr(a + sep.size(), b - a - sep.size()),
+            text.substr(b + sep.size())};
+  }
+  void append(const EvalText& o) {
+    steps += o.steps;
+    summary += o.summary;
+    table += o.table;
+  }
+};
+
+EvalText evaluate_sample(Session& s, const std::string& name,
+                         const std::vector<PolicyConfig>& policies, const live::EvalOptions& o) {
+  EvalText out;
+  char line[256];
+  for (const auto& r : live::evaluate_prompt(*s.engine, s.prompts->read(name), policies, o)) {
+    live::append_eval_steps_csv(out.steps, r, o.timing);
+    live::append_eval_summary_csv(out.summary, r, o.timing);
+    std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f\n",
+                  r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
+                  r.first_divergence, r.answer_overlap,
+                  static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token);
+    out.table += line;
+  }
+  return out;
 }
 
 int run_evaluate(const RunArgs& a) {
@@ -218,31 +268,43 @@ int run_evaluate(const RunArgs& a) {
   live::EvalOptions o;
   o.gen_len = a.gen;
   o.timing = !a.no_timing;
-  std::string steps = live::eval_steps_csv_header(), summary = live::eval_summary_csv_header();
-  std::string table;
+  EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
   char line[256];
   std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s\n", "policy", "sample",
                 "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token");
-  table += line;
+  all.table += line;
+  // Finished samples are kept beside the first output named, so an interrupted run resumes.
+  const std::string output = !a.out.empty() ? a.out : a.summary;
+  std::unique_ptr<live::PieceStore> store;
+  if (!output.empty()) {
+    std::vector<std::string> identity = {KVSIM_VERSION, run_identity(a), std::to_string(a.gen),
+                                         std::to_string(o.timing)};
+    for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
+    store = std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
+  }
   Progress progress(static_cast<long>(s.samples.size()), "live evaluate");
-  for (const auto& name : s.samples) {
-    for (const auto& r : live::evaluate_prompt(*s.engine, s.prompts->read(name), policies, o)) {
-      live::append_eval_steps_csv(steps, r, o.timing);
-      live::append_eval_summary_csv(summary, r, o.timing);
-      std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f\n",
-                    r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
-                    r.first_divergence, r.answer_overlap,
-                    static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token);
-      table += line;
+  for (std::size_t i = 0; i < s.samples.size(); ++i) {
+    const std::string& name = s.samples[i];
+    EvalText one;
+    if (store && store->done(i, name)) {
+      one = EvalText::parse(read_whole(store->path(i, name)), store->path(i, name));
+    } else {
+      one = evaluate_sample(s, name, policies, o);
+      if (store) write_whole(store->path(i, name), one.str());
     }
+    all.append(one);
     progress.advance();
   }
   progress.finish();
+  const std::string& steps = all.steps;
+  const std::string& summary = all.summary;
+  const std::string& table = all.table;
   if (!a.out.empty()) {
     write_whole(a.out, steps);
     write_policies_sidecar(a.out, policies);
   }
   if (!a.summary.empty()) write_whole(a.summary, summary);
+  if (store) store->clear();
   std::printf(
       "%s on %s (%s backend), %d decode steps; mean_kl and top1 teacher-forced on the "
       "full-cache answer, diverge = first differing greedy token\n%s",

@@ -19,6 +19,7 @@ namespace kvsim {
 std::string partial(const std::string& path);
 void publish(const std::string& path);
 void write_whole(const std::string& path, const std::string& text);  // via .partial
+std::string read_whole(const std::string& path);                     // throws naming the path
 
 // CSV fields: numbers print with %.9g (exact float round trip; NaN is an empty field), so
 // identical results give identical bytes; text is quoted when it holds a comma, quote or newline.

@@ -185,6 +185,12 @@ hid_t h5_float16_type() {
   return type;
 }
 
+H5Handle h5_untimed_plist(hid_t plist_class) {
+  H5Handle p(H5Pcreate(plist_class));
+  H5Pset_obj_track_times(p.get(), false);
+  return p;
+}
+
 H5Handle h5_require_group(hid_t loc, const std::string& path) {
   std::string prefix;
   std::stringstream ss(path);
@@ -193,7 +199,8 @@ H5Handle h5_require_group(hid_t loc, const std::string& path) {
     if (part.empty()) continue;
     prefix += prefix.empty() ? part : "/" + part;
     if (H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) {
-      H5Handle g(H5Gcreate2(loc, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      H5Handle g(H5Gcreate2(loc, prefix.c_str(), H5P_DEFAULT,
+                            h5_untimed_plist(H5P_GROUP_CREATE).get(), H5P_DEFAULT));
       if (!g.valid())
         throw TraceError("cannot create group '" + prefix + "': " + hdf5_last_error());
     }
@@ -235,7 +242,8 @@ void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
   const hsize_t dims[1] = {n};
   H5Handle space(H5Screate_simple(1, dims, nullptr));
   H5Handle d(
-      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT,
+                 h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
   if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
     throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
 }

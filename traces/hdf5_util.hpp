@@ -58,6 +58,11 @@ std::vector<hsize_t> h5_dataset_shape(hid_t dset);
 // The IEEE binary16 type as h5py and numpy write it.
 hid_t h5_float16_type();
 
+// Creation property lists (H5P_FILE_CREATE, H5P_GROUP_CREATE or H5P_DATASET_CREATE) that do not
+// record object times: HDF5 stamps every object header with its creation time by default, so
+// two runs with the same inputs would otherwise never write the same bytes.
+H5Handle h5_untimed_plist(hid_t plist_class);
+
 // Creates (or opens) every group along path.
 H5Handle h5_require_group(hid_t loc, const std::string& path);
 

@@ -322,6 +322,25 @@ void TraceReader::read_layer_into(const SampleInfo& s, int layer, LayerTensors& 
     t.v = xt::xtensor<float, 3>();
 }
 
+std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const char* name,
+                                                   int& rows, int& cols) const {
+  const std::string full = "samples/" + s.name + "/" + name;
+  rows = cols = 0;
+  if (!h5_path_exists(file_.get(), full)) return {};
+  H5Handle d(H5Dopen2(file_.get(), full.c_str(), H5P_DEFAULT));
+  const auto shape = d.valid() ? h5_dataset_shape(d.get()) : std::vector<hsize_t>{};
+  if (shape.size() != 2 || shape[0] > (1u << 30) || shape[1] > (1u << 30))
+    throw TraceError(where(s.name, name) + ": expected a [rows, cols] dataset");
+  check_storage(d.get(), 4.0 * shape[0] * shape[1], where(s.name, name));
+  std::vector<float> out(shape[0] * shape[1]);
+  if (!out.empty() &&
+      H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw TraceError(where(s.name, name) + ": cannot read: " + hdf5_last_error());
+  rows = static_cast<int>(shape[0]);
+  cols = static_cast<int>(shape[1]);
+  return out;
+}
+
 std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {
   std::uint64_t total = 0;
   for (int l = 0; l < info_.num_layers; ++l)

@@ -73,6 +73,10 @@ class TraceReader {
 
   // Bytes of q/k/v data stored in the file for a sample (on disk, after any compression).
   std::uint64_t stored_bytes(const std::string& sample) const;
+  // An optional float32 [rows, cols] dataset of a sample (TraceWriter::write_sample_matrix), or
+  // an empty vector when the sample has none.
+  std::vector<float> read_sample_matrix(const SampleInfo& sample, const char* name, int& rows,
+                                        int& cols) const;
   // Storage of a sample's layers/0/q: "contiguous", or "chunked" plus its filters
   // ("+shuffle+gzip").
   std::string storage_layout(const std::string& sample) const;

@@ -10,7 +10,8 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
                          const WriteOptions& options)
     : path_(path), info_(info), options_(options) {
   silence_hdf5_errors();
-  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC,
+                               h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
   if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
   const hid_t root = file_.get();
   h5_write_int_attr(root, "kvtrace_version", 1);
@@ -41,7 +42,7 @@ void TraceWriter::write_sample(const SampleInfo& s) {
 void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<float, 3>& t) {
   const hsize_t dims[3] = {t.shape(0), t.shape(1), t.shape(2)};
   H5Handle space(H5Screate_simple(3, dims, nullptr));
-  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  H5Handle dcpl = h5_untimed_plist(H5P_DATASET_CREATE);
   const bool chunked = options_.chunked || options_.gzip_level > 0 || options_.shuffle;
   if (chunked && dims[0] > 0) {
     const hsize_t chunk[3] = {std::min<hsize_t>(dims[0], 64), dims[1], dims[2]};
@@ -79,8 +80,8 @@ void TraceWriter::write_sample_matrix(const SampleInfo& s, const char* name, int
   H5Handle g = h5_require_group(file_.get(), "samples/" + s.name);
   const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
   H5Handle space(H5Screate_simple(2, dims, nullptr));
-  H5Handle d(H5Dcreate2(g.get(), name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                        H5P_DEFAULT));
+  H5Handle d(H5Dcreate2(g.get(), name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
   if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     throw TraceError(path_ + ": sample '" + s.name + "': cannot write dataset '" + name +
                      "': " + hdf5_last_error());

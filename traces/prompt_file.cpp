@@ -130,7 +130,8 @@ PromptSample PromptReader::read(const std::string& name) const {
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
                        const std::string& model) {
   silence_hdf5_errors();
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(),
+                          H5P_DEFAULT));
   if (!file.valid()) throw TraceError(path + ": cannot create: " + hdf5_last_error());
   h5_write_int_attr(file.get(), "kvprompt_version", 1);
   if (!model.empty()) h5_write_string_attr(file.get(), "model", model);
@@ -152,7 +153,7 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
                                static_cast<hsize_t>(s.embed_dim)};
       H5Handle space(H5Screate_simple(2, dims, nullptr));
       H5Handle d(H5Dcreate2(g.get(), "inputs_embeds", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                            H5P_DEFAULT, H5P_DEFAULT));
+                            h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
       if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                  s.inputs_embeds.data()) < 0)
         throw TraceError(where + ": cannot write 'inputs_embeds': " + hdf5_last_error());

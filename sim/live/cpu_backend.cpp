@@ -2,11 +2,14 @@
 // a std::vector per cache head that really shrinks when rows are evicted.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "sim/live/backend.hpp"
+#include "sim/parallel.hpp"
 
 namespace kvsim::live {
 
@@ -41,13 +44,23 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // OpenBLAS's own threads split a product differently with their number (and kvsim's statistics
+  // set that number to 1 process-wide), which made a sample's bits depend on the machine and on
+  // the samples run before it. So OpenBLAS runs single-threaded on fixed blocks of output features
+  // and kvsim's threads share the blocks: the same calls for any thread count, the same bytes.
   void linear(const float* x, int rows, int k, const float* w, int n, const float* bias,
               float* y) override {
-    if (rows == 1)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, 0.0f, y,
-                  n);
+    openblas_set_num_threads(1);
+    constexpr int kBlock = 128;
+    parallel_for((n + kBlock - 1) / kBlock, threads_, [&](int b) {
+      const int j0 = b * kBlock, nb = std::min(kBlock, n - j0);
+      const float* wb = w + static_cast<std::size_t>(j0) * k;
+      if (rows == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nb, k, 1.0f, wb, k, x, 1, 0.0f, y + j0, 1);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, k, 1.0f, x, k, wb, k, 0.0f,
+                    y + j0, n);
+    });
     if (bias)
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < n; ++j) y[static_cast<std::size_t>(r) * n + j] += bias[j];
@@ -195,6 +208,7 @@ class CpuBackend final : public Backend {
   }
   int d_ = 0, kv_heads_ = 0;
   std::vector<Head> heads_;
+  int threads_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "sim/live/pieces.hpp"
 #include "sim/results.hpp"
 
 namespace kvsim::live {
@@ -45,9 +46,9 @@ int longest_common_subsequence(const std::vector<std::int32_t>& a,
   return prev[b.size()];
 }
 
-void capture(LiveEngine& engine, const PromptReader& prompts,
-             const std::vector<std::string>& samples, const std::string& out_path,
-             const CaptureOptions& o) {
+namespace {
+
+TraceInfo capture_trace_info(LiveEngine& engine, const CaptureOptions& o) {
   const ModelConfig& c = engine.model().config();
   TraceInfo info;
   info.model = o.model_name.empty() ? c.model_type : o.model_name;
@@ -57,36 +58,76 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
   info.head_dim = c.head_dim;
   info.scale = engine.model().scale();
   info.scale_given = true;
-  WriteOptions wo;
-  wo.dtype = o.dtype;
+  return info;
+}
+
+// Generates one sample with a full cache and writes it, alone, to `path` (atomically).
+void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::string& prompts_path,
+                    const TraceInfo& info, const WriteOptions& wo, const CaptureOptions& o,
+                    const std::string& path) {
+  if (o.force_reference && prompt.reference_ids.empty())
+    throw std::invalid_argument(prompts_path + ": sample '" + prompt.info.name +
+                                "' has no reference_ids to teacher-force");
+  const int G = o.force_reference ? static_cast<int>(prompt.reference_ids.size()) : o.gen_len;
+  PreparedPrompt pp = engine.prepare(prompt, G, AttentionNeeds{});
+  RunOptions ro;
+  ro.steps = G;
+  ro.record = true;
+  ro.keep_logits = o.logits;
+  ro.forced = o.force_reference ? &prompt.reference_ids : nullptr;
+  const RunResult r = engine.run(pp, ro);
+  SampleInfo s = pp.sample;
+  s.dtype = o.dtype;
+  for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
+  TraceWriter writer(partial(path), info, wo);
+  writer.write_sample(s);
+  for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
+  if (o.logits) {
+    std::vector<float> all = pp.first_logits;
+    for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
+    writer.write_sample_matrix(s, "logits", G + 1, engine.model().config().vocab_size, all.data());
+  }
+  writer.close();
+  publish(path);
+}
+
+// The output trace, sample by sample from the pieces (values round-trip exactly in either dtype).
+void assemble_trace(const PieceStore& store, const std::vector<std::string>& samples,
+                    const TraceInfo& info, const WriteOptions& wo, const std::string& out_path) {
   TraceWriter writer(partial(out_path), info, wo);
-  for (const auto& name : samples) {
-    const PromptSample prompt = prompts.read(name);
-    if (o.force_reference && prompt.reference_ids.empty())
-      throw std::invalid_argument(prompts.path() + ": sample '" + name +
-                                  "' has no reference_ids to teacher-force");
-    const int G = o.force_reference ? static_cast<int>(prompt.reference_ids.size()) : o.gen_len;
-    PreparedPrompt pp = engine.prepare(prompt, G, AttentionNeeds{});
-    RunOptions ro;
-    ro.steps = G;
-    ro.record = true;
-    ro.keep_logits = o.logits;
-    ro.forced = o.force_reference ? &prompt.reference_ids : nullptr;
-    const RunResult r = engine.run(pp, ro);
-    SampleInfo s = pp.sample;
-    s.dtype = o.dtype;
-    for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const TraceReader piece(store.path(i, samples[i]));
+    const SampleInfo s = piece.read_sample(samples[i]);
     writer.write_sample(s);
-    for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
-    if (o.logits) {
-      std::vector<float> all = pp.first_logits;
-      for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
-      writer.write_sample_matrix(s, "logits", G + 1, c.vocab_size, all.data());
-    }
-    if (o.on_sample) o.on_sample();
+    for (int l = 0; l < info.num_layers; ++l) writer.write_layer(s, piece.read_layer(s, l));
+    int rows = 0, cols = 0;
+    const std::vector<float> logits = piece.read_sample_matrix(s, "logits", rows, cols);
+    if (!logits.empty()) writer.write_sample_matrix(s, "logits", rows, cols, logits.data());
   }
   writer.close();
   publish(out_path);
+}
+
+}  // namespace
+
+void capture(LiveEngine& engine, const PromptReader& prompts,
+             const std::vector<std::string>& samples, const std::string& out_path,
+             const CaptureOptions& o) {
+  const TraceInfo info = capture_trace_info(engine, o);
+  WriteOptions wo;
+  wo.dtype = o.dtype;
+  const PieceStore store(out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model,
+                                                   std::to_string(o.gen_len),
+                                                   std::to_string(o.force_reference),
+                                                   dtype_name(o.dtype), std::to_string(o.logits)}));
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (!store.done(i, samples[i]))
+      capture_sample(engine, prompts.read(samples[i]), prompts.path(), info, wo, o,
+                     store.path(i, samples[i]));
+    if (o.on_sample) o.on_sample();
+  }
+  assemble_trace(store, samples, info, wo, out_path);
+  store.clear();
 }
 
 namespace {

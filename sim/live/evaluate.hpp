@@ -21,6 +21,10 @@ struct CaptureOptions {
   // distribution of position P), row t + 1 after decode step t.
   bool logits = false;
   std::function<void()> on_sample;  // called after each sample (progress)
+  // Identity of the model and prompts (the CLI: the checkpoint's and prompt file's fingerprints,
+  // the backend). Finished samples are kept in `<out>.parts/` under it and these options, so a
+  // rerun after an interruption captures only the rest (sim/live/pieces.hpp).
+  std::string fingerprint;
 };
 void capture(LiveEngine& engine, const PromptReader& prompts,
              const std::vector<std::string>& samples, const std::string& out_path,

@@ -1,0 +1,60 @@
+#include "sim/live/pieces.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+namespace kvsim::live {
+
+namespace fs = std::filesystem;
+
+std::string fingerprint_of(const std::vector<std::string>& parts) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& p : parts) {
+    for (unsigned char c : p) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string checkpoint_fingerprint(const std::string& dir) {
+  std::vector<std::string> parts;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const auto mtime = e.last_write_time().time_since_epoch().count();
+    parts.push_back(e.path().filename().string() + " " + std::to_string(e.file_size()) + " " +
+                    std::to_string(mtime));
+  }
+  std::sort(parts.begin(), parts.end());
+  return fingerprint_of(parts);
+}
+
+PieceStore::PieceStore(const std::string& output, const std::string& fingerprint)
+    : dir_(output + ".parts"), fingerprint_(fingerprint) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw std::runtime_error(dir_ + ": cannot create the directory of finished samples: " +
+                                   ec.message());
+}
+
+std::string PieceStore::path(std::size_t index, const std::string& sample) const {
+  // Sample names are any string: the file is named by its index and a hash, never the name.
+  return (fs::path(dir_) /
+          (std::to_string(index) + "-" + fingerprint_of({fingerprint_, sample})))
+      .string();
+}
+
+bool PieceStore::done(std::size_t index, const std::string& sample) const {
+  return fs::exists(path(index, sample));
+}
+
+void PieceStore::clear() const {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+}  // namespace kvsim::live
