@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's apt, whatever kvsim needs that this machine lacks (bookworm, as root).
+#   ./install-deps.sh          what building, testing and the figures need
+#   ./install-deps.sh fuzz     also clang (libFuzzer and its sanitizer runtimes), for tests/fuzz
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
@@ -10,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-h5py python3-matplotlib python3-dev pybind11-dev python3-torch
 )
+[ "${1:-}" = fuzz ] && packages+=(clang)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

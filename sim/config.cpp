@@ -12,6 +12,10 @@ namespace po = boost::program_options;
 PolicyOverrides read_policy_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(path + ": cannot open config file");
+  return read_policy_config(in, path);
+}
+
+PolicyOverrides read_policy_config(std::istream& in, const std::string& path) {
   PolicyOverrides out;
   try {
     po::options_description none;
@@ -34,6 +38,10 @@ PolicyOverrides read_policy_config(const std::string& path) {
 SweepFile read_sweep_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(path + ": cannot open sweep file");
+  return read_sweep_file(in, path);
+}
+
+SweepFile read_sweep_file(std::istream& in, const std::string& path) {
   SweepFile out;
   try {
     po::options_description none;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ using PolicyOverrides = std::map<std::string, std::map<std::string, std::string>
 //   recent = 50%
 // Throws std::invalid_argument naming the file and the offending line or key.
 PolicyOverrides read_policy_config(const std::string& path);
+PolicyOverrides read_policy_config(std::istream& in, const std::string& path);  // path: for errors
 
 // A sweep file (INI, Boost.Program_options): a [sweep] section with repeatable `trace`, `sample`,
 // `policy` and a `budget`; a [grid] section of `NAME.key = v1,v2,...` or `start:stop:step` axes;
@@ -27,6 +29,7 @@ struct SweepFile {
   std::string budget;
 };
 SweepFile read_sweep_file(const std::string& path);
+SweepFile read_sweep_file(std::istream& in, const std::string& path);
 
 // "h2o.budget=64" -> overrides["h2o"]["budget"] = "64".
 void apply_set_option(const std::string& assignment, PolicyOverrides& overrides);

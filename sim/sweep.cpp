@@ -18,6 +18,13 @@
 
 namespace kvsim {
 
+namespace {
+// Bounds on what one command line may ask for, so that a typo (1:1e9:1) fails at once rather than
+// after exhausting memory.
+constexpr double kMaxAxisValues = 100000;
+constexpr double kMaxConfigurations = 100000;
+}  // namespace
+
 namespace fs = std::filesystem;
 
 GridAxis parse_grid_axis(const std::string& text) {
@@ -35,7 +42,14 @@ GridAxis parse_grid_axis(const std::string& text) {
     if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start)
       throw std::invalid_argument(
           "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
-    const long n = std::lround(std::floor((stop - start) / step + 1e-9));
+    const double count = std::floor((stop - start) / step + 1e-9) + 1;
+    if (!(count <= kMaxAxisValues))
+      throw std::invalid_argument("--grid '" + text + "': the range has " +
+                                  (std::isfinite(count) ? std::to_string(static_cast<long long>(count))
+                                                        : std::string("infinitely many")) +
+                                  " values; an axis may have at most " +
+                                  std::to_string(static_cast<long long>(kMaxAxisValues)));
+    const long n = static_cast<long>(count) - 1;
     for (long i = 0; i <= n; ++i) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.10g", start + i * step);
@@ -62,6 +76,16 @@ std::vector<PolicyConfig> expand_grid(
     if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
       throw std::invalid_argument("--grid " + a.policy + "." + a.key + ": policy '" + a.policy +
                                   "' is not swept (add --policy " + a.policy + ")");
+  double total = 0;
+  for (const auto& name : policies) {
+    double n = 1;
+    for (const auto& a : axes) n *= a.policy == name ? static_cast<double>(a.values.size()) : 1.0;
+    total += n;
+  }
+  if (total > kMaxConfigurations)
+    throw std::invalid_argument("--grid: the axes make " + std::to_string(static_cast<long long>(total)) +
+                                " configurations; a sweep may have at most " +
+                                std::to_string(static_cast<long long>(kMaxConfigurations)));
   std::vector<PolicyConfig> out;
   for (const auto& name : policies) {
     std::vector<const GridAxis*> mine;

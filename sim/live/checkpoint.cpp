@@ -44,14 +44,27 @@ std::uint16_t float_to_bfloat16(float f) {
 
 namespace {
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");
+json parse_json(const std::string& text, const std::string& path) {
   try {
-    return json::parse(in);
+    json j = json::parse(text);
+    if (!j.is_object()) throw CheckpointError(path + ": not a JSON object");
+    return j;
   } catch (const json::exception& e) {
     throw CheckpointError(path + ": not valid JSON: " + e.what());
   }
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");
+  return parse_json(std::string(std::istreambuf_iterator<char>(in), {}), path);
+}
+
+std::string get_string(const json& j, const std::string& key, const std::string& path,
+                       const std::string& fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string()) throw CheckpointError(path + ": key '" + key + "' must be a string");
+  return j[key].get<std::string>();
 }
 
 int get_int(const json& j, const std::string& key, const std::string& path, int fallback = -1) {
@@ -59,20 +72,23 @@ int get_int(const json& j, const std::string& key, const std::string& path, int 
     if (fallback >= 0) return fallback;
     throw CheckpointError(path + ": missing key '" + key + "'");
   }
-  if (!j[key].is_number_integer() || j[key].get<long long>() <= 0)
-    throw CheckpointError(path + ": key '" + key + "' must be a positive integer");
+  // 2^30 bounds every size a model has, and keeps products of two sizes within 64 bits.
+  if (!j[key].is_number_integer() || j[key].get<long long>() <= 0 ||
+      j[key].get<long long>() > (1ll << 30))
+    throw CheckpointError(path + ": key '" + key + "' must be a positive integer (at most 2^30)");
   return j[key].get<int>();
 }
 
 double get_double(const json& j, const std::string& key, const std::string& path, double fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number() || j[key].get<double>() <= 0)
+  if (!j[key].is_number() || !(j[key].get<double>() > 0) || !std::isfinite(j[key].get<double>()))
     throw CheckpointError(path + ": key '" + key + "' must be a positive number");
   return j[key].get<double>();
 }
 
-bool get_bool(const json& j, const std::string& key, bool fallback) {
+bool get_bool(const json& j, const std::string& key, const std::string& path, bool fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) throw CheckpointError(path + ": key '" + key + "' must be true or false");
   return j[key].get<bool>();
 }
 
@@ -90,14 +106,20 @@ std::size_t dtype_size(WeightDType t) {
 }  // namespace
 
 ModelConfig read_model_config(const std::string& path) {
-  const json j = read_json(path);
+  std::ifstream in(path);
+  if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");
+  return parse_model_config(std::string(std::istreambuf_iterator<char>(in), {}), path);
+}
+
+ModelConfig parse_model_config(const std::string& text, const std::string& path) {
+  const json j = parse_json(text, path);
   ModelConfig c;
   if (!j.contains("model_type")) throw CheckpointError(path + ": missing key 'model_type'");
-  c.model_type = j["model_type"].get<std::string>();
+  c.model_type = get_string(j, "model_type", path, "");
   if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
     throw CheckpointError(path + ": model_type '" + c.model_type +
                           "' is not supported (llama, mistral, qwen2)");
-  const std::string act = j.value("hidden_act", std::string("silu"));
+  const std::string act = get_string(j, "hidden_act", path, "silu");
   if (act != "silu")
     throw CheckpointError(path + ": hidden_act '" + act + "' is not supported (silu)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
@@ -112,16 +134,16 @@ ModelConfig read_model_config(const std::string& path) {
   c.vocab_size = get_int(j, "vocab_size", path);
   c.rope_theta = get_double(j, "rope_theta", path, 10000.0);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", path, 1e-6);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", path, false);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", path, 0);
-  c.torch_dtype = j.value("torch_dtype", std::string());
+  c.torch_dtype = get_string(j, "torch_dtype", path, "");
   if (c.model_type == "qwen2") {
     c.qkv_bias = true;
-    if (get_bool(j, "use_sliding_window", false))
+    if (get_bool(j, "use_sliding_window", path, false))
       c.sliding_window = get_int(j, "sliding_window", path);
   } else if (c.model_type == "llama") {
-    c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
-    if (get_bool(j, "mlp_bias", false))
+    c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", path, false);
+    if (get_bool(j, "mlp_bias", path, false))
       throw CheckpointError(path + ": mlp_bias = true is not supported");
   } else {
     c.sliding_window = get_int(j, "sliding_window", path, 0);
@@ -130,7 +152,9 @@ ModelConfig read_model_config(const std::string& path) {
     throw CheckpointError(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
                           ") is not a multiple of num_key_value_heads (" +
                           std::to_string(c.num_key_value_heads) + ")");
-  if (c.head_dim % 2 != 0) throw CheckpointError(path + ": head_dim must be even for RoPE");
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    throw CheckpointError(path + ": head_dim = " + std::to_string(c.head_dim) +
+                          " must be positive and even for RoPE");
   return c;
 }
 
@@ -225,48 +249,79 @@ void convert(const char* src, WeightDType t, std::size_t n, float* dst) {
 
 }  // namespace
 
-void read_safetensors(const std::string& path, std::map<std::string, HostTensor>& out,
-                      WeightDType* first_dtype) {
-  const std::vector<char> bytes = read_file(path);
-  if (bytes.size() < 8) throw CheckpointError(path + ": too short for a safetensors file");
+namespace {
+
+std::uint64_t json_offset(const json& offsets, int i, const std::string& where) {
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[i].is_number_unsigned())
+    throw CheckpointError(where + ": data_offsets must be two non-negative integers");
+  return offsets[i].get<std::uint64_t>();
+}
+
+// Elements of `shape` (each a non-negative integer); throws when the count cannot fit `limit`.
+std::size_t json_shape(const json& shape, std::size_t limit, std::vector<std::int64_t>& dims,
+                       const std::string& where) {
+  if (!shape.is_array()) throw CheckpointError(where + ": shape must be an array");
+  std::size_t n = 1;
+  for (const auto& s : shape) {
+    if (!s.is_number_unsigned() || s.get<std::uint64_t>() > limit)
+      throw CheckpointError(where + ": shape " + shape.dump() +
+                            " must hold non-negative integers within the file's size");
+    dims.push_back(s.get<std::int64_t>());
+    if (dims.back() != 0 && n > limit / static_cast<std::size_t>(dims.back()))
+      throw CheckpointError(where + ": shape " + shape.dump() + " holds more elements than the file");
+    n *= static_cast<std::size_t>(dims.back());
+  }
+  return n;
+}
+
+}  // namespace
+
+void parse_safetensors(const char* bytes, std::size_t size, const std::string& path,
+                       std::map<std::string, HostTensor>& out, WeightDType* first_dtype) {
+  if (size < 8) throw CheckpointError(path + ": too short for a safetensors file");
   std::uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);  // little-endian on every supported host
-  if (header_len > bytes.size() - 8)
+  std::memcpy(&header_len, bytes, 8);  // little-endian on every supported host
+  if (header_len > size - 8)
     throw CheckpointError(path + ": header length " + std::to_string(header_len) +
                           " exceeds the file (truncated or not safetensors?)");
   json header;
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_len));
+    header = json::parse(bytes + 8, bytes + 8 + header_len);
   } catch (const json::exception& e) {
     throw CheckpointError(path + ": header is not valid JSON: " + e.what());
   }
-  const std::size_t data_start = 8 + header_len, data_len = bytes.size() - data_start;
+  if (!header.is_object()) throw CheckpointError(path + ": header is not a JSON object");
+  const std::size_t data_start = 8 + header_len, data_len = size - data_start;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     const std::string where = path + ": tensor '" + name + "'";
-    if (!entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets"))
       throw CheckpointError(where + ": entry lacks dtype, shape or data_offsets");
+    if (!entry["dtype"].is_string()) throw CheckpointError(where + ": dtype must be a string");
     const WeightDType t = parse_dtype(entry["dtype"].get<std::string>(), where);
     HostTensor tensor;
-    std::size_t n = 1;
-    for (const auto& s : entry["shape"]) {
-      tensor.shape.push_back(s.get<std::int64_t>());
-      n *= static_cast<std::size_t>(tensor.shape.back());
-    }
-    const auto begin = entry["data_offsets"][0].get<std::uint64_t>();
-    const auto end = entry["data_offsets"][1].get<std::uint64_t>();
+    const std::size_t n = json_shape(entry["shape"], data_len, tensor.shape, where);
+    const auto begin = json_offset(entry["data_offsets"], 0, where);
+    const auto end = json_offset(entry["data_offsets"], 1, where);
     if (end < begin || end > data_len || end - begin != n * dtype_size(t))
       throw CheckpointError(where + ": data_offsets [" + std::to_string(begin) + ", " +
                             std::to_string(end) + ") do not fit shape " + shape_str(tensor.shape) +
                             " in " + std::to_string(data_len) + " data bytes (truncated file?)");
     tensor.data.resize(n);
-    convert(bytes.data() + data_start + begin, t, n, tensor.data.data());
+    convert(bytes + data_start + begin, t, n, tensor.data.data());
     for (std::size_t i = 0; i < n; ++i)
       if (!std::isfinite(tensor.data[i]))
         throw CheckpointError(where + ": non-finite value at flat index " + std::to_string(i));
     if (first_dtype && out.empty()) *first_dtype = t;
     out[name] = std::move(tensor);
   }
+}
+
+void read_safetensors(const std::string& path, std::map<std::string, HostTensor>& out,
+                      WeightDType* first_dtype) {
+  const std::vector<char> bytes = read_file(path);
+  parse_safetensors(bytes.data(), bytes.size(), path, out, first_dtype);
 }
 
 void write_safetensors(const std::string& path,
@@ -330,7 +385,12 @@ Checkpoint load_checkpoint(const std::string& dir) {
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw CheckpointError(index.string() + ": missing object 'weight_map'");
     std::set<std::string> shards;
-    for (const auto& [name, file] : j["weight_map"].items()) shards.insert(file.get<std::string>());
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+        throw CheckpointError(index.string() + ": weight_map['" + name +
+                              "'] must name a shard file of the directory");
+      shards.insert(file.get<std::string>());
+    }
     for (const auto& shard : shards)
       read_safetensors((fs::path(dir) / shard).string(), ck.tensors, &ck.dtype);
     for (const auto& [name, file] : j["weight_map"].items())

@@ -43,6 +43,7 @@ struct ModelConfig {
 // Parses and checks config.json; unsupported architectures, activations or rope scalings are
 // errors naming the key.
 ModelConfig read_model_config(const std::string& path);
+ModelConfig parse_model_config(const std::string& json_text, const std::string& path);
 std::string model_config_json(const ModelConfig& c, WeightDType dtype);  // for writing
 
 struct HostTensor {
@@ -75,6 +76,9 @@ struct SafetensorsEntry {
 // Reads every tensor of one .safetensors file into `out` (float32).
 void read_safetensors(const std::string& path, std::map<std::string, HostTensor>& out,
                       WeightDType* first_dtype = nullptr);
+// The same from the file's bytes; `path` names it in errors.
+void parse_safetensors(const char* bytes, std::size_t size, const std::string& path,
+                       std::map<std::string, HostTensor>& out, WeightDType* first_dtype = nullptr);
 // Writes tensors (converted from float32 to dtype) to one .safetensors file.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
