@@ -48,9 +48,10 @@ Size Size::parse(const std::string& text) {
     body.pop_back();
   }
   if (!parse_double(body, s.value) || s.value < 0 ||
-      (!s.percent && s.value != std::floor(s.value)) || (s.percent && s.value > 100))
+      (!s.percent && (s.value != std::floor(s.value) || s.value > (1 << 30))) ||
+      (s.percent && s.value > 100))
     throw std::invalid_argument("'" + text +
-                                "' is not a count (e.g. 128) or a percentage in "
+                                "' is not a count (e.g. 128, at most 2^30) or a percentage in "
                                 "[0%, 100%] (e.g. 20%)");
   return s;
 }
@@ -135,8 +136,9 @@ ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& 
   std::map<std::string, std::string> values;
   for (const auto& s : specs) values[s.name] = s.default_value;
   for (const auto& [key, value] : overrides) {
+    const std::string& name = key;  // clang 14 cannot capture a structured binding
     auto it =
-        std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == key; });
+        std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == name; });
     if (it == specs.end()) {
       std::string valid;
       for (const auto& s : specs) valid += (valid.empty() ? "" : ", ") + s.name;

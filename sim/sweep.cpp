@@ -43,12 +43,13 @@ GridAxis parse_grid_axis(const std::string& text) {
       throw std::invalid_argument(
           "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
     const double count = std::floor((stop - start) / step + 1e-9) + 1;
-    if (!(count <= kMaxAxisValues))
-      throw std::invalid_argument("--grid '" + text + "': the range has " +
-                                  (std::isfinite(count) ? std::to_string(static_cast<long long>(count))
-                                                        : std::string("infinitely many")) +
+    if (!(count <= kMaxAxisValues)) {
+      char many[32];
+      std::snprintf(many, sizeof many, "%.3g", count);
+      throw std::invalid_argument("--grid '" + text + "': the range has " + many +
                                   " values; an axis may have at most " +
                                   std::to_string(static_cast<long long>(kMaxAxisValues)));
+    }
     const long n = static_cast<long>(count) - 1;
     for (long i = 0; i <= n; ++i) {
       char buf[32];
@@ -82,10 +83,13 @@ std::vector<PolicyConfig> expand_grid(
     for (const auto& a : axes) n *= a.policy == name ? static_cast<double>(a.values.size()) : 1.0;
     total += n;
   }
-  if (total > kMaxConfigurations)
-    throw std::invalid_argument("--grid: the axes make " + std::to_string(static_cast<long long>(total)) +
+  if (total > kMaxConfigurations) {
+    char many[32];
+    std::snprintf(many, sizeof many, "%.3g", total);
+    throw std::invalid_argument(std::string("--grid: the axes make ") + many +
                                 " configurations; a sweep may have at most " +
                                 std::to_string(static_cast<long long>(kMaxConfigurations)));
+  }
   std::vector<PolicyConfig> out;
   for (const auto& name : policies) {
     std::vector<const GridAxis*> mine;

@@ -1,5 +1,6 @@
 #include "traces/half.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -94,8 +95,21 @@ __attribute__((target("f16c,avx2"))) void float_to_half_f16c(const float* in, st
   for (; i < n; ++i) out[i] = float_to_half_scalar(in[i]);
 }
 
+// CPUID rather than __builtin_cpu_supports, which clang 14 does not accept for "f16c": F16C
+// (leaf 1, ECX bit 29) and AVX2 (leaf 7, EBX bit 5), with the OS saving the AVX state (OSXSAVE,
+// then XCR0 bits 1 and 2).
 bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool f16c = c & (1u << 29), osxsave = c & (1u << 27);
+    if (!f16c || !osxsave) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6u) != 6u) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (b & (1u << 5)) != 0;
+  }();
   return has;
 }
 

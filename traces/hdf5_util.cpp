@@ -185,6 +185,14 @@ hid_t h5_float16_type() {
   return type;
 }
 
+void h5_check_written(hid_t dset, double declared_bytes, const std::string& where) {
+  const double stored = static_cast<double>(H5Dget_storage_size(dset));
+  if (declared_bytes > 0 && (stored == 0 || declared_bytes > 1032.0 * stored + 65536.0))
+    throw TraceError(where + ": declares " + std::to_string(static_cast<long long>(declared_bytes)) +
+                     " bytes but stores " + std::to_string(static_cast<long long>(stored)) +
+                     " (its data were never fully written)");
+}
+
 H5Handle h5_untimed_plist(hid_t plist_class) {
   H5Handle p(H5Pcreate(plist_class));
   H5Pset_obj_track_times(p.get(), false);

@@ -63,6 +63,12 @@ hid_t h5_float16_type();
 // two runs with the same inputs would otherwise never write the same bytes.
 H5Handle h5_untimed_plist(hid_t plist_class);
 
+// Throws TraceError (prefixed by `where`) when a dataset declaring `declared_bytes` was never
+// fully written: it would read as fill values, not a recording. Deflate compresses at most
+// 1032:1, so a dataset declaring far more than that over its stored bytes is not fully written
+// either; checking this before reading keeps a tiny file from asking for any amount of memory.
+void h5_check_written(hid_t dset, double declared_bytes, const std::string& where);
+
 // Creates (or opens) every group along path.
 H5Handle h5_require_group(hid_t loc, const std::string& path);
 

@@ -91,17 +91,6 @@ void check_filters(hid_t dset, const std::string& where) {
   }
 }
 
-// A dataset whose data were never written reads as fill values: not a recording. And since
-// deflate compresses at most 1032:1, a dataset declaring far more bytes than it stores was not
-// fully written either; checking this first keeps a tiny file from asking for any amount of memory.
-void check_storage(hid_t dset, double declared_bytes, const std::string& where) {
-  const double stored = static_cast<double>(H5Dget_storage_size(dset));
-  if (declared_bytes > 0 && (stored == 0 || declared_bytes > 1032.0 * stored + 65536.0))
-    throw TraceError(where + ": declares " + std::to_string(static_cast<long long>(declared_bytes)) +
-                     " bytes but stores " + std::to_string(static_cast<long long>(stored)) +
-                     " (its data were never fully written)");
-}
-
 // Layer groups are exactly layers/0 .. layers/L-1, in decimal without padding.
 void check_layer_groups(hid_t sample, int num_layers, const std::string& where) {
   if (!h5_path_exists(sample, "layers")) return;  // reported as the missing layers/0/q
@@ -278,7 +267,7 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
                      shape_str(want));
   const DType dt = tensor_dtype(dset.get(), w);
   check_filters(dset.get(), w);
-  check_storage(dset.get(),
+  h5_check_written(dset.get(),
                 static_cast<double>(want[0]) * want[1] * want[2] * dtype_bytes(dt), w);
   if (out.shape(0) != want[0] || out.shape(1) != want[1] || out.shape(2) != want[2])
     out.resize({want[0], want[1], want[2]});
@@ -331,7 +320,7 @@ std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const ch
   const auto shape = d.valid() ? h5_dataset_shape(d.get()) : std::vector<hsize_t>{};
   if (shape.size() != 2 || shape[0] > (1u << 30) || shape[1] > (1u << 30))
     throw TraceError(where(s.name, name) + ": expected a [rows, cols] dataset");
-  check_storage(d.get(), 4.0 * shape[0] * shape[1], where(s.name, name));
+  h5_check_written(d.get(), 4.0 * shape[0] * shape[1], where(s.name, name));
   std::vector<float> out(shape[0] * shape[1]);
   if (!out.empty() &&
       H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)

@@ -1,6 +1,7 @@
 #include "traces/prompt_file.hpp"
 
 #include <cstdio>
+#include <limits>
 
 #include "traces/half.hpp"
 
@@ -17,17 +18,28 @@ std::vector<int> PromptSample::embed_positions() const {
 namespace {
 
 template <typename T>
-std::vector<T> read_ints(hid_t group, const char* name, hid_t mem_type, const std::string& where) {
+std::vector<T> read_ints(hid_t group, const char* name, const std::string& where) {
   H5Handle d(H5Dopen2(group, name, H5P_DEFAULT));
   if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(d.get());
   H5Handle type(H5Dget_type(d.get()));
-  if (shape.size() != 1) throw TraceError(where + ": must be one-dimensional");
+  if (shape.size() != 1 || shape[0] > (1u << 30))
+    throw TraceError(where + ": must be one-dimensional (and at most 2^30 long)");
   if (H5Tget_class(type.get()) != H5T_INTEGER)
     throw TraceError(where + ": element type must be an integer type");
-  std::vector<T> out(shape[0]);
-  if (!out.empty() && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+  h5_check_written(d.get(), 8.0 * static_cast<double>(shape[0]), where);
+  // Through int64, so that a value the format's type cannot hold is reported, not saturated.
+  std::vector<std::int64_t> wide(shape[0]);
+  if (!wide.empty() &&
+      H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()) < 0)
     throw TraceError(where + ": cannot read: " + hdf5_last_error());
+  std::vector<T> out(wide.size());
+  for (std::size_t i = 0; i < wide.size(); ++i) {
+    if (wide[i] < std::numeric_limits<T>::min() || wide[i] > std::numeric_limits<T>::max())
+      throw TraceError(where + ": value " + std::to_string(wide[i]) + " at position " +
+                       std::to_string(i) + " does not fit the format's type");
+    out[i] = static_cast<T>(wide[i]);
+  }
   return out;
 }
 
@@ -40,8 +52,11 @@ void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
     throw TraceError(where + ": shape must be [Nv, hidden] with Nv = " + std::to_string(vision) +
                      " vision positions (modality != 0)");
   H5Handle type(H5Dget_type(d.get()));
-  if (H5Tget_class(type.get()) != H5T_FLOAT)
+  if (H5Tget_class(type.get()) != H5T_FLOAT ||
+      (H5Tget_size(type.get()) != 2 && H5Tget_size(type.get()) != 4))
     throw TraceError(where + ": element type must be float16 or float32");
+  h5_check_written(d.get(), static_cast<double>(shape[0]) * shape[1] * H5Tget_size(type.get()),
+                   where);
   s.embed_dim = static_cast<int>(shape[1]);
   s.inputs_embeds.resize(shape[0] * shape[1]);
   if (H5Tget_size(type.get()) == 2) {
@@ -89,27 +104,31 @@ PromptSample PromptReader::read(const std::string& name) const {
   H5Handle g(H5Gopen2(file_.get(), ("samples/" + name).c_str(), H5P_DEFAULT));
   PromptSample s;
   s.info.name = name;
-  s.info.task = h5_read_string_attr(g.get(), "task").value_or("");
-  s.info.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+  try {
+    s.info.task = h5_read_string_attr(g.get(), "task").value_or("");
+    s.info.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+  } catch (const TraceError& e) {
+    throw TraceError(where + ": " + e.what());
+  }
   if (!h5_path_exists(g.get(), "token_ids"))
     throw TraceError(where + ", dataset 'token_ids': missing required dataset");
-  s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids", H5T_NATIVE_INT32,
+  s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids",
                                              where + ", dataset 'token_ids'");
   const int P = s.info.prompt_len = static_cast<int>(s.info.token_ids.size());
   if (P == 0) throw TraceError(where + ", dataset 'token_ids': empty prompt");
   s.info.modality.assign(P, 0);
   s.info.segment.assign(P, 1);
-  auto optional_meta = [&](const char* key, auto& out, hid_t mem_type) {
+  auto optional_meta = [&](const char* key, auto& out) {
     if (!h5_path_exists(g.get(), key)) return;
     const std::string w = where + ", dataset '" + key + "'";
-    out = read_ints<typename std::decay_t<decltype(out)>::value_type>(g.get(), key, mem_type, w);
+    out = read_ints<typename std::decay_t<decltype(out)>::value_type>(g.get(), key, w);
     if (static_cast<int>(out.size()) != P)
       throw TraceError(w + ": length " + std::to_string(out.size()) + " differs from token_ids' " +
                        std::to_string(P));
   };
-  optional_meta("modality", s.info.modality, H5T_NATIVE_UINT8);
-  optional_meta("segment", s.info.segment, H5T_NATIVE_UINT8);
-  optional_meta("media_id", s.info.media_id, H5T_NATIVE_INT32);
+  optional_meta("modality", s.info.modality);
+  optional_meta("segment", s.info.segment);
+  optional_meta("media_id", s.info.media_id);
   for (int i = 0; i < P; ++i) {
     if (s.info.modality[i] > 2)
       throw TraceError(where + ", dataset 'modality': value " + std::to_string(s.info.modality[i]) +
@@ -122,7 +141,7 @@ PromptSample PromptReader::read(const std::string& name) const {
   if (h5_path_exists(g.get(), "inputs_embeds"))
     read_embeds(g.get(), s, where + ", dataset 'inputs_embeds'");
   if (h5_path_exists(g.get(), "reference_ids"))
-    s.reference_ids = read_ints<std::int32_t>(g.get(), "reference_ids", H5T_NATIVE_INT32,
+    s.reference_ids = read_ints<std::int32_t>(g.get(), "reference_ids",
                                               where + ", dataset 'reference_ids'");
   return s;
 }

@@ -234,6 +234,7 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 void convert(const char* src, WeightDType t, std::size_t n, float* dst) {
+  if (n == 0) return;
   if (t == WeightDType::kFloat32) {
     std::memcpy(dst, src, n * 4);
   } else {

@@ -23,19 +23,24 @@ export TMPDIR=${TMPDIR:-/tmp}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 [ -f build-fuzz/summary.tsv ] || printf 'target\tseconds\texecs\tcorpus\tfindings\n' >build-fuzz/summary.tsv
-for t in "${targets[@]}"; do
-  corpus=build-fuzz/corpus/$t findings=build-fuzz/findings/$t
+run_target() {
+  local t=$1 corpus=build-fuzz/corpus/$1 findings=build-fuzz/findings/$1 log=build-fuzz/$1.log
   mkdir -p "$corpus" "$findings"
   cp -n tests/fuzz/corpus/"$t"/* "$corpus"/ 2>/dev/null || true
-  log=build-fuzz/$t.log
   echo "fuzz: $t for ${seconds}s (log $log)"
   # -rss_limit_mb / -malloc_limit_mb: a small input must never need more than 2 GiB.
-  set +e
   build-fuzz/kvsim_fuzz_"$t" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 \
     -malloc_limit_mb=2048 -timeout=10 -max_len=4096 -artifact_prefix="$findings"/ \
-    -print_final_stats=1 >"$log" 2>&1
-  set -e
+    -print_final_stats=1 >"$log" 2>&1 || true
+  local execs
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$seconds" "${execs:-?}" "$(ls "$corpus" | wc -l)" \
     "$(ls "$findings" | wc -l)" | tee -a build-fuzz/summary.tsv
+}
+# One target per core at a time (libFuzzer itself is single-threaded).
+jobs=${KVSIM_FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+  run_target "$t" &
 done
+wait
