@@ -241,9 +241,8 @@ namespace {
 void write_array(hid_t group, const char* name, const std::vector<double>& data,
                  std::vector<hsize_t> dims, const std::string& doc, const std::string& path) {
   H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  H5Handle d(
-      H5Dcreate2(group, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT,
-                 h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+  H5Handle d(H5Dcreate2(group, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
   if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
                                                H5P_DEFAULT, data.data()) < 0))
     throw TraceError(path + ": cannot write dataset '" + name + "': " + hdf5_last_error());
@@ -345,7 +344,7 @@ void write_attention_stats(
   const std::string tmp = path + ".partial";
   {
     H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(),
-                          H5P_DEFAULT));
+                         H5P_DEFAULT));
     if (!f.valid()) throw TraceError(tmp + ": cannot create file: " + hdf5_last_error());
     h5_write_string_attr(f.get(), "kind", "kvsim-stats");
     h5_write_string_attr(f.get(), "kvsim_version", KVSIM_VERSION);

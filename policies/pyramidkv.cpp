@@ -10,8 +10,8 @@
 // (max - min) / (L - 1) and hands out the rounding remainders by largest fraction (ties to the
 // lower layer), so they sum to exactly L · B; `rounding = reference` reproduces the floor.
 // Fall-backs, as in the reference:
-// a prompt no longer than B is not compressed; one shorter than 2 (B - w) keeps the window + the top
-// B - w in every layer (uniform, as SnapKV). Decoding appends without eviction.
+// a prompt no longer than B is not compressed; one shorter than 2 (B - w) keeps the window + the
+// top B - w in every layer (uniform, as SnapKV). Decoding appends without eviction.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

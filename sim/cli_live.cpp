@@ -233,7 +233,8 @@ struct EvalText {
     const std::string sep = kSeparator;
     const auto a = text.find(sep), b = a == std::string::npos ? a : text.find(sep, a + sep.size());
     if (b == std::string::npos)
-      throw std::runtime_error(path + ": not a piece of `kvsim live evaluate` (delete it to redo "
+      throw std::runtime_error(path +
+                               ": not a piece of `kvsim live evaluate` (delete it to redo "
                                "the sample)");
     return {text.substr(0, a), text.substr(a + sep.size(), b - a - sep.size()),
             text.substr(b + sep.size())};

@@ -2,8 +2,8 @@
 // --set NAME.key=value, merged as {policy name -> {key -> value}}; --set wins over the file.
 #pragma once
 
-#include <map>
 #include <istream>
+#include <map>
 #include <string>
 #include <vector>
 

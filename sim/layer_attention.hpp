@@ -93,7 +93,9 @@ class LayerAttention {
   // Σ_j of decode_probs(t, h), summed in double in position order: the denominator of mass
   // recall, so that the full cache recalls exactly 1 and no subset more (float rounding leaves
   // the stored probabilities summing to 1 ± a few ulps).
-  double decode_mass(int t, int h) const { return decode_mass_[static_cast<std::size_t>(t) * H_ + h]; }
+  double decode_mass(int t, int h) const {
+    return decode_mass_[static_cast<std::size_t>(t) * H_ + h];
+  }
   // log Σ_j exp(scale q·k_j) of decode step t over the full cache, for attending merged keys.
   float decode_lse(int t, int h) const { return decode_lse_[static_cast<std::size_t>(t) * H_ + h]; }
   // [d]: full-cache attention output of decode step t for query head h (needs v).

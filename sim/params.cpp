@@ -137,8 +137,8 @@ ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& 
   for (const auto& s : specs) values[s.name] = s.default_value;
   for (const auto& [key, value] : overrides) {
     const std::string& name = key;  // clang 14 cannot capture a structured binding
-    auto it =
-        std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == name; });
+    auto it = std::find_if(specs.begin(), specs.end(),
+                           [&](const ParamSpec& s) { return s.name == name; });
     if (it == specs.end()) {
       std::string valid;
       for (const auto& s : specs) valid += (valid.empty() ? "" : ", ") + s.name;

@@ -273,7 +273,7 @@ DecisionWriter::DecisionWriter(const std::string& path, const std::vector<Policy
     : path_(path), policies_(policies) {
   silence_hdf5_errors();
   file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC,
-                               h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
+                             h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
   if (!file_.valid())
     throw TraceError(partial(path) + ": cannot create file: " + hdf5_last_error());
   for (const auto& p : policies) {
@@ -290,9 +290,8 @@ void write_int_matrix(hid_t group, const char* name, const std::vector<std::int3
                       hsize_t cols, const std::string& path) {
   const hsize_t dims[2] = {data.size() / cols, cols};
   H5Handle space(H5Screate_simple(2, dims, nullptr));
-  H5Handle d(
-      H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT,
-                 h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+  H5Handle d(H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
   if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
                                                H5P_DEFAULT, data.data()) < 0))
     throw TraceError(path + ": cannot write dataset '" + name + "': " + hdf5_last_error());

@@ -134,8 +134,8 @@ TEST_P(Degenerate, EveryPolicyRunsOrRefusesClearly) {
   int refusals = 0, runs = 0;
   for (const auto& name : PolicyRegistry::instance().names()) {
     if (name.rfind("test_", 0) == 0) continue;  // policies registered by other tests
-    for (const auto& params : budget_settings(PolicyRegistry::instance().get(name),
-                                              sample.prompt_len)) {
+    for (const auto& params :
+         budget_settings(PolicyRegistry::instance().get(name), sample.prompt_len)) {
       const std::string what = describe(name, params) + " on " + c.name;
       std::vector<LayerResult> results;
       try {

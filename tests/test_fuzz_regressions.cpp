@@ -35,8 +35,8 @@ TEST_P(FuzzInputs, AreReadOrRejectedCleanly) {
     SCOPED_TRACE(path.string());
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-    EXPECT_NO_THROW(GetParam().run(reinterpret_cast<const std::uint8_t*>(bytes.data()),
-                                   bytes.size()));
+    EXPECT_NO_THROW(
+        GetParam().run(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
   }
 }
 

@@ -66,8 +66,8 @@ class LiveResume : public ::testing::Test {
     const CliRun a = kvsim(with_out(whole));
     ASSERT_EQ(a.code, 0) << a.output;
     EXPECT_FALSE(fs::exists(whole + ".parts"));  // removed once the output is published
-    const std::size_t finished = kill_midway(with_out(resumed) + " >/dev/null 2>&1",
-                                             resumed + ".parts");
+    const std::size_t finished =
+        kill_midway(with_out(resumed) + " >/dev/null 2>&1", resumed + ".parts");
     EXPECT_FALSE(fs::exists(resumed)) << "the run finished before it could be killed";
     EXPECT_GE(finished, 1u);
     EXPECT_LT(finished, static_cast<std::size_t>(kSamples));

@@ -224,16 +224,16 @@ TEST(Validation, OnlyGzipAndShuffleFilters) {
 }
 
 TEST(Validation, UnwrittenTensor) {
-  expect_error(broken_trace("unwritten.h5",
-                            [](hid_t f) {
-                              H5Ldelete(f, "samples/s0/layers/0/k", H5P_DEFAULT);
-                              const hsize_t dims[3] = {6, 1, 1};
-                              H5Handle space(H5Screate_simple(3, dims, nullptr));
-                              H5Handle d(H5Dcreate2(f, "samples/s0/layers/0/k", H5T_NATIVE_FLOAT,
-                                                    space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                                                    H5P_DEFAULT));
-                            }),
-               {"dataset 'layers/0/k'", "never fully written"});
+  expect_error(
+      broken_trace("unwritten.h5",
+                   [](hid_t f) {
+                     H5Ldelete(f, "samples/s0/layers/0/k", H5P_DEFAULT);
+                     const hsize_t dims[3] = {6, 1, 1};
+                     H5Handle space(H5Screate_simple(3, dims, nullptr));
+                     H5Handle d(H5Dcreate2(f, "samples/s0/layers/0/k", H5T_NATIVE_FLOAT,
+                                           space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+                   }),
+      {"dataset 'layers/0/k'", "never fully written"});
 }
 
 TEST(Validation, MediaIdIsMinusOneExactlyOnText) {

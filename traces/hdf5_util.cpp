@@ -188,8 +188,9 @@ hid_t h5_float16_type() {
 void h5_check_written(hid_t dset, double declared_bytes, const std::string& where) {
   const double stored = static_cast<double>(H5Dget_storage_size(dset));
   if (declared_bytes > 0 && (stored == 0 || declared_bytes > 1032.0 * stored + 65536.0))
-    throw TraceError(where + ": declares " + std::to_string(static_cast<long long>(declared_bytes)) +
-                     " bytes but stores " + std::to_string(static_cast<long long>(stored)) +
+    throw TraceError(where + ": declares " +
+                     std::to_string(static_cast<long long>(declared_bytes)) + " bytes but stores " +
+                     std::to_string(static_cast<long long>(stored)) +
                      " (its data were never fully written)");
 }
 
@@ -249,9 +250,8 @@ void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
                  std::size_t n, const std::string& where) {
   const hsize_t dims[1] = {n};
   H5Handle space(H5Screate_simple(1, dims, nullptr));
-  H5Handle d(
-      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT,
-                 h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
   if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
     throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
 }

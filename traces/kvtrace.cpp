@@ -76,19 +76,26 @@ std::vector<T> read_1d(hid_t group, const std::string& name, int expected_len,
   return out;
 }
 
-// kvtrace v1 allows gzip and shuffle only (kvtrace-v1.md: "no custom filters").
-void check_filters(hid_t dset, const std::string& where) {
-  H5Handle dcpl(H5Dget_create_plist(dset));
-  for (int i = 0; i < H5Pget_nfilters(dcpl.get()); ++i) {
+// The filters of a dataset's creation property list: id and name, in pipeline order.
+std::vector<std::pair<H5Z_filter_t, std::string>> dataset_filters(hid_t dcpl) {
+  std::vector<std::pair<H5Z_filter_t, std::string>> out;
+  for (int i = 0; i < H5Pget_nfilters(dcpl); ++i) {
     unsigned flags = 0;
     std::size_t n = 0;
     char name[64] = "";
-    const H5Z_filter_t f =
-        H5Pget_filter2(dcpl.get(), i, &flags, &n, nullptr, sizeof name, name, nullptr);
+    const H5Z_filter_t f = H5Pget_filter2(dcpl, i, &flags, &n, nullptr, sizeof name, name, nullptr);
+    out.emplace_back(f, name);
+  }
+  return out;
+}
+
+// kvtrace v1 allows gzip and shuffle only (kvtrace-v1.md: "no custom filters").
+void check_filters(hid_t dset, const std::string& where) {
+  H5Handle dcpl(H5Dget_create_plist(dset));
+  for (const auto& [f, name] : dataset_filters(dcpl.get()))
     if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE)
       throw TraceError(where + ": filter " + std::to_string(f) + " ('" + name +
                        "'); kvtrace v1 allows gzip and shuffle only");
-  }
 }
 
 // Layer groups are exactly layers/0 .. layers/L-1, in decimal without padding.
@@ -103,9 +110,10 @@ void check_layer_groups(hid_t sample, int num_layers, const std::string& where) 
                          (name == "0" || name[0] != '0');
     if (decimal) l = std::stoi(name);
     if (l < 0 || l >= num_layers)
-      throw TraceError(where + ": 'layers/" + name + "' is not a layer of this trace (num_layers = " +
-                       std::to_string(num_layers) + ": layers are 0.." +
-                       std::to_string(num_layers - 1) + " in decimal, without padding)");
+      throw TraceError(
+          where + ": 'layers/" + name +
+          "' is not a layer of this trace (num_layers = " + std::to_string(num_layers) +
+          ": layers are 0.." + std::to_string(num_layers - 1) + " in decimal, without padding)");
     if (h5_object_kind(sample, "layers/" + name) != H5I_GROUP)
       throw TraceError(where + ": 'layers/" + name + "' is not a group");
   }
@@ -130,8 +138,7 @@ void check_media_ids(const SampleInfo& s, const std::string& where) {
   for (std::size_t i = 0; i < s.media_id.size(); ++i)
     if ((s.media_id[i] == -1) != (s.modality[i] == 0) || s.media_id[i] < -1)
       throw TraceError(where + ": value " + std::to_string(s.media_id[i]) + " at position " +
-                       std::to_string(i) + " for a " +
-                       (s.modality[i] == 0 ? "text" : "vision") +
+                       std::to_string(i) + " for a " + (s.modality[i] == 0 ? "text" : "vision") +
                        " token (text tokens have -1, vision tokens their image or frame, >= 0)");
 }
 
@@ -267,8 +274,8 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
                      shape_str(want));
   const DType dt = tensor_dtype(dset.get(), w);
   check_filters(dset.get(), w);
-  h5_check_written(dset.get(),
-                static_cast<double>(want[0]) * want[1] * want[2] * dtype_bytes(dt), w);
+  h5_check_written(dset.get(), static_cast<double>(want[0]) * want[1] * want[2] * dtype_bytes(dt),
+                   w);
   if (out.shape(0) != want[0] || out.shape(1) != want[1] || out.shape(2) != want[2])
     out.resize({want[0], want[1], want[2]});
   const std::size_t n = out.size();
@@ -311,8 +318,8 @@ void TraceReader::read_layer_into(const SampleInfo& s, int layer, LayerTensors& 
     t.v = xt::xtensor<float, 3>();
 }
 
-std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const char* name,
-                                                   int& rows, int& cols) const {
+std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const char* name, int& rows,
+                                                   int& cols) const {
   const std::string full = "samples/" + s.name + "/" + name;
   rows = cols = 0;
   if (!h5_path_exists(file_.get(), full)) return {};
@@ -350,16 +357,8 @@ std::string TraceReader::storage_layout(const std::string& sample) const {
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout != H5D_CHUNKED) return layout == H5D_COMPACT ? "compact" : "contiguous";
   std::string out = "chunked";
-  for (int i = 0; i < H5Pget_nfilters(dcpl.get()); ++i) {
-    unsigned flags = 0;
-    std::size_t n = 0;
-    char name[64] = "";
-    const H5Z_filter_t f =
-        H5Pget_filter2(dcpl.get(), i, &flags, &n, nullptr, sizeof name, name, nullptr);
-    out += f == H5Z_FILTER_DEFLATE   ? "+gzip"
-           : f == H5Z_FILTER_SHUFFLE ? "+shuffle"
-                                     : "+" + std::string(name);
-  }
+  for (const auto& [f, name] : dataset_filters(dcpl.get()))
+    out += f == H5Z_FILTER_DEFLATE ? "+gzip" : f == H5Z_FILTER_SHUFFLE ? "+shuffle" : "+" + name;
   return out;
 }
 

@@ -10,8 +10,8 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
                          const WriteOptions& options)
     : path_(path), info_(info), options_(options) {
   silence_hdf5_errors();
-  file_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC,
-                               h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
+  file_ = H5Handle(
+      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
   if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
   const hid_t root = file_.get();
   h5_write_int_attr(root, "kvtrace_version", 1);

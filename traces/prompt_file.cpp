@@ -112,8 +112,7 @@ PromptSample PromptReader::read(const std::string& name) const {
   }
   if (!h5_path_exists(g.get(), "token_ids"))
     throw TraceError(where + ", dataset 'token_ids': missing required dataset");
-  s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids",
-                                             where + ", dataset 'token_ids'");
+  s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids", where + ", dataset 'token_ids'");
   const int P = s.info.prompt_len = static_cast<int>(s.info.token_ids.size());
   if (P == 0) throw TraceError(where + ", dataset 'token_ids': empty prompt");
   s.info.modality.assign(P, 0);
@@ -141,16 +140,16 @@ PromptSample PromptReader::read(const std::string& name) const {
   if (h5_path_exists(g.get(), "inputs_embeds"))
     read_embeds(g.get(), s, where + ", dataset 'inputs_embeds'");
   if (h5_path_exists(g.get(), "reference_ids"))
-    s.reference_ids = read_ints<std::int32_t>(g.get(), "reference_ids",
-                                              where + ", dataset 'reference_ids'");
+    s.reference_ids =
+        read_ints<std::int32_t>(g.get(), "reference_ids", where + ", dataset 'reference_ids'");
   return s;
 }
 
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
                        const std::string& model) {
   silence_hdf5_errors();
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(),
-                          H5P_DEFAULT));
+  H5Handle file(
+      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
   if (!file.valid()) throw TraceError(path + ": cannot create: " + hdf5_last_error());
   h5_write_int_attr(file.get(), "kvprompt_version", 1);
   if (!model.empty()) h5_write_string_attr(file.get(), "model", model);

@@ -69,8 +69,8 @@ struct SynthConfig {
   double sink_value_scale = 0.2;     // sinks' values are small (they absorb attention, not content)
 
   int prompt_len() const {
-    return system_tokens + media_count * media_tokens + std::max(media_count - 1, 0) * separator_tokens +
-           user_tokens;
+    return system_tokens + media_count * media_tokens +
+           std::max(media_count - 1, 0) * separator_tokens + user_tokens;
   }
   void validate() const;  // throws std::invalid_argument naming the knob
 };

@@ -88,7 +88,8 @@ double get_double(const json& j, const std::string& key, const std::string& path
 
 bool get_bool(const json& j, const std::string& key, const std::string& path, bool fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) throw CheckpointError(path + ": key '" + key + "' must be true or false");
+  if (!j[key].is_boolean())
+    throw CheckpointError(path + ": key '" + key + "' must be true or false");
   return j[key].get<bool>();
 }
 
@@ -269,7 +270,8 @@ std::size_t json_shape(const json& shape, std::size_t limit, std::vector<std::in
                             " must hold non-negative integers within the file's size");
     dims.push_back(s.get<std::int64_t>());
     if (dims.back() != 0 && n > limit / static_cast<std::size_t>(dims.back()))
-      throw CheckpointError(where + ": shape " + shape.dump() + " holds more elements than the file");
+      throw CheckpointError(where + ": shape " + shape.dump() +
+                            " holds more elements than the file");
     n *= static_cast<std::size_t>(dims.back());
   }
   return n;

@@ -116,10 +116,10 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
   const TraceInfo info = capture_trace_info(engine, o);
   WriteOptions wo;
   wo.dtype = o.dtype;
-  const PieceStore store(out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model,
-                                                   std::to_string(o.gen_len),
-                                                   std::to_string(o.force_reference),
-                                                   dtype_name(o.dtype), std::to_string(o.logits)}));
+  const PieceStore store(
+      out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model, std::to_string(o.gen_len),
+                                std::to_string(o.force_reference), dtype_name(o.dtype),
+                                std::to_string(o.logits)}));
   for (std::size_t i = 0; i < samples.size(); ++i) {
     if (!store.done(i, samples[i]))
       capture_sample(engine, prompts.read(samples[i]), prompts.path(), info, wo, o,

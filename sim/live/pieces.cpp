@@ -37,14 +37,14 @@ PieceStore::PieceStore(const std::string& output, const std::string& fingerprint
     : dir_(output + ".parts"), fingerprint_(fingerprint) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  if (ec) throw std::runtime_error(dir_ + ": cannot create the directory of finished samples: " +
-                                   ec.message());
+  if (ec)
+    throw std::runtime_error(dir_ +
+                             ": cannot create the directory of finished samples: " + ec.message());
 }
 
 std::string PieceStore::path(std::size_t index, const std::string& sample) const {
   // Sample names are any string: the file is named by its index and a hash, never the name.
-  return (fs::path(dir_) /
-          (std::to_string(index) + "-" + fingerprint_of({fingerprint_, sample})))
+  return (fs::path(dir_) / (std::to_string(index) + "-" + fingerprint_of({fingerprint_, sample})))
       .string();
 }
 

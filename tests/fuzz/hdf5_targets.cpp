@@ -2,8 +2,9 @@
 // is read as choices that build a small HDF5 file — attributes missing, of the wrong type or
 // extreme, datasets of perturbed shapes, types, values and storage, layer groups missing, extra
 // or misnamed — which kvsim then reads as `kvsim inspect` does and, when it is valid, replays.
-#include <filesystem>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include "sim/engine.hpp"
 #include "tests/fuzz/byte_source.hpp"
@@ -104,8 +105,8 @@ void dataset(ByteSource& in, hid_t group, const std::string& name, std::vector<h
     if (filters & 4) H5Pset_fletcher32(dcpl.get());
   }
   H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  H5Handle d(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(),
-                        H5P_DEFAULT));
+  H5Handle d(
+      H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   if (!d.valid() || mode == 9 || mode == 11) return;
   std::vector<double> values(n);
   const bool random_values = mode == 10;
@@ -137,7 +138,8 @@ void write_trace_sample(ByteSource& in, hid_t file, const std::string& name, con
     return static_cast<int>(i) >= image_from && static_cast<int>(i) < std::min(image_to, s.prompt);
   };
   const std::vector<hsize_t> tokens = {static_cast<hsize_t>(T)};
-  dataset(in, g.get(), "modality", tokens, false, [&](std::size_t i) { return is_image(i) ? 1 : 0; });
+  dataset(in, g.get(), "modality", tokens, false,
+          [&](std::size_t i) { return is_image(i) ? 1 : 0; });
   dataset(in, g.get(), "segment", tokens, false,
           [&](std::size_t i) { return static_cast<int>(i) < s.prompt ? 1 : 2; });
   if (in.pick(2))
@@ -194,7 +196,8 @@ void kvtrace(const std::uint8_t* data, std::size_t size) {
     if (in.pick(4) == 1) h5_write_float_attr(f, "scale", in.float32());
     const int samples = in.pick(4) == 1 ? 0 : 1 + in.pick(2);
     if (samples == 0) h5_require_group(f, "samples");
-    for (int i = 0; i < samples; ++i) write_trace_sample(in, f, std::string(1, static_cast<char>('a' + i)), s);
+    for (int i = 0; i < samples; ++i)
+      write_trace_sample(in, f, std::string(1, static_cast<char>('a' + i)), s);
   }
   try {
     read_and_replay(path);

@@ -14,12 +14,12 @@ namespace kvsim::fuzz {
 
 using Target = void (*)(const std::uint8_t* data, std::size_t size);
 
-void safetensors(const std::uint8_t* data, std::size_t size);   // header and tensor table
-void config_json(const std::uint8_t* data, std::size_t size);   // config.json of a checkpoint
-void kvtrace(const std::uint8_t* data, std::size_t size);       // HDF5 trace, built from choices
-void kvprompt(const std::uint8_t* data, std::size_t size);      // HDF5 prompt file, likewise
-void ini_config(const std::uint8_t* data, std::size_t size);    // --config and sweep INI files
-void cli_values(const std::uint8_t* data, std::size_t size);    // --set, --grid, budgets, sizes
+void safetensors(const std::uint8_t* data, std::size_t size);  // header and tensor table
+void config_json(const std::uint8_t* data, std::size_t size);  // config.json of a checkpoint
+void kvtrace(const std::uint8_t* data, std::size_t size);      // HDF5 trace, built from choices
+void kvprompt(const std::uint8_t* data, std::size_t size);     // HDF5 prompt file, likewise
+void ini_config(const std::uint8_t* data, std::size_t size);   // --config and sweep INI files
+void cli_values(const std::uint8_t* data, std::size_t size);   // --set, --grid, budgets, sizes
 
 struct NamedTarget {
   const char* name;

@@ -16,8 +16,7 @@ namespace kvsim::fuzz {
 void safetensors(const std::uint8_t* data, std::size_t size) {
   std::map<std::string, live::HostTensor> tensors;
   try {
-    live::parse_safetensors(reinterpret_cast<const char*>(data), size, "fuzz.safetensors",
-                            tensors);
+    live::parse_safetensors(reinterpret_cast<const char*>(data), size, "fuzz.safetensors", tensors);
   } catch (const live::CheckpointError&) {
   }
 }
@@ -58,7 +57,8 @@ void ini_config(const std::uint8_t* data, std::size_t size) {
       const SweepFile f = read_sweep_file(text, "fuzz.ini");
       sweep_configs(f.policies, f.grids, f.sets, f.budget);
     } else {
-      for (const auto& [name, kv] : read_policy_config(text, "fuzz.ini")) make_policy_config(name, kv);
+      for (const auto& [name, kv] : read_policy_config(text, "fuzz.ini"))
+        make_policy_config(name, kv);
     }
   } catch (const std::invalid_argument&) {
   }
