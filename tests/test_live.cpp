@@ -497,13 +497,14 @@ TEST_F(LiveFixture, EvaluateFullHasNoLossAndStreamingHasSome) {
 TEST(PromptFile, RoundTripAndErrors) {
   PromptSample s = tiny_prompt(10, 2, 4, 50, 6);
   s.reference_ids = {1, 2, 3};
-  s.info.media_id.assign(10, -1);
+  s.info.media_id = {-1, -1, 0, 0, 0, 0, -1, -1, -1, -1};  // image 0 at positions 2..5
   const std::string path = temp_path("prompts_rt.h5");
   write_prompt_file(path, {s});
   const PromptSample back = PromptReader(path).read(s.info.name);
   EXPECT_EQ(back.info.token_ids, s.info.token_ids);
   EXPECT_EQ(back.info.modality, s.info.modality);
   EXPECT_EQ(back.info.segment, s.info.segment);
+  EXPECT_EQ(back.info.media_id, s.info.media_id);
   EXPECT_EQ(back.reference_ids, s.reference_ids);
   EXPECT_EQ(back.inputs_embeds, s.inputs_embeds);
   EXPECT_EQ(back.embed_positions(), (std::vector<int>{2, 3, 4, 5}));
@@ -515,6 +516,11 @@ TEST(PromptFile, RoundTripAndErrors) {
   bad.info.modality.pop_back();
   write_prompt_file(path, {bad});
   expect_error([&] { PromptReader(path).read(s.info.name); }, "'modality': length 9");
+  bad = s;
+  bad.info.media_id[3] = -1;  // an image position without its image
+  write_prompt_file(path, {bad});
+  expect_error([&] { PromptReader(path).read(s.info.name); },
+               "'media_id': value -1 at position 3 for a vision token");
   expect_error([&] { PromptReader(temp_path("capture_trace_missing.h5")); }, "cannot open");
 }
 

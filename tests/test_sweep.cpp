@@ -177,10 +177,10 @@ TEST(Sweep, MpirunGivesTheSameResultsFile) {
   // In the sanitizer build, leak checking is off for the ranks: OpenMPI unloads its plugins before
   // exit, so their allocations cannot be attributed or suppressed (kvsim's own sweep code is
   // leak-checked by the single-process sweep tests).
-  const std::string mpi =
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                  "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ") +
-      KVSIM_TEST_MPIEXEC + " -n 3 --oversubscribe " + sweep_args(trace, two, 1);
+  const std::string mpi = std::string(
+                              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                              "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ") +
+                          KVSIM_TEST_MPIEXEC + " -n 3 --oversubscribe " + sweep_args(trace, two, 1);
   ASSERT_EQ(std::system(mpi.c_str()), 0) << mpi;
   EXPECT_EQ(read_all(fs::path(one) / "results.csv"), read_all(fs::path(two) / "results.csv"));
 #endif

@@ -136,6 +136,12 @@ PromptSample PromptReader::read(const std::string& name) const {
     if (s.info.segment[i] > 1)
       throw TraceError(where + ", dataset 'segment': value " + std::to_string(s.info.segment[i]) +
                        " at position " + std::to_string(i) + " (a prompt holds 0 system, 1 user)");
+    // As in kvtrace v1, which a capture of this prompt writes.
+    if (!s.info.media_id.empty() && (s.info.media_id[i] == -1) != (s.info.modality[i] == 0))
+      throw TraceError(where + ", dataset 'media_id': value " + std::to_string(s.info.media_id[i]) +
+                       " at position " + std::to_string(i) + " for a " +
+                       (s.info.modality[i] == 0 ? "text" : "vision") +
+                       " token (text tokens have -1, vision tokens their image or frame, >= 0)");
   }
   if (h5_path_exists(g.get(), "inputs_embeds"))
     read_embeds(g.get(), s, where + ", dataset 'inputs_embeds'");
