@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -52,6 +53,34 @@ TEST(Sweep, GridAxesAndRanges) {
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("snapkv.window=8")}, {}),
                std::invalid_argument);
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("h2o.budget=-1")}, {}), std::invalid_argument);
+}
+
+void expect_invalid(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "no error, expected '" << fragment << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sweep, GridsAreBoundedAndIniErrorsTerminate) {
+  // 100,000 values per axis and 100,000 configurations per sweep: a typo fails at once.
+  EXPECT_EQ(parse_grid_axis("h2o.budget=1:100000:1").values.size(), 100000u);
+  expect_invalid([] { parse_grid_axis("h2o.budget=1:1e9:1"); },
+                 "the range has 1e+09 values; an axis may have at most 100000");
+  expect_invalid([] { parse_grid_axis("h2o.budget=0:1e300:1e-300"); }, "values; an axis");
+  expect_invalid(
+      [] {
+        expand_grid(
+            {"h2o"},
+            {parse_grid_axis("h2o.budget=1:1000:1"), parse_grid_axis("h2o.recent=0:1000:1")}, {});
+      },
+      "the axes make 1e+06 configurations");
+  // Boost's own message for this line would substitute %canonical_option% forever.
+  std::istringstream ini("[h2o]\nbudget = 2\n%canonical_option%\n");
+  expect_invalid([&] { read_policy_config(ini, "cfg.ini"); },
+                 "cfg.ini: line '%canonical_option%': not a [section], a key = value or a comment");
 }
 
 std::string sweep_trace(const std::string& name) {
