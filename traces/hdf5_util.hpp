@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,29 @@ template <typename T>
 void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
                  const std::vector<T>& data, const std::string& where) {
   h5_write_1d(group, name, file_type, mem_type, data.data(), data.size(), where);
+}
+
+// The values of an open one-dimensional integer dataset of n elements, read through int64 so
+// that a value T cannot hold is reported rather than saturated by HDF5's conversion. Errors are
+// prefixed by `where`; `type_name` names T in them ("uint8", "int32").
+template <typename T>
+std::vector<T> h5_read_ints(hid_t dset, std::size_t n, const char* type_name,
+                            const std::string& where) {
+  H5Handle type(H5Dget_type(dset));
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw TraceError(where + ": element type must be an integer type");
+  h5_check_written(dset, 8.0 * static_cast<double>(n), where);
+  std::vector<std::int64_t> wide(n);
+  if (n > 0 && H5Dread(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()) < 0)
+    throw TraceError(where + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
+  std::vector<T> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (wide[i] < std::numeric_limits<T>::min() || wide[i] > std::numeric_limits<T>::max())
+      throw TraceError(where + ": value " + std::to_string(wide[i]) + " at position " +
+                       std::to_string(i) + " does not fit the format's " + type_name);
+    out[i] = static_cast<T>(wide[i]);
+  }
+  return out;
 }
 
 }  // namespace kvsim

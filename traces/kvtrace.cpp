@@ -47,8 +47,7 @@ DType tensor_dtype(hid_t dset, const std::string& where) {
                    "or float32");
 }
 
-// Reads a [T] integer dataset through int64, so that a value the spec's type cannot hold is
-// reported rather than saturated by HDF5's conversion.
+// A [T] integer dataset (uint8 or int32 in the format).
 template <typename T>
 std::vector<T> read_1d(hid_t group, const std::string& name, int expected_len,
                        const std::string& where) {
@@ -58,22 +57,7 @@ std::vector<T> read_1d(hid_t group, const std::string& name, int expected_len,
   if (shape.size() != 1 || shape[0] != static_cast<hsize_t>(expected_len))
     throw TraceError(where + ": shape " + shape_str(shape) + " does not match [T] = [" +
                      std::to_string(expected_len) + "] (T = prompt_len + gen_len)");
-  H5Handle type(H5Dget_type(dset.get()));
-  if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw TraceError(where + ": element type must be an integer type");
-  std::vector<std::int64_t> wide(expected_len);
-  if (expected_len > 0 &&
-      H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()) < 0)
-    throw TraceError(where + ": cannot read (truncated or corrupt file?): " + hdf5_last_error());
-  std::vector<T> out(expected_len);
-  for (int i = 0; i < expected_len; ++i) {
-    if (wide[i] < std::numeric_limits<T>::min() || wide[i] > std::numeric_limits<T>::max())
-      throw TraceError(where + ": value " + std::to_string(wide[i]) + " at position " +
-                       std::to_string(i) + " does not fit the format's " +
-                       (sizeof(T) == 1 ? "uint8" : "int32"));
-    out[i] = static_cast<T>(wide[i]);
-  }
-  return out;
+  return h5_read_ints<T>(dset.get(), expected_len, sizeof(T) == 1 ? "uint8" : "int32", where);
 }
 
 // The filters of a dataset's creation property list: id and name, in pipeline order.
@@ -133,16 +117,16 @@ int require_positive_int(hid_t obj, const char* name, const std::string& where, 
   return static_cast<int>(*v);
 }
 
-// media_id is -1 exactly on text tokens (kvtrace-v1.md).
-void check_media_ids(const SampleInfo& s, const std::string& where) {
-  for (std::size_t i = 0; i < s.media_id.size(); ++i)
-    if ((s.media_id[i] == -1) != (s.modality[i] == 0) || s.media_id[i] < -1)
-      throw TraceError(where + ": value " + std::to_string(s.media_id[i]) + " at position " +
-                       std::to_string(i) + " for a " + (s.modality[i] == 0 ? "text" : "vision") +
+}  // namespace
+
+void check_media_ids(const std::vector<std::uint8_t>& modality,
+                     const std::vector<std::int32_t>& media_id, const std::string& where) {
+  for (std::size_t i = 0; i < media_id.size(); ++i)
+    if ((media_id[i] == -1) != (modality[i] == 0) || media_id[i] < -1)
+      throw TraceError(where + ": value " + std::to_string(media_id[i]) + " at position " +
+                       std::to_string(i) + " for a " + (modality[i] == 0 ? "text" : "vision") +
                        " token (text tokens have -1, vision tokens their image or frame, >= 0)");
 }
-
-}  // namespace
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   silence_hdf5_errors();
@@ -239,7 +223,7 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
                        " (positions 0..P-1 must be 0 or 1, "
                        "positions P..T-1 must be 2)");
   }
-  check_media_ids(s, where(name, "media_id"));
+  check_media_ids(s.modality, s.media_id, where(name, "media_id"));
   check_layer_groups(g.get(), info_.num_layers, where(name));
   for (int l = 0; l < info_.num_layers; ++l)
     for (const char* t : {"q", "k"})

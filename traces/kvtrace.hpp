@@ -57,6 +57,11 @@ struct LayerTensors {
 // Opens a kvtrace v1 file and validates its file-level attributes on construction. Samples and
 // layers are read on demand and validated as they are read; every violation throws TraceError
 // with the file, sample and dataset in the message.
+// media_id is -1 exactly on text tokens (kvtrace-v1.md); kvprompt files follow the same rule.
+// Throws TraceError prefixed by `where`.
+void check_media_ids(const std::vector<std::uint8_t>& modality,
+                     const std::vector<std::int32_t>& media_id, const std::string& where);
+
 class TraceReader {
  public:
   explicit TraceReader(const std::string& path);

@@ -17,30 +17,15 @@ std::vector<int> PromptSample::embed_positions() const {
 
 namespace {
 
+// A one-dimensional integer dataset of any length (up to 2^30).
 template <typename T>
 std::vector<T> read_ints(hid_t group, const char* name, const std::string& where) {
   H5Handle d(H5Dopen2(group, name, H5P_DEFAULT));
   if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(d.get());
-  H5Handle type(H5Dget_type(d.get()));
   if (shape.size() != 1 || shape[0] > (1u << 30))
     throw TraceError(where + ": must be one-dimensional (and at most 2^30 long)");
-  if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw TraceError(where + ": element type must be an integer type");
-  h5_check_written(d.get(), 8.0 * static_cast<double>(shape[0]), where);
-  // Through int64, so that a value the format's type cannot hold is reported, not saturated.
-  std::vector<std::int64_t> wide(shape[0]);
-  if (!wide.empty() &&
-      H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()) < 0)
-    throw TraceError(where + ": cannot read: " + hdf5_last_error());
-  std::vector<T> out(wide.size());
-  for (std::size_t i = 0; i < wide.size(); ++i) {
-    if (wide[i] < std::numeric_limits<T>::min() || wide[i] > std::numeric_limits<T>::max())
-      throw TraceError(where + ": value " + std::to_string(wide[i]) + " at position " +
-                       std::to_string(i) + " does not fit the format's type");
-    out[i] = static_cast<T>(wide[i]);
-  }
-  return out;
+  return h5_read_ints<T>(d.get(), shape[0], sizeof(T) == 1 ? "uint8" : "int32", where);
 }
 
 void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
@@ -136,13 +121,9 @@ PromptSample PromptReader::read(const std::string& name) const {
     if (s.info.segment[i] > 1)
       throw TraceError(where + ", dataset 'segment': value " + std::to_string(s.info.segment[i]) +
                        " at position " + std::to_string(i) + " (a prompt holds 0 system, 1 user)");
-    // As in kvtrace v1, which a capture of this prompt writes.
-    if (!s.info.media_id.empty() && (s.info.media_id[i] == -1) != (s.info.modality[i] == 0))
-      throw TraceError(where + ", dataset 'media_id': value " + std::to_string(s.info.media_id[i]) +
-                       " at position " + std::to_string(i) + " for a " +
-                       (s.info.modality[i] == 0 ? "text" : "vision") +
-                       " token (text tokens have -1, vision tokens their image or frame, >= 0)");
   }
+  // As in kvtrace v1, which a capture of this prompt writes.
+  check_media_ids(s.info.modality, s.info.media_id, where + ", dataset 'media_id'");
   if (h5_path_exists(g.get(), "inputs_embeds"))
     read_embeds(g.get(), s, where + ", dataset 'inputs_embeds'");
   if (h5_path_exists(g.get(), "reference_ids"))
