@@ -1,4 +1,5 @@
-// Replay benchmark (issue #2): the five baselines on the demo trace in one run, against the plain
+// Replay benchmark (issues #2, #15): the five baselines on the demo trace in one run, against the
+// shared work alone (the trace read and the attention products, no policy) and against the plain
 // per-step reference (sim/reference_replay.hpp) on the same trace.
 //
 //   kvsim_bench [--trace demo/demo.h5] [--reference-layers 2] [google-benchmark flags]
@@ -22,7 +23,7 @@ namespace {
 
 std::string trace_path = "demo/demo.h5";
 int reference_layers = 2;
-double engine_seconds = 0, reference_seconds_per_layer = 0;
+double engine_seconds = 0, shared_seconds = 0, reference_seconds_per_layer = 0;
 int trace_layers = 0;
 
 std::vector<kvsim::PolicyConfig> baselines() {
@@ -58,6 +59,22 @@ void BM_EngineFiveBaselines(benchmark::State& state) {
   trace_layers = reader.info().num_layers;
 }
 
+// The work every run of the five baselines must do whatever its policies: read every layer and
+// compute the shared attention they need (prefill column sums and window rows, decode
+// probabilities, full outputs): the same engine, the same pipeline, no policy attached.
+void BM_SharedWork(benchmark::State& state) {
+  kvsim::TraceReader reader(trace_path);
+  kvsim::AttentionNeeds needs;
+  for (const auto& p : baselines()) needs.merge(p.needs());
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (auto _ : state) {
+    kvsim::Replayer replayer(reader, {}, {.threads = threads});
+    replayer.require(needs);
+    for (const auto& s : reader.sample_names()) replayer.replay_sample(s, [](const auto&) {});
+  }
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+
 void BM_PlainReference(benchmark::State& state) {
   kvsim::TraceReader reader(trace_path);
   const auto policies = baselines();
@@ -78,6 +95,7 @@ class SpeedupReporter : public benchmark::ConsoleReporter {
     for (const auto& r : runs) {
       const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
       if (r.benchmark_name().find("Engine") != std::string::npos) engine_seconds = s;
+      if (r.benchmark_name().find("SharedWork") != std::string::npos) shared_seconds = s;
       if (r.benchmark_name().find("Reference") != std::string::npos)
         reference_seconds_per_layer = s / std::max(1, reference_layers);
     }
@@ -111,12 +129,21 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->MinTime(3.0);
+  benchmark::RegisterBenchmark("BM_SharedWork", BM_SharedWork)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(3.0);
   benchmark::RegisterBenchmark("BM_PlainReference", BM_PlainReference)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->Iterations(1);
   SpeedupReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (engine_seconds > 0 && shared_seconds > 0)
+    std::printf(
+        "\nshared work alone (read + attention): %.3f s\n"
+        "engine, five baselines:               %.3f s (%.2fx the shared work)\n",
+        shared_seconds, engine_seconds, engine_seconds / shared_seconds);
   if (engine_seconds > 0 && reference_seconds_per_layer > 0) {
     const double reference_total = reference_seconds_per_layer * trace_layers;
     std::printf(

@@ -23,8 +23,9 @@ class Oracle final : public Policy {
       for (int t = G - 1; t >= 0; --t) {
         double* cur = &future_[g][static_cast<std::size_t>(t) * T];
         const double* next = cur + T;
-        for (int j = 0; j < T; ++j) cur[j] = next[j];
-        for (int r = 0; r < group; ++r) {
+        const float* first = view.future_decode_probs(t, g * group);
+        for (int j = 0; j < T; ++j) cur[j] = next[j] + first[j];
+        for (int r = 1; r < group; ++r) {
           const float* p = view.future_decode_probs(t, g * group + r);
           for (int j = 0; j < T; ++j) cur[j] += p[j];
         }

@@ -33,9 +33,17 @@ struct StepAttention {
   int position = 0;  // P + step, the query's position (already appended to the cache)
   int group = 1;     // query heads per KV head
   // probs[g][r * n_g + e]: query head g*group + r on entry e of KV head g (n_g = cache size).
-  std::vector<std::vector<float>> probs;
+  // Read through head(): when `fill` is set, a KV head's row is written on its first read, so
+  // policies that never look at the step's attention do not pay for it.
+  mutable std::vector<std::vector<float>> probs;
+  std::function<void(int g, std::vector<float>& out)> fill;
+  mutable std::vector<std::uint8_t> filled;  // [g], with `fill`
   const float* head(int g, int r, int n) const {
-    return &probs[g][static_cast<std::size_t>(r) * n];
+    if (fill && !filled[g]) {
+      fill(g, probs[g]);
+      filled[g] = 1;
+    }
+    return probs[g].data() + static_cast<std::size_t>(r) * n;
   }
 };
 

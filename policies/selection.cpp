@@ -31,8 +31,14 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
   auto better = [&](int a, int b) {
     return scores[a] != scores[b] ? scores[a] > scores[b] : a > b;
   };
-  if (extra < static_cast<int>(free.size()))
+  if (extra + 1 == static_cast<int>(free.size())) {
+    // One to drop (a decode step's eviction): the worst in the same order, in one pass.
+    const auto worst =
+        std::min_element(free.begin(), free.end(), [&](int a, int b) { return better(b, a); });
+    std::iter_swap(worst, free.end() - 1);
+  } else if (extra < static_cast<int>(free.size())) {
     std::nth_element(free.begin(), free.begin() + extra, free.end(), better);
+  }
   for (int i = 0; i < std::min<int>(extra, free.size()); ++i) mask[free[i]] = 1;
   return mask;
 }

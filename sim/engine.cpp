@@ -1,10 +1,14 @@
 #include "sim/engine.hpp"
 
+#include <hdf5.h>
+
 #include <algorithm>
+#include <future>
 #include <map>
 #include <stdexcept>
 
 #include "analysis/bounds.hpp"
+#include "sim/kernels/kernels.hpp"
 #include "sim/parallel.hpp"
 
 namespace kvsim {
@@ -69,7 +73,8 @@ void record_flushes(const Policy& policy, int layer, int step,
 
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
-                         const LayerReplayOptions& options, const StepAttentionFn& step_attention) {
+                         const LayerReplayOptions& options,
+                         const StepAttentionModel& step_attention) {
   const bool check_invariants = options.check_invariants;
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
   const LayerView view(att, lookahead, stats);
@@ -91,7 +96,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
-    step_attention(att, ref, cache, t, sa, m);
+    step_attention.step(att, ref, cache, t, sa, m);
     for (int g = 0; g < Hkv; ++g) {
       m[g].kv_bytes = m[g].cache_size * entry_bytes;
       m[g].position = P + t;
@@ -107,6 +112,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
     if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
   }
+  if (step_attention.finish) step_attention.finish(r.steps);
   r.evicted.resize(Hkv);
   r.merged.resize(Hkv);
   for (int g = 0; g < Hkv; ++g) {
@@ -147,108 +153,222 @@ void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step,
 
 }  // namespace
 
-void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
-                           const KvCache& cache, int step, StepAttention& out,
-                           std::vector<StepMetrics>& metrics) {
-  const int Hkv = att.num_kv_heads(), group = att.group_size(), d = att.head_dim();
-  const int s = att.prompt_len() + step;
-  const auto& tensors = att.tensors();
-  const bool with_v = att.has_output();
+namespace {
+
+// The engine's decode-step attention for one policy in one layer: per KV head, the mass recall,
+// the attended set's renormalisation, and the output errors (deferred to one GEMM per block of
+// steps where they would sum the attended values one by one). The renormalised probabilities
+// reach the policy lazily, through StepAttention::head.
+class SharedStepAttention {
+ public:
+  SharedStepAttention(const LayerAttention& att, const LayerAttention& ref)
+      : att_(att), ref_(ref), deferred_(att, ref) {}
+  void step(const KvCache& cache, int step, StepAttention& out, std::vector<StepMetrics>& metrics);
+  void finish(std::vector<std::vector<StepMetrics>>& steps) const { deferred_.finish(steps); }
+
+ private:
+  // Merged entries attend with their merged key: their probabilities are computed here, eagerly.
+  void merged_probs(int g, std::vector<float>& probs, double& mass_sum);
+  void plain_sums(int g, bool everything, double& mass_sum);
+  double output_error(int g, bool complement, bool everything, const std::vector<float>& probs);
+  void fill(int g, std::vector<float>& probs) const;
+
+  const LayerAttention& att_;
+  const LayerAttention& ref_;
+  const KvCache* cache_ = nullptr;
+  int step_ = 0;
+  std::vector<double> inverse_weight_;  // [Hkv * group]: 1 / Σ attended probabilities
+  std::vector<std::uint8_t> attended_mask_;
+  std::vector<std::int32_t> attended_;
+  std::vector<float> o_hat_;
+  DeferredOutputError deferred_;
+};
+
+void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& out,
+                               std::vector<StepMetrics>& metrics) {
+  const int Hkv = att_.num_kv_heads(), group = att_.group_size(), s = att_.prompt_len() + step;
+  const bool with_v = att_.has_output();
+  cache_ = &cache;
+  step_ = step;
+  inverse_weight_.resize(static_cast<std::size_t>(Hkv) * group);
   out.step = step;
   out.position = s;
   out.group = group;
   out.probs.resize(Hkv);
-  std::vector<std::uint8_t> attended_mask;
-  std::vector<float> o_hat(d);
+  out.filled.assign(Hkv, 0);
+  out.fill = [this](int g, std::vector<float>& probs) { fill(g, probs); };
   for (int g = 0; g < Hkv; ++g) {
-    const int n = cache.size(g);
-    auto& probs = out.probs[g];
-    probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
     const bool merged = cache.has_merged(g);
     const int n_att = cache.attended_size(g);
-    // Output via the complement (o_full minus what is missing) when that is the smaller sum.
-    const bool complement = with_v && !merged && (s + 1 - n_att) < n_att;
-    if (complement) {
-      attended_mask.assign(s + 1, 0);
-      for (int e = 0; e < n; ++e)
-        if (cache.attended(g, e)) attended_mask[cache.position(g, e)] = 1;
-    }
-    double mass_sum = 0, err2 = 0, ref2 = 0, vnorm2 = 0;
-    for (int r = 0; r < group; ++r) {
-      const int h = g * group + r;
-      const float* pf = att.decode_probs(step, h);
-      const float* pf_ref = ref.decode_probs(step, h);
-      float* p = &probs[static_cast<std::size_t>(r) * n];
-      double recall = 0, weight = 0;
-      const std::int32_t* positions = cache.positions(g).data();
-      if (!merged) {  // the common case, kept free of calls so the sums stay in registers
-        for (int e = 0; e < n; ++e) {
-          if (!cache.attended(g, e)) continue;
-          const int pos = positions[e];
-          recall += pf_ref[pos];
-          weight += p[e] = pf[pos];
-        }
-      } else {
-        for (int e = 0; e < n; ++e) {
-          if (!cache.attended(g, e)) continue;
-          const int pos = positions[e];
-          recall += pf_ref[pos];
-          if (const float* mk = cache.merged_key(g, e)) {
-            const float* q = &tensors.q(s, h, 0);
-            double dot = 0;
-            for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
-            p[e] = static_cast<float>(std::exp(att.scale() * dot - att.decode_lse(step, h)));
-          } else {
-            p[e] = pf[pos];
-          }
-          weight += p[e];
-        }
-      }
-      const double inv = 1.0 / weight;
-      for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
-      // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
-      mass_sum += recall / ref.decode_mass(step, h);
-      if (!with_v) continue;
-      const float* o = ref.full_output(step, h);
-      // Float accumulation in contiguous loops the compiler vectorises: this is the hot loop.
-      if (complement) {
-        double missing = 0;
-        const float* o_att = att.full_output(step, h);
-        std::copy(o_att, o_att + d, o_hat.begin());
-        for (int j = 0; j <= s; ++j) {
-          if (attended_mask[j]) continue;
-          const float* v = &tensors.v(j, g, 0);
-          const float w = pf[j];
-          missing += w;
-          for (int i = 0; i < d; ++i) o_hat[i] -= w * v[i];
-        }
-        const float norm = static_cast<float>(1.0 / (1.0 - missing));
-        for (int i = 0; i < d; ++i) o_hat[i] *= norm;
-      } else {
-        std::fill(o_hat.begin(), o_hat.end(), 0.0f);
-        for (int e = 0; e < n; ++e) {
-          const float w = p[e];
-          if (w == 0.0f) continue;
-          const float* mv = merged ? cache.merged_value(g, e) : nullptr;
-          const float* v = mv ? mv : &tensors.v(cache.position(g, e), g, 0);
-          for (int i = 0; i < d; ++i) o_hat[i] += w * v[i];
-        }
-      }
-      for (int i = 0; i < d; ++i) {
-        err2 += (o[i] - o_hat[i]) * (o[i] - o_hat[i]);
-        ref2 += static_cast<double>(o[i]) * o[i];
-      }
-      const double vn = ref.full_value_norm(step, h);
-      vnorm2 += vn * vn;
+    // Positions are unique and at most s: attending s + 1 of them is attending all of them.
+    const bool everything = !merged && n_att == s + 1;
+    double mass_sum = 0;
+    if (merged) {
+      merged_probs(g, out.probs[g], mass_sum);
+      out.filled[g] = 1;
+    } else {
+      plain_sums(g, everything, mass_sum);
     }
     StepMetrics& m = metrics[g];
-    m.cache_size = n;
+    m.cache_size = cache.size(g);
     m.attended_size = n_att;
     m.mass_recall = static_cast<float>(mass_sum / group);
-    m.output_rel_error = with_v ? static_cast<float>(std::sqrt(err2 / ref2)) : NAN;
-    m.output_value_error = with_v ? static_cast<float>(std::sqrt(err2 / vnorm2)) : NAN;
-    if (ref.has_key_ranking()) step_diagnostics(ref, cache, step, g, attended_mask, m);
+    m.output_rel_error = m.output_value_error = NAN;
+    if (with_v) {
+      // Output via the complement (o_full minus what is missing) when that is the smaller sum.
+      const bool complement = !merged && (s + 1 - n_att) < n_att;
+      double ref2 = 0, vnorm2 = 0;
+      for (int r = 0; r < group; ++r) {
+        const double vn = ref_.full_value_norm(step, g * group + r);
+        ref2 += ref_.full_output_norm2(step, g * group + r);
+        vnorm2 += vn * vn;
+      }
+      if (merged || complement) {
+        const double err2 = output_error(g, complement, everything, out.probs[g]);
+        m.output_rel_error = static_cast<float>(std::sqrt(err2 / ref2));
+        m.output_value_error = static_cast<float>(std::sqrt(err2 / vnorm2));
+      } else {
+        attended_.clear();
+        for (int e = 0; e < cache.size(g); ++e)
+          if (cache.attended(g, e)) attended_.push_back(cache.position(g, e));
+        deferred_.add(step, g, attended_.data(), static_cast<int>(attended_.size()),
+                      &inverse_weight_[static_cast<std::size_t>(g) * group], ref2, vnorm2);
+      }
+    }
+    if (ref_.has_key_ranking()) step_diagnostics(ref_, cache, step, g, attended_mask_, m);
   }
+}
+
+void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
+  const int n = cache_->size(g), group = att_.group_size();
+  const std::int32_t* positions = cache_->positions(g).data();
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    double weight = 0;
+    if (everything) {
+      // The sums below, taken over every position in order, are exactly the full rows' masses.
+      mass_sum += 1.0;
+      weight = att_.decode_mass(step_, h);
+    } else {
+      const float* pf = att_.decode_probs(step_, h);
+      const float* pf_ref = ref_.decode_probs(step_, h);
+      double recall = 0;
+      for (int e = 0; e < n; ++e) {
+        if (!cache_->attended(g, e)) continue;
+        recall += pf_ref[positions[e]];
+        weight += pf[positions[e]];
+      }
+      // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
+      mass_sum += recall / ref_.decode_mass(step_, h);
+    }
+    inverse_weight_[static_cast<std::size_t>(h)] = 1.0 / weight;
+  }
+}
+
+void SharedStepAttention::fill(int g, std::vector<float>& probs) const {
+  const int n = cache_->size(g), group = att_.group_size();
+  const std::int32_t* positions = cache_->positions(g).data();
+  probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    const float* pf = att_.decode_probs(step_, h);
+    const double inv = inverse_weight_[static_cast<std::size_t>(h)];
+    float* p = &probs[static_cast<std::size_t>(r) * n];
+    for (int e = 0; e < n; ++e)
+      if (cache_->attended(g, e)) p[e] = static_cast<float>(pf[positions[e]] * inv);
+  }
+}
+
+void SharedStepAttention::merged_probs(int g, std::vector<float>& probs, double& mass_sum) {
+  const KvCache& cache = *cache_;
+  const int n = cache.size(g), group = att_.group_size(), d = att_.head_dim();
+  const int s = att_.prompt_len() + step_;
+  probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    const float* pf = att_.decode_probs(step_, h);
+    const float* pf_ref = ref_.decode_probs(step_, h);
+    float* p = &probs[static_cast<std::size_t>(r) * n];
+    double recall = 0, weight = 0;
+    for (int e = 0; e < n; ++e) {
+      if (!cache.attended(g, e)) continue;
+      const int pos = cache.position(g, e);
+      recall += pf_ref[pos];
+      if (const float* mk = cache.merged_key(g, e)) {
+        const float* q = &att_.tensors().q(s, h, 0);
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
+        p[e] = static_cast<float>(std::exp(att_.scale() * dot - att_.decode_lse(step_, h)));
+      } else {
+        p[e] = pf[pos];
+      }
+      weight += p[e];
+    }
+    const double inv = 1.0 / weight;
+    for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
+    inverse_weight_[static_cast<std::size_t>(h)] = inv;
+    mass_sum += recall / ref_.decode_mass(step_, h);
+  }
+}
+
+// Σ_r ‖o_r - ô_r‖² of KV head g: ô from the complement of the attended set, or summed over the
+// (merged) entries with their renormalised probabilities.
+double SharedStepAttention::output_error(int g, bool complement, bool everything,
+                                         const std::vector<float>& probs) {
+  const KvCache& cache = *cache_;
+  const int n = cache.size(g), group = att_.group_size(), d = att_.head_dim();
+  const int s = att_.prompt_len() + step_;
+  const auto& tensors = att_.tensors();
+  const kernels::Table& kernels = kernels::active();
+  if (complement && !everything) {
+    attended_mask_.assign(s + 1, 0);
+    for (int e = 0; e < n; ++e)
+      if (cache.attended(g, e)) attended_mask_[cache.position(g, e)] = 1;
+  }
+  o_hat_.resize(d);
+  double err2 = 0;
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    const float* o = ref_.full_output(step_, h);
+    // Float accumulation in contiguous loops the compiler vectorises.
+    if (complement) {
+      const float* o_att = att_.full_output(step_, h);
+      std::copy(o_att, o_att + d, o_hat_.begin());
+      if (!everything) {
+        const float* pf = att_.decode_probs(step_, h);
+        double missing = 0;
+        for (int j = 0; j <= s; ++j) {
+          if (attended_mask_[j]) continue;
+          const float w = pf[j];
+          missing += w;
+          kernels.axpy(-w, &tensors.v(j, g, 0), o_hat_.data(), d);
+        }
+        const float norm = static_cast<float>(1.0 / (1.0 - missing));
+        for (int i = 0; i < d; ++i) o_hat_[i] *= norm;
+      }
+    } else {
+      const float* p = &probs[static_cast<std::size_t>(r) * n];
+      std::fill(o_hat_.begin(), o_hat_.end(), 0.0f);
+      for (int e = 0; e < n; ++e) {
+        const float w = p[e];
+        if (w == 0.0f) continue;
+        const float* mv = cache.merged_value(g, e);
+        kernels.axpy(w, mv ? mv : &tensors.v(cache.position(g, e), g, 0), o_hat_.data(), d);
+      }
+    }
+    for (int i = 0; i < d; ++i) err2 += (o[i] - o_hat_[i]) * (o[i] - o_hat_[i]);
+  }
+  return err2;
+}
+
+}  // namespace
+
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref) {
+  auto model = std::make_shared<SharedStepAttention>(att, ref);
+  return {[model](const LayerAttention&, const LayerAttention&, const KvCache& cache, int step,
+                  StepAttention& out,
+                  std::vector<StepMetrics>& metrics) { model->step(cache, step, out, metrics); },
+          [model](std::vector<std::vector<StepMetrics>>& steps) { model->finish(steps); }};
 }
 
 void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies,
@@ -276,6 +396,21 @@ void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfi
   }
 }
 
+namespace {
+
+// Whether layer l + 1 may be read while layer l is computed: HDF5 must serialise its calls itself
+// (Debian's library does), and two layers' tensors must fit the memory the options allow.
+bool may_prefetch(const TraceInfo& info, const SampleInfo& sample, const ReplayOptions& options) {
+  if (options.threads < 2 || info.num_layers < 2) return false;
+  hbool_t threadsafe = 0;
+  if (H5is_library_threadsafe(&threadsafe) < 0 || !threadsafe) return false;
+  const double layer_bytes =
+      4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
+  return layer_bytes <= options.prefetch_limit_bytes;
+}
+
+}  // namespace
+
 void Replayer::replay_sample(const std::string& sample_name,
                              const std::function<void(const LayerResult&)>& on_result,
                              const std::function<void(int)>& on_layer) {
@@ -292,49 +427,86 @@ void Replayer::replay_sample(const std::string& sample_name,
   }
   SampleStats stats;
   if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
-  LayerTensors tensors;                 // storage recycled from layer to layer
-  std::map<int, LayerTensors> sources;  // q/k of layers that deeper layers inherit
-  for (int l = 0; l < info.num_layers; ++l) {
-    reader_.read_layer_into(sample, l, tensors);
-    LayerAttention att(info, sample, std::move(tensors), needs_, options_.threads);
-    // Layers that inherit another layer's q/k attend with it but are measured against their own.
-    std::map<int, std::unique_ptr<LayerAttention>> heirs;
-    for (const auto& p : policies_) {
-      const int src = p.attention_source(l);
-      if (src == l || heirs.count(src)) continue;
-      LayerTensors mixed;
-      mixed.layer = l;
-      mixed.q = sources.at(src).q;
-      mixed.k = sources.at(src).k;
-      mixed.v = att.tensors().v;
-      heirs[src] = std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_,
-                                                    options_.threads);
-    }
-    std::vector<LayerResult> results(policies_.size());
-    parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
-      const int src = policies_[i].attention_source(l);
-      const LayerAttention& attended = src == l ? att : *heirs.at(src);
-      try {
-        results[i] =
-            replay_layer(*instances[i], attended, att, policies_[i].info->lookahead, &stats,
-                         dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
-                         shared_step_attention);
-        if (options_.bounds)
-          results[i].theorem = check_theorem_2_1(att, results[i], options_.bounds_epsilon);
-      } catch (const std::logic_error& e) {
-        throw std::logic_error(policies_[i].label + ", sample '" + sample_name + "': " + e.what());
-      }
-      results[i].policy_index = i;
-      results[i].sample = sample_name;
-    });
-    set_regret(results, policies_, sample.prompt_len);
+  // With two threads or more the layers flow through a pipeline: layer l + 1 is read, layer l
+  // computed and layer l - 1's results delivered at the same time. Each stage keeps the layer
+  // order, so the callbacks see exactly what a serial run shows them.
+  const bool pipelined = may_prefetch(info, sample, options_);
+  auto read_layer = [&](int l, LayerTensors storage) {
+    reader_.read_layer_into(sample, l, storage);
+    return storage;
+  };
+  LayerTensors current = read_layer(0, {}), spare;  // storage recycled from layer to layer
+  std::future<void> delivered;
+  auto deliver = [&](std::vector<LayerResult> results, int l) {
     for (const auto& r : results) on_result(r);
     if (on_layer) on_layer(l);
+  };
+  std::map<int, LayerTensors> sources;  // q/k of layers that deeper layers inherit
+  for (int l = 0; l < info.num_layers; ++l) {
+    std::future<LayerTensors> next;
+    if (pipelined && l + 1 < info.num_layers)
+      next = std::async(std::launch::async, read_layer, l + 1, std::move(spare));
+    LayerAttention att(info, sample, std::move(current), needs_, options_.threads);
+    std::vector<LayerResult> results = replay_policies(att, sources, instances, stats, sample);
+    if (delivered.valid()) delivered.get();
+    if (pipelined)
+      delivered = std::async(std::launch::async, deliver, std::move(results), l);
+    else
+      deliver(std::move(results), l);
     for (auto it = sources.begin(); it != sources.end();)
       it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
-    tensors = att.release_tensors();
-    if (last_heir_[l] > l) sources[l] = LayerTensors{l, tensors.q, tensors.k, {}};
+    LayerTensors released = att.release_tensors();
+    if (last_heir_[l] > l) sources[l] = LayerTensors{l, released.q, released.k, {}};
+    if (l + 1 == info.num_layers) break;
+    if (next.valid()) {
+      current = next.get();
+      spare = std::move(released);
+    } else {
+      current = read_layer(l + 1, std::move(released));
+    }
   }
+  if (delivered.valid()) delivered.get();
+}
+
+std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
+                                                   const std::map<int, LayerTensors>& sources,
+                                                   std::vector<std::unique_ptr<Policy>>& instances,
+                                                   const SampleStats& stats,
+                                                   const SampleInfo& sample) const {
+  const TraceInfo& info = reader_.info();
+  const int l = att.layer();
+  // Layers that inherit another layer's q/k attend with it but are measured against their own.
+  std::map<int, std::unique_ptr<LayerAttention>> heirs;
+  for (const auto& p : policies_) {
+    const int src = p.attention_source(l);
+    if (src == l || heirs.count(src)) continue;
+    LayerTensors mixed;
+    mixed.layer = l;
+    mixed.q = sources.at(src).q;
+    mixed.k = sources.at(src).k;
+    mixed.v = att.tensors().v;
+    heirs[src] =
+        std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
+  }
+  std::vector<LayerResult> results(policies_.size());
+  parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
+    const int src = policies_[i].attention_source(l);
+    const LayerAttention& attended = src == l ? att : *heirs.at(src);
+    try {
+      results[i] =
+          replay_layer(*instances[i], attended, att, policies_[i].info->lookahead, &stats,
+                       dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
+                       shared_step_attention(attended, att));
+      if (options_.bounds)
+        results[i].theorem = check_theorem_2_1(att, results[i], options_.bounds_epsilon);
+    } catch (const std::logic_error& e) {
+      throw std::logic_error(policies_[i].label + ", sample '" + sample.name + "': " + e.what());
+    }
+    results[i].policy_index = i;
+    results[i].sample = sample.name;
+  });
+  set_regret(results, policies_, sample.prompt_len);
+  return results;
 }
 
 }  // namespace kvsim

@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "policies/policy.hpp"
+#include "sim/output_error.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim {
@@ -73,6 +75,9 @@ struct ReplayOptions {
   bool diagnostics = false;  // hit rates, misses and evicted mass per step
   bool bounds = false;       // HAE Theorem 2.1 and Corollary 2.1 checks
   double bounds_epsilon = 0.01;
+  // With threads >= 2, layer l + 1 is read while layer l is computed when one layer's float32
+  // q/k/v take at most this many bytes (two layers are then held at once).
+  double prefetch_limit_bytes = 256.0 * (1 << 20);
 };
 
 // Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
@@ -85,6 +90,8 @@ class Replayer {
  public:
   Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies, ReplayOptions options);
   const std::vector<PolicyConfig>& policies() const { return policies_; }
+  // Computes these statistics too, whether or not a policy asks for them (benchmarks).
+  void require(const AttentionNeeds& needs) { needs_.merge(needs); }
 
   // Calls on_result for every (layer, policy) in that order, and on_layer after each layer.
   void replay_sample(const std::string& sample,
@@ -92,6 +99,13 @@ class Replayer {
                      const std::function<void(int layer)>& on_layer = {});
 
  private:
+  // Every policy through one layer (in parallel); results in policy order.
+  std::vector<LayerResult> replay_policies(const LayerAttention& att,
+                                           const std::map<int, LayerTensors>& sources,
+                                           std::vector<std::unique_ptr<Policy>>& instances,
+                                           const SampleStats& stats,
+                                           const SampleInfo& sample) const;
+
   const TraceReader& reader_;
   std::vector<PolicyConfig> policies_;
   ReplayOptions options_;
@@ -108,13 +122,20 @@ class Replayer {
 using StepAttentionFn =
     std::function<void(const LayerAttention& att, const LayerAttention& ref, const KvCache&,
                        int step, StepAttention&, std::vector<StepMetrics>&)>;
+// A step function and, optionally, what completes the metrics after the layer's last step
+// (metrics that no policy reads may be computed in batches: sim/output_error.hpp).
+struct StepAttentionModel {
+  StepAttentionFn step;
+  std::function<void(std::vector<std::vector<StepMetrics>>& steps)> finish;
+};
 struct LayerReplayOptions {
   bool check_invariants = true;
   bool record_flushes = false;
 };
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
-                         const LayerReplayOptions& options, const StepAttentionFn& step_attention);
+                         const LayerReplayOptions& options,
+                         const StepAttentionModel& step_attention);
 
 // Checks a cache after a policy's hook: ordering and uniqueness of every KV head, and the
 // policy's declared capacity. Throws std::logic_error naming the label, layer, head and hook.
@@ -123,8 +144,10 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 
 // The engine's decode-step attention: gathers the shared full-cache probabilities of the
 // attended entries and renormalises them; merged entries are attended with their merged key.
-void shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
-                           const KvCache& cache, int step, StepAttention& out,
-                           std::vector<StepMetrics>& metrics);
+// The engine's decode-step attention for one policy in one layer whose policy attends with `att`
+// and is measured against `ref`: gathers the shared full-cache probabilities of the attended
+// entries and renormalises them (merged entries attend with their merged key); output errors are
+// completed by `finish` (sim/output_error.hpp).
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref);
 
 }  // namespace kvsim

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <xsimd/xsimd.hpp>
 
+#include "sim/kernels/kernels.hpp"
 #include "sim/parallel.hpp"
 
 namespace kvsim {
@@ -21,32 +21,7 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
 }
 
 float softmax_inplace(float* x, int n, float scale) {
-  using batch = xsimd::batch<float>;
-  constexpr int W = static_cast<int>(batch::size);
-  float mx = -INFINITY;
-  int i = 0;
-  if (n >= W) {
-    batch m = xsimd::load_unaligned(x);
-    for (i = W; i + W <= n; i += W) m = xsimd::max(m, xsimd::load_unaligned(x + i));
-    alignas(64) float lanes[W];
-    m.store_aligned(lanes);
-    for (float v : lanes) mx = std::max(mx, v);
-  }
-  for (; i < n; ++i) mx = std::max(mx, x[i]);
-  const batch bs(scale), bm(scale * mx);
-  batch acc(0.0f);
-  for (i = 0; i + W <= n; i += W) {
-    const batch e = xsimd::exp(xsimd::fms(xsimd::load_unaligned(x + i), bs, bm));
-    e.store_unaligned(x + i);
-    acc += e;
-  }
-  double sum = xsimd::hadd(acc);
-  for (; i < n; ++i) sum += x[i] = std::exp(x[i] * scale - scale * mx);
-  const float inv = static_cast<float>(1.0 / sum);
-  const batch binv(inv);
-  for (i = 0; i + W <= n; i += W) (xsimd::load_unaligned(x + i) * binv).store_unaligned(x + i);
-  for (; i < n; ++i) x[i] *= inv;
-  return static_cast<float>(scale * mx + std::log(sum));
+  return kernels::active().softmax_inplace(x, n, scale);
 }
 
 LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const SampleInfo& sample,
@@ -79,6 +54,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
     if (G_ > 0) compute_decode(h);
   });
+  compute_output_norms();
   if (needs.key_ranking && G_ > 0) {
     ranking_.resize(static_cast<std::size_t>(G_) * Hkv_ * T_);
     rank_counts_.resize(static_cast<std::size_t>(G_) * Hkv_ * 2);
@@ -185,8 +161,7 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
       const int i = i0 + r;
       float* row = &logits[static_cast<std::size_t>(r) * keys];
       softmax_inplace(row, i + 1, scale_);
-      if (colsum)
-        for (int j = 0; j <= i; ++j) colsum[j] += row[j];
+      if (colsum) kernels::active().accumulate(colsum, row, i + 1);
       if (epsilon_ > 0) count_sparse(h, row, i);
       if (i >= P_ - window_)
         std::copy(row, row + i + 1,
@@ -237,13 +212,20 @@ long LayerAttention::sparse_entries(int h, int key_vision) const {
 void LayerAttention::compute_value_norms(int threads) {
   value_norms_.resize(static_cast<std::size_t>(Hkv_) * T_);
   parallel_for(Hkv_, threads, [&](int g) {
-    for (int j = 0; j < T_; ++j) {
-      const float* v = &tensors_.v(j, g, 0);
-      double s = 0;
-      for (int i = 0; i < d_; ++i) s += static_cast<double>(v[i]) * v[i];
-      value_norms_[static_cast<std::size_t>(g) * T_ + j] = static_cast<float>(std::sqrt(s));
-    }
+    for (int j = 0; j < T_; ++j)
+      value_norms_[static_cast<std::size_t>(g) * T_ + j] =
+          std::sqrt(kernels::active().sum_of_squares(&tensors_.v(j, g, 0), d_));
   });
+}
+
+void LayerAttention::compute_output_norms() {
+  full_output_norm2_.assign(full_output_.size() / std::max(d_, 1), 0.0);
+  for (std::size_t row = 0; row < full_output_norm2_.size(); ++row) {
+    const float* o = &full_output_[row * d_];
+    double s = 0;
+    for (int i = 0; i < d_; ++i) s += static_cast<double>(o[i]) * o[i];
+    full_output_norm2_[row] = s;
+  }
 }
 
 void LayerAttention::compute_decode(int h) {

@@ -103,6 +103,10 @@ class LayerAttention {
     return &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_];
   }
   bool has_output() const { return !full_output_.empty(); }
+  // ‖full_output(t, h)‖², summed in double.
+  double full_output_norm2(int t, int h) const {
+    return full_output_norm2_[static_cast<std::size_t>(t) * H_ + h];
+  }
   // Σ_j p_j ‖v_j‖ over the full cache at decode step t for query head h (needs v).
   float full_value_norm(int t, int h) const {
     return full_value_norm_[static_cast<std::size_t>(t) * H_ + h];
@@ -119,6 +123,7 @@ class LayerAttention {
   void compute_prefill(int h, int block_rows);
   void compute_decode(int h);
   void compute_value_norms(int threads);
+  void compute_output_norms();
   void count_sparse(int h, const float* row, int i);
   void rank_keys(int g);
   void compute_text_query_stats(int threads);
@@ -136,6 +141,7 @@ class LayerAttention {
   std::vector<double> decode_mass_;        // [G, H]
   std::vector<float> full_output_;         // [G, H, d]
   std::vector<float> full_value_norm_;     // [G, H]
+  std::vector<double> full_output_norm2_;  // [G, H]
   std::vector<float> value_norms_;         // [Hkv, T]: ‖v_j‖, shared by a KV head's query heads
   std::vector<long> sparse_counts_;        // [H, 2]
   std::vector<std::int32_t> ranking_;      // [G, Hkv, T]

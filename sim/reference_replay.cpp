@@ -74,6 +74,7 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
       }
     }
   }
+  compute_output_norms();
 }
 
 namespace {
@@ -163,7 +164,7 @@ std::vector<LayerResult> reference_replay(const TraceReader& reader, const std::
                                               std::move(mixed), policy.needs());
     }
     out.push_back(replay_layer(*instance, heir ? *heir : att, att, policy.info->lookahead, &stats,
-                               dtype_bytes(sample.dtype), {}, plain_step_attention));
+                               dtype_bytes(sample.dtype), {}, {plain_step_attention, {}}));
     out.back().sample = sample_name;
   }
   return out;

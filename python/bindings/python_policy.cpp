@@ -243,7 +243,7 @@ void bind_handles(py::module_& m) {
             s.check();
             in_range(g, static_cast<int>(s.a->probs.size()), "kv head");
             const int n = s.cache->size(g);
-            return view(s.a->probs[g].data(), {s.a->group, n}, {4 * n, 4});
+            return view(s.a->head(g, 0, n), {s.a->group, n}, {4 * n, 4});
           },
           py::arg("kv_head"),
           "float32 [group, n]: each query head's probabilities over the KV head's n entries, in "
