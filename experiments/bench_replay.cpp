@@ -3,11 +3,13 @@
 // per-step reference (sim/reference_replay.hpp) on the same trace.
 //
 //   kvsim_bench [--trace demo/demo.h5] [--reference-layers 2] [google-benchmark flags]
+//   (e.g. --benchmark_filter='Engine|Shared|Gemm' to skip the slow reference)
 //
 // Reports decode-step x layer x KV-head updates per second (summed over policies), peak resident
 // memory, and the engine's speed-up over the reference, whose time is measured on the first
 // --reference-layers layers and scaled to the whole trace (all layers have the same shape).
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -16,6 +18,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "sim/parallel.hpp"
 #include "sim/reference_replay.hpp"
 #include "traces/synth.hpp"
 
@@ -75,6 +78,43 @@ void BM_SharedWork(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 
+// The attention products every run of the five baselines must compute, in float32 FLOPs: the
+// causal prompt logits in blocks of 64 rows (h2o's column sums), then per decode step the logits
+// and the output over the T keys, for every query head, layer and sample.
+double attention_gflop(const kvsim::TraceReader& reader) {
+  const auto& info = reader.info();
+  double flop = 0;
+  for (const auto& name : reader.sample_names()) {
+    const auto s = reader.read_sample(name);
+    const double P = s.prompt_len, G = s.gen_len, T = s.total_len(), d = info.head_dim;
+    double prompt = 0;
+    for (double i0 = 0; i0 < P; i0 += 64) prompt += std::min(64.0, P - i0) * std::min(i0 + 64, P);
+    flop += (prompt * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
+  }
+  return flop / 1e9;
+}
+
+// Single-precision GEMM throughput on every core, with the shape of a block of prompt rows
+// (64 x 2048 x 128, each thread its own product as the engine runs them): the rate the
+// attention products could reach, for the floor printed below.
+double gemm_gflops = 0;
+void BM_GemmRate(benchmark::State& state) {
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int m = 64, n = 2048, k = 128;
+  std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
+      b(threads, std::vector<float>(n * k, 0.25f)), c(threads, std::vector<float>(m * n));
+  openblas_set_num_threads(1);
+  constexpr int kRepeats = 50;
+  for (auto _ : state)
+    kvsim::parallel_for(threads, threads, [&](int t) {
+      for (int r = 0; r < kRepeats; ++r)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a[t].data(), k,
+                    b[t].data(), k, 0.0f, c[t].data(), n);
+    });
+  const double flop = 2.0 * m * n * k * kRepeats * threads * state.iterations();
+  state.counters["GFLOPs"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsRate);
+}
+
 void BM_PlainReference(benchmark::State& state) {
   kvsim::TraceReader reader(trace_path);
   const auto policies = baselines();
@@ -96,6 +136,8 @@ class SpeedupReporter : public benchmark::ConsoleReporter {
       const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
       if (r.benchmark_name().find("Engine") != std::string::npos) engine_seconds = s;
       if (r.benchmark_name().find("SharedWork") != std::string::npos) shared_seconds = s;
+      if (r.benchmark_name().find("GemmRate") != std::string::npos)
+        gemm_gflops = r.counters.at("GFLOPs");
       if (r.benchmark_name().find("Reference") != std::string::npos)
         reference_seconds_per_layer = s / std::max(1, reference_layers);
     }
@@ -133,6 +175,10 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->MinTime(3.0);
+  benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(1.0);
   benchmark::RegisterBenchmark("BM_PlainReference", BM_PlainReference)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
@@ -144,6 +190,11 @@ int main(int argc, char** argv) {
         "\nshared work alone (read + attention): %.3f s\n"
         "engine, five baselines:               %.3f s (%.2fx the shared work)\n",
         shared_seconds, engine_seconds, engine_seconds / shared_seconds);
+  if (gemm_gflops > 0) {
+    const double gflop = attention_gflop(kvsim::TraceReader(trace_path));
+    std::printf("GEMM floor:                           %.3f s (%.1f GFLOP at %.1f GFLOP/s)\n",
+                gflop / gemm_gflops, gflop, gemm_gflops);
+  }
   if (engine_seconds > 0 && reference_seconds_per_layer > 0) {
     const double reference_total = reference_seconds_per_layer * trace_layers;
     std::printf(

@@ -170,7 +170,9 @@ class SharedStepAttention {
   // Merged entries attend with their merged key: their probabilities are computed here, eagerly.
   void merged_probs(int g, std::vector<float>& probs, double& mass_sum);
   void plain_sums(int g, bool everything, double& mass_sum);
-  double output_error(int g, bool complement, bool everything, const std::vector<float>& probs);
+  double full_output_error(int g) const;
+  double merged_output_error(int g, const std::vector<float>& probs);
+  void defer_output_error(int g, bool complement, double ref2, double vnorm2);
   void fill(int g, std::vector<float>& probs) const;
 
   const LayerAttention& att_;
@@ -179,7 +181,8 @@ class SharedStepAttention {
   int step_ = 0;
   std::vector<double> inverse_weight_;  // [Hkv * group]: 1 / Σ attended probabilities
   std::vector<std::uint8_t> attended_mask_;
-  std::vector<std::int32_t> attended_;
+  std::vector<std::int32_t> listed_;  // positions handed to deferred_
+  std::vector<double> rescale_;
   std::vector<float> o_hat_;
   DeferredOutputError deferred_;
 };
@@ -223,16 +226,12 @@ void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& ou
         ref2 += ref_.full_output_norm2(step, g * group + r);
         vnorm2 += vn * vn;
       }
-      if (merged || complement) {
-        const double err2 = output_error(g, complement, everything, out.probs[g]);
+      if (merged || everything) {
+        const double err2 = merged ? merged_output_error(g, out.probs[g]) : full_output_error(g);
         m.output_rel_error = static_cast<float>(std::sqrt(err2 / ref2));
         m.output_value_error = static_cast<float>(std::sqrt(err2 / vnorm2));
       } else {
-        attended_.clear();
-        for (int e = 0; e < cache.size(g); ++e)
-          if (cache.attended(g, e)) attended_.push_back(cache.position(g, e));
-        deferred_.add(step, g, attended_.data(), static_cast<int>(attended_.size()),
-                      &inverse_weight_[static_cast<std::size_t>(g) * group], ref2, vnorm2);
+        defer_output_error(g, complement, ref2, vnorm2);
       }
     }
     if (ref_.has_key_ranking()) step_diagnostics(ref_, cache, step, g, attended_mask_, m);
@@ -253,10 +252,16 @@ void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
       const float* pf = att_.decode_probs(step_, h);
       const float* pf_ref = ref_.decode_probs(step_, h);
       double recall = 0;
-      for (int e = 0; e < n; ++e) {
-        if (!cache_->attended(g, e)) continue;
-        recall += pf_ref[positions[e]];
-        weight += pf[positions[e]];
+      if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
+        for (int e = 0; e < n; ++e)
+          if (cache_->attended(g, e)) recall += pf[positions[e]];
+        weight = recall;
+      } else {
+        for (int e = 0; e < n; ++e) {
+          if (!cache_->attended(g, e)) continue;
+          recall += pf_ref[positions[e]];
+          weight += pf[positions[e]];
+        }
       }
       // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
       mass_sum += recall / ref_.decode_mass(step_, h);
@@ -311,54 +316,76 @@ void SharedStepAttention::merged_probs(int g, std::vector<float>& probs, double&
   }
 }
 
-// Σ_r ‖o_r - ô_r‖² of KV head g: ô from the complement of the attended set, or summed over the
-// (merged) entries with their renormalised probabilities.
-double SharedStepAttention::output_error(int g, bool complement, bool everything,
-                                         const std::vector<float>& probs) {
+// Σ_r ‖o_r - ô_r‖² of KV head g when every position is attended: ô is the attended layer's own
+// full output (they differ only for layers that inherit another's attention).
+double SharedStepAttention::full_output_error(int g) const {
+  const int group = att_.group_size(), d = att_.head_dim();
+  double err2 = 0;
+  for (int r = 0; r < group; ++r) {
+    const float* o = ref_.full_output(step_, g * group + r);
+    const float* o_att = att_.full_output(step_, g * group + r);
+    for (int i = 0; i < d; ++i) err2 += (o[i] - o_att[i]) * (o[i] - o_att[i]);
+  }
+  return err2;
+}
+
+// Σ_r ‖o_r - ô_r‖² of KV head g with merged entries: ô summed over the entries with their
+// renormalised probabilities and merged values.
+double SharedStepAttention::merged_output_error(int g, const std::vector<float>& probs) {
   const KvCache& cache = *cache_;
   const int n = cache.size(g), group = att_.group_size(), d = att_.head_dim();
-  const int s = att_.prompt_len() + step_;
-  const auto& tensors = att_.tensors();
   const kernels::Table& kernels = kernels::active();
-  if (complement && !everything) {
-    attended_mask_.assign(s + 1, 0);
-    for (int e = 0; e < n; ++e)
-      if (cache.attended(g, e)) attended_mask_[cache.position(g, e)] = 1;
-  }
   o_hat_.resize(d);
   double err2 = 0;
   for (int r = 0; r < group; ++r) {
-    const int h = g * group + r;
-    const float* o = ref_.full_output(step_, h);
-    // Float accumulation in contiguous loops the compiler vectorises.
-    if (complement) {
-      const float* o_att = att_.full_output(step_, h);
-      std::copy(o_att, o_att + d, o_hat_.begin());
-      if (!everything) {
-        const float* pf = att_.decode_probs(step_, h);
-        double missing = 0;
-        for (int j = 0; j <= s; ++j) {
-          if (attended_mask_[j]) continue;
-          const float w = pf[j];
-          missing += w;
-          kernels.axpy(-w, &tensors.v(j, g, 0), o_hat_.data(), d);
-        }
-        const float norm = static_cast<float>(1.0 / (1.0 - missing));
-        for (int i = 0; i < d; ++i) o_hat_[i] *= norm;
-      }
-    } else {
-      const float* p = &probs[static_cast<std::size_t>(r) * n];
-      std::fill(o_hat_.begin(), o_hat_.end(), 0.0f);
-      for (int e = 0; e < n; ++e) {
-        const float w = p[e];
-        if (w == 0.0f) continue;
-        const float* mv = cache.merged_value(g, e);
-        kernels.axpy(w, mv ? mv : &tensors.v(cache.position(g, e), g, 0), o_hat_.data(), d);
-      }
+    const float* o = ref_.full_output(step_, g * group + r);
+    const float* p = &probs[static_cast<std::size_t>(r) * n];
+    std::fill(o_hat_.begin(), o_hat_.end(), 0.0f);
+    for (int e = 0; e < n; ++e) {
+      if (p[e] == 0.0f) continue;
+      const float* mv = cache.merged_value(g, e);
+      kernels.axpy(p[e], mv ? mv : &att_.tensors().v(cache.position(g, e), g, 0), o_hat_.data(), d);
     }
     for (int i = 0; i < d; ++i) err2 += (o[i] - o_hat_[i]) * (o[i] - o_hat_[i]);
   }
   return err2;
+}
+
+// Hands KV head g's output error to the batched GEMM: the attended positions with the
+// renormalisation, or, when fewer positions are missing than attended, the missing ones with the
+// factor 1 / (1 - missing mass) that rescales o_full minus their share.
+void SharedStepAttention::defer_output_error(int g, bool complement, double ref2, double vnorm2) {
+  const KvCache& cache = *cache_;
+  const int group = att_.group_size(), s = att_.prompt_len() + step_;
+  listed_.clear();
+  if (!complement) {
+    for (int e = 0; e < cache.size(g); ++e)
+      if (cache.attended(g, e)) listed_.push_back(cache.position(g, e));
+    deferred_.add(step_, g, false, listed_.data(), static_cast<int>(listed_.size()),
+                  &inverse_weight_[static_cast<std::size_t>(g) * group], ref2, vnorm2);
+    return;
+  }
+  // Positions ascend in the cache: the missing ones are the gaps between attended entries.
+  const std::int32_t* positions = cache.positions(g).data();
+  const int n = cache.size(g);
+  listed_.resize(s + 1);
+  int missing_count = 0, next = 0;
+  for (int e = 0; e < n; ++e) {
+    if (!cache.attended(g, e)) continue;
+    for (const int pos = positions[e]; next < pos; ++next) listed_[missing_count++] = next;
+    next = positions[e] + 1;
+  }
+  for (; next <= s; ++next) listed_[missing_count++] = next;
+  listed_.resize(missing_count);
+  rescale_.resize(group);
+  for (int r = 0; r < group; ++r) {
+    const float* pf = att_.decode_probs(step_, g * group + r);
+    double missing = 0;
+    for (int j : listed_) missing += pf[j];
+    rescale_[r] = 1.0 / (1.0 - missing);
+  }
+  deferred_.add(step_, g, true, listed_.data(), static_cast<int>(listed_.size()), rescale_.data(),
+                ref2, vnorm2);
 }
 
 }  // namespace
@@ -427,15 +454,18 @@ void Replayer::replay_sample(const std::string& sample_name,
   }
   SampleStats stats;
   if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
-  // With two threads or more the layers flow through a pipeline: layer l + 1 is read, layer l
-  // computed and layer l - 1's results delivered at the same time. Each stage keeps the layer
-  // order, so the callbacks see exactly what a serial run shows them.
+  // With two threads or more the layers flow through a pipeline: while the policies replay
+  // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
+  // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
+  // shows them, and no result depends on which thread computed it.
   const bool pipelined = may_prefetch(info, sample, options_);
-  auto read_layer = [&](int l, LayerTensors storage) {
+  auto prepare = [&](int l, LayerTensors storage) {
     reader_.read_layer_into(sample, l, storage);
-    return storage;
+    return std::make_unique<LayerAttention>(info, sample, std::move(storage), needs_,
+                                            options_.threads);
   };
-  LayerTensors current = read_layer(0, {}), spare;  // storage recycled from layer to layer
+  std::unique_ptr<LayerAttention> att = prepare(0, {});
+  LayerTensors spare;  // storage recycled from layer to layer
   std::future<void> delivered;
   auto deliver = [&](std::vector<LayerResult> results, int l) {
     for (const auto& r : results) on_result(r);
@@ -443,11 +473,10 @@ void Replayer::replay_sample(const std::string& sample_name,
   };
   std::map<int, LayerTensors> sources;  // q/k of layers that deeper layers inherit
   for (int l = 0; l < info.num_layers; ++l) {
-    std::future<LayerTensors> next;
+    std::future<std::unique_ptr<LayerAttention>> next;
     if (pipelined && l + 1 < info.num_layers)
-      next = std::async(std::launch::async, read_layer, l + 1, std::move(spare));
-    LayerAttention att(info, sample, std::move(current), needs_, options_.threads);
-    std::vector<LayerResult> results = replay_policies(att, sources, instances, stats, sample);
+      next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
+    std::vector<LayerResult> results = replay_policies(*att, sources, instances, stats, sample);
     if (delivered.valid()) delivered.get();
     if (pipelined)
       delivered = std::async(std::launch::async, deliver, std::move(results), l);
@@ -455,14 +484,15 @@ void Replayer::replay_sample(const std::string& sample_name,
       deliver(std::move(results), l);
     for (auto it = sources.begin(); it != sources.end();)
       it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
-    LayerTensors released = att.release_tensors();
+    LayerTensors released = att->release_tensors();
     if (last_heir_[l] > l) sources[l] = LayerTensors{l, released.q, released.k, {}};
     if (l + 1 == info.num_layers) break;
     if (next.valid()) {
-      current = next.get();
+      att = next.get();
       spare = std::move(released);
     } else {
-      current = read_layer(l + 1, std::move(released));
+      att.reset();
+      att = prepare(l + 1, std::move(released));
     }
   }
   if (delivered.valid()) delivered.get();

@@ -75,8 +75,9 @@ struct ReplayOptions {
   bool diagnostics = false;  // hit rates, misses and evicted mass per step
   bool bounds = false;       // HAE Theorem 2.1 and Corollary 2.1 checks
   double bounds_epsilon = 0.01;
-  // With threads >= 2, layer l + 1 is read while layer l is computed when one layer's float32
-  // q/k/v take at most this many bytes (two layers are then held at once).
+  // With threads >= 2, layer l + 1 is read and its attention computed while the policies replay
+  // layer l, when one layer's float32 q/k/v take at most this many bytes (two layers are then
+  // held at once).
   double prefetch_limit_bytes = 256.0 * (1 << 20);
 };
 

@@ -63,7 +63,18 @@ void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
 }
 
 void KvCache::evict(int g, std::span<const int> entries) {
-  std::vector<std::uint8_t> keep(heads_[g].positions.size(), 1);
+  auto& h = heads_[g];
+  if (entries.size() == 1 && entries[0] >= 0 && entries[0] < static_cast<int>(h.positions.size())) {
+    // A decode step's single eviction: shift the tail down rather than rebuild the head.
+    const int e = entries[0];
+    h.evicted.push_back({step_, h.positions[e]});
+    if (h.slot[e] >= 0) --h.merged_count;
+    h.positions.erase(h.positions.begin() + e);
+    h.attended.erase(h.attended.begin() + e);
+    h.slot.erase(h.slot.begin() + e);
+    return;
+  }
+  std::vector<std::uint8_t> keep(h.positions.size(), 1);
   for (int e : entries) {
     if (e < 0 || e >= static_cast<int>(keep.size()) || !keep[e])
       throw std::logic_error("KvCache::evict: entry " + std::to_string(e) +

@@ -15,13 +15,14 @@ namespace {
 constexpr int kBlockSteps = 64;
 }  // namespace
 
-void DeferredOutputError::add(int step, int g, const std::int32_t* positions, int n,
-                              const double* inverse_weights, double ref2, double vnorm2) {
+void DeferredOutputError::add(int step, int g, bool complement, const std::int32_t* positions,
+                              int n, const double* scales, double ref2, double vnorm2) {
   Head& head = heads_[g];
   const int group = ref_.group_size();
-  head.rows.push_back({step, n, head.positions.size(), head.inverse_weights.size(), ref2, vnorm2});
+  head.rows.push_back(
+      {step, n, complement, head.positions.size(), head.scales.size(), ref2, vnorm2});
   head.positions.insert(head.positions.end(), positions, positions + n);
-  head.inverse_weights.insert(head.inverse_weights.end(), inverse_weights, inverse_weights + group);
+  head.scales.insert(head.scales.end(), scales, scales + group);
 }
 
 void DeferredOutputError::finish(std::vector<std::vector<StepMetrics>>& steps) const {
@@ -52,17 +53,18 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count,
   std::vector<float> values(static_cast<std::size_t>(u) * d);
   const auto& v = ref_.tensors().v;
   for (int c = 0; c < u; ++c) std::copy_n(&v(columns[c], g, 0), d, &values[std::size_t(c) * d]);
-  // The renormalised weights, computed as shared_step_attention hands them to policies.
+  // Attended rows: the renormalised weights, as shared_step_attention hands them to policies.
+  // Complement rows: the full-cache probabilities of the missing positions.
   std::vector<float> weights(static_cast<std::size_t>(m) * u, 0.0f);
   for (int b = 0; b < count; ++b) {
     const Row& row = rows[b];
     const std::int32_t* positions = &head.positions[row.positions];
     for (int r = 0; r < group; ++r) {
       const float* pf = att_.decode_probs(row.step, g * group + r);
-      const double inv = head.inverse_weights[row.inverse_weights + r];
+      const double scale = row.complement ? 1.0 : head.scales[row.scales + r];
       float* out = &weights[(static_cast<std::size_t>(b) * group + r) * u];
       for (int e = 0; e < row.n; ++e)
-        out[column_of[positions[e]]] = static_cast<float>(pf[positions[e]] * inv);
+        out[column_of[positions[e]]] = static_cast<float>(pf[positions[e]] * scale);
     }
   }
   std::vector<float> o_hat(static_cast<std::size_t>(m) * d, 0.0f);
@@ -73,8 +75,14 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count,
     const Row& row = rows[b];
     double err2 = 0;
     for (int r = 0; r < group; ++r) {
-      const float* o = ref_.full_output(row.step, g * group + r);
-      const float* oh = &o_hat[(static_cast<std::size_t>(b) * group + r) * d];
+      const int h = g * group + r;
+      const float* o = ref_.full_output(row.step, h);
+      float* oh = &o_hat[(static_cast<std::size_t>(b) * group + r) * d];
+      if (row.complement) {
+        const float* o_att = att_.full_output(row.step, h);
+        const float rescale = static_cast<float>(head.scales[row.scales + r]);
+        for (int i = 0; i < d; ++i) oh[i] = (o_att[i] - oh[i]) * rescale;
+      }
       for (int i = 0; i < d; ++i) err2 += (o[i] - oh[i]) * (o[i] - oh[i]);
     }
     StepMetrics& metrics = steps[g][row.step];

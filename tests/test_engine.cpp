@@ -155,6 +155,47 @@ TEST(Engine, MergedAndParkedEntriesByHand) {
   EXPECT_TRUE(r[0].evicted[0].empty());
 }
 
+TEST(Engine, BatchedOutputErrorsByHand) {
+  // The H2O case of DiagnosticsByHand with values v = [1 2 3 4 5 6] (d = 1), B = 2.
+  // Step 0: p = [4 1 2 1 1] / 9, o = 21 / 9; h2o attends {0 3 4}, three of five, so the GEMM gets
+  // the two missing positions: ô = (o - (1·2 + 2·3) / 9) / (1 - 3 / 9) = 13 / 6.
+  // Step 1: p = [4 1 2 1 1 1] / 10, o = 27 / 10; it attends {0 4 5}, three of six, so the GEMM
+  // gets the attended ones: ô = (4·1 + 5 + 6) / 6 = 5 / 2. Every v_j > 0, so Σ p|v| = o and both
+  // errors agree. `full` attends everything: its error is exactly 0, without a GEMM.
+  TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}, .values = {1, 2, 3, 4, 5, 6}};
+  const std::string path = t.write("batched_output.h5");
+  const auto h2o = run_policy(path, "h2o", {{"budget", "2"}})[0].steps[0];
+  EXPECT_EQ(h2o[0].attended_size, 3);
+  EXPECT_NEAR(h2o[0].output_rel_error, (21.0 / 9 - 13.0 / 6) / (21.0 / 9), 1e-6);
+  EXPECT_NEAR(h2o[0].output_value_error, (21.0 / 9 - 13.0 / 6) / (21.0 / 9), 1e-6);
+  EXPECT_NEAR(h2o[1].output_rel_error, (2.7 - 2.5) / 2.7, 1e-6);
+  EXPECT_NEAR(h2o[1].output_value_error, (2.7 - 2.5) / 2.7, 1e-6);
+  const auto full = run_policy(path, "full", {});
+  for (const auto& m : full[0].steps[0]) {
+    EXPECT_EQ(m.output_rel_error, 0.0f);
+    EXPECT_EQ(m.mass_recall, 1.0f);
+  }
+}
+
+TEST(Engine, PoliciesThatIgnoreTheStepAttentionNeverFillIt) {
+  // StepAttention::head fills a KV head's row on its first read and only then.
+  StepAttention sa;
+  sa.group = 1;
+  sa.probs.resize(2);
+  sa.filled.assign(2, 0);
+  int calls = 0;
+  sa.fill = [&](int g, std::vector<float>& p) {
+    ++calls;
+    p.assign(3, static_cast<float>(g + 1));
+  };
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(sa.head(1, 0, 3)[2], 2.0f);
+  EXPECT_EQ(sa.head(1, 0, 3)[0], 2.0f);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(sa.head(0, 0, 3)[1], 1.0f);
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(Engine, OnlyLookaheadPoliciesSeeTheFuture) {
   const std::string path = small_synthetic_trace("lookahead.h5", 1);
   TraceReader reader(path);
