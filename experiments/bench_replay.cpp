@@ -3,7 +3,8 @@
 // per-step reference (sim/reference_replay.hpp) on the same trace.
 //
 //   kvsim_bench [--trace demo/demo.h5] [--reference-layers 2] [google-benchmark flags]
-//   (e.g. --benchmark_filter='Engine|Shared|Gemm' to skip the slow reference)
+//   (e.g. --benchmark_filter='Engine|Shared|Gemm' to skip the slow reference; on a noisy machine
+//   add --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true: medians are used)
 //
 // Reports decode-step x layer x KV-head updates per second (summed over policies), peak resident
 // memory, and the engine's speed-up over the reference, whose time is measured on the first
@@ -26,7 +27,8 @@ namespace {
 
 std::string trace_path = "demo/demo.h5";
 int reference_layers = 2;
-double engine_seconds = 0, shared_seconds = 0, reference_seconds_per_layer = 0;
+double engine_seconds = 0, engine_one_thread_seconds = 0, shared_seconds = 0,
+       reference_seconds_per_layer = 0;
 int trace_layers = 0;
 
 std::vector<kvsim::PolicyConfig> baselines() {
@@ -43,10 +45,15 @@ double peak_rss_mib() {
   return u.ru_maxrss / 1024.0;
 }
 
+int hardware_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Argument: worker threads (1 and every core are registered, for the scaling).
 void BM_EngineFiveBaselines(benchmark::State& state) {
   kvsim::TraceReader reader(trace_path);
   const auto policies = baselines();
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = static_cast<int>(state.range(0));
   long updates = 0;
   for (auto _ : state) {
     kvsim::Replayer replayer(reader, policies, {.threads = threads});
@@ -69,7 +76,7 @@ void BM_SharedWork(benchmark::State& state) {
   kvsim::TraceReader reader(trace_path);
   kvsim::AttentionNeeds needs;
   for (const auto& p : baselines()) needs.merge(p.needs());
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = hardware_threads();
   for (auto _ : state) {
     kvsim::Replayer replayer(reader, {}, {.threads = threads});
     replayer.require(needs);
@@ -99,7 +106,7 @@ double attention_gflop(const kvsim::TraceReader& reader) {
 // attention products could reach, for the floor printed below.
 double gemm_gflops = 0;
 void BM_GemmRate(benchmark::State& state) {
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = hardware_threads();
   const int m = 64, n = 2048, k = 128;
   std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
       b(threads, std::vector<float>(n * k, 0.25f)), c(threads, std::vector<float>(m * n));
@@ -132,9 +139,14 @@ class SpeedupReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
+    // With --benchmark_repetitions the median (reported after the repetitions) is what counts.
     for (const auto& r : runs) {
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
       const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
-      if (r.benchmark_name().find("Engine") != std::string::npos) engine_seconds = s;
+      if (r.benchmark_name().find("Engine") != std::string::npos) {
+        if (r.counters.at("threads") == 1) engine_one_thread_seconds = s;
+        if (r.counters.at("threads") == hardware_threads()) engine_seconds = s;
+      }
       if (r.benchmark_name().find("SharedWork") != std::string::npos) shared_seconds = s;
       if (r.benchmark_name().find("GemmRate") != std::string::npos)
         gemm_gflops = r.counters.at("GFLOPs");
@@ -168,6 +180,8 @@ int main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   benchmark::RegisterBenchmark("BM_EngineFiveBaselines", BM_EngineFiveBaselines)
+      ->Arg(1)
+      ->Arg(hardware_threads())
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->MinTime(3.0);
@@ -190,6 +204,10 @@ int main(int argc, char** argv) {
         "\nshared work alone (read + attention): %.3f s\n"
         "engine, five baselines:               %.3f s (%.2fx the shared work)\n",
         shared_seconds, engine_seconds, engine_seconds / shared_seconds);
+  if (engine_seconds > 0 && engine_one_thread_seconds > 0 && hardware_threads() > 1)
+    std::printf("engine, 1 thread:                     %.3f s (%.2fx speed-up on %d threads)\n",
+                engine_one_thread_seconds, engine_one_thread_seconds / engine_seconds,
+                hardware_threads());
   if (gemm_gflops > 0) {
     const double gflop = attention_gflop(kvsim::TraceReader(trace_path));
     std::printf("GEMM floor:                           %.3f s (%.1f GFLOP at %.1f GFLOP/s)\n",

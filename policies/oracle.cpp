@@ -3,6 +3,8 @@
 // KV head), ties toward the older. It reads the future, so it is an upper reference for what a
 // score-based policy could achieve at the same budget, not a deployable method; results label it
 // "lookahead".
+#include <algorithm>
+
 #include "policies/policy.hpp"
 #include "policies/selection.hpp"
 
@@ -18,7 +20,12 @@ class Oracle final : public Policy {
     // future_[g][t * T + j] = Σ_{t' >= t} Σ_r p_full[t', g*group + r, j] (suffix sums, exact).
     const int G = view.gen_len(), T = view.prompt_len() + G, group = view.group_size();
     T_ = T;
-    future_.assign(cache.kv_heads(), std::vector<double>(static_cast<std::size_t>(G + 1) * T, 0.0));
+    // Every row but the last (zero) is overwritten below: reuse the storage across layers.
+    future_.resize(cache.kv_heads());
+    for (auto& f : future_) {
+      f.resize(static_cast<std::size_t>(G + 1) * T);
+      std::fill(f.end() - T, f.end(), 0.0);
+    }
     for (int g = 0; g < cache.kv_heads(); ++g)
       for (int t = G - 1; t >= 0; --t) {
         double* cur = &future_[g][static_cast<std::size_t>(t) * T];
@@ -45,6 +52,14 @@ class Oracle final : public Policy {
       const int n = cache.size(g);
       if (n <= budget_) continue;
       const double* fut = &future_[g][static_cast<std::size_t>(from_step) * T_];
+      if (n == budget_ + 1) {  // a decode step's new token: drop the single worst, in one pass
+        int worst = 0;         // keep_top_scores' order: lowest score, ties to the older
+        for (int e = 1; e < n; ++e)
+          if (fut[cache.position(g, e)] < fut[cache.position(g, worst)]) worst = e;
+        const int one[1] = {worst};
+        cache.evict(g, one);
+        continue;
+      }
       std::vector<double> s(n);
       for (int e = 0; e < n; ++e) s[e] = fut[cache.position(g, e)];
       cache.keep_only(g, keep_top_scores(s, budget_));

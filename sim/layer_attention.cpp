@@ -211,10 +211,14 @@ long LayerAttention::sparse_entries(int h, int key_vision) const {
 
 void LayerAttention::compute_value_norms(int threads) {
   value_norms_.resize(static_cast<std::size_t>(Hkv_) * T_);
-  parallel_for(Hkv_, threads, [&](int g) {
-    for (int j = 0; j < T_; ++j)
-      value_norms_[static_cast<std::size_t>(g) * T_ + j] =
-          std::sqrt(kernels::active().sum_of_squares(&tensors_.v(j, g, 0), d_));
+  // Token by token, in blocks: v is [T, Hkv, d], so a token's KV heads are contiguous.
+  constexpr int kTokens = 64;
+  const auto& kernels = kernels::active();
+  parallel_for((T_ + kTokens - 1) / kTokens, threads, [&](int block) {
+    for (int j = block * kTokens; j < std::min(T_, (block + 1) * kTokens); ++j)
+      for (int g = 0; g < Hkv_; ++g)
+        value_norms_[static_cast<std::size_t>(g) * T_ + j] =
+            std::sqrt(kernels.sum_of_squares(&tensors_.v(j, g, 0), d_));
   });
 }
 
