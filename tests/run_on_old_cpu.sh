@@ -2,7 +2,7 @@
 # Runs a kvsim binary on an emulated x86-64 CPU without AVX (qemu-user, CPU model Nehalem):
 # synthesises a small trace and replays it through the five baselines, with the dispatched
 # kernels on the baseline set; the same replay natively must write the same decisions.
-#   run_on_old_cpu.sh KVSIM_BINARY SCRATCH_PARENT
+#   run_on_old_cpu.sh KVSIM_BINARY
 # Exit 77 (skipped) without qemu-x86_64 (Debian's qemu-user, which ./install-deps.sh installs).
 set -euo pipefail
 kvsim=$1
