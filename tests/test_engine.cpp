@@ -2,10 +2,14 @@
 // merged and stored-but-unused entries, the lookahead gate, and the decisions dump.
 #include <gtest/gtest.h>
 
+#include <hdf5.h>
+
+#include <cmath>
 #include <cstring>
 #include <set>
 
 #include "sim/reference_replay.hpp"
+#include "traces/hdf5_util.hpp"
 #include "sim/results.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -194,6 +198,42 @@ TEST(Engine, PoliciesThatIgnoreTheStepAttentionNeverFillIt) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(sa.head(0, 0, 3)[1], 1.0f);
   EXPECT_EQ(calls, 2);
+}
+
+TEST(Engine, ABadLayerStopsThePipelineAfterTheLayersBeforeIt) {
+  // Layer 2 of 4 gets a NaN query. Serial or pipelined, the layers before it are delivered in
+  // full and in order, then the replay throws the reader's error; nothing hangs.
+  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5, 6}, .values = {1, 2, 3, 4, 5, 6},
+              .layers = 4};
+  const std::string path = t.write("pipeline_nan.h5");
+  {
+    silence_hdf5_errors();
+    H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    H5Handle d(H5Dopen2(f.get(), "samples/s0/layers/2/q", H5P_DEFAULT));
+    std::vector<float> q(6, 1.0f);
+    q[3] = NAN;
+    ASSERT_GE(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, q.data()), 0);
+  }
+  TraceReader reader(path);
+  const std::vector<PolicyConfig> policies = {make_policy_config("h2o", {{"budget", "2"}}),
+                                              make_policy_config("full", {})};
+  for (const int threads : {1, 2, 4}) {
+    std::vector<std::pair<int, int>> seen;  // (layer, policy) in delivery order
+    std::vector<int> layers_done;
+    Replayer replayer(reader, policies, {.threads = threads});
+    try {
+      replayer.replay_sample(
+          "s0", [&](const LayerResult& r) { seen.emplace_back(r.layer, r.policy_index); },
+          [&](int l) { layers_done.push_back(l); });
+      ADD_FAILURE() << "no error with " << threads << " threads";
+    } catch (const TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find("layers/2/q"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("NaN at [token 3"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}))
+        << threads << " threads";
+    EXPECT_EQ(layers_done, (std::vector<int>{0, 1})) << threads << " threads";
+  }
 }
 
 TEST(Engine, OnlyLookaheadPoliciesSeeTheFuture) {
