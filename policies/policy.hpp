@@ -34,7 +34,8 @@ struct StepAttention {
   int group = 1;     // query heads per KV head
   // probs[g][r * n_g + e]: query head g*group + r on entry e of KV head g (n_g = cache size).
   // Read through head(): when `fill` is set, a KV head's row is written on its first read, so
-  // policies that never look at the step's attention do not pay for it.
+  // policies that never look at the step's attention do not pay for it. It describes the cache as
+  // on_decode received it: read a KV head's row before editing that head.
   mutable std::vector<std::vector<float>> probs;
   std::function<void(int g, std::vector<float>& out)> fill;
   mutable std::vector<std::uint8_t> filled;  // [g], with `fill`

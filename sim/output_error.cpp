@@ -39,13 +39,14 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count,
                                        std::vector<std::vector<StepMetrics>>& steps) const {
   const Head& head = heads_[g];
   const int group = ref_.group_size(), d = ref_.head_dim(), T = ref_.total_len();
-  // Columns: the positions any row of the block attends, ascending.
+  // Columns: the positions any row of the block lists, ascending; column_of maps them back.
+  constexpr std::int32_t kListed = -2;
   std::vector<std::int32_t> column_of(T, -1);
   for (int b = 0; b < count; ++b)
-    for (int e = 0; e < rows[b].n; ++e) column_of[head.positions[rows[b].positions + e]] = 0;
+    for (int e = 0; e < rows[b].n; ++e) column_of[head.positions[rows[b].positions + e]] = kListed;
   std::vector<std::int32_t> columns;
   for (int j = 0; j < T; ++j)
-    if (column_of[j] == 0) {
+    if (column_of[j] == kListed) {
       column_of[j] = static_cast<std::int32_t>(columns.size());
       columns.push_back(j);
     }
