@@ -2,7 +2,9 @@
 //
 // Per layer the loop is: load q/k/v, compute the shared attention statistics once, then for each
 // policy: fill the cache with the prompt, on_prefill (evict), and for each decode step append the
-// token, attend over the retained entries, record metrics, on_decode (evict), check invariants.
+// token, attend over the retained entries, record metrics, on_decode (evict), check invariants;
+// after the last step, the batched output errors. With two threads or more, reading and the shared
+// attention of layer l + 1 overlap the policies of layer l (Replayer::replay_sample).
 #pragma once
 
 #include <cmath>
@@ -143,8 +145,6 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
 void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
                     const std::string& label);
 
-// The engine's decode-step attention: gathers the shared full-cache probabilities of the
-// attended entries and renormalises them; merged entries are attended with their merged key.
 // The engine's decode-step attention for one policy in one layer whose policy attends with `att`
 // and is measured against `ref`: gathers the shared full-cache probabilities of the attended
 // entries and renormalises them (merged entries attend with their merged key); output errors are
