@@ -11,7 +11,8 @@ namespace kvsim {
 
 namespace {
 // Steps per GEMM: with 64 (the demo's whole generation) the union grows by at most the generated
-// tokens, and the values are gathered once per layer rather than once per 16 steps.
+// tokens, and the values are gathered once per layer rather than once per 16 steps (measured
+// faster on the demo than 16 or 32).
 constexpr int kBlockSteps = 64;
 }  // namespace
 
