@@ -61,11 +61,7 @@ class H2O final : public Policy {
       const int n = cache.size(g);
       if (n <= budget_) continue;
       if (n == budget_ + 1 && n - recent_ > 0) {  // one new token: evict the single lowest
-        int worst = 0;  // the same choice as keep_top_scores: lowest score, ties to the older
-        const auto& pos = cache.positions(g);
-        for (int e = 1; e < n - recent_; ++e)
-          if (scores_[g][pos[e]] < scores_[g][pos[worst]]) worst = e;
-        const int one[1] = {worst};
+        const int one[1] = {lowest_score_entry(cache.positions(g), scores_[g].data(), n - recent_)};
         cache.evict(g, one);
         continue;
       }

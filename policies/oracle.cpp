@@ -53,10 +53,7 @@ class Oracle final : public Policy {
       if (n <= budget_) continue;
       const double* fut = &future_[g][static_cast<std::size_t>(from_step) * T_];
       if (n == budget_ + 1) {  // a decode step's new token: drop the single worst, in one pass
-        int worst = 0;         // keep_top_scores' order: lowest score, ties to the older
-        for (int e = 1; e < n; ++e)
-          if (fut[cache.position(g, e)] < fut[cache.position(g, worst)]) worst = e;
-        const int one[1] = {worst};
+        const int one[1] = {lowest_score_entry(cache.positions(g), fut, n)};
         cache.evict(g, one);
         continue;
       }

@@ -43,6 +43,14 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
   return mask;
 }
 
+int lowest_score_entry(const std::vector<std::int32_t>& positions, const double* score,
+                       int entries) {
+  int worst = 0;
+  for (int e = 1; e < entries; ++e)
+    if (score[positions[e]] < score[positions[worst]]) worst = e;
+  return worst;
+}
+
 std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
                                           std::span<const std::uint8_t> is_text, int keep,
                                           std::span<const std::uint8_t> forced) {

@@ -14,6 +14,11 @@ namespace kvsim {
 std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int keep,
                                           std::span<const std::uint8_t> forced = {});
 
+// The entry, among the first `entries` of `positions`, whose score[position] is lowest, ties to the
+// older: the one keep_top_scores would drop when exactly one must go (a decode step's eviction).
+int lowest_score_entry(const std::vector<std::int32_t>& positions, const double* score,
+                       int entries);
+
 // The k highest-scoring of `positions` by score[position] (ties to the newer), sorted by position.
 std::vector<int> top_positions(const std::vector<int>& positions, const std::vector<double>& score,
                                int k);

@@ -151,10 +151,6 @@ void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step,
   m.evicted_mass = static_cast<float>(evicted / group);
 }
 
-}  // namespace
-
-namespace {
-
 // The engine's decode-step attention for one policy in one layer: per KV head, the mass recall,
 // the attended set's renormalisation, and the output errors (deferred to one GEMM per block of
 // steps where they would sum the attended values one by one). The renormalised probabilities
@@ -425,9 +421,10 @@ void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfi
 
 namespace {
 
-// Whether layer l + 1 may be read while layer l is computed: HDF5 must serialise its calls itself
-// (Debian's library does), and two layers' tensors must fit the memory the options allow.
-bool may_prefetch(const TraceInfo& info, const SampleInfo& sample, const ReplayOptions& options) {
+// Whether layers may flow through the pipeline (layer l + 1 read while layer l is replayed): HDF5
+// must serialise its calls itself (Debian's library does), and two layers' tensors must fit the
+// memory the options allow.
+bool may_pipeline(const TraceInfo& info, const SampleInfo& sample, const ReplayOptions& options) {
   if (options.threads < 2 || info.num_layers < 2) return false;
   hbool_t threadsafe = 0;
   if (H5is_library_threadsafe(&threadsafe) < 0 || !threadsafe) return false;
@@ -458,7 +455,7 @@ void Replayer::replay_sample(const std::string& sample_name,
   // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
   // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
   // shows them, and no result depends on which thread computed it.
-  const bool pipelined = may_prefetch(info, sample, options_);
+  const bool pipelined = may_pipeline(info, sample, options_);
   auto prepare = [&](int l, LayerTensors storage) {
     reader_.read_layer_into(sample, l, storage);
     return std::make_unique<LayerAttention>(info, sample, std::move(storage), needs_,

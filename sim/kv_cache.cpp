@@ -45,8 +45,10 @@ void KvCache::append(int g, std::int32_t position) {
 
 void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
   auto& h = heads_[g];
-  std::size_t out = 0;
-  for (std::size_t e = 0; e < h.positions.size(); ++e) {
+  // Entries before the first dropped one stay where they are (a decode step's single eviction
+  // then only shifts the tail).
+  std::size_t out = std::find(keep.begin(), keep.end(), 0) - keep.begin();
+  for (std::size_t e = out; e < h.positions.size(); ++e) {
     if (!keep[e]) {
       if (log) h.evicted.push_back({step_, h.positions[e]});
       if (h.slot[e] >= 0) --h.merged_count;  // its slot's storage is simply abandoned
@@ -63,18 +65,7 @@ void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
 }
 
 void KvCache::evict(int g, std::span<const int> entries) {
-  auto& h = heads_[g];
-  if (entries.size() == 1 && entries[0] >= 0 && entries[0] < static_cast<int>(h.positions.size())) {
-    // A decode step's single eviction: shift the tail down rather than rebuild the head.
-    const int e = entries[0];
-    h.evicted.push_back({step_, h.positions[e]});
-    if (h.slot[e] >= 0) --h.merged_count;
-    h.positions.erase(h.positions.begin() + e);
-    h.attended.erase(h.attended.begin() + e);
-    h.slot.erase(h.slot.begin() + e);
-    return;
-  }
-  std::vector<std::uint8_t> keep(h.positions.size(), 1);
+  std::vector<std::uint8_t> keep(heads_[g].positions.size(), 1);
   for (int e : entries) {
     if (e < 0 || e >= static_cast<int>(keep.size()) || !keep[e])
       throw std::logic_error("KvCache::evict: entry " + std::to_string(e) +
