@@ -55,10 +55,12 @@ struct DeviceScratch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
+  explicit CudaBackend(int device) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
       throw std::runtime_error("no CUDA device is visible");
+    // Current for this host thread, which makes every later call (backend.hpp).
+    cuda_check(cudaSetDevice(device % count), "cudaSetDevice");
     cublas_check(cublasCreate(&blas_), "cublasCreate");
   }
   ~CudaBackend() override {
@@ -260,9 +262,11 @@ class CudaBackend final : public Backend {
 }  // namespace kvsim::live
 
 // The module's entry points, found with dlsym by sim/live/cuda_module.cpp.
-extern "C" kvsim::live::Backend* kvsim_cuda_make_backend(char* error, int error_len) {
+extern "C" kvsim::live::Backend* kvsim_cuda_make_backend_on(int device, char* error,
+                                                              int error_len) {
   try {
-    return new kvsim::live::CudaBackend();
+    if (device < 0) throw std::invalid_argument("negative CUDA device index");
+    return new kvsim::live::CudaBackend(device);
   } catch (const std::exception& e) {
     std::snprintf(error, error_len, "%s", e.what());
     return nullptr;

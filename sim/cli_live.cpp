@@ -1,6 +1,9 @@
 // `kvsim live`: checkpoints and prompt files in, kvtrace files and end-to-end accuracy out.
+#include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -8,6 +11,7 @@
 #include "sim/config.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
+#include "sim/mpi_world.hpp"
 #include "sim/progress.hpp"
 #include "sim/results.hpp"
 #include "sim/sweep.hpp"
@@ -188,16 +192,36 @@ struct Session {
   std::unique_ptr<live::LiveEngine> engine;
   std::unique_ptr<PromptReader> prompts;
   std::vector<std::string> samples;
-  explicit Session(const RunArgs& a) {
+  Session(const RunArgs& a, int device) {
     checkpoint = live::load_checkpoint(a.model);
-    backend = live::make_backend(a.backend);
+    backend = live::make_backend(a.backend, device);
     model = std::make_unique<live::Model>(checkpoint, *backend);
     checkpoint.tensors.clear();  // the backend holds its own copy
     engine = std::make_unique<live::LiveEngine>(*model, a.threads);
     prompts = std::make_unique<PromptReader>(a.prompts);
     samples = a.samples.empty() ? prompts->sample_names() : a.samples;
   }
+  // Which samples this rank runs: all of them in one process; under mpirun a fixed split by
+  // tokens (prompt + decode steps), the same on every rank.
+  std::vector<bool> share(const World& world, int gen) const {
+    std::vector<double> tokens;
+    for (const auto& name : samples) tokens.push_back(prompts->prompt_len(name) + gen);
+    const std::vector<int> owner = split_by_cost(tokens, world.size());
+    std::vector<bool> here(samples.size());
+    for (std::size_t i = 0; i < samples.size(); ++i) here[i] = owner[i] == world.rank();
+    return here;
+  }
 };
+
+long count_true(const std::vector<bool>& v) {
+  return static_cast<long>(std::count(v.begin(), v.end(), true));
+}
+
+// What a failed rank leaves behind for a rerun.
+std::string kept_pieces(const std::string& output) {
+  return "the finished samples are kept in " + output +
+         ".parts/; rerun the same command to compute only the rest";
+}
 
 // What a live run's results depend on besides its options: the checkpoint, the prompt file, the
 // backend (CPU and CUDA round differently).
@@ -206,21 +230,36 @@ std::string run_identity(const RunArgs& a) {
       {live::checkpoint_fingerprint(a.model), file_content_hash(a.prompts), a.backend});
 }
 
-int run_capture(const RunArgs& a) {
-  Session s(a);
+std::string ranks_note(const World& world) {
+  return world.distributed() ? ", " + std::to_string(world.size()) + " ranks" : "";
+}
+
+// Every rank captures its share into the piece store; once all have, rank 0 assembles the file.
+int run_capture(const RunArgs& a, const World& world) {
   live::CaptureOptions o;
   o.gen_len = a.gen;
   o.force_reference = a.force_reference;
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
   o.logits = a.logits;
   o.model_name = std::filesystem::path(a.model).filename().string();
-  o.fingerprint = run_identity(a);
-  Progress progress(static_cast<long>(s.samples.size()), "live capture");
-  o.on_sample = [&] { progress.advance(); };
-  live::capture(*s.engine, *s.prompts, s.samples, a.out, o);
-  progress.finish();
-  std::printf("%s: %zu sample(s) captured with a full cache (%s backend)\n", a.out.c_str(),
-              s.samples.size(), a.backend.c_str());
+  std::unique_ptr<Session> s;
+  std::exception_ptr failed;
+  try {
+    o.fingerprint = run_identity(a);
+    s = std::make_unique<Session>(a, world.local_rank());
+    const std::vector<bool> here = s->share(world, a.gen);
+    Progress progress(count_true(here), "live capture");
+    o.on_sample = [&] { progress.advance(); };
+    live::capture_samples(*s->engine, *s->prompts, s->samples, here, a.out, o);
+    progress.finish();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  world.settle(failed, kept_pieces(a.out));
+  if (world.rank() != 0) return 0;
+  live::assemble_capture(*s->engine, s->samples, a.out, o);
+  std::printf("%s: %zu sample(s) captured with a full cache (%s backend%s)\n", a.out.c_str(),
+              s->samples.size(), a.backend.c_str(), ranks_note(world).c_str());
   return 0;
 }
 
@@ -262,54 +301,81 @@ EvalText evaluate_sample(Session& s, const std::string& name,
   return out;
 }
 
-int run_evaluate(const RunArgs& a) {
+// Finished samples are kept beside the first output named, under everything they depend on, so
+// an interrupted run resumes and the ranks of an mpirun hand their samples to rank 0.
+std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
+                                                 const std::vector<PolicyConfig>& policies,
+                                                 const live::EvalOptions& o) {
+  const std::string output = !a.out.empty() ? a.out : a.summary;
+  if (output.empty()) return nullptr;
+  std::vector<std::string> identity = {KVSIM_VERSION, run_identity(a), std::to_string(o.gen_len),
+                                       std::to_string(o.timing)};
+  for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
+  return std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
+}
+
+// Every rank evaluates its share of the samples into the piece store (a single process without
+// output files keeps them in memory); once all have, rank 0 assembles the outputs in sample order.
+int run_evaluate(const RunArgs& a, const World& world) {
   const std::vector<PolicyConfig> policies =
       resolve_policy_list(a.policies, a.sets, a.config, a.budget, "evaluated");
-  Session s(a);
+  const std::string output = !a.out.empty() ? a.out : a.summary;
+  if (world.distributed() && output.empty())
+    throw std::invalid_argument(
+        "live evaluate under mpirun needs --out or --summary: the ranks hand their samples to "
+        "rank 0 through files beside it");
   live::EvalOptions o;
   o.gen_len = a.gen;
   o.timing = !a.no_timing;
+  std::unique_ptr<Session> s;
+  std::unique_ptr<live::PieceStore> store;
+  std::map<std::size_t, EvalText> in_memory;
+  std::exception_ptr failed;
+  try {
+    store = evaluate_store(a, policies, o);
+    s = std::make_unique<Session>(a, world.local_rank());
+    const std::vector<bool> here = s->share(world, a.gen);
+    Progress progress(count_true(here), "live evaluate");
+    for (std::size_t i = 0; i < s->samples.size(); ++i) {
+      if (!here[i]) continue;
+      const std::string& name = s->samples[i];
+      if (!store || !store->done(i, name)) {
+        EvalText one = evaluate_sample(*s, name, policies, o);
+        if (store)
+          write_whole(store->path(i, name), one.str());
+        else
+          in_memory[i] = std::move(one);
+      }
+      progress.advance();
+    }
+    progress.finish();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  world.settle(failed, kept_pieces(output));
+  if (world.rank() != 0) return 0;
   EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
   char line[256];
   std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s\n", "policy", "sample",
                 "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token");
   all.table += line;
-  // Finished samples are kept beside the first output named, so an interrupted run resumes.
-  const std::string output = !a.out.empty() ? a.out : a.summary;
-  std::unique_ptr<live::PieceStore> store;
-  if (!output.empty()) {
-    std::vector<std::string> identity = {KVSIM_VERSION, run_identity(a), std::to_string(a.gen),
-                                         std::to_string(o.timing)};
-    for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
-    store = std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
+  for (std::size_t i = 0; i < s->samples.size(); ++i) {
+    const std::string& name = s->samples[i];
+    all.append(in_memory.count(i)
+                   ? in_memory[i]
+                   : EvalText::parse(read_whole(store->path(i, name)), store->path(i, name)));
   }
-  Progress progress(static_cast<long>(s.samples.size()), "live evaluate");
-  for (std::size_t i = 0; i < s.samples.size(); ++i) {
-    const std::string& name = s.samples[i];
-    EvalText one;
-    if (store && store->done(i, name)) {
-      one = EvalText::parse(read_whole(store->path(i, name)), store->path(i, name));
-    } else {
-      one = evaluate_sample(s, name, policies, o);
-      if (store) write_whole(store->path(i, name), one.str());
-    }
-    all.append(one);
-    progress.advance();
-  }
-  progress.finish();
-  const std::string& steps = all.steps;
-  const std::string& summary = all.summary;
-  const std::string& table = all.table;
   if (!a.out.empty()) {
-    write_whole(a.out, steps);
+    write_whole(a.out, all.steps);
     write_policies_sidecar(a.out, policies);
   }
-  if (!a.summary.empty()) write_whole(a.summary, summary);
+  if (!a.summary.empty()) write_whole(a.summary, all.summary);
   if (store) store->clear();
   std::printf(
-      "%s on %s (%s backend), %d decode steps; mean_kl and top1 teacher-forced on the "
+      "%s on %s (%s backend%s), %d decode steps; mean_kl and top1 teacher-forced on the "
       "full-cache answer, diverge = first differing greedy token\n%s",
-      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), a.gen, table.c_str());
+      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen,
+      all.table.c_str());
   return 0;
 }
 
@@ -319,7 +385,9 @@ Runner add_live(CLI::App& app) {
   app.description(
       "The live path: run a Hugging Face decoder (LLaMA, Mistral, Qwen2) with eviction policies "
       "in the loop. capture writes kvtrace files for replay; evaluate measures end-to-end "
-      "accuracy against the full cache.");
+      "accuracy against the full cache. Both keep finished samples in OUTPUT.parts/ (a rerun "
+      "resumes) and, built with MPI, `mpirun -n N kvsim live ...` splits the samples over the "
+      "ranks (one GPU each) and writes the same files.");
   app.require_subcommand(1);
   auto model = std::make_shared<ModelArgs>();
   auto prompt = std::make_shared<PromptArgs>();
@@ -360,8 +428,9 @@ Runner add_live(CLI::App& app) {
   return [=, &app]() {
     if (mm->parsed()) return run_make_model(*model);
     if (mp->parsed()) return run_make_prompt(*prompt);
-    if (cap->parsed()) return run_capture(*run);
-    return run_evaluate(*run);
+    const World world;  // the ranks of `mpirun -n N kvsim live ...`, or this process alone
+    if (cap->parsed()) return run_capture(*run, world);
+    return run_evaluate(*run, world);
   };
 }
 

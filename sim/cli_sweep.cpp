@@ -7,12 +7,9 @@
 
 #include "sim/cli.hpp"
 #include "sim/config.hpp"
+#include "sim/mpi_world.hpp"
 #include "sim/progress.hpp"
 #include "sim/sweep.hpp"
-
-#ifdef KVSIM_WITH_MPI
-#include <mpi.h>
-#endif
 
 namespace kvsim::cli {
 
@@ -97,27 +94,15 @@ Runner add_sweep(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   return [a]() -> int {
-#ifdef KVSIM_WITH_MPI
-    // Started by mpirun (OpenMPI, or any PMI launcher): distribute. Otherwise skip MPI_Init, which
-    // alone costs ~0.4 s as a singleton.
-    const bool launched =
-        std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-    if (!launched) return run_sweep_command(*a, 0);
-    MPI_Init(nullptr, nullptr);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const World world;  // the ranks of `mpirun -n N kvsim sweep ...`, or this process alone
+    if (!world.distributed()) return run_sweep_command(*a, 0);
     try {
-      const int rc = run_sweep_command(*a, rank);
-      MPI_Finalize();
-      return rc;
+      return run_sweep_command(*a, world.rank());
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "kvsim: error (rank %d): %s\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-      return 1;
+      // The other ranks wait in point-to-point calls that no error reaches: end them all.
+      std::fprintf(stderr, "kvsim: error (rank %d): %s\n", world.rank(), e.what());
+      world.abort();
     }
-#else
-    return run_sweep_command(*a, 0);
-#endif
   };
 }
 

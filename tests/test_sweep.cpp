@@ -13,6 +13,7 @@
 
 #include "sim/config.hpp"
 #include "sim/sweep.hpp"
+#include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"
 
@@ -98,11 +99,15 @@ std::string sweep_trace(const std::string& name) {
   return path;
 }
 
-std::string sweep_args(const std::string& trace, const std::string& out, int threads) {
-  return std::string(KVSIM_BINARY) + " sweep --trace " + trace +
+std::string sweep_options(const std::string& trace, const std::string& out, int threads) {
+  return "sweep --trace " + trace +
          " --policy h2o --grid h2o.budget=8,16,24,32 --policy snapkv --set snapkv.window=4"
          " --grid snapkv.budget=10:40:10 --policy tova --budget 20% -j " +
          std::to_string(threads) + " --out " + out + " > /dev/null 2>&1";
+}
+
+std::string sweep_args(const std::string& trace, const std::string& out, int threads) {
+  return std::string(KVSIM_BINARY) + " " + sweep_options(trace, out, threads);
 }
 
 TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
@@ -202,14 +207,7 @@ TEST(Sweep, MpirunGivesTheSameResultsFile) {
   fs::remove_all(one);
   fs::remove_all(two);
   ASSERT_EQ(std::system(sweep_args(trace, one, 1).c_str()), 0);
-  // OpenMPI refuses root unless told; --oversubscribe lets 3 ranks share this machine's cores.
-  // In the sanitizer build, leak checking is off for the ranks: OpenMPI unloads its plugins before
-  // exit, so their allocations cannot be attributed or suppressed (kvsim's own sweep code is
-  // leak-checked by the single-process sweep tests).
-  const std::string mpi = std::string(
-                              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                              "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ") +
-                          KVSIM_TEST_MPIEXEC + " -n 3 --oversubscribe " + sweep_args(trace, two, 1);
+  const std::string mpi = mpirun_command(3, sweep_options(trace, two, 1));
   ASSERT_EQ(std::system(mpi.c_str()), 0) << mpi;
   EXPECT_EQ(read_all(fs::path(one) / "results.csv"), read_all(fs::path(two) / "results.csv"));
 #endif

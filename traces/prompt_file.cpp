@@ -132,6 +132,18 @@ PromptSample PromptReader::read(const std::string& name) const {
   return s;
 }
 
+int PromptReader::prompt_len(const std::string& name) const {
+  const std::string where = path_ + ": sample '" + name + "', dataset 'token_ids'";
+  if (!h5_path_exists(file_.get(), "samples/" + name + "/token_ids"))
+    throw TraceError(where + ": missing (or no such sample)");
+  H5Handle d(H5Dopen2(file_.get(), ("samples/" + name + "/token_ids").c_str(), H5P_DEFAULT));
+  if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(d.get());
+  if (shape.size() != 1 || shape[0] > (1u << 30))
+    throw TraceError(where + ": must be one-dimensional (and at most 2^30 long)");
+  return static_cast<int>(shape[0]);
+}
+
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
                        const std::string& model) {
   silence_hdf5_errors();

@@ -33,6 +33,8 @@ class PromptReader {
   const std::string& path() const { return path_; }
   const std::vector<std::string>& sample_names() const { return samples_; }
   PromptSample read(const std::string& name) const;
+  // The sample's prompt length, from its token_ids' shape alone (splitting work by cost).
+  int prompt_len(const std::string& name) const;
 
  private:
   std::string path_;

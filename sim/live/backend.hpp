@@ -71,10 +71,12 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// Throws std::runtime_error when kvsim was built without CUDA or no device is visible.
-std::unique_ptr<Backend> make_cuda_backend();
+// Throws std::runtime_error when kvsim was built without CUDA or no device is visible. The backend
+// runs on visible device `device % count` (one per MPI rank of a node: its local rank), and is
+// used from the thread that made it.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 bool cuda_available();  // built with CUDA and at least one device present
-// "cpu" or "cuda".
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// "cpu" or "cuda"; `device` as for make_cuda_backend (the CPU backend ignores it).
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = 0);
 
 }  // namespace kvsim::live

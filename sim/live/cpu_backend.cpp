@@ -218,9 +218,9 @@ std::unique_ptr<Backend> make_cpu_backend() {
   return std::make_unique<CpuBackend>();
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
   if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda") return make_cuda_backend();
+  if (name == "cuda") return make_cuda_backend(device);
   throw std::invalid_argument("backend '" + name + "' is unknown (cpu, cuda)");
 }
 

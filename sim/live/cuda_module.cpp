@@ -45,12 +45,12 @@ void* module() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() {
-  using Make = Backend* (*)(char*, int);
-  auto make = reinterpret_cast<Make>(dlsym(module(), "kvsim_cuda_make_backend"));
-  if (!make) throw std::runtime_error("libkvsim_cuda.so lacks kvsim_cuda_make_backend");
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  using Make = Backend* (*)(int, char*, int);
+  auto make = reinterpret_cast<Make>(dlsym(module(), "kvsim_cuda_make_backend_on"));
+  if (!make) throw std::runtime_error("libkvsim_cuda.so lacks kvsim_cuda_make_backend_on");
   char error[512] = "";
-  Backend* b = make(error, sizeof error);
+  Backend* b = make(device, error, sizeof error);
   if (!b) throw std::runtime_error(std::string("CUDA backend: ") + error);
   return std::unique_ptr<Backend>(b);
 }

@@ -108,26 +108,49 @@ void assemble_trace(const PieceStore& store, const std::vector<std::string>& sam
   publish(out_path);
 }
 
+WriteOptions capture_write_options(const CaptureOptions& o) {
+  WriteOptions wo;
+  wo.dtype = o.dtype;
+  return wo;
+}
+
+PieceStore capture_store(const std::string& out_path, const TraceInfo& info,
+                         const CaptureOptions& o) {
+  return PieceStore(
+      out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model, std::to_string(o.gen_len),
+                                std::to_string(o.force_reference), dtype_name(o.dtype),
+                                std::to_string(o.logits)}));
+}
+
 }  // namespace
+
+void capture_samples(LiveEngine& engine, const PromptReader& prompts,
+                     const std::vector<std::string>& samples, const std::vector<bool>& here,
+                     const std::string& out_path, const CaptureOptions& o) {
+  const TraceInfo info = capture_trace_info(engine, o);
+  const PieceStore store = capture_store(out_path, info, o);
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (!here.empty() && !here[i]) continue;
+    if (!store.done(i, samples[i]))
+      capture_sample(engine, prompts.read(samples[i]), prompts.path(), info,
+                     capture_write_options(o), o, store.path(i, samples[i]));
+    if (o.on_sample) o.on_sample();
+  }
+}
+
+void assemble_capture(LiveEngine& engine, const std::vector<std::string>& samples,
+                      const std::string& out_path, const CaptureOptions& o) {
+  const TraceInfo info = capture_trace_info(engine, o);
+  const PieceStore store = capture_store(out_path, info, o);
+  assemble_trace(store, samples, info, capture_write_options(o), out_path);
+  store.clear();
+}
 
 void capture(LiveEngine& engine, const PromptReader& prompts,
              const std::vector<std::string>& samples, const std::string& out_path,
              const CaptureOptions& o) {
-  const TraceInfo info = capture_trace_info(engine, o);
-  WriteOptions wo;
-  wo.dtype = o.dtype;
-  const PieceStore store(
-      out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model, std::to_string(o.gen_len),
-                                std::to_string(o.force_reference), dtype_name(o.dtype),
-                                std::to_string(o.logits)}));
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    if (!store.done(i, samples[i]))
-      capture_sample(engine, prompts.read(samples[i]), prompts.path(), info, wo, o,
-                     store.path(i, samples[i]));
-    if (o.on_sample) o.on_sample();
-  }
-  assemble_trace(store, samples, info, wo, out_path);
-  store.clear();
+  capture_samples(engine, prompts, samples, {}, out_path, o);
+  assemble_capture(engine, samples, out_path, o);
 }
 
 namespace {

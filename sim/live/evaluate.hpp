@@ -29,6 +29,14 @@ struct CaptureOptions {
 void capture(LiveEngine& engine, const PromptReader& prompts,
              const std::vector<std::string>& samples, const std::string& out_path,
              const CaptureOptions& options);
+// The two halves of `capture`, for runs split over processes (`mpirun`): each process captures
+// the samples[i] with here[i] into `<out>.parts/` (skipping finished ones), then one assembles
+// the file from every sample's piece and removes the directory.
+void capture_samples(LiveEngine& engine, const PromptReader& prompts,
+                     const std::vector<std::string>& samples, const std::vector<bool>& here,
+                     const std::string& out_path, const CaptureOptions& options);
+void assemble_capture(LiveEngine& engine, const std::vector<std::string>& samples,
+                      const std::string& out_path, const CaptureOptions& options);
 
 // End-to-end accuracy of every policy against the full-cache run of the same model.
 struct EvalOptions {
