@@ -46,8 +46,11 @@ std::vector<std::uint8_t> keep_top_scores(std::span<const double> scores, int ke
 int lowest_score_entry(const std::vector<std::int32_t>& positions, const double* score,
                        int entries) {
   int worst = 0;
-  for (int e = 1; e < entries; ++e)
-    if (score[positions[e]] < score[positions[worst]]) worst = e;
+  double worst_score = score[positions[0]];
+  for (int e = 1; e < entries; ++e) {
+    const double s = score[positions[e]];
+    if (s < worst_score) worst = e, worst_score = s;
+  }
   return worst;
 }
 

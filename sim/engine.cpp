@@ -35,7 +35,6 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
 void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
                     const std::string& label) {
   for (int g = 0; g < cache.kv_heads(); ++g) {
-    cache.check_invariants(g);
     const int cap = policy.capacity(layer, g);
     if (cap >= 0 && cache.size(g) > cap)
       throw std::logic_error(label + ": holds " + std::to_string(cache.size(g)) +
@@ -82,7 +81,10 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   cache.fill_prompt(P);
   cache.set_step(-1);
   policy.on_prefill(view, cache);
-  if (check_invariants) check_capacity(policy, cache, att.layer(), "the prefill", "policy");
+  if (check_invariants) {
+    for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
+    check_capacity(policy, cache, att.layer(), "the prefill", "policy");
+  }
 
   LayerResult r;
   r.layer = att.layer();
@@ -112,6 +114,8 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
     if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
   }
+  if (check_invariants)
+    for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
   if (step_attention.finish) step_attention.finish(r.steps);
   r.evicted.resize(Hkv);
   r.merged.resize(Hkv);
@@ -236,6 +240,7 @@ void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& ou
 
 void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
   const int n = cache_->size(g), group = att_.group_size();
+  const bool all_attended = cache_->attended_size(g) == n;
   const std::int32_t* positions = cache_->positions(g).data();
   for (int r = 0; r < group; ++r) {
     const int h = g * group + r;
@@ -248,7 +253,10 @@ void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
       const float* pf = att_.decode_probs(step_, h);
       const float* pf_ref = ref_.decode_probs(step_, h);
       double recall = 0;
-      if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
+      if (pf == pf_ref && all_attended) {  // the usual case: one sum, no mask to read
+        for (int e = 0; e < n; ++e) recall += pf[positions[e]];
+        weight = recall;
+      } else if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
         for (int e = 0; e < n; ++e)
           if (cache_->attended(g, e)) recall += pf[positions[e]];
         weight = recall;
@@ -268,6 +276,7 @@ void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
 
 void SharedStepAttention::fill(int g, std::vector<float>& probs) const {
   const int n = cache_->size(g), group = att_.group_size();
+  const bool all_attended = cache_->attended_size(g) == n;
   const std::int32_t* positions = cache_->positions(g).data();
   probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
   for (int r = 0; r < group; ++r) {
@@ -275,8 +284,11 @@ void SharedStepAttention::fill(int g, std::vector<float>& probs) const {
     const float* pf = att_.decode_probs(step_, h);
     const double inv = inverse_weight_[static_cast<std::size_t>(h)];
     float* p = &probs[static_cast<std::size_t>(r) * n];
-    for (int e = 0; e < n; ++e)
-      if (cache_->attended(g, e)) p[e] = static_cast<float>(pf[positions[e]] * inv);
+    if (all_attended)
+      for (int e = 0; e < n; ++e) p[e] = static_cast<float>(pf[positions[e]] * inv);
+    else
+      for (int e = 0; e < n; ++e)
+        if (cache_->attended(g, e)) p[e] = static_cast<float>(pf[positions[e]] * inv);
   }
 }
 
@@ -355,9 +367,12 @@ void SharedStepAttention::defer_output_error(int g, bool complement, double ref2
   const int group = att_.group_size(), s = att_.prompt_len() + step_;
   listed_.clear();
   if (!complement) {
-    for (int e = 0; e < cache.size(g); ++e)
-      if (cache.attended(g, e)) listed_.push_back(cache.position(g, e));
-    deferred_.add(step_, g, false, listed_.data(), static_cast<int>(listed_.size()),
+    const bool all_attended = cache.attended_size(g) == cache.size(g);
+    if (!all_attended)
+      for (int e = 0; e < cache.size(g); ++e)
+        if (cache.attended(g, e)) listed_.push_back(cache.position(g, e));
+    const std::int32_t* attended = all_attended ? cache.positions(g).data() : listed_.data();
+    deferred_.add(step_, g, false, attended, cache.attended_size(g),
                   &inverse_weight_[static_cast<std::size_t>(g) * group], ref2, vnorm2);
     return;
   }

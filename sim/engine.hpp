@@ -140,8 +140,9 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
                          const LayerReplayOptions& options,
                          const StepAttentionModel& step_attention);
 
-// Checks a cache after a policy's hook: ordering and uniqueness of every KV head, and the
-// policy's declared capacity. Throws std::logic_error naming the label, layer, head and hook.
+// Checks a cache after a policy's hook against the policy's declared capacity. Throws
+// std::logic_error naming the label, layer, head and hook. (Ordering and uniqueness are kept by
+// KvCache's edits themselves; replay_layer checks them after the prefill and the last step.)
 void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
                     const std::string& label);
 

@@ -8,11 +8,6 @@ namespace kvsim {
 
 KvCache::KvCache(int kv_heads, int head_dim) : heads_(kv_heads), d_(head_dim) {}
 
-int KvCache::attended_size(int g) const {
-  const auto& a = heads_[g].attended;
-  return static_cast<int>(std::count(a.begin(), a.end(), 1));
-}
-
 const float* KvCache::merged_key(int g, int e) const {
   const int s = heads_[g].slot[e];
   return s < 0 ? nullptr : &heads_[g].kv[static_cast<std::size_t>(s) * 2 * d_];
@@ -29,6 +24,7 @@ void KvCache::fill_prompt(int prompt_len) {
     h.positions.resize(prompt_len);
     for (int i = 0; i < prompt_len; ++i) h.positions[i] = i;
     h.attended.assign(prompt_len, 1);
+    h.attended_count = prompt_len;
     h.slot.assign(prompt_len, -1);
   }
 }
@@ -40,6 +36,7 @@ void KvCache::append(int g, std::int32_t position) {
                            " is not newer than every cached entry");
   h.positions.push_back(position);
   h.attended.push_back(1);
+  ++h.attended_count;
   h.slot.push_back(-1);
 }
 
@@ -52,6 +49,7 @@ void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
     if (!keep[e]) {
       if (log) h.evicted.push_back({step_, h.positions[e]});
       if (h.slot[e] >= 0) --h.merged_count;  // its slot's storage is simply abandoned
+      h.attended_count -= h.attended[e];
       continue;
     }
     h.positions[out] = h.positions[e];
@@ -65,7 +63,19 @@ void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
 }
 
 void KvCache::evict(int g, std::span<const int> entries) {
-  std::vector<std::uint8_t> keep(heads_[g].positions.size(), 1);
+  auto& h = heads_[g];
+  if (entries.size() == 1 && entries[0] >= 0 && entries[0] < size(g)) {
+    // A decode step's single eviction: shift the tail (memmove) rather than filter every entry.
+    const int e = entries[0];
+    h.evicted.push_back({step_, h.positions[e]});
+    if (h.slot[e] >= 0) --h.merged_count;
+    h.attended_count -= h.attended[e];
+    h.positions.erase(h.positions.begin() + e);
+    h.attended.erase(h.attended.begin() + e);
+    h.slot.erase(h.slot.begin() + e);
+    return;
+  }
+  std::vector<std::uint8_t> keep(h.positions.size(), 1);
   for (int e : entries) {
     if (e < 0 || e >= static_cast<int>(keep.size()) || !keep[e])
       throw std::logic_error("KvCache::evict: entry " + std::to_string(e) +
@@ -92,7 +102,9 @@ void KvCache::evict_positions_if(const std::function<bool(std::int32_t)>& drop) 
 }
 
 void KvCache::set_attended(int g, int e, bool attended) {
-  heads_[g].attended.at(e) = attended;
+  auto& h = heads_[g];
+  h.attended_count += static_cast<int>(attended) - h.attended.at(e);
+  h.attended[e] = attended;
 }
 
 void KvCache::merge(int g, int from, int into, const float* key, const float* value) {

@@ -30,7 +30,7 @@ class KvCache {
   int head_dim() const { return d_; }
   int size(int g) const { return static_cast<int>(heads_[g].positions.size()); }
   // Entries that take part in attention (stored entries may be kept but not used).
-  int attended_size(int g) const;
+  int attended_size(int g) const { return heads_[g].attended_count; }
   const std::vector<std::int32_t>& positions(int g) const { return heads_[g].positions; }
   std::int32_t position(int g, int e) const { return heads_[g].positions[e]; }
   bool attended(int g, int e) const { return heads_[g].attended[e] != 0; }
@@ -57,13 +57,16 @@ class KvCache {
   void fill_prompt(int prompt_len);  // every head holds positions 0..P-1
   const std::vector<EvictionRecord>& evictions(int g) const { return heads_[g].evicted; }
   const std::vector<MergeRecord>& merges(int g) const { return heads_[g].merged; }
-  // Checks ordering and uniqueness; throws std::logic_error naming the violation.
+  // Checks ordering and uniqueness; throws std::logic_error naming the violation. The edits above
+  // cannot break them (append refuses a position not newer than the last, compaction keeps the
+  // order), so the engine checks once per layer, not per step.
   void check_invariants(int g) const;
 
  private:
   struct Head {
     std::vector<std::int32_t> positions;
     std::vector<std::uint8_t> attended;
+    int attended_count = 0;          // entries of `attended` that are 1
     std::vector<std::int32_t> slot;  // index into kv of a merged entry, -1 if recorded
     std::vector<float> kv;           // [slots, 2, d]
     int merged_count = 0;

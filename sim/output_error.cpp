@@ -27,37 +27,42 @@ void DeferredOutputError::add(int step, int g, bool complement, const std::int32
 }
 
 void DeferredOutputError::finish(std::vector<std::vector<StepMetrics>>& steps) const {
+  Scratch scratch;  // reused by every block: only the weights need zeroing
   for (int g = 0; g < static_cast<int>(heads_.size()); ++g) {
     const auto& rows = heads_[g].rows;
     for (std::size_t b = 0; b < rows.size(); b += kBlockSteps) {
       const auto count = std::min<std::size_t>(kBlockSteps, rows.size() - b);
-      finish_block(g, &rows[b], static_cast<int>(count), steps);
+      finish_block(g, &rows[b], static_cast<int>(count), scratch, steps);
     }
   }
 }
 
-void DeferredOutputError::finish_block(int g, const Row* rows, int count,
+void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratch& scratch,
                                        std::vector<std::vector<StepMetrics>>& steps) const {
   const Head& head = heads_[g];
   const int group = ref_.group_size(), d = ref_.head_dim(), T = ref_.total_len();
   // Columns: the positions any row of the block lists, ascending; column_of maps them back.
   constexpr std::int32_t kListed = -2;
-  std::vector<std::int32_t> column_of(T, -1);
+  std::vector<std::int32_t>& column_of = scratch.column_of;
+  column_of.assign(T, -1);
   for (int b = 0; b < count; ++b)
     for (int e = 0; e < rows[b].n; ++e) column_of[head.positions[rows[b].positions + e]] = kListed;
-  std::vector<std::int32_t> columns;
+  std::vector<std::int32_t>& columns = scratch.columns;
+  columns.clear();
   for (int j = 0; j < T; ++j)
     if (column_of[j] == kListed) {
       column_of[j] = static_cast<std::int32_t>(columns.size());
       columns.push_back(j);
     }
   const int u = static_cast<int>(columns.size()), m = count * group;
-  std::vector<float> values(static_cast<std::size_t>(u) * d);
+  std::vector<float>& values = scratch.values;
+  values.resize(static_cast<std::size_t>(u) * d);
   const auto& v = ref_.tensors().v;
   for (int c = 0; c < u; ++c) std::copy_n(&v(columns[c], g, 0), d, &values[std::size_t(c) * d]);
   // Attended rows: the renormalised weights, as shared_step_attention hands them to policies.
   // Complement rows: the full-cache probabilities of the missing positions.
-  std::vector<float> weights(static_cast<std::size_t>(m) * u, 0.0f);
+  std::vector<float>& weights = scratch.weights;
+  weights.assign(static_cast<std::size_t>(m) * u, 0.0f);
   for (int b = 0; b < count; ++b) {
     const Row& row = rows[b];
     const std::int32_t* positions = &head.positions[row.positions];
@@ -69,7 +74,8 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count,
         out[column_of[positions[e]]] = static_cast<float>(pf[positions[e]] * scale);
     }
   }
-  std::vector<float> o_hat(static_cast<std::size_t>(m) * d, 0.0f);
+  std::vector<float>& o_hat = scratch.o_hat;
+  o_hat.assign(static_cast<std::size_t>(m) * d, 0.0f);  // the result when nothing is listed
   if (u > 0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, u, 1.0f, weights.data(), u,
                 values.data(), d, 0.0f, o_hat.data(), d);

@@ -45,7 +45,11 @@ class DeferredOutputError {
     std::vector<std::int32_t> positions;
     std::vector<double> scales;
   };
-  void finish_block(int g, const Row* rows, int count,
+  struct Scratch {
+    std::vector<std::int32_t> column_of, columns;
+    std::vector<float> values, weights, o_hat;
+  };
+  void finish_block(int g, const Row* rows, int count, Scratch& scratch,
                     std::vector<std::vector<StepMetrics>>& steps) const;
 
   const LayerAttention& att_;

@@ -1,5 +1,6 @@
 #include "sim/results.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -44,9 +45,11 @@ std::string read_whole(const std::string& path) {
 
 void append_float(std::string& out, double x) {
   if (std::isnan(x)) return;  // empty field
+  // The characters of printf's "%.9g" (the standard defines to_chars with a precision so), at a
+  // fraction of its cost: the per-step CSV holds millions of numbers.
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  out += buf;
+  const auto end = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 9).ptr;
+  out.append(buf, end);
 }
 
 std::string csv_quote(const std::string& s) {

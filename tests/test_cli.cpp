@@ -3,16 +3,60 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <sstream>
 
+#include "sim/results.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {
 namespace {
+
+// Result files print numbers with to_chars; they must keep the bytes of printf's "%.9g".
+TEST(Cli, NumbersInResultFilesAreThoseOfPrintf) {
+  std::vector<double> values = {0.0,
+                                -0.0,
+                                1.0,
+                                0.1,
+                                1e-300,
+                                5e-324,
+                                1e300,
+                                123456789,
+                                1234567891,
+                                9.9999999995e-5,
+                                0.5,
+                                2.5e-10,
+                                -3.75,
+                                1.0 / 3.0,
+                                99999999.95,
+                                std::numeric_limits<double>::infinity(),
+                                -std::numeric_limits<double>::infinity()};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint64_t bits = rng();
+    double x;
+    std::memcpy(&x, &bits, sizeof x);
+    if (!std::isnan(x)) values.push_back(x);
+    values.push_back(static_cast<float>(std::ldexp(static_cast<double>(rng() % 1000000), -20)));
+  }
+  for (double x : values) {
+    char want[64];
+    std::snprintf(want, sizeof want, "%.9g", x);
+    std::string got;
+    append_float(got, x);
+    ASSERT_EQ(got, want) << "bits of " << x;
+  }
+  std::string nan_field;
+  append_float(nan_field, NAN);
+  EXPECT_EQ(nan_field, "");
+}
 
 TEST(Cli, HelpEverywhere) {
   const CliRun top = kvsim("--help");

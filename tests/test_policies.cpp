@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "policies/selection.hpp"
+#include "sim/kv_cache.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -10,6 +11,46 @@ namespace kvsim::test {
 namespace {
 
 using V = std::vector<int>;
+
+// The cache's own bookkeeping, by hand: positions stay ascending through every edit, the count
+// of attended entries follows set_attended, evictions and merges, and every eviction is logged.
+TEST(KvCacheEdits, OrderAttendedCountAndLogs) {
+  KvCache c(1, 2);
+  c.fill_prompt(6);  // positions 0 1 2 3 4 5, all attended
+  c.set_step(-1);
+  c.set_attended(0, 1, false);
+  c.set_attended(0, 1, false);  // twice: still one parked entry
+  c.set_attended(0, 4, false);
+  EXPECT_EQ(c.attended_size(0), 4);
+  const int one[1] = {1};  // a single eviction (the tail shifts): the parked position 1
+  c.evict(0, one);
+  EXPECT_EQ(c.positions(0), (std::vector<std::int32_t>{0, 2, 3, 4, 5}));
+  EXPECT_EQ(c.attended_size(0), 4);
+  c.set_step(0);
+  c.append(0, 6);
+  EXPECT_EQ(c.attended_size(0), 5);
+  const int two[2] = {4, 0};  // positions 5 and 0, in any order
+  c.evict(0, two);
+  EXPECT_EQ(c.positions(0), (std::vector<std::int32_t>{2, 3, 4, 6}));
+  EXPECT_FALSE(c.attended(0, 2));  // position 4 is still parked
+  EXPECT_EQ(c.attended_size(0), 3);
+  c.keep_only(0, {1, 1, 0, 1});  // drops the parked position 4
+  EXPECT_EQ(c.attended_size(0), 3);
+  const float kv[2] = {0.5f, 0.25f};
+  c.merge(0, 0, 1, kv, kv);  // position 2 into position 3: not an eviction
+  EXPECT_EQ(c.positions(0), (std::vector<std::int32_t>{3, 6}));
+  EXPECT_EQ(c.attended_size(0), 2);
+  c.check_invariants(0);
+  ASSERT_EQ(c.evictions(0).size(), 4u);
+  const std::int32_t logged[4][2] = {{-1, 1}, {0, 0}, {0, 5}, {0, 4}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(c.evictions(0)[i].step, logged[i][0]) << i;
+    EXPECT_EQ(c.evictions(0)[i].position, logged[i][1]) << i;
+  }
+  EXPECT_THROW(c.append(0, 5), std::logic_error);  // older than the newest entry
+  const int bad[1] = {2};
+  EXPECT_THROW(c.evict(0, bad), std::logic_error);
+}
 
 TEST(Selection, TiesKeepTheNewerPosition) {
   const std::vector<double> s = {1, 2, 2, 0, 2};
