@@ -1,6 +1,7 @@
 // Achieved HBM bandwidth of kvsim's decode attention kernel (gpu/kernels.cu) at batch 1, one
 // query token over a KV cache of 1k, 4k and 16k tokens per head. Bandwidth = bytes of K and V
-// read / kernel time (the convention of FlashInfer's batch-decode figures). Needs a GPU:
+// read / kernel time (the convention of FlashInfer's batch-decode figures), against the nominal
+// peak and the read bandwidth measured on the device in the same run. Needs a GPU:
 //   kvsim_gpu_bench [--peak-gbs 3350] [--heads 32] [--kv-heads 8] [--head-dim 128]
 #include <cuda_runtime.h>
 
@@ -31,6 +32,45 @@ float* device_random(std::size_t n, std::mt19937& rng) {
   return p;
 }
 
+// Streams a buffer once (float4 loads, grid-stride): the device's achievable read bandwidth, the
+// reference the attention kernel's figures are compared with. The sum is stored only if it takes
+// an impossible value, which keeps the loads without a reduction.
+__global__ void read_everything(const float4* __restrict__ x, std::size_t n, float* sink) {
+  float acc = 0.0f;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float4 v = x[i];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 1234.5f) sink[0] = acc;
+}
+
+double measured_read_gbs() {
+  const std::size_t bytes = std::size_t{1} << 30, n = bytes / sizeof(float4);
+  float4* x = nullptr;
+  float* sink = nullptr;
+  check(cudaMalloc(&x, bytes), "cudaMalloc (read bandwidth)");
+  check(cudaMemset(x, 0, bytes), "cudaMemset");
+  check(cudaMalloc(&sink, sizeof(float)), "cudaMalloc");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  for (int w = 0; w < 3; ++w) read_everything<<<sms * 8, 256>>>(x, n, sink);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  const int iters = 20;
+  cudaEventRecord(start);
+  for (int it = 0; it < iters; ++it) read_everything<<<sms * 8, 256>>>(x, n, sink);
+  cudaEventRecord(stop);
+  check(cudaEventSynchronize(stop), "read bandwidth");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaFree(x);
+  cudaFree(sink);
+  return static_cast<double>(bytes) * iters / (ms / 1000.0) / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,9 +94,12 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, 0), "properties");
-  std::printf("device,%s\nheads,%d,kv_heads,%d,head_dim,%d,kv_dtype,float32,peak_gbs,%.0f\n",
-              prop.name, H, Hkv, d, peak_gbs);
-  std::printf("tokens,probs,us_per_call,kv_bytes,gbs,percent_of_peak\n");
+  const double read_gbs = measured_read_gbs();
+  std::printf(
+      "device,%s\nheads,%d,kv_heads,%d,head_dim,%d,kv_dtype,float32,peak_gbs,%.0f,"
+      "measured_read_gbs,%.0f\n",
+      prop.name, H, Hkv, d, peak_gbs, read_gbs);
+  std::printf("tokens,probs,us_per_call,kv_bytes,gbs,percent_of_peak,percent_of_measured_read\n");
   std::mt19937 rng(1);
   for (int n : {1024, 4096, 16384}) {
     const std::size_t rows = static_cast<std::size_t>(Hkv) * n * d;
@@ -91,8 +134,9 @@ int main(int argc, char** argv) {
       cudaEventElapsedTime(&ms, start, stop);
       const double seconds = ms / 1000.0 / iters;
       const double bytes = 2.0 * rows * sizeof(float);
-      std::printf("%d,%d,%.2f,%.0f,%.1f,%.1f\n", n, with_probs ? 1 : 0, seconds * 1e6, bytes,
-                  bytes / seconds / 1e9, 100.0 * bytes / seconds / 1e9 / peak_gbs);
+      const double gbs = bytes / seconds / 1e9;
+      std::printf("%d,%d,%.2f,%.0f,%.1f,%.1f,%.1f\n", n, with_probs ? 1 : 0, seconds * 1e6, bytes,
+                  gbs, 100.0 * gbs / peak_gbs, 100.0 * gbs / read_gbs);
     }
     for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q),
                     static_cast<void*>(out), static_cast<void*>(probs),

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The README's GPU tables from the files run_on_device.sh writes (any subset of them).
+
+    summarize.py RESULTS_DIR        # writes RESULTS_DIR/tables.md and prints it
+
+Decode attention: kvsim's kernel and PyTorch SDPA side by side, per shape and dtype, in GB/s and
+as a share of the device's read bandwidth measured by kvsim_gpu_bench in the same run. Whole
+step: ms/token of kvsim and transformers, and each policy's cost against the full cache. Logits:
+the relative errors compare_transformers.py found. Missing files leave their table out.
+"""
+import csv
+import json
+import sys
+from pathlib import Path
+
+
+def read_csv_table(path: Path, header_starts: str):
+    """Key-value preamble lines, then the rows after the line starting with header_starts."""
+    lines = path.read_text().splitlines()
+    meta, rows = {}, []
+    for i, line in enumerate(lines):
+        if line.startswith(header_starts):
+            rows = list(csv.DictReader(lines[i:]))
+            break
+        cells = line.split(",")
+        for k in range(0, len(cells) - 1, 2):
+            meta[cells[k]] = cells[k + 1]
+    return meta, rows
+
+
+def attention_table(out: Path) -> list:
+    lines = []
+    for shape, kv in (("gqa", "32/8"), ("mha", "32/32")):
+        kvsim_file, sdpa_file = out / f"decode_attention_{shape}.csv", out / f"sdpa_{shape}.csv"
+        if not kvsim_file.exists():
+            continue
+        meta, ours = read_csv_table(kvsim_file, "tokens,")
+        if not ours:
+            continue  # the benchmark failed: its log says why
+        read = float(meta.get("measured_read_gbs", "nan"))
+        theirs = {}
+        if sdpa_file.exists():
+            _, rows = read_csv_table(sdpa_file, "dtype,")
+            for r in rows:
+                if r["gqa"] == "native":
+                    theirs[(r["dtype"], int(r["tokens"]))] = float(r["gbs"])
+        if not lines:
+            lines += [f"Decode attention at batch 1, d = 128, {meta.get('device', '?')}; read "
+                      f"bandwidth measured in the same run: {read:.0f} GB/s.", "",
+                      "| heads (Q/KV) | KV dtype | tokens | kvsim GB/s | % of read | with probs "
+                      "GB/s | SDPA GB/s (same dtype, native GQA) |",
+                      "|---|---|---|---|---|---|---|"]
+        by_tokens = {}
+        for r in ours:
+            by_tokens.setdefault(int(r["tokens"]), {})[r["probs"]] = float(r["gbs"])
+        dtype = meta.get("kv_dtype", "float32")
+        for n, g in sorted(by_tokens.items()):
+            plain, probs = g.get("0", float("nan")), g.get("1", float("nan"))
+            sdpa = theirs.get((dtype, n))
+            lines.append(f"| {kv} | {dtype} | {n} | {plain:.0f} | {100 * plain / read:.0f}% | "
+                         f"{probs:.0f} | {'' if sdpa is None else f'{sdpa:.0f}'} |")
+        # Dtypes only SDPA was measured in (kvsim's KV cache is float32 so far): "—" for kvsim.
+        for (dt, n), gbs in sorted(theirs.items()):
+            if dt != dtype:
+                lines.append(f"| {kv} | {dt} | {n} | — | — | — | {gbs:.0f} |")
+    return lines
+
+
+def step_table(out: Path) -> list:
+    path = out / "step.json"
+    if not path.exists():
+        return []
+    report = json.loads(path.read_text())
+    s = report["shape"]
+    lines = ["", f"Whole decode step, random {s['layers']}-layer model (hidden {s['hidden']}, "
+             f"{s['heads']}/{s['kv_heads']} heads, bf16 checkpoint by {report['checkpoint']}), "
+             f"{s['prompt_len']}-token prompt, {s['gen']} greedy steps; policies at "
+             f"{s['budget']}:", "",
+             "| implementation | attention | policy | ms/token | × full cache |", "|---|---|---|---|---|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['implementation']} ({r['backend']}) | {r['attention']} | "
+                     f"{r['policy']} | {r['ms_per_token']:.2f} | "
+                     f"{r['relative_to_full_cache']:.2f} |")
+    return lines
+
+
+def compare_table(out: Path) -> list:
+    path = out / "compare_transformers.json"
+    if not path.exists():
+        return []
+    lines = ["", "Logits against transformers (max |Δ| / max |logit|, prefill and greedy steps):",
+             "", "| model | backend | vs transformers float32 | vs transformers bfloat16 |",
+             "|---|---|---|---|"]
+    for r in json.loads(path.read_text()):
+        lines.append(f"| {r['model']} | {r['backend']} | {r.get('rel_error_vs_float32', '')} | "
+                     f"{r.get('rel_error_vs_bfloat16', '')} |")
+    return lines
+
+
+def tests_line(out: Path) -> list:
+    path = out / "gpu_tests.json"
+    if not path.exists():
+        return []
+    report = json.loads(path.read_text())
+    cases = [c for suite in report.get("testsuites", []) for c in suite.get("testsuite", [])]
+    skipped = sum(c.get("result") == "SKIPPED" for c in cases)
+    failed = sum(bool(c.get("failures")) for c in cases)
+    return ["", f"GPU tests: {len(cases) - skipped - failed} of {len(cases)} passed, "
+            f"{failed} failed, {skipped} skipped."]
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = Path(sys.argv[1])
+    date = (out / "date.txt").read_text().strip() if (out / "date.txt").exists() else "?"
+    lines = [f"Measured {date}."]
+    lines += attention_table(out) + step_table(out) + compare_table(out) + tests_line(out)
+    text = "\n".join(lines) + "\n"
+    (out / "tables.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
