@@ -440,15 +440,20 @@ namespace {
 // must serialise its calls itself (Debian's library does), and two layers' tensors must fit the
 // memory the options allow.
 bool may_pipeline(const TraceInfo& info, const SampleInfo& sample, const ReplayOptions& options) {
-  if (options.threads < 2 || info.num_layers < 2) return false;
-  hbool_t threadsafe = 0;
-  if (H5is_library_threadsafe(&threadsafe) < 0 || !threadsafe) return false;
-  const double layer_bytes =
-      4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
-  return layer_bytes <= options.prefetch_limit_bytes;
+  if (options.threads < 2 || info.num_layers < 2 || !hdf5_serialises_calls()) return false;
+  return layer_tensor_bytes(info, sample) <= options.prefetch_limit_bytes;
 }
 
 }  // namespace
+
+double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample) {
+  return 4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
+}
+
+bool hdf5_serialises_calls() {
+  hbool_t threadsafe = 0;
+  return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
+}
 
 void Replayer::replay_sample(const std::string& sample_name,
                              const std::function<void(const LayerResult&)>& on_result,

@@ -89,6 +89,11 @@ void set_regret(std::vector<LayerResult>& layer_results, const std::vector<Polic
                 int prompt_len);
 
 // Replays samples of one trace through a list of policies, sharing the attention work.
+// Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
+double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);
+// Whether the HDF5 library serialises its own calls, so that several threads may read traces.
+bool hdf5_serialises_calls();
+
 class Replayer {
  public:
   Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies, ReplayOptions options);

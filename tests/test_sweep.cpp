@@ -110,6 +110,32 @@ std::string sweep_args(const std::string& trace, const std::string& out, int thr
   return std::string(KVSIM_BINARY) + " " + sweep_options(trace, out, threads);
 }
 
+// The content hash keys resumed work: equal bytes give equal hashes, and any single flipped bit
+// (in a word's low or high half, in the 1 MiB buffer's second fill, in the tail) or an appended
+// zero byte changes it.
+TEST(Sweep, ContentHashSeesEveryByte) {
+  std::string bytes(3 * (1 << 20) / 2 + 13, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131) >> 3);
+  auto hash_of = [](const std::string& content) {
+    const std::string path = temp_path("hash_me.bin");
+    std::ofstream(path, std::ios::binary) << content;
+    return file_content_hash(path);
+  };
+  const std::string reference = hash_of(bytes);
+  EXPECT_EQ(reference.size(), 16u);
+  EXPECT_EQ(hash_of(bytes), reference);
+  for (std::size_t at : {std::size_t{0}, std::size_t{7}, std::size_t{40}, std::size_t{1 << 20},
+                         bytes.size() - 20, bytes.size() - 1})
+    for (int bit : {0, 7}) {
+      std::string flipped = bytes;
+      flipped[at] = static_cast<char>(flipped[at] ^ (1 << bit));
+      EXPECT_NE(hash_of(flipped), reference) << "byte " << at << " bit " << bit;
+    }
+  EXPECT_NE(hash_of(bytes + '\0'), reference);
+  EXPECT_NE(hash_of(""), hash_of(std::string(1, '\0')));
+  EXPECT_THROW(file_content_hash(temp_path("no_such_file")), std::runtime_error);
+}
+
 TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
   const std::string trace = sweep_trace("sweep.h5");
   const std::string a = temp_path("sweep_a"), b = temp_path("sweep_b"),
@@ -119,6 +145,11 @@ TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
   ASSERT_EQ(std::system(sweep_args(trace, b, 2).c_str()), 0);
   const std::string reference = read_all(fs::path(a) / "results.csv");
   EXPECT_EQ(reference, read_all(fs::path(b) / "results.csv"));
+  // Four items side by side, one thread each, finishing in any order.
+  const std::string c = temp_path("sweep_c");
+  fs::remove_all(c);
+  ASSERT_EQ(std::system(sweep_args(trace, c, 4).c_str()), 0);
+  EXPECT_EQ(reference, read_all(fs::path(c) / "results.csv"));
   // 9 configurations x 6 samples x 6 layers x 2 KV heads rows + header.
   EXPECT_EQ(std::count(reference.begin(), reference.end(), '\n'), 9 * 6 * 6 * 2 + 1);
 
