@@ -161,8 +161,8 @@ void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step,
 // reach the policy lazily, through StepAttention::head.
 class SharedStepAttention {
  public:
-  SharedStepAttention(const LayerAttention& att, const LayerAttention& ref)
-      : att_(att), ref_(ref), deferred_(att, ref) {}
+  SharedStepAttention(const LayerAttention& att, const LayerAttention& ref, int threads)
+      : att_(att), ref_(ref), deferred_(att, ref, threads) {}
   void step(const KvCache& cache, int step, StepAttention& out, std::vector<StepMetrics>& metrics);
   void finish(std::vector<std::vector<StepMetrics>>& steps) const { deferred_.finish(steps); }
 
@@ -401,8 +401,9 @@ void SharedStepAttention::defer_output_error(int g, bool complement, double ref2
 
 }  // namespace
 
-StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref) {
-  auto model = std::make_shared<SharedStepAttention>(att, ref);
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                                         int threads) {
+  auto model = std::make_shared<SharedStepAttention>(att, ref, threads);
   return {[model](const LayerAttention&, const LayerAttention&, const KvCache& cache, int step,
                   StepAttention& out,
                   std::vector<StepMetrics>& metrics) { model->step(cache, step, out, metrics); },
@@ -536,6 +537,9 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
         std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
   }
   std::vector<LayerResult> results(policies_.size());
+  // Threads the policies leave idle batch their output errors, head by head.
+  const int finish_threads =
+      std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
     const LayerAttention& attended = src == l ? att : *heirs.at(src);
@@ -543,7 +547,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
       results[i] =
           replay_layer(*instances[i], attended, att, policies_[i].info->lookahead, &stats,
                        dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
-                       shared_step_attention(attended, att));
+                       shared_step_attention(attended, att, finish_threads));
       if (options_.bounds)
         results[i].theorem = check_theorem_2_1(att, results[i], options_.bounds_epsilon);
     } catch (const std::logic_error& e) {

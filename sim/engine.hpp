@@ -155,6 +155,8 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 // and is measured against `ref`: gathers the shared full-cache probabilities of the attended
 // entries and renormalises them (merged entries attend with their merged key); output errors are
 // completed by `finish` (sim/output_error.hpp).
-StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref);
+// `threads`: for the output errors after the layer's last step (independent per KV head).
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                                         int threads = 1);
 
 }  // namespace kvsim

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "sim/engine.hpp"
+#include "sim/parallel.hpp"
 
 namespace kvsim {
 
@@ -27,14 +28,18 @@ void DeferredOutputError::add(int step, int g, bool complement, const std::int32
 }
 
 void DeferredOutputError::finish(std::vector<std::vector<StepMetrics>>& steps) const {
-  Scratch scratch;  // reused by every block: only the weights need zeroing
-  for (int g = 0; g < static_cast<int>(heads_.size()); ++g) {
-    const auto& rows = heads_[g].rows;
-    for (std::size_t b = 0; b < rows.size(); b += kBlockSteps) {
-      const auto count = std::min<std::size_t>(kBlockSteps, rows.size() - b);
-      finish_block(g, &rows[b], static_cast<int>(count), scratch, steps);
+  const int Hkv = static_cast<int>(heads_.size()), threads = std::max(1, std::min(threads_, Hkv));
+  // Heads in contiguous ranges, one per thread; each range reuses its scratch for every block.
+  parallel_for(threads, threads, [&](int t) {
+    Scratch scratch;
+    for (int g = Hkv * t / threads; g < Hkv * (t + 1) / threads; ++g) {
+      const auto& rows = heads_[g].rows;
+      for (std::size_t b = 0; b < rows.size(); b += kBlockSteps) {
+        const auto count = std::min<std::size_t>(kBlockSteps, rows.size() - b);
+        finish_block(g, &rows[b], static_cast<int>(count), scratch, steps);
+      }
     }
-  }
+  });
 }
 
 void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratch& scratch,

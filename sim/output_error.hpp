@@ -19,8 +19,9 @@ struct StepMetrics;
 class DeferredOutputError {
  public:
   // `att` supplies the attended probabilities, `ref` the full-cache outputs and the values.
-  DeferredOutputError(const LayerAttention& att, const LayerAttention& ref)
-      : att_(att), ref_(ref), heads_(ref.num_kv_heads()) {}
+  // `threads` share finish() by KV head (each head's rows are its own).
+  DeferredOutputError(const LayerAttention& att, const LayerAttention& ref, int threads = 1)
+      : att_(att), ref_(ref), heads_(ref.num_kv_heads()), threads_(threads) {}
 
   // Step `step`, KV head g. Without `complement`: it attended the n positions (ascending) and
   // query head r of the group renormalises the full-cache probabilities p by scales[r], so
@@ -55,6 +56,7 @@ class DeferredOutputError {
   const LayerAttention& att_;
   const LayerAttention& ref_;
   std::vector<Head> heads_;
+  int threads_;
 };
 
 }  // namespace kvsim

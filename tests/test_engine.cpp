@@ -119,13 +119,17 @@ TEST(Engine, ResultsDoNotDependOnTheThreadCount) {
   for (const std::string p : {"streamingllm", "h2o", "oracle"})
     policies.push_back(make_policy_config(p, {{"budget", "30%"}}));
   policies.push_back(make_policy_config("snapkv", {{"budget", "30%"}, {"window", "4"}}));
-  auto run = [&](int threads) {
+  auto run = [&](const std::vector<PolicyConfig>& configs, int threads) {
     std::vector<LayerResult> out;
-    Replayer(reader, policies, ReplayOptions{.threads = threads})
+    Replayer(reader, configs, ReplayOptions{.threads = threads})
         .replay_sample("000000", [&](const LayerResult& r) { out.push_back(r); });
     return out;
   };
-  const auto one = run(1), four = run(4);
+  auto one = run(policies, 1), four = run(policies, 4);
+  // One policy on four threads: its output errors are batched by KV head on several threads.
+  const std::vector<PolicyConfig> h2o_alone = {policies[2]};
+  for (auto& r : run(h2o_alone, 1)) one.push_back(r);
+  for (auto& r : run(h2o_alone, 4)) four.push_back(r);
   ASSERT_EQ(one.size(), four.size());
   for (std::size_t i = 0; i < one.size(); ++i) {
     EXPECT_EQ(one[i].policy_index, four[i].policy_index);
