@@ -79,16 +79,15 @@ Runner add_replay(CLI::App& app) {
     if (!a->bounds.empty())
       bounds = std::make_unique<BoundsCsvWriter>(a->bounds, policies, a->bounds_epsilon);
     Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
-    for (const auto& s : samples)
-      replayer.replay_sample(
-          s,
-          [&](const LayerResult& r) {
-            summary.add(r);
-            if (csv) csv->write(r);
-            if (decisions) decisions->write(r);
-            if (bounds) bounds->write(r);
-          },
-          [&](int) { progress.advance(); });
+    replayer.replay_samples(
+        samples,
+        [&](const LayerResult& r) {
+          summary.add(r);
+          if (csv) csv->write(r);
+          if (decisions) decisions->write(r);
+          if (bounds) bounds->write(r);
+        },
+        [&](int) { progress.advance(); });
     progress.finish();
     if (csv) csv->close();
     if (decisions) decisions->close();

@@ -3,9 +3,12 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <future>
 #include <map>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "analysis/bounds.hpp"
 #include "sim/kernels/kernels.hpp"
@@ -514,6 +517,90 @@ void Replayer::replay_sample(const std::string& sample_name,
     }
   }
   if (delivered.valid()) delivered.get();
+}
+
+int Replayer::samples_side_by_side(const std::vector<std::string>& samples) const {
+  const int most = std::min<int>(options_.threads, static_cast<int>(samples.size()));
+  if (most < 2 || !hdf5_serialises_calls()) return 1;
+  for (const auto& name : samples)
+    if (layer_tensor_bytes(reader_.info(), reader_.read_sample(name)) >
+        options_.prefetch_limit_bytes)
+      return 1;  // large layers: one sample at a time, so that memory does not grow with -j
+  return most;
+}
+
+void Replayer::replay_samples(const std::vector<std::string>& samples,
+                              const std::function<void(const LayerResult&)>& on_result,
+                              const std::function<void(int layer)>& on_layer) {
+  const int n = static_cast<int>(samples.size()), side_by_side = samples_side_by_side(samples);
+  if (side_by_side == 1) {
+    for (const auto& s : samples) replay_sample(s, on_result, on_layer);
+    return;
+  }
+  ReplayOptions share = options_;
+  share.threads = std::max(1, options_.threads / side_by_side);
+  std::mutex mutex, layer_mutex;
+  std::condition_variable changed;
+  int next = 0, delivered = 0;
+  bool stop = false;
+  std::vector<std::vector<LayerResult>> finished(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::uint8_t> ready(n, 0);
+  // Under `mutex`: hands every finished sample at the head of the order to on_result; a sample
+  // that failed stops everything after the layers it delivered.
+  auto deliver_ready = [&] {
+    while (!stop && delivered < n && ready[delivered]) {
+      try {
+        for (const auto& r : finished[delivered]) on_result(r);
+      } catch (...) {
+        if (!errors[delivered]) errors[delivered] = std::current_exception();
+      }
+      std::vector<LayerResult>().swap(finished[delivered]);
+      if (errors[delivered])
+        stop = true;
+      else
+        ++delivered;
+    }
+  };
+  auto worker = [&] {
+    for (;;) {
+      int i = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock,
+                     [&] { return stop || next >= n || next < delivered + 2 * side_by_side; });
+        if (stop || next >= n) return;
+        i = next++;
+      }
+      std::vector<LayerResult> results;
+      std::exception_ptr error;
+      try {
+        const TraceReader reader(reader_.path());  // readers keep staging buffers: one each
+        Replayer one(reader, policies_, share);
+        one.needs_ = needs_;
+        one.replay_sample(
+            samples[i], [&](const LayerResult& r) { results.push_back(r); },
+            [&](int l) {
+              if (!on_layer) return;
+              const std::lock_guard<std::mutex> lock(layer_mutex);
+              on_layer(l);
+            });
+      } catch (...) {
+        error = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      finished[i] = std::move(results);
+      errors[i] = error;
+      ready[i] = 1;
+      deliver_ready();
+      changed.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < side_by_side; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (stop) std::rethrow_exception(errors[delivered]);
 }
 
 std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,

@@ -88,12 +88,12 @@ struct ReplayOptions {
 void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies,
                 int prompt_len);
 
-// Replays samples of one trace through a list of policies, sharing the attention work.
 // Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);
 // Whether the HDF5 library serialises its own calls, so that several threads may read traces.
 bool hdf5_serialises_calls();
 
+// Replays samples of one trace through a list of policies, sharing the attention work.
 class Replayer {
  public:
   Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies, ReplayOptions options);
@@ -105,6 +105,14 @@ class Replayer {
   void replay_sample(const std::string& sample,
                      const std::function<void(const LayerResult&)>& on_result,
                      const std::function<void(int layer)>& on_layer = {});
+  // replay_sample for every sample, results delivered in sample order, exactly as one after the
+  // other. With several threads and small layers, samples run side by side, each on a share of
+  // the threads and its own reader; a finished sample waits for those before it (at most twice
+  // as many samples as run at once are held), and on_result is called by one thread at a time.
+  // An error stops the replay after the results that precede it, as a serial run would.
+  void replay_samples(const std::vector<std::string>& samples,
+                      const std::function<void(const LayerResult&)>& on_result,
+                      const std::function<void(int layer)>& on_layer = {});
 
  private:
   // Every policy through one layer (in parallel); results in policy order.
@@ -113,6 +121,9 @@ class Replayer {
                                            std::vector<std::unique_ptr<Policy>>& instances,
                                            const SampleStats& stats,
                                            const SampleInfo& sample) const;
+
+  // How many samples replay_samples runs at once (1: one after the other).
+  int samples_side_by_side(const std::vector<std::string>& samples) const;
 
   const TraceReader& reader_;
   std::vector<PolicyConfig> policies_;

@@ -1,7 +1,6 @@
 // The replay engine: agreement with the plain reference, determinism across thread counts,
 // merged and stored-but-unused entries, the lookahead gate, and the decisions dump.
 #include <gtest/gtest.h>
-
 #include <hdf5.h>
 
 #include <cmath>
@@ -9,10 +8,11 @@
 #include <set>
 
 #include "sim/reference_replay.hpp"
-#include "traces/hdf5_util.hpp"
 #include "sim/results.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
+#include "traces/hdf5_util.hpp"
+#include "traces/synth.hpp"
 
 namespace kvsim::test {
 namespace {
@@ -204,11 +204,87 @@ TEST(Engine, PoliciesThatIgnoreTheStepAttentionNeverFillIt) {
   EXPECT_EQ(calls, 2);
 }
 
+// Samples side by side (replay_samples with several threads) deliver what one after the other
+// delivers: the same (sample, layer, policy) sequence with the same bytes, and, when a sample's
+// layer is bad, the layers before it and then its error.
+TEST(Engine, SamplesSideBySideDeliverInSampleOrder) {
+  SynthConfig c;
+  c.layers = 3;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.samples = 5;
+  c.media_tokens = 30;
+  c.gen_tokens = 8;
+  c.write.dtype = DType::kFloat32;
+  const std::string path = temp_path("side_by_side.h5");
+  synth_write(c, path);
+  const std::vector<PolicyConfig> policies = {make_policy_config("h2o", {{"budget", "40%"}}),
+                                              make_policy_config("tova", {{"budget", "40%"}})};
+  struct Seen {
+    std::vector<std::string> order;  // "sample/layer/policy"
+    std::vector<float> recall;
+    std::string error;
+    int layers = 0;
+  };
+  auto run = [&](int threads) {
+    TraceReader reader(path);
+    Replayer replayer(reader, policies, {.threads = threads});
+    Seen seen;
+    try {
+      replayer.replay_samples(
+          reader.sample_names(),
+          [&](const LayerResult& r) {
+            seen.order.push_back(r.sample + "/" + std::to_string(r.layer) + "/" +
+                                 std::to_string(r.policy_index));
+            for (const auto& head : r.steps)
+              for (const auto& m : head) seen.recall.push_back(m.mass_recall);
+          },
+          [&](int) { ++seen.layers; });
+    } catch (const TraceError& e) {
+      seen.error = e.what();
+    }
+    return seen;
+  };
+  const Seen serial = run(1);
+  EXPECT_EQ(serial.order.size(), 5u * 3 * 2);
+  EXPECT_EQ(serial.order.front(), "000000/0/0");
+  EXPECT_EQ(serial.order.back(), "000004/2/1");
+  for (int threads : {2, 3, 8}) {
+    const Seen side = run(threads);
+    EXPECT_EQ(side.order, serial.order) << threads;
+    ASSERT_EQ(side.recall.size(), serial.recall.size());
+    EXPECT_EQ(std::memcmp(side.recall.data(), serial.recall.data(), 4 * side.recall.size()), 0);
+    EXPECT_EQ(side.layers, 15) << threads;
+  }
+  {  // a NaN in layer 1 of sample 2
+    silence_hdf5_errors();
+    H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    H5Handle d(H5Dopen2(f.get(), "samples/000002/layers/1/q", H5P_DEFAULT));
+    const auto shape = h5_dataset_shape(d.get());
+    std::vector<float> q(shape[0] * shape[1] * shape[2]);
+    ASSERT_GE(H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, q.data()), 0);
+    q[5] = NAN;
+    ASSERT_GE(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, q.data()), 0);
+  }
+  const Seen bad_serial = run(1);
+  EXPECT_NE(bad_serial.error.find("sample '000002', dataset 'layers/1/q': NaN"), std::string::npos)
+      << bad_serial.error;
+  // Samples 0 and 1 whole, then layer 0 of sample 2.
+  EXPECT_EQ(bad_serial.order.size(), 2u * 3 * 2 + 2);
+  EXPECT_EQ(bad_serial.order.back(), "000002/0/1");
+  for (int threads : {2, 3}) {
+    const Seen bad = run(threads);
+    EXPECT_EQ(bad.order, bad_serial.order) << threads;
+    EXPECT_EQ(bad.error, bad_serial.error) << threads;
+  }
+}
+
 TEST(Engine, ABadLayerStopsThePipelineAfterTheLayersBeforeIt) {
   // Layer 2 of 4 gets a NaN query. Serial or pipelined, the layers before it are delivered in
   // full and in order, then the replay throws the reader's error; nothing hangs.
-  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5, 6}, .values = {1, 2, 3, 4, 5, 6},
-              .layers = 4};
+  TinyTrace t{
+      .prompt_len = 4, .weights = {1, 2, 3, 4, 5, 6}, .values = {1, 2, 3, 4, 5, 6}, .layers = 4};
   const std::string path = t.write("pipeline_nan.h5");
   {
     silence_hdf5_errors();
