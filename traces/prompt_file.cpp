@@ -133,9 +133,11 @@ PromptSample PromptReader::read(const std::string& name) const {
 }
 
 int PromptReader::prompt_len(const std::string& name) const {
+  if (!h5_path_exists(file_.get(), "samples/" + name))
+    throw TraceError(path_ + ": sample '" + name + "': no such sample");
   const std::string where = path_ + ": sample '" + name + "', dataset 'token_ids'";
   if (!h5_path_exists(file_.get(), "samples/" + name + "/token_ids"))
-    throw TraceError(where + ": missing (or no such sample)");
+    throw TraceError(where + ": missing required dataset");
   H5Handle d(H5Dopen2(file_.get(), ("samples/" + name + "/token_ids").c_str(), H5P_DEFAULT));
   if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(d.get());
