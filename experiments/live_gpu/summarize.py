@@ -6,7 +6,8 @@
 Decode attention: kvsim's kernel and PyTorch SDPA side by side, per shape and dtype, in GB/s and
 as a share of the device's read bandwidth measured by kvsim_gpu_bench in the same run. Whole
 step: ms/token of kvsim and transformers, and each policy's cost against the full cache. Logits:
-the relative errors compare_transformers.py found. Missing files leave their table out.
+the relative errors compare_transformers.py found. Replay thread scaling on the machine's cores.
+Missing files leave their table out.
 """
 import csv
 import json
@@ -97,6 +98,23 @@ def compare_table(out: Path) -> list:
     return lines
 
 
+def scaling_table(out: Path) -> list:
+    path = out / "replay_scaling.csv"
+    if not path.exists():
+        return []
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    if not rows:
+        return []
+    lines = ["", "Replay thread scaling (issue 15), five baselines at 20% on synthetic traces "
+             "(replay_scaling.sh's default shape: 8 layers x 32 heads, d = 128, 2,048-token "
+             "prompts, 64 generated tokens):", "", "| samples | threads | seconds | speed-up |",
+             "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['samples']} | {r['threads']} | {float(r['seconds']):.2f} | "
+                     f"{float(r['speedup_over_one_thread']):.2f}× |")
+    return lines
+
+
 def tests_line(out: Path) -> list:
     path = out / "gpu_tests.json"
     if not path.exists():
@@ -115,7 +133,8 @@ def main() -> None:
     out = Path(sys.argv[1])
     date = (out / "date.txt").read_text().strip() if (out / "date.txt").exists() else "?"
     lines = [f"Measured {date}."]
-    lines += attention_table(out) + step_table(out) + compare_table(out) + tests_line(out)
+    lines += attention_table(out) + step_table(out) + compare_table(out) + scaling_table(out)
+    lines += tests_line(out)
     text = "\n".join(lines) + "\n"
     (out / "tables.md").write_text(text)
     print(text)
