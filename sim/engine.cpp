@@ -256,12 +256,12 @@ void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
       const float* pf = att_.decode_probs(step_, h);
       const float* pf_ref = ref_.decode_probs(step_, h);
       double recall = 0;
-      if (pf == pf_ref && all_attended) {  // the usual case: one sum, no mask to read
-        for (int e = 0; e < n; ++e) recall += pf[positions[e]];
-        weight = recall;
-      } else if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
-        for (int e = 0; e < n; ++e)
-          if (cache_->attended(g, e)) recall += pf[positions[e]];
+      if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
+        if (all_attended)  // the usual case: no mask to read
+          for (int e = 0; e < n; ++e) recall += pf[positions[e]];
+        else
+          for (int e = 0; e < n; ++e)
+            if (cache_->attended(g, e)) recall += pf[positions[e]];
         weight = recall;
       } else {
         for (int e = 0; e < n; ++e) {
@@ -519,20 +519,21 @@ void Replayer::replay_sample(const std::string& sample_name,
   if (delivered.valid()) delivered.get();
 }
 
-int Replayer::samples_side_by_side(const std::vector<std::string>& samples) const {
-  const int most = std::min<int>(options_.threads, static_cast<int>(samples.size()));
-  if (most < 2 || !hdf5_serialises_calls()) return 1;
-  for (const auto& name : samples)
-    if (layer_tensor_bytes(reader_.info(), reader_.read_sample(name)) >
-        options_.prefetch_limit_bytes)
-      return 1;  // large layers: one sample at a time, so that memory does not grow with -j
+int samples_side_by_side(int threads, int samples, double largest_layer_bytes, double limit_bytes) {
+  const int most = std::min(threads, samples);
+  if (most < 2 || largest_layer_bytes > limit_bytes || !hdf5_serialises_calls()) return 1;
   return most;
 }
 
 void Replayer::replay_samples(const std::vector<std::string>& samples,
                               const std::function<void(const LayerResult&)>& on_result,
                               const std::function<void(int layer)>& on_layer) {
-  const int n = static_cast<int>(samples.size()), side_by_side = samples_side_by_side(samples);
+  const int n = static_cast<int>(samples.size());
+  double largest = 0;
+  for (const auto& name : samples)
+    largest = std::max(largest, layer_tensor_bytes(reader_.info(), reader_.read_sample(name)));
+  const int side_by_side =
+      samples_side_by_side(options_.threads, n, largest, options_.prefetch_limit_bytes);
   if (side_by_side == 1) {
     for (const auto& s : samples) replay_sample(s, on_result, on_layer);
     return;

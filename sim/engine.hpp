@@ -92,6 +92,10 @@ void set_regret(std::vector<LayerResult>& layer_results, const std::vector<Polic
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);
 // Whether the HDF5 library serialises its own calls, so that several threads may read traces.
 bool hdf5_serialises_calls();
+// How many independent samples to replay at once on `threads`: one per thread (at most `samples`)
+// when the largest one's layer fits `limit_bytes` (the pipeline's limit) and HDF5 serialises its
+// calls, otherwise one at a time, so that long prompts need no more memory with more threads.
+int samples_side_by_side(int threads, int samples, double largest_layer_bytes, double limit_bytes);
 
 // Replays samples of one trace through a list of policies, sharing the attention work.
 class Replayer {
@@ -121,9 +125,6 @@ class Replayer {
                                            std::vector<std::unique_ptr<Policy>>& instances,
                                            const SampleStats& stats,
                                            const SampleInfo& sample) const;
-
-  // How many samples replay_samples runs at once (1: one after the other).
-  int samples_side_by_side(const std::vector<std::string>& samples) const;
 
   const TraceReader& reader_;
   std::vector<PolicyConfig> policies_;

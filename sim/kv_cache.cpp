@@ -40,22 +40,24 @@ void KvCache::append(int g, std::int32_t position) {
   h.slot.push_back(-1);
 }
 
-void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
+void KvCache::remove(int g, const std::vector<int>& dropped, bool log) {
   auto& h = heads_[g];
-  // Entries before the first dropped one stay where they are (a decode step's single eviction
-  // then only shifts the tail).
-  std::size_t out = std::find(keep.begin(), keep.end(), 0) - keep.begin();
-  for (std::size_t e = out; e < h.positions.size(); ++e) {
-    if (!keep[e]) {
-      if (log) h.evicted.push_back({step_, h.positions[e]});
-      if (h.slot[e] >= 0) --h.merged_count;  // its slot's storage is simply abandoned
-      h.attended_count -= h.attended[e];
-      continue;
-    }
-    h.positions[out] = h.positions[e];
-    h.attended[out] = h.attended[e];
-    h.slot[out] = h.slot[e];
-    ++out;
+  const std::size_t n = h.positions.size();
+  // Entries before the first dropped one stay where they are; each run of kept entries after a
+  // dropped one moves down once (a decode step's single eviction is one memmove per array).
+  std::size_t out = dropped.empty() ? n : static_cast<std::size_t>(dropped.front());
+  for (std::size_t k = 0; k < dropped.size(); ++k) {
+    const std::size_t e = dropped[k], run_end = k + 1 < dropped.size() ? dropped[k + 1] : n;
+    if (log) h.evicted.push_back({step_, h.positions[e]});
+    if (h.slot[e] >= 0) --h.merged_count;  // its slot's storage is simply abandoned
+    h.attended_count -= h.attended[e];
+    auto move_run = [&](auto& v) {
+      std::move(v.begin() + e + 1, v.begin() + run_end, v.begin() + out);
+    };
+    move_run(h.positions);
+    move_run(h.attended);
+    move_run(h.slot);
+    out += run_end - e - 1;
   }
   h.positions.resize(out);
   h.attended.resize(out);
@@ -63,41 +65,30 @@ void KvCache::compact(int g, const std::vector<std::uint8_t>& keep, bool log) {
 }
 
 void KvCache::evict(int g, std::span<const int> entries) {
-  auto& h = heads_[g];
-  if (entries.size() == 1 && entries[0] >= 0 && entries[0] < size(g)) {
-    // A decode step's single eviction: shift the tail (memmove) rather than filter every entry.
-    const int e = entries[0];
-    h.evicted.push_back({step_, h.positions[e]});
-    if (h.slot[e] >= 0) --h.merged_count;
-    h.attended_count -= h.attended[e];
-    h.positions.erase(h.positions.begin() + e);
-    h.attended.erase(h.attended.begin() + e);
-    h.slot.erase(h.slot.begin() + e);
-    return;
-  }
-  std::vector<std::uint8_t> keep(h.positions.size(), 1);
-  for (int e : entries) {
-    if (e < 0 || e >= static_cast<int>(keep.size()) || !keep[e])
-      throw std::logic_error("KvCache::evict: entry " + std::to_string(e) +
+  std::vector<int> dropped(entries.begin(), entries.end());
+  std::sort(dropped.begin(), dropped.end());
+  for (std::size_t k = 0; k < dropped.size(); ++k)
+    if (dropped[k] < 0 || dropped[k] >= size(g) || (k > 0 && dropped[k] == dropped[k - 1]))
+      throw std::logic_error("KvCache::evict: entry " + std::to_string(dropped[k]) +
                              " is out of range or listed twice");
-    keep[e] = 0;
-  }
-  compact(g, keep, true);
+  remove(g, dropped, true);
 }
 
 void KvCache::keep_only(int g, const std::vector<std::uint8_t>& keep) {
   if (keep.size() != heads_[g].positions.size())
     throw std::logic_error("KvCache::keep_only: mask size does not match the cache");
-  compact(g, keep, true);
+  std::vector<int> dropped;
+  for (std::size_t e = 0; e < keep.size(); ++e)
+    if (!keep[e]) dropped.push_back(static_cast<int>(e));
+  remove(g, dropped, true);
 }
 
 void KvCache::evict_positions_if(const std::function<bool(std::int32_t)>& drop) {
   for (int g = 0; g < kv_heads(); ++g) {
-    std::vector<std::uint8_t> keep(size(g), 1);
-    bool any = false;
+    std::vector<int> dropped;
     for (int e = 0; e < size(g); ++e)
-      if (drop(position(g, e))) keep[e] = 0, any = true;
-    if (any) compact(g, keep, true);
+      if (drop(position(g, e))) dropped.push_back(e);
+    remove(g, dropped, true);
   }
 }
 
@@ -120,9 +111,7 @@ void KvCache::merge(int g, int from, int into, const float* key, const float* va
   std::copy(key, key + d_, dst);
   std::copy(value, value + d_, dst + d_);
   h.merged.push_back({step_, h.positions[from], h.positions[into]});
-  std::vector<std::uint8_t> keep(h.positions.size(), 1);
-  keep[from] = 0;
-  compact(g, keep, false);
+  remove(g, {from}, false);
 }
 
 void KvCache::check_invariants(int g) const {

@@ -58,7 +58,7 @@ class KvCache {
   const std::vector<EvictionRecord>& evictions(int g) const { return heads_[g].evicted; }
   const std::vector<MergeRecord>& merges(int g) const { return heads_[g].merged; }
   // Checks ordering and uniqueness; throws std::logic_error naming the violation. The edits above
-  // cannot break them (append refuses a position not newer than the last, compaction keeps the
+  // cannot break them (append refuses a position not newer than the last, removal keeps the
   // order), so the engine checks once per layer, not per step.
   void check_invariants(int g) const;
 
@@ -73,7 +73,9 @@ class KvCache {
     std::vector<EvictionRecord> evicted;
     std::vector<MergeRecord> merged;
   };
-  void compact(int g, const std::vector<std::uint8_t>& keep, bool log);
+  // Removes the entries at `dropped` (ascending, unique, in range), logging them as evictions
+  // when `log`; the others keep their order.
+  void remove(int g, const std::vector<int>& dropped, bool log);
   std::vector<Head> heads_;
   int d_;
   int step_ = -1;

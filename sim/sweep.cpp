@@ -15,6 +15,7 @@
 #include "sim/config.hpp"
 #include "sim/engine.hpp"
 #include "sim/parallel.hpp"
+#include "sim/results.hpp"
 
 #ifdef KVSIM_WITH_MPI
 #include <mpi.h>
@@ -192,10 +193,9 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string num(double x) {
-  if (std::isnan(x)) return "";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
+  std::string out;
+  append_float(out, x);  // the result files' number format (empty for NaN)
+  return out;
 }
 
 // Item files hold the measurements only; the results file prefixes them with who made them.
@@ -267,7 +267,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   long layers_total = 0, layers_done = 0;
   std::vector<std::vector<std::size_t>> todo(items.size());
   std::vector<std::size_t> pending;
-  bool small_layers = true;
+  double largest_layer = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     for (std::size_t c = 0; c < configs.size(); ++c)
       if (fs::exists(items_dir / (key_of(items[i], configs[c]) + ".csv")))
@@ -278,17 +278,15 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
     pending.push_back(i);
     const TraceReader reader(items[i].trace);
     layers_total += reader.info().num_layers;
-    small_layers =
-        small_layers && layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)) <=
-                            ReplayOptions{}.prefetch_limit_bytes;
+    largest_layer = std::max(
+        largest_layer, layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)));
   }
-  // Items side by side, each on a share of the threads: samples are independent, so this scales
-  // where one sample's heads and configurations run out (and on two threads beats one pipelined
-  // item at a time). Only when layers are small, as for the pipeline, so that long prompts need no
-  // more memory than one item at a time.
-  const int side_by_side = small_layers && hdf5_serialises_calls()
-                               ? std::max(1, std::min<int>(o.threads, pending.size()))
-                               : 1;
+  // Items side by side, each on a share of the threads, as Replayer::replay_samples runs samples:
+  // they are independent, so this scales where one sample's heads and configurations run out (and
+  // on two threads beats one pipelined item at a time).
+  const int side_by_side =
+      samples_side_by_side(o.threads, static_cast<int>(pending.size()), largest_layer,
+                           ReplayOptions{}.prefetch_limit_bytes);
   int item_threads = o.threads;  // MPI ranks run their items one at a time
   std::mutex report_mutex;       // progress and the report, from side-by-side items
   auto run_item = [&](std::size_t i) {

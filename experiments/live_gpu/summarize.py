@@ -29,8 +29,14 @@ def read_csv_table(path: Path, header_starts: str):
     return meta, rows
 
 
+def markdown_table(caption: str, header: list, rows: list) -> list:
+    """A caption, then a Markdown table of `header` and `rows` (cells already formatted)."""
+    return (["", caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+            ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
 def attention_table(out: Path) -> list:
-    lines = []
+    rows, caption = [], None
     for shape, kv in (("gqa", "32/8"), ("mha", "32/32")):
         kvsim_file, sdpa_file = out / f"decode_attention_{shape}.csv", out / f"sdpa_{shape}.csv"
         if not kvsim_file.exists():
@@ -41,16 +47,12 @@ def attention_table(out: Path) -> list:
         read = float(meta.get("measured_read_gbs", "nan"))
         theirs = {}
         if sdpa_file.exists():
-            _, rows = read_csv_table(sdpa_file, "dtype,")
-            for r in rows:
+            _, sdpa_rows = read_csv_table(sdpa_file, "dtype,")
+            for r in sdpa_rows:
                 if r["gqa"] == "native":
                     theirs[(r["dtype"], int(r["tokens"]))] = float(r["gbs"])
-        if not lines:
-            lines += [f"Decode attention at batch 1, d = 128, {meta.get('device', '?')}; read "
-                      f"bandwidth measured in the same run: {read:.0f} GB/s.", "",
-                      "| heads (Q/KV) | KV dtype | tokens | kvsim GB/s | % of read | with probs "
-                      "GB/s | SDPA GB/s (same dtype, native GQA) |",
-                      "|---|---|---|---|---|---|---|"]
+        caption = caption or (f"Decode attention at batch 1, d = 128, {meta.get('device', '?')}; "
+                              f"read bandwidth measured in the same run: {read:.0f} GB/s.")
         by_tokens = {}
         for r in ours:
             by_tokens.setdefault(int(r["tokens"]), {})[r["probs"]] = float(r["gbs"])
@@ -58,13 +60,17 @@ def attention_table(out: Path) -> list:
         for n, g in sorted(by_tokens.items()):
             plain, probs = g.get("0", float("nan")), g.get("1", float("nan"))
             sdpa = theirs.get((dtype, n))
-            lines.append(f"| {kv} | {dtype} | {n} | {plain:.0f} | {100 * plain / read:.0f}% | "
-                         f"{probs:.0f} | {'' if sdpa is None else f'{sdpa:.0f}'} |")
+            rows.append([kv, dtype, n, f"{plain:.0f}", f"{100 * plain / read:.0f}%",
+                         f"{probs:.0f}", "" if sdpa is None else f"{sdpa:.0f}"])
         # Dtypes only SDPA was measured in (kvsim's KV cache is float32 so far): "—" for kvsim.
         for (dt, n), gbs in sorted(theirs.items()):
             if dt != dtype:
-                lines.append(f"| {kv} | {dt} | {n} | — | — | — | {gbs:.0f} |")
-    return lines
+                rows.append([kv, dt, n, "—", "—", "—", f"{gbs:.0f}"])
+    if caption is None:
+        return []
+    return markdown_table(caption, ["heads (Q/KV)", "KV dtype", "tokens", "kvsim GB/s",
+                                    "% of read", "with probs GB/s",
+                                    "SDPA GB/s (same dtype, native GQA)"], rows)
 
 
 def step_table(out: Path) -> list:
@@ -73,29 +79,26 @@ def step_table(out: Path) -> list:
         return []
     report = json.loads(path.read_text())
     s = report["shape"]
-    lines = ["", f"Whole decode step, random {s['layers']}-layer model (hidden {s['hidden']}, "
-             f"{s['heads']}/{s['kv_heads']} heads, bf16 checkpoint by {report['checkpoint']}), "
-             f"{s['prompt_len']}-token prompt, {s['gen']} greedy steps; policies at "
-             f"{s['budget']}:", "",
-             "| implementation | attention | policy | ms/token | × full cache |", "|---|---|---|---|---|"]
-    for r in report["rows"]:
-        lines.append(f"| {r['implementation']} ({r['backend']}) | {r['attention']} | "
-                     f"{r['policy']} | {r['ms_per_token']:.2f} | "
-                     f"{r['relative_to_full_cache']:.2f} |")
-    return lines
+    caption = (f"Whole decode step, random {s['layers']}-layer model (hidden {s['hidden']}, "
+               f"{s['heads']}/{s['kv_heads']} heads, bf16 checkpoint by {report['checkpoint']}), "
+               f"{s['prompt_len']}-token prompt, {s['gen']} greedy steps; policies at "
+               f"{s['budget']}:")
+    rows = [[f"{r['implementation']} ({r['backend']})", r["attention"], r["policy"],
+             f"{r['ms_per_token']:.2f}", f"{r['relative_to_full_cache']:.2f}"]
+            for r in report["rows"]]
+    return markdown_table(caption, ["implementation", "attention", "policy", "ms/token",
+                                    "× full cache"], rows)
 
 
 def compare_table(out: Path) -> list:
     path = out / "compare_transformers.json"
     if not path.exists():
         return []
-    lines = ["", "Logits against transformers (max |Δ| / max |logit|, prefill and greedy steps):",
-             "", "| model | backend | vs transformers float32 | vs transformers bfloat16 |",
-             "|---|---|---|---|"]
-    for r in json.loads(path.read_text()):
-        lines.append(f"| {r['model']} | {r['backend']} | {r.get('rel_error_vs_float32', '')} | "
-                     f"{r.get('rel_error_vs_bfloat16', '')} |")
-    return lines
+    rows = [[r["model"], r["backend"], r.get("rel_error_vs_float32", ""),
+             r.get("rel_error_vs_bfloat16", "")] for r in json.loads(path.read_text())]
+    return markdown_table(
+        "Logits against transformers (max |Δ| / max |logit|, prefill and greedy steps):",
+        ["model", "backend", "vs transformers float32", "vs transformers bfloat16"], rows)
 
 
 def scaling_table(out: Path) -> list:
@@ -105,14 +108,12 @@ def scaling_table(out: Path) -> list:
     rows = list(csv.DictReader(path.read_text().splitlines()))
     if not rows:
         return []
-    lines = ["", "Replay thread scaling (issue 15), five baselines at 20% on synthetic traces "
-             "(replay_scaling.sh's default shape: 8 layers x 32 heads, d = 128, 2,048-token "
-             "prompts, 64 generated tokens):", "", "| samples | threads | seconds | speed-up |",
-             "|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['samples']} | {r['threads']} | {float(r['seconds']):.2f} | "
-                     f"{float(r['speedup_over_one_thread']):.2f}× |")
-    return lines
+    return markdown_table(
+        "Replay thread scaling (issue 15), five baselines at 20% on synthetic traces "
+        "(replay_scaling.sh's default shape: 8 layers x 32 heads, d = 128, 2,048-token prompts, "
+        "64 generated tokens):", ["samples", "threads", "seconds", "speed-up"],
+        [[r["samples"], r["threads"], f"{float(r['seconds']):.2f}",
+          f"{float(r['speedup_over_one_thread']):.2f}×"] for r in rows])
 
 
 def tests_line(out: Path) -> list:
