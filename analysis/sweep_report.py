@@ -3,11 +3,13 @@
 
     sweep_report.py RESULTS.csv --out DIR
 
-Writes DIR/table.csv and DIR/table.md (one row per configuration: mean mass recall, mean output
-error, mean cache size, KV memory per decode step summed over layers and heads, averaged over the
-samples), DIR/<policy>_<key>.png/.pdf (each swept parameter against recall and error, averaged
-over the policy's other axes) and DIR/pareto.png/.pdf (KV memory against recall and error, one
-point per configuration, with each policy's Pareto front). Needs Debian's python3-matplotlib.
+Writes DIR/table.csv and DIR/table.md (one row per configuration: mean mass recall, the two mean
+output errors, mean cache size, KV memory per decode step summed over layers and heads, averaged
+over the samples and traces), DIR/table_by_trace.csv/.md when the sweep has several traces (the
+same per trace and configuration, first column `trace`), DIR/<policy>_<key>.png/.pdf (each swept
+parameter against recall and error, averaged over the policy's other axes) and DIR/pareto.png/.pdf
+(KV memory against recall and error, one point per configuration, with each policy's Pareto
+front). Needs Debian's python3-matplotlib.
 """
 import argparse
 import csv
@@ -40,42 +42,56 @@ def axis_value(text):
         return text
 
 
-def summarise(path):
+def summarise(path, by_trace=False):
+    """One row per configuration (per trace and configuration with by_trace), averaged over the
+    rest: layers, KV heads, samples (and traces)."""
     rows = defaultdict(list)
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            rows[r["label"]].append(r)
+            rows[(r["trace"] if by_trace else "", r["label"])].append(r)
     table = []
-    for label, rs in rows.items():
+    for (trace, label), rs in rows.items():
         per_sample = defaultdict(float)
         for r in rs:
             per_sample[(r["trace"], r["sample"])] += float(r["mean_kv_bytes"] or 0)
-        errors = [float(r["mean_output_rel_error"]) for r in rs if r["mean_output_rel_error"]]
-        table.append({
+        row = {"trace": trace} if by_trace else {}
+        row.update({
             "label": label,
             "policy": rs[0]["policy"],
             "params": rs[0]["params"],
             "mean_mass_recall": np.mean([float(r["mean_mass_recall"]) for r in rs]),
-            "mean_output_rel_error": np.mean(errors) if errors else float("nan"),
+            "mean_output_rel_error": mean_of(rs, "mean_output_rel_error"),
+            "mean_output_value_error": mean_of(rs, "mean_output_value_error"),
             "mean_cache_size": np.mean([float(r["mean_cache_size"]) for r in rs]),
             "kv_mib_per_step": np.mean(list(per_sample.values())) / 2**20,
         })
+        table.append(row)
     return table
 
 
-def write_tables(table, out):
-    cols = ["label", "policy", "params", "mean_mass_recall", "mean_output_rel_error",
-            "mean_cache_size", "kv_mib_per_step"]
-    with open(os.path.join(out, "table.csv"), "w", newline="") as f:
+def mean_of(rows, column):
+    """Mean of a column that is empty where the trace has no values (NaN if it always is)."""
+    values = [float(r[column]) for r in rows if r[column]]
+    return np.mean(values) if values else float("nan")
+
+
+def write_tables(table, out, name="table"):
+    cols = list(table[0].keys())
+    with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         for row in table:
             w.writerow(row)
-    with open(os.path.join(out, "table.md"), "w") as f:
-        f.write("| configuration | recall | output error | mean cache | KV MiB/step |\n|---|---|---|---|---|\n")
+    trace_col = "trace" in table[0]
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(("| trace " if trace_col else "") +
+                "| configuration | recall | output error | output error / value norm | mean cache | "
+                "KV MiB/step |\n" + ("|---" if trace_col else "") + "|---|---|---|---|---|---|\n")
         for r in table:
-            f.write(f"| `{r['label']}` | {r['mean_mass_recall']:.4f} | {r['mean_output_rel_error']:.4f} | "
-                    f"{r['mean_cache_size']:.1f} | {r['kv_mib_per_step']:.2f} |\n")
+            f.write((f"| {os.path.basename(r['trace'])} " if trace_col else "") +
+                    f"| `{r['label']}` | {r['mean_mass_recall']:.4f} | {r['mean_output_rel_error']:.4f} | "
+                    f"{r['mean_output_value_error']:.4f} | {r['mean_cache_size']:.1f} | "
+                    f"{r['kv_mib_per_step']:.2f} |\n")
 
 
 def axis_figures(table, out, written):
@@ -144,6 +160,10 @@ def main(argv):
         return 1
     write_tables(table, args.out)
     written = [os.path.join(args.out, "table.csv"), os.path.join(args.out, "table.md")]
+    per_trace = summarise(args.results, by_trace=True)
+    if len({r["trace"] for r in per_trace}) > 1:
+        write_tables(per_trace, args.out, "table_by_trace")
+        written += [os.path.join(args.out, f"table_by_trace.{ext}") for ext in ("csv", "md")]
     axis_figures(table, args.out, written)
     pareto_figure(table, args.out, written)
     for w in written:

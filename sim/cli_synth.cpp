@@ -116,6 +116,10 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--value-mean", c->value_mean,
                  "Norm of the value mean shared by a layer's tokens, relative to the content part")
       ->capture_default_str();
+  app.add_option(
+         "--vision-value-mean", c->vision_value_mean,
+         "Norm of a value mean shared by the vision tokens only, relative to the content part")
+      ->capture_default_str();
   app.add_option("--sink-value-scale", c->sink_value_scale, "Factor on the sinks' values")
       ->capture_default_str();
   return [=] {

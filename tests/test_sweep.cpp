@@ -168,9 +168,11 @@ TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
-  for (const auto& e : fs::directory_iterator(items))  // no half-written item under a final name
-    if (e.path().extension() == ".csv")
+  for (const auto& e : fs::directory_iterator(items)) {  // no half-written item under a final name
+    if (e.path().extension() == ".csv") {
       EXPECT_EQ(read_all(e.path()).substr(0, 6), "layer,") << e.path();
+    }
+  }
   ASSERT_EQ(std::system(sweep_args(trace, killed, 2).c_str()), 0);
   EXPECT_EQ(reference, read_all(fs::path(killed) / "results.csv"));
 }
@@ -197,21 +199,29 @@ TEST(Sweep, EveryRecipeResolves) {
   EXPECT_GE(recipes, 7);
 }
 
+// A trace of 6 prompt positions (4 of them image) and 2 decode steps for the report's sweeps.
+std::string report_trace(const std::string& name, std::vector<double> weights,
+                         std::vector<double> values) {
+  return TinyTrace{.prompt_len = 6,
+                   .weights = std::move(weights),
+                   .values = std::move(values),
+                   .modality = {0, 1, 1, 1, 1, 0, 0, 0}}
+      .write(name);
+}
+
 TEST(Sweep, ReportWritesTableAndFigures) {
-  const std::string trace = TinyTrace{
-      .prompt_len = 6,
-      .weights = {1, 4, 3, 1, 2, 1, 1, 1},
-      .values = {1, 2, 3, 4, 5, 6, 7, 8},
-      .modality = {0, 1, 1, 1, 1, 0, 0,
-                   0}}.write("sweep_report.h5");
+  const std::string trace =
+      report_trace("sweep_report.h5", {1, 4, 3, 1, 2, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const std::string other =
+      report_trace("sweep_report_other.h5", {4, 1, 1, 3, 1, 2, 1, 1}, {8, 7, 6, 5, 4, 3, 2, 1});
   const std::string out = temp_path("sweep_report_out");
   fs::remove_all(out);
   ASSERT_EQ(
-      std::system(
-          (std::string(KVSIM_BINARY) + " sweep --trace " + trace +
-           " --policy h2o --grid h2o.budget=2,3,4 --policy tova --grid tova.budget=2,4 --out " +
-           out + " > /dev/null 2>&1")
-              .c_str()),
+      std::system((std::string(KVSIM_BINARY) + " sweep --trace " + trace + " --trace " + other +
+                   " --policy h2o --grid h2o.budget=2,3,4 --policy tova --grid "
+                   "tova.budget=2,4 --out " +
+                   out + " > /dev/null 2>&1")
+                      .c_str()),
       0);
   ASSERT_EQ(std::system(("/usr/bin/python3 " + kRoot + "/analysis/sweep_report.py " + out +
                          "/results.csv --out " + out + " > /dev/null")
@@ -219,6 +229,12 @@ TEST(Sweep, ReportWritesTableAndFigures) {
             0);
   const std::string table = read_all(fs::path(out) / "table.md");
   EXPECT_NE(table.find("`h2o[budget=3]`"), std::string::npos) << table;
+  EXPECT_NE(table.find("output error / value norm"), std::string::npos) << table;
+  // Two traces: a table per trace and configuration as well (5 configurations x 2 traces).
+  const std::string by_trace = read_all(fs::path(out) / "table_by_trace.md");
+  EXPECT_NE(by_trace.find("| sweep_report_other.h5 | `tova[budget=4]` |"), std::string::npos)
+      << by_trace;
+  EXPECT_EQ(std::count(by_trace.begin(), by_trace.end(), '\n'), 2 + 10) << by_trace;
   for (const char* f : {"pareto.png", "pareto.pdf", "h2o_budget.png", "tova_budget.pdf"})
     EXPECT_GT(fs::file_size(fs::path(out) / f), 1000u) << f;
 }

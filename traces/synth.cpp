@@ -121,6 +121,7 @@ void SynthConfig::validate() const {
   need(saliency_head_share >= 0 && saliency_head_share <= 1, "saliency-head-share",
        "must be in [0, 1]");
   need(value_mean >= 0, "value-mean", "must be >= 0");
+  need(vision_value_mean >= 0, "vision-value-mean", "must be >= 0");
   need(key_modality_norm > 0, "key-modality-norm", "must be > 0");
   need(sink_value_scale >= 0, "sink-value-scale", "must be >= 0");
 }
@@ -369,6 +370,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
     std::vector<double> value_mean(d);
     Rng mean_rng(mix_seed(c.seed, layer, kv, 0x3EA));
     for (auto& x : value_mean) x = c.value_mean * mean_rng.gaussian();
+    std::vector<double> vision_mean(d);
+    for (auto& x : vision_mean) x = c.vision_value_mean * mean_rng.gaussian();
     for (int j = 0; j < T; ++j) {
       const double* hj = &hidden[static_cast<std::size_t>(j) * m];
       float* k = &out.k(j, kv, 0);
@@ -397,7 +400,8 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
       if (!c.with_v) continue;
       const double vscale = j < c.sinks ? c.sink_value_scale : 1.0;
       for (int e = 0; e < d; ++e)
-        out.v(j, kv, e) = static_cast<float>(vscale * (project(wv, e, hj, m) + value_mean[e]));
+        out.v(j, kv, e) = static_cast<float>(
+            vscale * (project(wv, e, hj, m) + value_mean[e] + (vis ? vision_mean[e] : 0.0)));
     }
   }
 

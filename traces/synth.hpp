@@ -66,6 +66,7 @@ struct SynthConfig {
   int key_rank = 8;                  // rank of the key projection of h (keys are low-rank)
   double key_modality_norm = 4.0;    // norm of the modality direction every key carries
   double value_mean = 1.0;           // norm of the shared value mean / norm of the content part
+  double vision_value_mean = 0.0;    // norm of the vision tokens' own value mean, the same scale
   double sink_value_scale = 0.2;     // sinks' values are small (they absorb attention, not content)
 
   int prompt_len() const {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# When does merging beat evicting the same entries? Runs the merging_vs_eviction recipe (LOOK-M's
+# three merge variants and MEDA's average merging, each against its selection without merging, at
+# 5-40%) on synthetic traces that differ in one structural property at a time:
+#
+#   demo               the demo's knobs (image attention concentrated in deep layers, image
+#                      tokens individually less attended than text, one value mean for all tokens)
+#   value_gap          + the image tokens' values share their own mean (--vision-value-mean 1.5)
+#   visible            value_gap + image tokens individually as attended as text (--vision-offset 0)
+#   flat_deep          value_gap + deep-layer image logits nearly flat (--saliency-last 0.2,
+#                      --noise 0.1)
+#   flat_deep_visible  all three
+#
+#   experiments/merging_regimes.sh [LAYERS]
+#     -> results/merging_regimes/traces/REGIME_L<LAYERS>.h5 (kept and reused)
+#     -> results/merging_regimes/recipes/merging_vs_eviction/ (the sweep, table_by_trace.csv/.md)
+#
+# LAYERS (default 8) sets each trace's depth; the shape is otherwise the demo's (LLaVA-1.5-7B).
+# $KVSIM (default ./build/kvsim) is the binary and $KVSIM_RESULTS replaces results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+layers=${1:-8}
+out="${KVSIM_RESULTS:-results}/merging_regimes"
+mkdir -p "$out/traces"
+declare -A knobs=(
+  [demo]=""
+  [value_gap]="--vision-value-mean 1.5"
+  [visible]="--vision-value-mean 1.5 --vision-offset 0"
+  [flat_deep]="--vision-value-mean 1.5 --saliency-last 0.2 --noise 0.1"
+  [flat_deep_visible]="--vision-value-mean 1.5 --saliency-last 0.2 --noise 0.1 --vision-offset 0"
+)
+traces=()
+for regime in demo value_gap visible flat_deep flat_deep_visible; do
+  trace="$out/traces/${regime}_L${layers}.h5"
+  # shellcheck disable=SC2086  # the knobs are words
+  [ -f "$trace" ] || "${KVSIM:-./build/kvsim}" synth --out "$trace" --layers "$layers" ${knobs[$regime]} > /dev/null
+  traces+=("$trace")
+done
+KVSIM_RESULTS="$out" experiments/run_recipe.sh merging_vs_eviction "${traces[@]}"
+echo "merging_regimes: $out/recipes/merging_vs_eviction/table_by_trace.md"
