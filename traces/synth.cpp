@@ -25,8 +25,9 @@
 // h·u along per-KV-head directions (partly shared by all heads, so important image tokens are
 // important to many heads), the remaining key and query pairs are W_k h and W_q h, and
 // v = W_v h + μ, with μ a value mean shared by the layer's tokens (real value vectors have a
-// large common component) and sinks' values scaled down. Image tokens on their grid mix a region
-// prototype (near-duplicate patches), a spatially smooth field and their own detail, so
+// large common component; vision_value_mean adds a second one shared by the vision tokens, the
+// modalities' separate cones) and sinks' values scaled down. Image tokens on their grid mix a
+// region prototype (near-duplicate patches), a spatially smooth field and their own detail, so
 // neighbouring patches have similar keys and similar values; video frames are correlated in
 // time; text tokens are independent.
 #include "traces/synth.hpp"
