@@ -11,15 +11,20 @@
 #                      --noise 0.1)
 #   flat_deep_visible  all three
 #
-#   experiments/merging_regimes.sh [LAYERS]
-#     -> results/merging_regimes/traces/REGIME_L<LAYERS>.h5 (kept and reused)
+#   experiments/merging_regimes.sh [LAYERS] [SEEDS]
+#     -> results/merging_regimes/traces/REGIME_L<LAYERS>_s<SEED>.h5 (kept and reused)
 #     -> results/merging_regimes/recipes/merging_vs_eviction/ (the sweep, table_by_trace.csv/.md)
+#     -> results/merging_regimes/merging.csv/.md (analysis/merging_report.py: merging against
+#        eviction per regime, policy and budget, averaged over the seeds, with the number of
+#        seeds on which merging was lower)
 #
-# LAYERS (default 8) sets each trace's depth; the shape is otherwise the demo's (LLaVA-1.5-7B).
+# LAYERS (default 8) sets each trace's depth and SEEDS (default "1 2 3 4"; 1 is the demo's) the
+# generator's seeds; the shape is otherwise the demo's (LLaVA-1.5-7B).
 # $KVSIM (default ./build/kvsim) is the binary and $KVSIM_RESULTS replaces results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 layers=${1:-8}
+seeds=${2:-"1 2 3 4"}
 out="${KVSIM_RESULTS:-results}/merging_regimes"
 mkdir -p "$out/traces"
 declare -A knobs=(
@@ -31,10 +36,15 @@ declare -A knobs=(
 )
 traces=()
 for regime in demo value_gap visible flat_deep flat_deep_visible; do
-  trace="$out/traces/${regime}_L${layers}.h5"
-  # shellcheck disable=SC2086  # the knobs are words
-  [ -f "$trace" ] || "${KVSIM:-./build/kvsim}" synth --out "$trace" --layers "$layers" ${knobs[$regime]} > /dev/null
-  traces+=("$trace")
+  for seed in $seeds; do
+    trace="$out/traces/${regime}_L${layers}_s${seed}.h5"
+    # shellcheck disable=SC2086  # the knobs are words
+    [ -f "$trace" ] || "${KVSIM:-./build/kvsim}" synth --out "$trace" --layers "$layers" \
+      --seed "$seed" ${knobs[$regime]} > /dev/null
+    traces+=("$trace")
+  done
 done
 KVSIM_RESULTS="$out" experiments/run_recipe.sh merging_vs_eviction "${traces[@]}"
-echo "merging_regimes: $out/recipes/merging_vs_eviction/table_by_trace.md"
+/usr/bin/python3 analysis/merging_report.py \
+  "$out/recipes/merging_vs_eviction/table_by_trace.csv" --out "$out"
+echo "merging_regimes: $out/merging.md"
