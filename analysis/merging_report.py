@@ -40,6 +40,8 @@ def read_errors(path):
             if not m or name not in WITHOUT_MERGING or "merge" not in axes:
                 raise ValueError(f"{path}: row {r['trace']} {r['label']} is not a "
                                  "merging_regimes.sh trace and merging_vs_eviction configuration")
+            if not r["mean_output_rel_error"]:
+                raise ValueError(f"{path}: {r['trace']} has no output errors (a trace without v)")
             key = (m["regime"], int(m["seed"]), name, axes["budget"], axes["merge"])
             errors[key] = (float(r["mean_output_rel_error"]), float(r["mean_output_value_error"]))
     return errors
@@ -93,7 +95,10 @@ def write(rows, out):
         cells = [f"`{regime}`"]
         for policy in AVERAGING:
             for b in budgets:
-                r = cell[(regime, policy, b)]
+                r = cell.get((regime, policy, b))
+                if r is None:  # not in the sweep
+                    cells.append("–")
+                    continue
                 text = (f"{r['evict_error']:.3f} → {r['merge_error']:.3f} "
                         f"({r['merge_lower_in']}/{r['seeds']})")
                 cells.append(f"**{text}**" if r["merge_lower_in"] == r["seeds"] else text)
