@@ -324,12 +324,10 @@ def main(argv):
     for sw in sweeps:  # sweep results: the recipe report (table, per-parameter figures, Pareto)
         import sweep_report
         sub = os.path.join(args.out, os.path.basename(os.path.dirname(os.path.abspath(sw))) or "sweep")
-        os.makedirs(sub, exist_ok=True)
-        table = sweep_report.summarise(sw)
-        sweep_report.write_tables(table, sub)
-        written += [os.path.join(sub, "table.csv"), os.path.join(sub, "table.md")]
-        sweep_report.axis_figures(table, sub, written)
-        sweep_report.pareto_figure(table, sub, written)
+        sweep_written = sweep_report.report(sw, sub)
+        if not sweep_written:
+            print(f"kvsim figures: {sw} has no rows; no sweep figures drawn from it", file=sys.stderr)
+        written += sweep_written
     for w in written:
         print(w)
     return 0

@@ -42,13 +42,17 @@ def axis_value(text):
         return text
 
 
-def summarise(path, by_trace=False):
-    """One row per configuration (per trace and configuration with by_trace), averaged over the
-    rest: layers, KV heads, samples (and traces)."""
-    rows = defaultdict(list)
+def read_results(path):
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows[(r["trace"] if by_trace else "", r["label"])].append(r)
+        return list(csv.DictReader(f))
+
+
+def summarise(results, by_trace=False):
+    """One row per configuration (per trace and configuration with by_trace) of a results file's
+    rows, averaged over the rest: layers, KV heads, samples (and traces)."""
+    rows = defaultdict(list)
+    for r in results:
+        rows[(r["trace"] if by_trace else "", r["label"])].append(r)
     table = []
     for (trace, label), rs in rows.items():
         per_sample = defaultdict(float)
@@ -148,24 +152,34 @@ def pareto_figure(table, out, written):
     save(fig, out, "pareto", written)
 
 
+def report(results_path, out):
+    """Writes the tables and figures of one sweep results file into `out`; returns the paths
+    written (none when the file has no rows)."""
+    results = read_results(results_path)
+    table = summarise(results)
+    if not table:
+        return []
+    os.makedirs(out, exist_ok=True)
+    write_tables(table, out)
+    written = [os.path.join(out, "table.csv"), os.path.join(out, "table.md")]
+    per_trace = summarise(results, by_trace=True)
+    if len({r["trace"] for r in per_trace}) > 1:
+        write_tables(per_trace, out, "table_by_trace")
+        written += [os.path.join(out, f"table_by_trace.{ext}") for ext in ("csv", "md")]
+    axis_figures(table, out, written)
+    pareto_figure(table, out, written)
+    return written
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", help="a kvsim sweep results.csv")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    table = summarise(args.results)
-    if not table:
+    written = report(args.results, args.out)
+    if not written:
         print(f"sweep_report: no rows in {args.results}", file=sys.stderr)
         return 1
-    write_tables(table, args.out)
-    written = [os.path.join(args.out, "table.csv"), os.path.join(args.out, "table.md")]
-    per_trace = summarise(args.results, by_trace=True)
-    if len({r["trace"] for r in per_trace}) > 1:
-        write_tables(per_trace, args.out, "table_by_trace")
-        written += [os.path.join(args.out, f"table_by_trace.{ext}") for ext in ("csv", "md")]
-    axis_figures(table, args.out, written)
-    pareto_figure(table, args.out, written)
     for w in written:
         print(w)
     return 0
