@@ -3,8 +3,8 @@
 // head keeps its observation window and at least floor(α · (B - w)) of its own best entries; the
 // remaining Hkv · (B - w) - Hkv · floor(α · (B - w)) go to the highest scores across all heads
 // jointly. GQA-aware: a KV head's score is the mean over its query heads (SnapKV) or their sum
-// (h2o scorer). Decoding appends without eviction. Ties keep the newer position, then the lower
-// head.
+// (h2o scorer). Decoding appends without eviction (`decode` changes that:
+// policies/decode_mode.cpp). Ties keep the newer position, then the lower head.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -27,9 +27,11 @@ class AdaKV final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len(), w = scoring_.window, prefix = P - w, heads = cache.kv_heads();
+    scores_.clear();
     if (P <= budget_) return;
     const int per_head = budget_ - w, floor_n = static_cast<int>(std::floor(alpha_ * per_head));
-    std::vector<std::vector<double>> score(heads);
+    std::vector<std::vector<double>>& score = scores_;
+    score.assign(heads, {});
     std::vector<std::vector<std::uint8_t>> keep(heads);
     using Candidate = std::tuple<double, int, int>;  // score, position, head
     std::vector<Candidate> pool;
@@ -51,16 +53,23 @@ class AdaKV final : public Policy {
       std::nth_element(pool.begin(), pool.begin() + extra, pool.end(), better);
     for (std::size_t i = 0; i < std::min(extra, pool.size()); ++i)
       keep[std::get<2>(pool[i])][std::get<1>(pool[i])] = 1;
-    for (int g = 0; g < heads; ++g) cache.keep_only(g, keep[g]);
+    for (int g = 0; g < heads; ++g) {
+      cache.keep_only(g, keep[g]);
+      score[g].resize(P, kUnscored);  // the window has no score
+    }
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
+  }
 
  private:
   int budget_;
   double alpha_;
   bool h2o_scores_;
   SnapKVScoring scoring_;
+  std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
 const PolicyRegistration reg({
@@ -71,6 +80,7 @@ const PolicyRegistration reg({
     .params = concat(
         {
             budget_param(),
+            decode_mode_param(),
             {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
             {"scorer",
              ParamType::kChoice,

@@ -59,6 +59,7 @@ const PolicyRegistration reg({
                "evicted entries into their most similar kept key.",
     .provenance = "Wan et al. 2024, LOOK-M, Sec. 3 (text-prior, A/P/W-merge)",
     .params = {budget_param(),
+               decode_mode_param(),
                {"recent_ratio", ParamType::kFloat, "0.75", "share of B kept as the recent window",
                 0, 1},
                {"sinks", ParamType::kInt, "4", "first positions always kept", 0, 1e9},

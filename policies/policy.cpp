@@ -20,7 +20,20 @@ PolicyRegistry& PolicyRegistry::instance() {
   return registry;
 }
 
+namespace {
+// A policy that declares `decode` is created through its decode mode.
+void wrap_decode_mode(PolicyInfo& info) {
+  if (std::none_of(info.params.begin(), info.params.end(),
+                   [](const ParamSpec& s) { return s.name == "decode"; }))
+    return;
+  info.create = [create = info.create](const ParamSet& p, const SampleInfo& s) {
+    return apply_decode_mode(create(p, s), p);
+  };
+}
+}  // namespace
+
 void PolicyRegistry::add(PolicyInfo info) {
+  wrap_decode_mode(info);
   const std::string name = info.name;
   if (!policies_.emplace(name, std::move(info)).second)
     throw std::logic_error("policy '" + name + "' registered twice");
@@ -29,6 +42,7 @@ void PolicyRegistry::add(PolicyInfo info) {
 void PolicyRegistry::replace(PolicyInfo info) {
   const auto it = policies_.find(info.name);
   if (it == policies_.end()) throw std::logic_error("policy '" + info.name + "' is not registered");
+  wrap_decode_mode(info);
   it->second = std::move(info);
 }
 

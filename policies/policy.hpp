@@ -153,6 +153,12 @@ struct PolicyRegistration {
 void apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides);
 
+// `decode` (policies/decode_mode.cpp): grow | cap | every:N, what a policy that compresses only
+// the prompt does while decoding. A policy that declares it is wrapped by the registry, so every
+// caller of `create` (replay, the live path, Python) gets the mode.
+ParamSpec decode_mode_param();
+std::unique_ptr<Policy> apply_decode_mode(std::unique_ptr<Policy> policy, const ParamSet& params);
+
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);

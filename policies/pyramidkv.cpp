@@ -11,7 +11,8 @@
 // lower layer), so they sum to exactly L · B; `rounding = reference` reproduces the floor.
 // Fall-backs, as in the reference:
 // a prompt no longer than B is not compressed; one shorter than 2 (B - w) keeps the window + the
-// top B - w in every layer (uniform, as SnapKV). Decoding appends without eviction.
+// top B - w in every layer (uniform, as SnapKV). Decoding appends without eviction (`decode`
+// changes that: policies/decode_mode.cpp).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -59,11 +60,14 @@ class PyramidKV final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
+    scores_.clear();
     if (P <= budget_) return;  // P = B keeps everything in every layer either way
     const int keep = prefix_budget(view.layer(), view.num_layers(), P) + scoring_.window;
+    scores_.resize(cache.kv_heads());
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<double> score = snapkv_scores(view, g, scoring_);
-      score.resize(P, 0.0);
+      std::vector<double>& score = scores_[g];
+      score = snapkv_scores(view, g, scoring_);
+      score.resize(P, kUnscored);
       std::vector<std::uint8_t> window(P, 0);
       for (int j = P - scoring_.window; j < P; ++j) window[j] = 1;
       cache.keep_only(g, keep_top_scores(score, keep, window));
@@ -71,11 +75,15 @@ class PyramidKV final : public Policy {
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
+  }
 
  private:
   int budget_, beta_;
   bool reference_rounding_;
   SnapKVScoring scoring_;
+  std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
 const PolicyRegistration reg({
@@ -85,6 +93,7 @@ const PolicyRegistration reg({
     .params = concat(
         {
             budget_param(),
+            decode_mode_param(),
             {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
             {"rounding",
              ParamType::kChoice,

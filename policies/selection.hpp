@@ -4,10 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
 namespace kvsim {
+
+// The score of an entry a policy did not rank (a forced window, a generated token): eviction
+// scores (Policy::eviction_scores) hold it where a policy has no opinion.
+inline constexpr double kUnscored = std::numeric_limits<double>::infinity();
 
 // Keep mask over n entries (ordered by position): every `forced` entry is kept, and of the others
 // the (keep - forced) highest scores, ties to the later entry. If keep >= n everything is kept.

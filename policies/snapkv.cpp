@@ -5,7 +5,8 @@
 //              Σ over the last `window` prompt queries i of p_ij (causal, full cache),
 // then pooled along positions (size `kernel`, stride 1, same padding; max or average). Keep the
 // window plus the top B - window prefix entries, ties to the newer position. Decoding appends
-// without eviction, as in the paper (the cache grows by one entry per step).
+// without eviction, as in the paper (the cache grows by one entry per step); `decode = cap |
+// every:N` holds the prefill's size instead (policies/decode_mode.cpp), by these scores for cap.
 // Reading chosen: summing over the window (the original repository) rather than averaging
 // (kvpress) ranks identically, so it is not a parameter; average pooling counts padding as zeros
 // (F.avg_pool1d's default in the reference code).
@@ -26,11 +27,14 @@ class SnapKV final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
+    scores_.clear();
     if (P <= budget_) return;
     const int prefix = P - scoring_.window;
+    scores_.resize(cache.kv_heads());
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<double> score = snapkv_scores(view, g, scoring_);
-      score.resize(P, 0.0);  // window entries are forced, their score is unused
+      std::vector<double>& score = scores_[g];
+      score = snapkv_scores(view, g, scoring_);
+      score.resize(P, kUnscored);  // window entries are forced: they have no score
       std::vector<std::uint8_t> forced(P, 0);
       for (int j = prefix; j < P; ++j) forced[j] = 1;
       cache.keep_only(g, keep_top_scores(score, budget_, forced));
@@ -40,17 +44,21 @@ class SnapKV final : public Policy {
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
 
   int capacity(int, int) const override { return -1; }  // grows during decoding by design
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
+  }
 
  private:
   int budget_;
   SnapKVScoring scoring_;
+  std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
 const PolicyRegistration reg({
     .name = "snapkv",
     .summary = "Observation-window voting at the end of the prefill, pooled; no decode eviction.",
     .provenance = "Li et al. 2024, SnapKV, Sec. 4.2 / Listing 1",
-    .params = concat({budget_param()}, snapkv_scoring_params()),
+    .params = concat({budget_param(), decode_mode_param()}, snapkv_scoring_params()),
     .needs = {},
     .lookahead = false,
     .merges = false,

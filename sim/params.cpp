@@ -109,6 +109,8 @@ void check_value(const std::string& owner, const ParamSpec& spec, const std::str
       if (!parse_bool(value, b)) fail("is not a boolean (true/false)");
       break;
     case ParamType::kString:
+      if (spec.check)
+        if (const std::string why = spec.check(value); !why.empty()) fail(why);
       break;
     case ParamType::kChoice:
       if (std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end())

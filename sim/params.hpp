@@ -1,6 +1,7 @@
 // Typed, validated policy parameters (declared by each policy, set by --set / --config).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct ParamSpec {
   double min = 0;
   double max = 1e18;
   std::vector<std::string> choices;  // kChoice; special values of kSize
+  // kString: returns what is wrong with a value, or "" when it is valid (checked with the rest,
+  // before any replay starts).
+  std::function<std::string(const std::string&)> check;
 };
 
 // A count or a percentage, resolved against a base (the prompt length for budgets).

@@ -9,7 +9,10 @@ kvsim=$1
 command -v qemu-x86_64 >/dev/null || { echo "qemu-x86_64 not found: skipped"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-old_cpu=(qemu-x86_64 -cpu Nehalem)
+# OpenBLAS picks its kernels from CPUID, and under qemu-user (7.2) it takes the emulated Nehalem
+# for a Haswell and dies in sgemm_beta_HASWELL; on a real Nehalem it would choose its Nehalem
+# kernels, so it is told that here. kvsim's own code gets no such hint.
+old_cpu=(env OPENBLAS_CORETYPE=Nehalem qemu-x86_64 -cpu Nehalem)
 # A binary with AVX outside the dispatched kernels dies here with SIGILL (exit 132).
 "${old_cpu[@]}" "$kvsim" synth --out "$dir/t.h5" --layers 2 --heads 4 --kv-heads 2 --head-dim 16 \
   --media-tokens 96 --gen-tokens 8 --user-tokens 6 --system-tokens 5 > /dev/null

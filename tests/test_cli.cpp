@@ -91,7 +91,7 @@ TEST(Cli, PoliciesListsParametersAndProvenance) {
                         "tova",
                         "lookm",
                         "snapkv:kvpress",
-                        "resolved: budget=20%,kernel=5,pooling=avg",
+                        "resolved: budget=20%,decode=grow,kernel=5,pooling=avg",
                         "Zhang et al. 2023",
                         "window",
                         "kernel",
@@ -131,8 +131,9 @@ TEST(Cli, SynthInspectReplay) {
   // 5 policies x 2 layers x 2 KV heads x 6 steps + header.
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
   const std::string sidecar = slurp(temp_path("r1.policies.csv"));
-  EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,kernel=7,pooling=max,window=4\""),
-            std::string::npos)
+  EXPECT_NE(
+      sidecar.find("snapkv,snapkv,false,\"budget=40%,decode=grow,kernel=7,pooling=max,window=4\""),
+      std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
 }

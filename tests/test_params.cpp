@@ -35,7 +35,7 @@ TEST(Params, DefaultsAndOverrides) {
   EXPECT_EQ(c.params.get_int("kernel"), 7);
   EXPECT_EQ(c.params.get_string("pooling"), "max");
   EXPECT_EQ(c.params.get_string("budget"), "20%");
-  EXPECT_EQ(c.params.str(), "budget=20%,kernel=7,pooling=max,window=8");
+  EXPECT_EQ(c.params.str(), "budget=20%,decode=grow,kernel=7,pooling=max,window=8");
   EXPECT_EQ(c.needs().prefill_window, 8);
 }
 
@@ -81,7 +81,7 @@ TEST(Presets, PinAReferenceReading) {
   const PolicyConfig c = make_policy_config("snapkv:kvpress", {});
   EXPECT_EQ(c.label, "snapkv:kvpress");
   EXPECT_EQ(c.info->name, "snapkv");
-  EXPECT_EQ(c.params.str(), "budget=20%,kernel=5,pooling=avg,window=64");
+  EXPECT_EQ(c.params.str(), "budget=20%,decode=grow,kernel=5,pooling=avg,window=64");
   EXPECT_EQ(c.needs().prefill_window, 64);
   // User overrides apply on top of the preset.
   EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);

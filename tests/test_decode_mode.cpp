@@ -1,0 +1,129 @@
+// decode = grow | cap | every:N for prefill-only policies (policies/decode_mode.cpp), on
+// hand-worked tiny traces (tiny_trace.hpp: p_ij ∝ w_j) and on a GQA trace for equal memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+using V = std::vector<int>;
+
+// P = 6, w = [5, 1, 4, 2, 3, 1 | 2, 6, 1, 1]. SnapKV with window 1 and no pooling scores the
+// prefix by the last prompt query, ∝ w: B = 3 keeps {0, 2} and the window {5}.
+std::string snapkv_trace(const std::string& name) {
+  return TinyTrace{.prompt_len = 6, .weights = {5, 1, 4, 2, 3, 1, 2, 6, 1, 1}}.write(name);
+}
+const std::map<std::string, std::string> kSnap = {
+    {"budget", "3"}, {"window", "1"}, {"kernel", "1"}};
+
+std::map<std::string, std::string> with_decode(const std::string& mode) {
+  auto p = kSnap;
+  p["decode"] = mode;
+  return p;
+}
+
+TEST(DecodeMode, GrowIsThePaperAndAppendsEveryToken) {
+  const auto r = run_policy(snapkv_trace("decode_grow.h5"), "snapkv", kSnap);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{1, 3, 4}));
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(r[0].steps[0][t].cache_size, 4 + t) << t;
+  EXPECT_EQ(r[0].evicted[0].size(), 3u);
+}
+
+TEST(DecodeMode, CapEvictsByThePolicysOwnScoresThenTheOldest) {
+  // Each step appends one token and evicts one. Scored (prefix) entries go first, lowest score
+  // first: step 0 evicts 2 (score 4 < 5), step 1 evicts 0. Then only unscored entries remain
+  // (the window 5 and generated tokens): the oldest goes, 5 at step 2 and 6 at step 3.
+  const auto r = run_policy(snapkv_trace("decode_cap.h5"), "snapkv", with_decode("cap"));
+  EXPECT_EQ(evicted_at(r[0], 0), (V{2}));
+  EXPECT_EQ(evicted_at(r[0], 1), (V{0}));
+  EXPECT_EQ(evicted_at(r[0], 2), (V{5}));
+  EXPECT_EQ(evicted_at(r[0], 3), (V{6}));
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(r[0].steps[0][t].cache_size, 4) << t;
+}
+
+TEST(DecodeMode, EveryNRecompressesByTheLastNQueries) {
+  // every:2. Step 0 attends {0 2 5 6} ∝ 5:4:1:2 (sum 12), step 1 {0 2 5 6 7} ∝ 5:4:1:2:6 (18).
+  // Votes: 0: 5/12 + 5/18, 2: 4/12 + 4/18, 5: 1/12 + 1/18, 6: 2/12 + 2/18 = .278, 7: 6/18 = .333:
+  // keep {0, 2, 7}, evict {5, 6} after step 1. Step 2 attends {0 2 7 8} ∝ 5:4:6:1 (16), step 3
+  // {0 2 7 8 9} ∝ 5:4:6:1:1 (17): 8 (1/16 + 1/17) and 9 (1/17) are the lowest, evicted after
+  // step 3 (the votes restart after each compression).
+  const auto r = run_policy(snapkv_trace("decode_every.h5"), "snapkv", with_decode("every:2"));
+  EXPECT_TRUE(evicted_at(r[0], 0).empty());
+  EXPECT_EQ(evicted_at(r[0], 1), (V{5, 6}));
+  EXPECT_TRUE(evicted_at(r[0], 2).empty());
+  EXPECT_EQ(evicted_at(r[0], 3), (V{8, 9}));
+  const V sizes = {4, 5, 4, 5};
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(r[0].steps[0][t].cache_size, sizes[t]) << t;
+}
+
+TEST(DecodeMode, CapWithoutScoresEvictsTheOldest) {
+  // lookm exposes no eviction scores: cap drops the oldest entry held at each step.
+  TinyTrace t{.prompt_len = 8, .weights = {1, 3, 1, 2, 5, 1, 1, 1, 1, 1, 1}};
+  const std::map<std::string, std::string> p = {
+      {"budget", "4"}, {"sinks", "0"}, {"recent_ratio", "0.5"}, {"merge", "none"}};
+  auto capped = p;
+  capped["decode"] = "cap";
+  const auto grow = run_policy(t.write("lookm_grow.h5"), "lookm", p);
+  const auto cap = run_policy(t.write("lookm_cap.h5"), "lookm", capped);
+  EXPECT_EQ(evicted_at(cap[0], -1), evicted_at(grow[0], -1));
+  std::set<int> held;
+  for (int j = 0; j < 8; ++j) held.insert(j);
+  for (int j : evicted_at(grow[0], -1)) held.erase(j);
+  ASSERT_EQ(held.size(), 4u);
+  for (int step = 0; step < 3; ++step) {
+    held.insert(8 + step);
+    EXPECT_EQ(evicted_at(cap[0], step), (V{*held.begin()})) << step;
+    held.erase(held.begin());
+  }
+}
+
+TEST(DecodeMode, CapHoldsThePrefillSizeOfEveryHeadOfEveryPolicy) {
+  // Equal memory: with cap, each (layer, KV head) attends with what its prefill left plus the
+  // current token, at every step; with every:3 it grows for three steps and falls back.
+  const std::string trace = small_synthetic_trace("decode_gqa.h5");
+  for (const std::string policy : {"snapkv", "pyramidkv", "adakv", "madakv", "lookm", "meda"}) {
+    std::map<std::string, std::string> p = {{"budget", "40%"}};
+    if (policy == "snapkv" || policy == "pyramidkv" || policy == "adakv") p["window"] = "8";
+    const auto grow = run_policy(trace, policy, p);
+    p["decode"] = "cap";
+    const auto cap = run_policy(trace, policy, p);
+    p["decode"] = "every:3";
+    const auto every = run_policy(trace, policy, p);
+    ASSERT_EQ(grow.size(), cap.size());
+    long grow_sum = 0, cap_sum = 0;
+    for (std::size_t l = 0; l < grow.size(); ++l)
+      for (std::size_t g = 0; g < grow[l].steps.size(); ++g) {
+        const int kept = grow[l].steps[g][0].cache_size - 1;
+        for (std::size_t t = 0; t < grow[l].steps[g].size(); ++t) {
+          EXPECT_EQ(cap[l].steps[g][t].cache_size, kept + 1) << policy << " " << l << " " << t;
+          EXPECT_EQ(every[l].steps[g][t].cache_size, kept + 1 + static_cast<int>(t % 3))
+              << policy << " " << l << " " << t;
+          grow_sum += grow[l].steps[g][t].cache_size;
+          cap_sum += cap[l].steps[g][t].cache_size;
+        }
+      }
+    EXPECT_LT(cap_sum, grow_sum) << policy;
+  }
+}
+
+TEST(DecodeMode, BadModesAreRefusedNamingTheParameter) {
+  for (const std::string bad : {"sometimes", "every:0", "every:", "every:2x", "cap:3"}) {
+    try {
+      make_policy_config("snapkv", {{"decode", bad}});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("snapkv: parameter 'decode' = '" + bad + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("grow, cap or every:N"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW(make_policy_config("meda", {{"decode", "every:16"}}));
+}
+
+}  // namespace
+}  // namespace kvsim::test
