@@ -62,6 +62,35 @@ std::vector<std::string> PolicyRegistry::names() const {
   return out;
 }
 
+namespace {
+// kvpress's `compression_ratio` (the fraction removed) as an alias of `budget`.
+void apply_compression_ratio_alias(const std::string& name, const PolicyInfo& info,
+                                   const std::map<std::string, std::string>& overrides,
+                                   std::map<std::string, std::string>& values) {
+  const auto it = values.find("compression_ratio");
+  if (it == values.end()) return;
+  if (std::none_of(info.params.begin(), info.params.end(),
+                   [](const ParamSpec& s) { return s.name == "budget"; }))
+    throw std::invalid_argument(name + ": parameter 'compression_ratio' given, but " + info.name +
+                                " has no budget (it sizes its cache itself)");
+  if (overrides.count("budget"))
+    throw std::invalid_argument(name + ": give 'budget' or 'compression_ratio', not both");
+  values["budget"] = kCompressionRatioPrefix + it->second;
+  values.erase(it);
+}
+}  // namespace
+
+int budget_entries(const PolicyConfig& policy, int prompt_len) {
+  const auto& v = policy.params.values();
+  const auto it = v.find("budget");
+  if (it == v.end()) return -1;
+  try {
+    return Size::parse(it->second).resolve(prompt_len);
+  } catch (const std::invalid_argument&) {
+    return -1;  // a special value such as hae's "auto"
+  }
+}
+
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides) {
   PolicyConfig c;
@@ -82,17 +111,32 @@ PolicyConfig make_policy_config(const std::string& name,
   }
   for (const auto& [k, v] : overrides) values[k] = v;
   c.info = &PolicyRegistry::instance().get(policy);
+  apply_compression_ratio_alias(name, *c.info, overrides, values);
   c.params = resolve_params(name, c.info->params, values);
   return c;
 }
 
-void apply_default_budget(const std::string& name, const std::string& budget,
+bool apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides) {
-  if (budget.empty() || overrides.count("budget")) return;
   const auto& params = make_policy_config(name, {}).info->params;
-  if (std::any_of(params.begin(), params.end(),
-                  [](const ParamSpec& s) { return s.name == "budget"; }))
+  if (std::none_of(params.begin(), params.end(),
+                   [](const ParamSpec& s) { return s.name == "budget"; }))
+    return false;
+  if (!budget.empty() && !overrides.count("budget") && !overrides.count("compression_ratio"))
     overrides["budget"] = budget;
+  return true;
+}
+
+std::string budget_ignored_warning(const std::vector<std::string>& names,
+                                   const std::string& budget) {
+  std::string ignored;
+  for (const auto& n : names) {
+    std::map<std::string, std::string> unused;
+    if (!apply_default_budget(n, "", unused)) ignored += (ignored.empty() ? "" : ", ") + n;
+  }
+  if (budget.empty() || ignored.empty()) return "";
+  return "warning: the budget " + budget + " does not apply to " + ignored +
+         ": they size their caches themselves (compare what each held: the 'stored' column)";
 }
 
 ParamSpec budget_param(const std::string& default_value) {

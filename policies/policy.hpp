@@ -139,7 +139,8 @@ struct PolicyPreset {
 const std::vector<PolicyPreset>& policy_presets();
 
 // `name` is a policy or a preset; the label is `name`. Preset values apply first, then
-// `overrides`; every value is validated against the policy's declarations.
+// `overrides`; every value is validated against the policy's declarations. `compression_ratio=R`
+// (kvpress's fraction removed) is accepted as an alias of budget=compression_ratio:R.
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 
@@ -148,10 +149,19 @@ struct PolicyRegistration {
   explicit PolicyRegistration(PolicyInfo info) { PolicyRegistry::instance().add(std::move(info)); }
 };
 
+// Entries the policy's `budget` resolves to for a prompt of prompt_len, or -1 when it has none or
+// a special value (hae's "auto").
+int budget_entries(const PolicyConfig& policy, int prompt_len);
+
 // A command line's --budget: sets overrides["budget"] when the policy (or preset) `name` declares
-// a budget and the overrides do not already set one.
-void apply_default_budget(const std::string& name, const std::string& budget,
+// a budget and the overrides do not already set one (nor compression_ratio). Returns whether the
+// policy has a budget at all.
+bool apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides);
+// The warning to print when a command line's budget reaches policies that ignore it (they have
+// no budget parameter), naming them; "" when there are none or no budget was given.
+std::string budget_ignored_warning(const std::vector<std::string>& names,
+                                   const std::string& budget);
 
 // `decode` (policies/decode_mode.cpp): grow | cap | every:N, what a policy that compresses only
 // the prompt does while decoding. A policy that declares it is wrapped by the registry, so every

@@ -14,7 +14,7 @@ namespace {
 struct ReplayArgs {
   std::string trace;
   std::vector<std::string> samples, policies, sets;
-  std::string config, out, summary, decisions, budget;
+  std::string config, out, summary, decisions, budget, compression_ratio;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool diagnostics = false;
   std::string bounds;
@@ -22,7 +22,13 @@ struct ReplayArgs {
 };
 
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
-  return resolve_policy_list(a.policies, a.sets, a.config, a.budget, "replayed");
+  std::string budget = a.budget;
+  if (!a.compression_ratio.empty()) {
+    if (!budget.empty())
+      throw std::invalid_argument("give --budget or --compression-ratio, not both");
+    budget = kCompressionRatioPrefix + a.compression_ratio;
+  }
+  return resolve_policy_list(a.policies, a.sets, a.config, budget, "replayed");
 }
 
 }  // namespace
@@ -44,6 +50,9 @@ Runner add_replay(CLI::App& app) {
   app.add_option("--budget", a->budget,
                  "Budget for every replayed policy that has one and no explicit budget "
                  "(count or percentage of the prompt)");
+  app.add_option("--compression-ratio", a->compression_ratio,
+                 "kvpress's convention instead of --budget: the fraction of the prompt removed; "
+                 "keeps int(P * (1 - R)) entries (--set NAME.compression_ratio=R per policy)");
   app.add_option("-o,--out", a->out, "Per-step results CSV (and NAME.policies.csv beside it)");
   app.add_option("--summary", a->summary, "Per-layer and overall summary CSV");
   app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
@@ -118,6 +119,8 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
                                   " (add --policy " + name + ")");
     for (const auto& [k, v] : kv) overrides[name][k] = v;
   }
+  if (const std::string w = budget_ignored_warning(policies, budget); !w.empty())
+    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   std::vector<PolicyConfig> out;
   for (const auto& name : policies) {
     if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))

@@ -416,14 +416,7 @@ StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerA
 void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies,
                 int prompt_len) {
   auto budget_of = [&](const LayerResult& r) {
-    const auto& v = policies[r.policy_index].params.values();
-    const auto it = v.find("budget");
-    if (it == v.end()) return -1;
-    try {
-      return Size::parse(it->second).resolve(prompt_len);
-    } catch (const std::invalid_argument&) {
-      return -1;  // a special value such as hae's "auto": no fixed budget to compare
-    }
+    return budget_entries(policies[r.policy_index], prompt_len);
   };
   for (auto& r : results) {
     const int budget = budget_of(r);
@@ -643,6 +636,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     }
     results[i].policy_index = i;
     results[i].sample = sample.name;
+    results[i].budget_entries = budget_entries(policies_[i], sample.prompt_len);
   });
   set_regret(results, policies_, sample.prompt_len);
   return results;

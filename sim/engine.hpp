@@ -63,8 +63,9 @@ struct LayerResult {
   int policy_index = 0;
   std::string sample;
   int layer = 0;
-  int prefill_kept_min = 0;                     // entries kept after the prefill, min over KV heads
-  std::vector<std::vector<StepMetrics>> steps;  // [kv head][step]
+  int prefill_kept_min = 0;  // entries kept after the prefill, min over KV heads
+  int budget_entries = -1;   // what the policy's budget resolved to for this sample; -1: none
+  std::vector<std::vector<StepMetrics>> steps;       // [kv head][step]
   std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
   std::vector<FlushEvent> flushes;                   // --bounds only

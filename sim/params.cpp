@@ -31,17 +31,27 @@ std::string fmt(double v) {
 }  // namespace
 
 int Size::resolve(int base) const {
+  if (removed) return static_cast<int>(base * (1.0 - value));
   if (!percent) return static_cast<int>(value);
   // Subtract a hair before ceil so that 20% of 640 is 128, not 129 through rounding noise.
   return static_cast<int>(std::ceil(value / 100.0 * base - 1e-9));
 }
 
 std::string Size::str() const {
+  if (removed) return std::string(kCompressionRatioPrefix) + fmt(value);
   return percent ? fmt(value) + "%" : fmt(value);
 }
 
 Size Size::parse(const std::string& text) {
   Size s;
+  if (text.rfind(kCompressionRatioPrefix, 0) == 0) {
+    s.removed = true;
+    if (!parse_double(text.substr(std::string(kCompressionRatioPrefix).size()), s.value) ||
+        s.value < 0 || s.value >= 1)
+      throw std::invalid_argument("'" + text + "' is not a compression ratio in [0, 1) (e.g. " +
+                                  kCompressionRatioPrefix + "0.8, which removes 80%)");
+    return s;
+  }
   std::string body = text;
   if (!body.empty() && body.back() == '%') {
     s.percent = true;
@@ -124,7 +134,7 @@ void check_value(const std::string& owner, const ParamSpec& spec, const std::str
       } catch (const std::invalid_argument& e) {
         fail(std::string("is invalid: ") + e.what());
       }
-      if (!s.percent && (s.value < spec.min || s.value > spec.max))
+      if (!s.percent && !s.removed && (s.value < spec.min || s.value > spec.max))
         fail("is out of range [" + fmt(spec.min) + ", " + fmt(spec.max) + "]");
       break;
     }

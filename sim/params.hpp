@@ -30,11 +30,16 @@ struct ParamSpec {
   std::function<std::string(const std::string&)> check;
 };
 
-// A count or a percentage, resolved against a base (the prompt length for budgets).
+// A count, a percentage, or kvpress's compression ratio (the fraction removed), resolved against a
+// base (the prompt length for budgets).
+inline constexpr const char* kCompressionRatioPrefix = "compression_ratio:";
 struct Size {
   bool percent = false;
+  bool removed = false;  // "compression_ratio:R": keeps int(base · (1 − R)), as kvpress does
   double value = 0;
-  // Percentages round up: 20% of P keeps ceil(0.2 P) entries.
+  // Percentages round up: 20% of P keeps ceil(0.2 P) entries. A compression ratio rounds down in
+  // double arithmetic exactly as kvpress's ScorerPress (kvpress/presses/scorer_press.py,
+  // n_kept = int(k_len * (1 - compression_ratio))): 0.8 of 640 keeps 127.
   int resolve(int base) const;
   std::string str() const;
   static Size parse(const std::string& text);  // throws std::invalid_argument

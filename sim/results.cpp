@@ -202,14 +202,27 @@ void Summary::add(const LayerResult& r) {
   if (r.layer == 0 && !r.steps.empty()) steps_[r.policy_index] += r.steps[0].size();
   prefill_kept_[r.policy_index] += r.prefill_kept_min;
   prefill_layers_[r.policy_index] += 1;
+  budget_entries_[{r.policy_index, r.sample}] = r.budget_entries;
+}
+
+std::string Summary::budget_entries(int policy) const {
+  int lo = -1, hi = -1;
+  for (const auto& [key, n] : budget_entries_) {
+    if (key.first != policy || n < 0) continue;
+    lo = lo < 0 ? n : std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  if (lo < 0) return "";
+  return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
 }
 
 void Summary::write_csv(const std::string& path) const {
   std::string out =
       "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
-      "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
+      "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
+      "budget_entries\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
-                 const Acc& a) {
+                 const Acc& a, const std::string& budget) {
     out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
            std::to_string(a.count) + ",";
     const double n = std::max<long>(a.count, 1);
@@ -226,11 +239,15 @@ void Summary::write_csv(const std::string& path) const {
     append_float(out, a.error_count ? a.value_error / a.error_count : NAN);
     out += ",";
     append_float(out, a.kv_bytes / n);
-    out += "\n";
+    out += "," + budget + "\n";
   };
-  for (const auto& [key, acc] : per_layer_)
-    row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc);
-  for (const auto& [p, acc] : per_policy_) row(policies_[p].label, "all", "all", acc);
+  for (const auto& [key, acc] : per_layer_) {
+    const int b = budget_entries_.at({std::get<0>(key), std::get<1>(key)});
+    row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
+        b < 0 ? "" : std::to_string(b));
+  }
+  for (const auto& [p, acc] : per_policy_)
+    row(policies_[p].label, "all", "all", acc, budget_entries(p));
   write_whole(path, out);
 }
 
@@ -239,16 +256,24 @@ std::string Summary::table() const {
   char line[512];
   int w = 14;  // label column: wide enough for preset names
   for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
-  std::snprintf(line, sizeof line, "%-*s %-18s %8s %8s %8s %8s %10s %11s %9s %11s\n", w, "policy",
-                "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
+  // The budget as given, what it resolved to in entries, and the lookahead mark.
+  std::map<int, std::string> budgets;
+  int bw = 18;
+  for (const auto& [p, a] : per_policy_) {
+    const auto& vals = policies_[p].params.values();
+    const auto it = vals.find("budget");
+    std::string& budget = budgets[p] = it == vals.end() ? "-" : it->second;
+    if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
+    if (policies_[p].info->lookahead) budget += " (lookahead)";
+    bw = std::max<int>(bw, static_cast<int>(budget.size()));
+  }
+  std::snprintf(line, sizeof line, "%-*s %-*s %8s %8s %8s %8s %10s %11s %9s %11s\n", w, "policy",
+                bw, "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
                 "out_v_err", "KV_MiB/step");
   os << line;
   for (const auto& [p, a] : per_policy_) {
     const auto& cfg = policies_[p];
-    const auto& vals = cfg.params.values();
-    const auto it = vals.find("budget");
-    std::string budget = it == vals.end() ? "-" : it->second;
-    if (cfg.info->lookahead) budget += " (lookahead)";
+    const std::string& budget = budgets.at(p);
     const double n = std::max<long>(a.count, 1);
     const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
     const double mib = kv_bytes_per_step_.at(p) /
@@ -259,13 +284,13 @@ std::string Summary::table() const {
       std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
     }
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
-      std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8s %8s %8s %10s %11s %9s %11s\n", w,
-                    cfg.label.c_str(), budget.c_str(), kept, "-", "-", "-", "-", "-", "-", "-");
+      std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8s %8s %8s %10s %11s %9s %11s\n", w,
+                    cfg.label.c_str(), bw, budget.c_str(), kept, "-", "-", "-", "-", "-", "-", "-");
       os << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-*s %-18s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %9s %11.2f\n",
-                  w, cfg.label.c_str(), budget.c_str(), kept, a.cache / n, a.attended / n,
+    std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %9s %11.2f\n",
+                  w, cfg.label.c_str(), bw, budget.c_str(), kept, a.cache / n, a.attended / n,
                   a.recall / n, a.min_recall, err, verr, mib);
     os << line;
   }

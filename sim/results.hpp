@@ -68,6 +68,10 @@ class Summary {
   std::map<int, long> steps_;                // decode steps counted (per sample) per policy
   std::map<int, double> prefill_kept_;       // Σ over layers of min entries kept after prefill
   std::map<int, long> prefill_layers_;
+  std::map<std::pair<int, std::string>, int> budget_entries_;  // (policy, sample): resolved budget
+  // The resolved budget of a policy over every sample: "128", "96-128" when samples differ, ""
+  // without a budget.
+  std::string budget_entries(int policy) const;
 };
 
 // --bounds: HAE Theorem 2.1 (one row per policy, sample, layer, KV head) and Corollary 2.1 (one

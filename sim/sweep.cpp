@@ -132,6 +132,8 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
   for (const auto& s : sets) apply_set_option(s, fixed);
   // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
   for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
+  if (const std::string w = budget_ignored_warning(policies, budget); !w.empty())
+    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   return expand_grid(policies, axes, fixed);
 }
 

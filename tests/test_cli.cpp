@@ -240,5 +240,43 @@ TEST(Cli, ConfigFile) {
   EXPECT_NE(r.output.find("h2o            2  "), std::string::npos) << r.output;
 }
 
+TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
+  // P = 10: 25% keeps ceil(2.5) = 3 entries; kvpress's compression ratio 0.75 keeps
+  // int(10 * 0.25) = 2; fastv has no budget and is named in a warning.
+  TinyTrace t{.prompt_len = 10,
+              .weights = std::vector<double>(12, 1.0),
+              .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+              .layers = 3};
+  const std::string trace = t.write("cli_budgets.h5");
+  const std::string summary = temp_path("budgets_summary.csv");
+  CliRun r =
+      kvsim("replay --trace " + trace + " -p h2o -p fastv --budget 25% --summary " + summary);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: the budget 25% does not apply to fastv"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("h2o            25% = 3 "), std::string::npos) << r.output;
+  const std::string csv = slurp(summary);
+  EXPECT_NE(csv.find(",mean_kv_bytes,budget_entries\n"), std::string::npos) << csv;
+  auto last_field_of = [&](const std::string& start) {  // "?" when there is no such row
+    const auto at = csv.find(start);
+    if (at == std::string::npos) return std::string("?");
+    const std::string line = csv.substr(at, csv.find('\n', at) - at);
+    return line.substr(line.rfind(',') + 1);
+  };
+  EXPECT_EQ(last_field_of("h2o,all,all,"), "3") << csv;
+  EXPECT_EQ(last_field_of("h2o,s0,2,"), "3") << csv;
+  EXPECT_EQ(last_field_of("fastv,all,all,"), "") << csv;  // no budget
+
+  r = kvsim("replay --trace " + trace + " -p h2o --compression-ratio 0.75");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("h2o            compression_ratio:0.75 = 2 "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+  r = kvsim("replay --trace " + trace + " -p h2o --compression-ratio 0.75 --budget 3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--budget or --compression-ratio, not both"), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace kvsim::test

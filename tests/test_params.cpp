@@ -77,6 +77,37 @@ TEST(Config, IniSectionsAndSetOverrides) {
 namespace kvsim::test {
 namespace {
 
+TEST(Size, CompressionRatioRoundsDownAsKvpress) {
+  // kvpress: n_kept = int(k_len * (1 - compression_ratio)) in double arithmetic, so 0.8 of 640
+  // keeps int(127.99999999999997) = 127, where 20% keeps ceil(128) = 128.
+  EXPECT_EQ(Size::parse("compression_ratio:0.8").resolve(640), 127);
+  EXPECT_EQ(Size::parse("20%").resolve(640), 128);
+  EXPECT_EQ(Size::parse("compression_ratio:0.5").resolve(641), 320);
+  EXPECT_EQ(Size::parse("compression_ratio:0").resolve(33), 33);
+  EXPECT_EQ(Size::parse("compression_ratio:0.25").str(), "compression_ratio:0.25");
+  EXPECT_THROW(Size::parse("compression_ratio:1"), std::invalid_argument);
+  EXPECT_THROW(Size::parse("compression_ratio:-0.1"), std::invalid_argument);
+  EXPECT_THROW(Size::parse("compression_ratio:"), std::invalid_argument);
+}
+
+TEST(Params, CompressionRatioIsAnAliasOfTheBudget) {
+  const PolicyConfig c = make_policy_config("snapkv:kvpress", {{"compression_ratio", "0.8"}});
+  EXPECT_EQ(c.params.get_string("budget"), "compression_ratio:0.8");
+  EXPECT_EQ(budget_entries(c, 640), 127);
+  EXPECT_EQ(budget_entries(make_policy_config("hae", {}), 640), -1);  // "auto"
+  EXPECT_EQ(budget_entries(make_policy_config("fastv", {}), 640), -1);
+  std::string err = error_of([] {
+    make_policy_config("h2o", {{"compression_ratio", "0.5"}, {"budget", "10"}});
+  });
+  EXPECT_NE(err.find("h2o: give 'budget' or 'compression_ratio', not both"), std::string::npos);
+  err = error_of([] { make_policy_config("fastv", {{"compression_ratio", "0.5"}}); });
+  EXPECT_NE(err.find("fastv: parameter 'compression_ratio' given, but fastv has no budget"),
+            std::string::npos)
+      << err;
+  err = error_of([] { make_policy_config("h2o", {{"compression_ratio", "1.5"}}); });
+  EXPECT_NE(err.find("not a compression ratio in [0, 1)"), std::string::npos) << err;
+}
+
 TEST(Presets, PinAReferenceReading) {
   const PolicyConfig c = make_policy_config("snapkv:kvpress", {});
   EXPECT_EQ(c.label, "snapkv:kvpress");
