@@ -65,6 +65,8 @@ class LayerView {
   const float* future_decode_probs(int t, int h) const;
   // Whole-sample statistics (requested with AttentionNeeds::sample_entropies).
   const SampleStats& sample_stats() const;
+  // The same view with future attention closed (a lookahead policy running a causal one inside).
+  LayerView causal() const { return LayerView(att_, false, stats_); }
 
  private:
   const LayerAttention& att_;

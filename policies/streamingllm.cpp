@@ -1,6 +1,9 @@
 // streamingllm: attention sinks plus a sliding window (Xiao et al., "Efficient Streaming Language
 // Models with Attention Sinks", ICLR 2024, Sec. 3.2): keep the first `sinks` positions and the
 // budget - sinks most recent, after the prefill and after every decode step.
+// `compress = prefill` is how kvpress (presses/streaming_llm_press.py, n_sink = 4) and
+// KVCache-Factory (pyramidkv_utils.py StreamingLLMKVCluster; run_longbench.py sets the window to
+// B - 4, so it too keeps 4 sinks) run it: the prompt is compressed once, then decoding appends.
 #include <stdexcept>
 
 #include "policies/policy.hpp"
@@ -12,15 +15,19 @@ namespace {
 class StreamingLlm final : public Policy {
  public:
   StreamingLlm(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "streamingllm")), sinks_(p.get_int("sinks")) {
+      : budget_(resolve_budget(p, s.prompt_len, "streamingllm")),
+        sinks_(p.get_int("sinks")),
+        prefill_only_(p.get_string("compress") == "prefill") {
     if (budget_ <= sinks_)
       throw std::invalid_argument(
           "streamingllm: budget (" + std::to_string(budget_) +
           " entries) must exceed parameter 'sinks' = " + std::to_string(sinks_));
   }
   void on_prefill(const LayerView&, KvCache& cache) override { trim(cache); }
-  void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override { trim(cache); }
-  int capacity(int, int) const override { return budget_; }
+  void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override {
+    if (!prefill_only_) trim(cache);
+  }
+  int capacity(int, int) const override { return prefill_only_ ? -1 : budget_; }
 
  private:
   void trim(KvCache& cache) const {
@@ -30,6 +37,7 @@ class StreamingLlm final : public Policy {
   }
   int budget_;
   int sinks_;
+  bool prefill_only_;
 };
 
 const PolicyRegistration reg({
@@ -37,7 +45,15 @@ const PolicyRegistration reg({
     .summary = "Attention sinks + sliding window: the first `sinks` positions and the most recent.",
     .provenance = "Xiao et al. 2024, StreamingLLM, Sec. 3.2",
     .params = {budget_param(),
-               {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9}},
+               {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9},
+               {"compress",
+                ParamType::kChoice,
+                "every_step",
+                "every_step (the paper: after the prefill and every decode step) or prefill (the "
+                "prompt once, then append: kvpress and KVCache-Factory)",
+                0,
+                0,
+                {"every_step", "prefill"}}},
     .needs = {},
     .lookahead = false,
     .merges = false,

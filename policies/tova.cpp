@@ -3,6 +3,9 @@
 // current query, averaged over the layer's heads, is dropped. At the end of the prefill the
 // current query is the last prompt token, so the top B entries by its attention stay. One set
 // per layer (the paper averages over heads), ties evict the older.
+// `compress = prefill` is kvpress's TOVAPress (presses/tova_press.py): the prompt is compressed
+// once by the last prompt token's head-averaged attention, that token itself always kept (kvpress
+// pads its score with the maximum), then decoding appends.
 #include "policies/policy.hpp"
 #include "policies/scorers.hpp"
 #include "policies/selection.hpp"
@@ -12,13 +15,18 @@ namespace {
 
 class Tova final : public Policy {
  public:
-  Tova(const ParamSet& p, const SampleInfo& s) : budget_(resolve_budget(p, s.prompt_len, "tova")) {}
+  Tova(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "tova")),
+        prefill_only_(p.get_string("compress") == "prefill") {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    keep_best(cache, last_token_attention(view));
+    std::vector<double> score = last_token_attention(view);
+    if (prefill_only_) score[view.prompt_len() - 1] = kUnscored;  // kvpress keeps it
+    keep_best(cache, score);
   }
 
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
+    if (prefill_only_) return;
     std::vector<double> score(view.prompt_len() + view.gen_len(), 0.0);
     const int heads = att.group * cache.kv_heads();
     for (int g = 0; g < cache.kv_heads(); ++g)
@@ -29,7 +37,7 @@ class Tova final : public Policy {
     keep_best(cache, score);
   }
 
-  int capacity(int, int) const override { return budget_; }
+  int capacity(int, int) const override { return prefill_only_ ? -1 : budget_; }
 
  private:
   void keep_best(KvCache& cache, const std::vector<double>& score_by_position) const {
@@ -41,13 +49,22 @@ class Tova final : public Policy {
     }
   }
   int budget_;
+  bool prefill_only_;
 };
 
 const PolicyRegistration reg({
     .name = "tova",
     .summary = "Evicts the entry the current query attends least (head-averaged), every step.",
     .provenance = "Oren et al. 2024, TOVA, Sec. 4",
-    .params = {budget_param()},
+    .params = {budget_param(),
+               {"compress",
+                ParamType::kChoice,
+                "every_step",
+                "every_step (the paper: after the prefill and every decode step) or prefill (the "
+                "prompt once, then append: kvpress and KVCache-Factory)",
+                0,
+                0,
+                {"every_step", "prefill"}}},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
     .lookahead = false,
     .merges = false,

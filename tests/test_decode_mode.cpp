@@ -127,3 +127,67 @@ TEST(DecodeMode, BadModesAreRefusedNamingTheParameter) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(OracleMatch, HoldsExactlyWhatTheMatchedPolicyHolds) {
+  // snapkv grows by one entry a step, so the matched oracle never evicts while decoding. At the
+  // prefill it keeps the B = 3 positions with the most future attention: step t attends positions
+  // 0..6+t ∝ w, so a prompt position's future mass is w_j (1/18 + 1/24 + 1/25 + 1/26): {0, 2, 4}.
+  const auto r = run_policy(snapkv_trace("oracle_match.h5"), "oracle",
+                            {{"budget", "3"}, {"match", "snapkv[window=1,kernel=1]"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (V{1, 3, 5}));
+  EXPECT_EQ(r[0].evicted[0].size(), 3u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(r[0].steps[0][t].cache_size, 4 + t) << t;
+  // The plain oracle holds its budget.
+  const auto plain = run_policy(snapkv_trace("oracle_plain.h5"), "oracle", {{"budget", "3"}});
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(plain[0].steps[0][t].cache_size, 4) << t;
+}
+
+TEST(OracleMatch, EveryHeadAndStepOnAGqaTrace) {
+  const std::string trace = small_synthetic_trace("oracle_match_gqa.h5");
+  for (const std::string match :
+       {"snapkv[window=8]", "pyramidkv[window=8]", "madakv", "snapkv[window=8,decode=every:3]",
+        "tova", "h2o:kvcache-factory"}) {
+    const std::string name = match.substr(0, match.find('['));
+    std::map<std::string, std::string> own = {{"budget", "40%"}};
+    if (const auto open = match.find('['); open != std::string::npos) {
+      const std::string body = match.substr(open + 1, match.size() - open - 2);
+      for (std::size_t s = 0; s <= body.size();) {
+        const std::size_t e = std::min(body.find(',', s), body.size());
+        const std::string item = body.substr(s, e - s);
+        own[item.substr(0, item.find('='))] = item.substr(item.find('=') + 1);
+        s = e + 1;
+      }
+    }
+    const auto policy = run_policy(trace, name, own);
+    const auto oracle = run_policy(trace, "oracle", {{"budget", "40%"}, {"match", match}});
+    ASSERT_EQ(policy.size(), oracle.size());
+    for (std::size_t l = 0; l < policy.size(); ++l)
+      for (std::size_t g = 0; g < policy[l].steps.size(); ++g)
+        for (std::size_t t = 0; t < policy[l].steps[g].size(); ++t)
+          ASSERT_EQ(oracle[l].steps[g][t].cache_size, policy[l].steps[g][t].cache_size)
+              << match << " layer " << l << " head " << g << " step " << t;
+  }
+}
+
+TEST(OracleMatch, BadMatchesAreRefusedAtConfiguration) {
+  auto error_of = [](const std::string& match) {
+    try {
+      make_policy_config("oracle", {{"match", match}});
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of("oracle").find("names the oracle itself"), std::string::npos);
+  EXPECT_NE(error_of("nope").find("unknown policy 'nope'"), std::string::npos);
+  EXPECT_NE(error_of("snapkv[wndow=8]").find("unknown parameter 'wndow'"), std::string::npos);
+  EXPECT_NE(error_of("snapkv[window]").find("where key=value belongs"), std::string::npos);
+  EXPECT_NE(error_of("snapkv[window=8").find("NAME[key=value,...]"), std::string::npos);
+  EXPECT_EQ(error_of("snapkv:kvpress"), "accepted");
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -118,7 +118,7 @@ TEST(Presets, PinAReferenceReading) {
   EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);
   EXPECT_EQ(make_policy_config("pyramidkv:kvcache-factory", {}).params.get_string("rounding"),
             "reference");
-  EXPECT_EQ(make_policy_config("h2o:oneshot", {}).params.get_string("mode"), "oneshot");
+  EXPECT_EQ(make_policy_config("h2o:kvcache-factory", {}).params.get_string("recent"), "8");
   const std::string err = error_of([] { make_policy_config("snapkv:nope", {}); });
   EXPECT_NE(err.find("unknown preset 'snapkv:nope' (known: snapkv:original"), std::string::npos)
       << err;

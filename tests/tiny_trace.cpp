@@ -1,8 +1,7 @@
 #include "tests/tiny_trace.hpp"
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -69,11 +68,12 @@ std::string TinyTrace::write(const std::string& name) const {
   return path;
 }
 
-std::string small_synthetic_trace(const std::string& name, int layers, bool with_v) {
+std::string small_synthetic_trace(const std::string& name, int layers, bool with_v, int heads,
+                                  int kv_heads) {
   SynthConfig c;
   c.layers = layers;
-  c.heads = 4;
-  c.kv_heads = 2;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
   c.head_dim = 16;
   c.system_tokens = 6;
   c.media_tokens = 40;

@@ -33,6 +33,7 @@ struct TinyTrace {
 };
 
 // A small synthetic trace (GQA 4 query heads on 2 KV heads, d = 16) for engine-level tests.
-std::string small_synthetic_trace(const std::string& name, int layers = 3, bool with_v = true);
+std::string small_synthetic_trace(const std::string& name, int layers = 3, bool with_v = true,
+                                  int heads = 4, int kv_heads = 2);
 
 }  // namespace kvsim::test

@@ -1,0 +1,172 @@
+// Each repository preset against an independent re-statement of that repository's rule, computed
+// here from the trace's own queries and keys (softmax of the causal prompt attention), on a small
+// multi-head trace (one query head per KV head, as the repositories select per query head).
+// Equal scores keep the newer position (torch.topk leaves the order of ties unspecified).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+
+namespace kvsim::test {
+namespace {
+
+using Positions = std::set<int>;
+
+// p[i][j], i, j < P: causal softmax of scale · q_i · k_j for query head h (its KV head h).
+std::vector<std::vector<double>> prompt_attention(const TraceReader& reader,
+                                                  const SampleInfo& sample, int layer, int h) {
+  const LayerTensors t = reader.read_layer(sample, layer);
+  const int P = sample.prompt_len, d = reader.info().head_dim;
+  const int g = h / (reader.info().num_heads / reader.info().num_kv_heads);
+  std::vector<std::vector<double>> p(P, std::vector<double>(P, 0.0));
+  for (int i = 0; i < P; ++i) {
+    std::vector<double> logit(i + 1);
+    for (int j = 0; j <= i; ++j) {
+      double dot = 0;
+      for (int c = 0; c < d; ++c) dot += double(t.q(i, h, c)) * t.k(j, g, c);
+      logit[j] = reader.info().scale * dot;
+    }
+    const double m = *std::max_element(logit.begin(), logit.end());
+    double z = 0;
+    for (int j = 0; j <= i; ++j) z += std::exp(logit[j] - m);
+    for (int j = 0; j <= i; ++j) p[i][j] = std::exp(logit[j] - m) / z;
+  }
+  return p;
+}
+
+// The `keep` highest of score[0..n), ties to the newer position.
+Positions top(const std::vector<double>& score, int keep) {
+  std::vector<int> order(score.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return score[a] != score[b] ? score[a] > score[b] : a > b;
+  });
+  return Positions(order.begin(), order.begin() + std::min<std::size_t>(keep, order.size()));
+}
+
+Positions range(int from, int to) {
+  Positions s;
+  for (int j = from; j < to; ++j) s.insert(j);
+  return s;
+}
+
+// SnapKV as SnapKVCluster / SnapKVPress: votes of the last w prompt queries on the prefix,
+// pooled with stride 1 and same padding (max ignores the padding; avg divides by the kernel),
+// then the window plus the top B - w.
+Positions snapkv_kept(const std::vector<std::vector<double>>& p, int B, int w, int kernel,
+                      bool max_pool) {
+  const int P = static_cast<int>(p.size()), n = P - w;
+  std::vector<double> votes(n, 0.0), pooled(n);
+  for (int i = P - w; i < P; ++i)
+    for (int j = 0; j < n; ++j) votes[j] += p[i][j];
+  for (int j = 0; j < n; ++j) {
+    double acc = max_pool ? -1.0 : 0.0;
+    for (int o = j - kernel / 2; o <= j + kernel / 2; ++o)
+      if (o >= 0 && o < n) acc = max_pool ? std::max(acc, votes[o]) : acc + votes[o];
+    pooled[j] = max_pool ? acc : acc / kernel;
+  }
+  Positions kept = top(pooled, B - w);
+  for (int j = n; j < P; ++j) kept.insert(j);
+  return kept;
+}
+
+// What a preset kept in every layer and KV head after the prefill; and it never evicts while
+// decoding (every one of these readings compresses the prompt once, then appends).
+void expect_kept(const std::string& trace, const std::string& preset,
+                 const std::map<std::string, std::string>& params,
+                 const std::function<Positions(const TraceReader&, const SampleInfo&, int layer,
+                                               int head)>& reference) {
+  TraceReader reader(trace);
+  const SampleInfo sample = reader.read_sample(reader.sample_names()[0]);
+  const auto results = run_policy(trace, preset, params);
+  const int P = sample.prompt_len;
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(reader.info().num_layers)) << preset;
+  for (const auto& r : results)
+    for (int g = 0; g < reader.info().num_kv_heads; ++g) {
+      Positions kept = range(0, P);
+      for (const auto& e : r.evicted[g]) {
+        EXPECT_EQ(e.step, -1) << preset << ": decode eviction in layer " << r.layer;
+        kept.erase(e.position);
+      }
+      EXPECT_LT(kept.size(), static_cast<std::size_t>(P)) << preset << ": nothing was evicted";
+      EXPECT_EQ(kept, reference(reader, sample, r.layer, g))
+          << preset << " layer " << r.layer << " head " << g;
+      for (std::size_t t = 0; t < r.steps[g].size(); ++t)
+        EXPECT_EQ(r.steps[g][t].cache_size, static_cast<int>(kept.size() + t + 1));
+    }
+}
+
+std::string mha_trace(const std::string& name) {
+  return small_synthetic_trace(name, 2, true, 4, 4);  // P = 52, G = 12
+}
+
+TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
+  const std::string trace = mha_trace("presets_snapkv.h5");
+  // FasterDecoding/SnapKV init_snapkv defaults: window 32, avgpool 5.
+  expect_kept(trace, "snapkv:original", {{"budget", "40"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                return snapkv_kept(prompt_attention(r, s, l, h), 40, 32, 5, false);
+              });
+  // kvpress SnapKVPress with compression_ratio 0.25: n_kept = int(52 * 0.75) = 39, window 64
+  // (the whole prompt: nothing to evict) -> here window 16 to have something to choose.
+  expect_kept(trace, "snapkv:kvpress", {{"compression_ratio", "0.25"}, {"window", "16"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                return snapkv_kept(prompt_attention(r, s, l, h), 39, 16, 5, false);
+              });
+  // KVCache-Factory run_longbench.py: window 8, maxpool 7.
+  expect_kept(trace, "snapkv:kvcache-factory", {{"budget", "20"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                return snapkv_kept(prompt_attention(r, s, l, h), 20, 8, 7, true);
+              });
+}
+
+TEST(Presets, H2OOfKVCacheFactory) {
+  // H2OKVCluster: column sums of the causal prompt attention over every prompt query, for the
+  // prefix before the window of 8; the window plus the top B - 8.
+  expect_kept(mha_trace("presets_h2o.h5"), "h2o:kvcache-factory", {{"budget", "20"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                const auto p = prompt_attention(r, s, l, h);
+                const int P = static_cast<int>(p.size());
+                std::vector<double> col(P - 8, 0.0);
+                for (int i = 0; i < P; ++i)
+                  for (int j = 0; j < P - 8; ++j) col[j] += p[i][j];
+                Positions kept = top(col, 20 - 8);
+                for (int j = P - 8; j < P; ++j) kept.insert(j);
+                return kept;
+              });
+}
+
+TEST(Presets, StreamingLLMOfKvpressAndKVCacheFactory) {
+  // 4 sinks and the newest B - 4 prompt entries, once.
+  for (const std::string preset : {"streamingllm:kvpress", "streamingllm:kvcache-factory"})
+    expect_kept(mha_trace("presets_streaming.h5"), preset, {{"budget", "20"}},
+                [](const TraceReader&, const SampleInfo& s, int, int) {
+                  Positions kept = range(0, 4);
+                  for (int j = s.prompt_len - 16; j < s.prompt_len; ++j) kept.insert(j);
+                  return kept;
+                });
+}
+
+TEST(Presets, TovaOfKvpress) {
+  // TOVAPress: the last prompt token's attention averaged over every head of the layer (one set
+  // for all heads), the last token kept with the maximum score, the top B overall.
+  expect_kept(mha_trace("presets_tova.h5"), "tova:kvpress", {{"compression_ratio", "0.5"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int) {
+                const int P = s.prompt_len, H = r.info().num_heads;
+                std::vector<double> score(P, 0.0);
+                for (int h = 0; h < H; ++h) {
+                  const auto p = prompt_attention(r, s, l, h);
+                  for (int j = 0; j < P; ++j) score[j] += p[P - 1][j] / H;
+                }
+                score[P - 1] = *std::max_element(score.begin(), score.end()) + 1;
+                return top(score, P / 2);  // int(52 * 0.5)
+              });
+}
+
+}  // namespace
+}  // namespace kvsim::test
