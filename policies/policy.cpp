@@ -139,6 +139,17 @@ std::string budget_ignored_warning(const std::vector<std::string>& names,
          ": they size their caches themselves (compare what each held: the 'stored' column)";
 }
 
+ParamSpec compress_when_param() {
+  return {"compress",
+          ParamType::kChoice,
+          "every_step",
+          "every_step (the paper: after the prefill and every decode step) or prefill (the prompt "
+          "once, then append: kvpress and KVCache-Factory)",
+          0,
+          0,
+          {"every_step", "prefill"}};
+}
+
 ParamSpec budget_param(const std::string& default_value) {
   return {"budget",
           ParamType::kSize,

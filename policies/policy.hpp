@@ -171,6 +171,10 @@ std::string budget_ignored_warning(const std::vector<std::string>& names,
 ParamSpec decode_mode_param();
 std::unique_ptr<Policy> apply_decode_mode(std::unique_ptr<Policy> policy, const ParamSet& params);
 
+// `compress = every_step | prefill` of policies that evict at every step in their paper and once
+// after the prompt in kvpress and KVCache-Factory (streamingllm, tova).
+ParamSpec compress_when_param();
+
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);
