@@ -210,7 +210,9 @@ def mean_by_layer(rows, column):
 
 
 def replay_figures(paths, out, written):
-    curves = defaultdict(list)  # policy -> [(budget entries, mean error, mean recall)]
+    # (curve, budget as given) -> rows of every file that replayed it: one point per budget swept,
+    # placed at the entries it actually held.
+    points = defaultdict(list)
     for path in paths:
         tag = os.path.splitext(os.path.basename(path))[0]
         rows, params = read_replay(path)
@@ -229,20 +231,26 @@ def replay_figures(paths, out, written):
             policy, p = params.get(label, (label, {}))
             if "budget" not in p:
                 continue
-            mean_size = np.mean([float(r["cache_size"]) for r in rs])
-            errors = [float(r["output_rel_error"]) for r in rs if r["output_rel_error"] != ""]
-            recall = np.mean([float(r["mass_recall"]) for r in rs])
-            curves[label.split("@")[0] if "@" in label else policy].append(
-                (mean_size, np.mean(errors) if errors else np.nan, recall))
+            curve = label.split("@")[0] if "@" in label else policy
+            points[(curve, p["budget"])] += rs
+    curves = defaultdict(list)  # curve -> [(mean entries held, mean error, mean recall)]
+    for (curve, _), rs in points.items():
+        errors = [float(r["output_rel_error"]) for r in rs if r["output_rel_error"] != ""]
+        curves[curve].append((np.mean([float(r["cache_size"]) for r in rs]),
+                              np.mean(errors) if errors else np.nan,
+                              np.mean([float(r["mass_recall"]) for r in rs])))
     multi = {k: sorted(v) for k, v in curves.items() if len(v) >= 2}
     if multi:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for policy, pts in sorted(multi.items()):
-            xs, ys, _ = zip(*pts)
-            ax.plot(xs, ys, marker="o", label=policy, color=policy_colour(policy))
-        ax.set(title="Budget vs output error", xlabel="mean KV entries per head while decoding",
+            xs, errors, recalls = zip(*pts)
+            a1.plot(xs, errors, marker="o", label=policy, color=policy_colour(policy))
+            a2.plot(xs, recalls, marker="o", label=policy, color=policy_colour(policy))
+        held = "KV entries held per head while decoding (mean, measured)"
+        a1.set(title="Output error vs memory held", xlabel=held,
                ylabel="mean relative output error ‖o − ô‖/‖o‖")
-        ax.legend(fontsize=8)
+        a2.set(title="Mass recall vs memory held", xlabel=held, ylabel="mean mass recall")
+        a1.legend(fontsize=8)
         save(fig, out, "budget_vs_error", written)
 
 

@@ -116,13 +116,26 @@ def axis_figures(table, out, written):
             fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
             labels = [str(x) for x in xs]
             pos = np.arange(len(xs)) if any(isinstance(x, str) for x in xs) else np.array(xs, dtype=float)
+            xlabel = key
+            if key == "budget":
+                # A budget is drawn where it landed: the entries each configuration really held
+                # (prefill-only policies grow while decoding; some size their caches themselves).
+                held = [np.mean([r["mean_cache_size"] for r in groups[x]]) for x in xs]
+                order = np.argsort(held, kind="stable")
+                xs, labels = [xs[i] for i in order], [labels[i] for i in order]
+                pos = np.array([held[i] for i in order])
+                xlabel = "KV entries held per head while decoding (mean, measured)"
             a1.plot(pos, [np.mean([r["mean_mass_recall"] for r in groups[x]]) for x in xs], marker="o",
                     color=policy_colour(name))
             a2.plot(pos, [np.nanmean([r["mean_output_rel_error"] for r in groups[x]]) for x in xs],
                     marker="o", color=policy_colour(name))
             for ax, ylabel in ((a1, "mean mass recall"), (a2, "mean relative output error")):
-                ax.set(xlabel=key, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}")
-                if any(isinstance(x, str) for x in xs):
+                ax.set(xlabel=xlabel, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}")
+                if key == "budget":
+                    for x, label, y in zip(pos, labels, ax.lines[0].get_ydata()):
+                        ax.annotate(label, (x, y), fontsize=7, textcoords="offset points",
+                                    xytext=(3, 3))
+                elif any(isinstance(x, str) for x in xs):
                     ax.set_xticks(pos, labels)
             save(fig, out, f"{name}_{key}", written)
 

@@ -30,12 +30,15 @@ class LookM final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
+    priority_.assign(cache.kv_heads(), {});
     if (P <= budget_) return;
     std::vector<std::uint8_t> is_text(P);
     for (int j = 0; j < P; ++j) is_text[j] = view.modality()[j] == 0;
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      const auto keep = keep_text_prior(prompt_column_scores(view, g), is_text, budget_,
-                                        sink_and_recent_mask(P, sinks_, recent_));
+      const std::vector<double> score = prompt_column_scores(view, g);
+      const auto forced = sink_and_recent_mask(P, sinks_, recent_);
+      const auto keep = keep_text_prior(score, is_text, budget_, forced);
+      priority_[g] = text_prior_priority(score, is_text, forced);
       if (merge_ == "none")
         cache.keep_only(g, keep);
       else
@@ -47,10 +50,15 @@ class LookM final : public Policy {
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  // The text-prior order it kept by (`decode = cap` evicts by it).
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(priority_.size()) ? &priority_[g] : nullptr;
+  }
 
  private:
   int budget_, recent_, sinks_;
   std::string merge_;
+  std::vector<std::vector<double>> priority_;  // [kv head][prompt position] of the last prefill
 };
 
 const PolicyRegistration reg({

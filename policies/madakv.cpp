@@ -65,13 +65,22 @@ class MadaKV final : public Policy {
     std::vector<Head> hs(heads);
     for (int g = 0; g < heads; ++g) hs[g] = analyse_head(view, g);
     const std::vector<int> keep = kept_per_head(view, hs);
-    for (int g = 0; g < heads; ++g)
+    psi_.resize(heads);
+    for (int g = 0; g < heads; ++g) {
       if (keep[g] < P) cache.keep_only(g, select(hs[g], keep[g]));
+      psi_[g] = std::move(hs[g].psi);
+    }
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  // Proxy-token importance ψ (Eq. 7), which it selects by (`decode = cap` evicts by it).
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(psi_.size()) ? &psi_[g] : nullptr;
+  }
 
  private:
+  std::vector<std::vector<double>> psi_;  // [kv head][prompt position] of the last prefill
+
   struct Head {
     std::vector<double> psi;
     std::vector<std::uint8_t> is_text;

@@ -50,11 +50,16 @@ class Meda final : public Policy {
         merge_(p.get_bool("merge")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
+    priority_.clear();
     if (!at_first_decode_) compress(view, cache);
   }
 
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
     if (at_first_decode_ && att.step == 0) compress(view, cache);
+  }
+  // The text-prior order it kept by (`decode = cap` evicts by it).
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(priority_.size()) ? &priority_[g] : nullptr;
   }
 
  private:
@@ -75,7 +80,8 @@ class Meda final : public Policy {
     return allocate_layer_budgets(weight, total, P)[view.layer()];
   }
 
-  void compress(const LayerView& view, KvCache& cache) const {
+  void compress(const LayerView& view, KvCache& cache) {
+    priority_.assign(cache.kv_heads(), {});
     const int S = layer_budget(view), P = view.prompt_len(), group = view.group_size();
     const int recent = static_cast<int>(std::floor(recent_ratio_ * S + 1e-9));
     for (int g = 0; g < cache.kv_heads(); ++g) {
@@ -91,8 +97,11 @@ class Meda final : public Policy {
       // vision entry: the shared text-prior selector (exact ties go to the text entry).
       std::vector<std::uint8_t> is_text(n);
       for (int e = 0; e < n; ++e) is_text[e] = view.modality()[cache.position(g, e)] == 0;
-      const auto keep =
-          keep_text_prior(score, is_text, S, sink_and_recent_mask(n, 0, recent));  // Eq. 9-10
+      const auto forced = sink_and_recent_mask(n, 0, recent);
+      const auto keep = keep_text_prior(score, is_text, S, forced);  // Eq. 9-10
+      const std::vector<double> order = text_prior_priority(score, is_text, forced);
+      priority_[g].assign(cache.position(g, n - 1) + 1, kUnscored);
+      for (int e = 0; e < n; ++e) priority_[g][cache.position(g, e)] = order[e];
       if (merge_)
         merge_unselected(view, cache, g, keep, MergeKind::kAverage);  // Eq. 11-12
       else
@@ -100,6 +109,7 @@ class Meda final : public Policy {
     }
   }
 
+  std::vector<std::vector<double>> priority_;  // [kv head][position]: the order it kept by
   int budget_;
   double recent_ratio_;
   bool full_entropy_, head_mean_, at_first_decode_, uniform_, merge_;

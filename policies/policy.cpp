@@ -96,15 +96,19 @@ PolicyConfig make_policy_config(const std::string& name,
   PolicyConfig c;
   c.label = name;
   std::map<std::string, std::string> values;
-  std::string policy = name;
-  if (name.find(':') != std::string::npos) {
+  // NAME@TAG: a second instance of NAME in the same run, labelled by the whole string.
+  const std::string base = name.substr(0, name.find('@'));
+  if (base.size() != name.size() && (base.empty() || base.size() + 1 == name.size()))
+    throw std::invalid_argument("'" + name + "': expected NAME or NAME@TAG");
+  std::string policy = base;
+  if (base.find(':') != std::string::npos) {
     const auto& presets = policy_presets();
     const auto it = std::find_if(presets.begin(), presets.end(),
-                                 [&](const PolicyPreset& p) { return p.name == name; });
+                                 [&](const PolicyPreset& p) { return p.name == base; });
     if (it == presets.end()) {
       std::string known;
       for (const auto& p : presets) known += (known.empty() ? "" : ", ") + p.name;
-      throw std::invalid_argument("unknown preset '" + name + "' (known: " + known + ")");
+      throw std::invalid_argument("unknown preset '" + base + "' (known: " + known + ")");
     }
     policy = it->policy;
     values = it->params;

@@ -140,9 +140,11 @@ struct PolicyPreset {
 };
 const std::vector<PolicyPreset>& policy_presets();
 
-// `name` is a policy or a preset; the label is `name`. Preset values apply first, then
-// `overrides`; every value is validated against the policy's declarations. `compression_ratio=R`
-// (kvpress's fraction removed) is accepted as an alias of budget=compression_ratio:R.
+// `name` is a policy or a preset, optionally NAME@TAG to run it twice in one run (e.g.
+// oracle@snapkv with match=snapkv beside a plain oracle); the label is `name`. Preset values apply
+// first, then `overrides`; every value is validated against the policy's declarations.
+// `compression_ratio=R` (kvpress's fraction removed) is accepted as an alias of
+// budget=compression_ratio:R.
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 

@@ -159,4 +159,19 @@ std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long
   return out;
 }
 
+std::vector<double> text_prior_priority(std::span<const double> scores,
+                                        std::span<const std::uint8_t> is_text,
+                                        std::span<const std::uint8_t> forced) {
+  double span = 0;
+  for (double x : scores) span = std::max(span, std::abs(x));
+  std::vector<double> out(scores.begin(), scores.end());
+  for (std::size_t e = 0; e < out.size(); ++e) {
+    if (!forced.empty() && forced[e])
+      out[e] = kUnscored;
+    else if (is_text[e])
+      out[e] += 2 * span + 1;  // above any vision score
+  }
+  return out;
+}
+
 }  // namespace kvsim

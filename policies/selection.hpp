@@ -34,6 +34,12 @@ std::vector<int> top_positions(const std::vector<int>& positions, const std::vec
 std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
                                           std::span<const std::uint8_t> is_text, int keep,
                                           std::span<const std::uint8_t> forced = {});
+// The order keep_text_prior keeps entries in, as one score per entry (Policy::eviction_scores of
+// the text-prior policies): forced entries kUnscored, every text entry above every vision entry,
+// each modality by its score.
+std::vector<double> text_prior_priority(std::span<const double> scores,
+                                        std::span<const std::uint8_t> is_text,
+                                        std::span<const std::uint8_t> forced);
 // Per-modality quotas: the top `text_quota` text entries and the top `vision_quota` vision
 // entries, each by score (ties to the newer).
 std::vector<std::uint8_t> keep_with_quotas(std::span<const double> scores,

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <set>
 
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -61,25 +60,26 @@ TEST(DecodeMode, EveryNRecompressesByTheLastNQueries) {
   for (int t = 0; t < 4; ++t) EXPECT_EQ(r[0].steps[0][t].cache_size, sizes[t]) << t;
 }
 
-TEST(DecodeMode, CapWithoutScoresEvictsTheOldest) {
-  // lookm exposes no eviction scores: cap drops the oldest entry held at each step.
-  TinyTrace t{.prompt_len = 8, .weights = {1, 3, 1, 2, 5, 1, 1, 1, 1, 1, 1}};
-  const std::map<std::string, std::string> p = {
-      {"budget", "4"}, {"sinks", "0"}, {"recent_ratio", "0.5"}, {"merge", "none"}};
-  auto capped = p;
-  capped["decode"] = "cap";
-  const auto grow = run_policy(t.write("lookm_grow.h5"), "lookm", p);
-  const auto cap = run_policy(t.write("lookm_cap.h5"), "lookm", capped);
-  EXPECT_EQ(evicted_at(cap[0], -1), evicted_at(grow[0], -1));
-  std::set<int> held;
-  for (int j = 0; j < 8; ++j) held.insert(j);
-  for (int j : evicted_at(grow[0], -1)) held.erase(j);
-  ASSERT_EQ(held.size(), 4u);
-  for (int step = 0; step < 3; ++step) {
-    held.insert(8 + step);
-    EXPECT_EQ(evicted_at(cap[0], step), (V{*held.begin()})) << step;
-    held.erase(held.begin());
-  }
+TEST(DecodeMode, CapEvictsATextPriorPolicyInItsOwnOrder) {
+  // lookm, P = 8, modality [T V V T V T T T], uniform attention: the prompt column sums
+  // Σ_{i >= j} 1/(i + 1) fall with j. B = 6: the recent 3 ({5, 6, 7}) are forced, then text
+  // before vision: 0 and 3, then the best vision entry, 1. Cap evicts in lookm's order: the
+  // vision entry 1 first although its column sum beats 3's, then 3, then 0; then only forced
+  // and generated entries remain and the oldest goes (5).
+  TinyTrace t{.prompt_len = 8,
+              .weights = std::vector<double>(12, 1.0),
+              .modality = {0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0}};
+  const auto r = run_policy(t.write("lookm_cap.h5"), "lookm",
+                            {{"budget", "6"},
+                             {"sinks", "0"},
+                             {"recent_ratio", "0.5"},
+                             {"merge", "none"},
+                             {"decode", "cap"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 4}));
+  EXPECT_EQ(evicted_at(r[0], 0), (V{1}));
+  EXPECT_EQ(evicted_at(r[0], 1), (V{3}));
+  EXPECT_EQ(evicted_at(r[0], 2), (V{0}));
+  EXPECT_EQ(evicted_at(r[0], 3), (V{5}));
 }
 
 TEST(DecodeMode, CapHoldsThePrefillSizeOfEveryHeadOfEveryPolicy) {
@@ -187,6 +187,13 @@ TEST(OracleMatch, BadMatchesAreRefusedAtConfiguration) {
   EXPECT_NE(error_of("snapkv[window]").find("where key=value belongs"), std::string::npos);
   EXPECT_NE(error_of("snapkv[window=8").find("NAME[key=value,...]"), std::string::npos);
   EXPECT_EQ(error_of("snapkv:kvpress"), "accepted");
+  // A tagged second oracle beside a plain one.
+  const PolicyConfig tagged = make_policy_config("oracle@snapkv", {{"match", "snapkv"}});
+  EXPECT_EQ(tagged.label, "oracle@snapkv");
+  EXPECT_EQ(tagged.info->name, "oracle");
+  EXPECT_EQ(make_policy_config("snapkv:kvpress@b", {}).params.get_int("window"), 64);
+  EXPECT_THROW(make_policy_config("oracle@", {}), std::invalid_argument);
+  EXPECT_THROW(make_policy_config("@x", {}), std::invalid_argument);
 }
 
 }  // namespace
