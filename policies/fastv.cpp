@@ -4,8 +4,10 @@
 // layer (token drop: they have no KV entries there). Layers before K keep everything; decoding
 // appends without eviction.
 // The image span comes from the trace's `modality` (every image or video token of the prompt),
-// never from a fixed 576. Reading chosen: FastV keeps int((1 - R) · N) image tokens (rounded
-// down), as its token-drop code does.
+// never from a fixed 576. FastV keeps round(N · (1 - R)) image tokens, Python's round (half to
+// even), as its token-drop code does (FastV's modeling_llama.py:
+// topk(round(FASTV_image_token_length
+// * (1 - FASTV_r)))); the demo's 576 · 0.5 = 288 is the same either way.
 #include <cmath>
 
 #include "policies/policy.hpp"
@@ -25,7 +27,8 @@ class FastV final : public Policy {
       std::vector<int> images;
       for (int j = 0; j < view.prompt_len(); ++j)
         if (view.modality()[j] != 0) images.push_back(j);
-      const int keep = static_cast<int>(std::floor((1 - ratio_) * images.size() + 1e-9));
+      // nearbyint in the default rounding mode rounds half to even, as Python's round().
+      const int keep = static_cast<int>(std::nearbyint(images.size() * (1 - ratio_)));
       const auto kept = top_positions(images, last_token_attention(view), keep);
       for (int j : images)
         if (!std::binary_search(kept.begin(), kept.end(), j)) dropped_.push_back(j);

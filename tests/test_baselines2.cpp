@@ -33,6 +33,13 @@ TEST(FastV, DropsTheLeastAttendedImagesFromLayerK) {
   EXPECT_TRUE(evicted_at(k1[0], -1).empty());
   EXPECT_EQ(evicted_at(k1[1], -1), (V{2, 3, 4}));
   EXPECT_EQ(evicted_at(k1[2], -1), (V{2, 3, 4}));
+  // FastV rounds with Python's round(): R = 30% keeps round(2.8) = 3 images (int() would keep
+  // 2); R = 62.5% keeps round(1.5) = 2 (half to even; int() keeps 1).
+  const auto r30 = run_policy(image_trace("fastv_r30.h5", 2), "fastv", {{"K", "1"}, {"R", "30"}});
+  EXPECT_EQ(evicted_at(r30[1], -1), (V{3}));
+  const auto half =
+      run_policy(image_trace("fastv_half.h5", 2), "fastv", {{"K", "1"}, {"R", "62.5"}});
+  EXPECT_EQ(evicted_at(half[1], -1), (V{3, 4}));
 }
 
 TEST(Vtw, WithdrawsVisionFromHalfTheLayers) {
