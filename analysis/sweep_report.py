@@ -106,10 +106,11 @@ def axis_figures(table, out, written):
     for name, entries in by_policy.items():
         keys = sorted({k for axes, _ in entries for k in axes})
         for key in keys:
-            groups = defaultdict(list)
+            groups, raw = defaultdict(list), {}
             for axes, r in entries:
                 if key in axes:
                     groups[axis_value(axes[key])].append(r)
+                    raw[axis_value(axes[key])] = axes[key]  # as written, e.g. "20%"
             if len(groups) < 2:
                 continue
             xs = sorted(groups, key=lambda v: (isinstance(v, str), v))
@@ -122,7 +123,8 @@ def axis_figures(table, out, written):
                 # (prefill-only policies grow while decoding; some size their caches themselves).
                 held = [np.mean([r["mean_cache_size"] for r in groups[x]]) for x in xs]
                 order = np.argsort(held, kind="stable")
-                xs, labels = [xs[i] for i in order], [labels[i] for i in order]
+                xs = [xs[i] for i in order]
+                labels = [raw[x] for x in xs]
                 pos = np.array([held[i] for i in order])
                 xlabel = "KV entries held per head while decoding (mean, measured)"
             a1.plot(pos, [np.mean([r["mean_mass_recall"] for r in groups[x]]) for x in xs], marker="o",
@@ -138,6 +140,33 @@ def axis_figures(table, out, written):
                 elif any(isinstance(x, str) for x in xs):
                     ax.set_xticks(pos, labels)
             save(fig, out, f"{name}_{key}", written)
+
+
+def held_figure(table, out, written):
+    """Every policy swept over budgets as one curve, recall and output error against the KV
+    entries it held while decoding (so policies that grow while decoding sit where they landed,
+    not at their nominal budget)."""
+    curves = defaultdict(list)
+    for r in table:
+        name, axes = parse_label(r["label"])
+        if "budget" in axes:
+            curves[name].append(r)
+    curves = {k: sorted(v, key=lambda r: r["mean_cache_size"]) for k, v in curves.items()
+              if len(v) >= 2}
+    if not curves:
+        return
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rs in sorted(curves.items()):
+        x = [r["mean_cache_size"] for r in rs]
+        a1.plot(x, [r["mean_mass_recall"] for r in rs], marker="o", ms=3, label=name,
+                color=policy_colour(name))
+        a2.plot(x, [r["mean_output_rel_error"] for r in rs], marker="o", ms=3,
+                color=policy_colour(name))
+    held = "KV entries held per head while decoding (mean, measured)"
+    a1.set(title="Mass recall vs memory held", xlabel=held, ylabel="mean mass recall")
+    a2.set(title="Output error vs memory held", xlabel=held, ylabel="mean relative output error")
+    a1.legend(fontsize=7, ncol=2)
+    save(fig, out, "held_vs_error", written)
 
 
 def pareto_figure(table, out, written):
@@ -180,6 +209,7 @@ def report(results_path, out):
         write_tables(per_trace, out, "table_by_trace")
         written += [os.path.join(out, f"table_by_trace.{ext}") for ext in ("csv", "md")]
     axis_figures(table, out, written)
+    held_figure(table, out, written)
     pareto_figure(table, out, written)
     return written
 

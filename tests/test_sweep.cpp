@@ -235,7 +235,8 @@ TEST(Sweep, ReportWritesTableAndFigures) {
   EXPECT_NE(by_trace.find("| sweep_report_other.h5 | `tova[budget=4]` |"), std::string::npos)
       << by_trace;
   EXPECT_EQ(std::count(by_trace.begin(), by_trace.end(), '\n'), 2 + 10) << by_trace;
-  for (const char* f : {"pareto.png", "pareto.pdf", "h2o_budget.png", "tova_budget.pdf"})
+  for (const char* f :
+       {"pareto.png", "pareto.pdf", "h2o_budget.png", "tova_budget.pdf", "held_vs_error.png"})
     EXPECT_GT(fs::file_size(fs::path(out) / f), 1000u) << f;
 }
 
