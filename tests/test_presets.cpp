@@ -170,3 +170,34 @@ TEST(Presets, TovaOfKvpress) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Knorm, KeepsTheSmallestKeyNormsAsKvpress) {
+  // By hand (d = 1, k_j = ln w_j): w = [e^2, e^-1, 1, e^0.5, e^-3, e | 1] gives key norms
+  // 2, 1, 0, 0.5, 3, 1; B = 3 keeps 2 and 3, then of the tied 1 and 5 the newer: evicts {0, 1, 4}.
+  const double e = std::exp(1.0);
+  TinyTrace t{.prompt_len = 6, .weights = {e * e, 1 / e, 1, std::sqrt(e), 1 / (e * e * e), e, 1}};
+  const auto r = run_policy(t.write("knorm.h5"), "knorm", {{"budget", "3"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (std::vector<int>{0, 1, 4}));
+  EXPECT_EQ(r[0].steps[0][0].cache_size, 4);
+  // kvpress's KnormPress (score = -keys.norm(dim=-1), n_kept = int(P (1 - ratio))), restated
+  // from the trace's keys on every KV head of a GQA trace.
+  const std::string trace = small_synthetic_trace("knorm_gqa.h5");
+  expect_kept(trace, "knorm", {{"compression_ratio", "0.6"}},
+              [](const TraceReader& reader, const SampleInfo& s, int l, int g) {
+                const LayerTensors ten = reader.read_layer(s, l);
+                std::vector<double> score(s.prompt_len);
+                for (int j = 0; j < s.prompt_len; ++j) {
+                  double n2 = 0;
+                  for (int c = 0; c < reader.info().head_dim; ++c)
+                    n2 += double(ten.k(j, g, c)) * ten.k(j, g, c);
+                  score[j] = -std::sqrt(n2);
+                }
+                return top(score, static_cast<int>(s.prompt_len * (1 - 0.6)));
+              });
+}
+
+}  // namespace
+}  // namespace kvsim::test
