@@ -7,7 +7,10 @@
 // scores; ties evict the older position.
 // Reading chosen: `recent` is a percentage of B rounded down (H2O's recent_ratio * budget).
 // `mode = oneshot` is KVCache-Factory's H2O: prompt column sums decide once at the end of the
-// prefill and decoding appends without eviction.
+// prefill and decoding appends without eviction. `normalize = queries` divides a prompt entry's
+// column sum by the number of prompt queries that could see it (P - j), as kvpress's
+// ObservedAttentionPress does (kvpress/presses/observed_attention_press.py); decode-step
+// attention, in cumulative mode, is added unnormalised.
 #include <algorithm>
 #include <cmath>
 
@@ -22,6 +25,7 @@ class H2O final : public Policy {
   H2O(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "h2o")),
         oneshot_(p.get_string("mode") == "oneshot"),
+        per_query_(p.get_string("normalize") == "queries"),
         total_len_(s.total_len()) {
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
@@ -37,6 +41,9 @@ class H2O final : public Policy {
         const float* col = view.attention().prefill_column_sums(g * group + r);
         for (int j = 0; j < P; ++j) scores_[g][j] += col[j];
       }
+    if (per_query_)
+      for (auto& s : scores_)
+        for (int j = 0; j < P; ++j) s[j] /= P - j;
     trim(cache);
   }
 
@@ -72,6 +79,7 @@ class H2O final : public Policy {
   }
   int budget_;
   bool oneshot_;
+  bool per_query_;
   int recent_ = 0;
   int total_len_;
   std::vector<std::vector<double>> scores_;  // [kv head][position]
@@ -94,7 +102,15 @@ const PolicyRegistration reg({
                 "at the prefill only)",
                 0,
                 0,
-                {"cumulative", "oneshot"}}},
+                {"cumulative", "oneshot"}},
+               {"normalize",
+                ParamType::kChoice,
+                "none",
+                "none (sums) or queries (a prompt entry's sum divided by the P - j queries that "
+                "see it, kvpress's ObservedAttentionPress)",
+                0,
+                0,
+                {"none", "queries"}}},
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
     .lookahead = false,
     .merges = false,

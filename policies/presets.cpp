@@ -37,6 +37,12 @@ const std::vector<PolicyPreset>& policy_presets() {
        "version masked only the last window block, so its scores saw future tokens: this preset "
        "follows the corrected, causal code",
        "prompt column sums at the prefill only, the 8 newest kept, then append"},
+      {"h2o:kvpress",
+       "h2o",
+       {{"mode", "oneshot"}, {"recent", "0"}, {"normalize", "queries"}},
+       "NVIDIA/kvpress kvpress/presses/observed_attention_press.py (ObservedAttentionPress)",
+       "prompt attention received per query that could see the token, once, no window, then "
+       "append"},
       {"streamingllm:paper",
        "streamingllm",
        {{"sinks", "4"}},

@@ -41,7 +41,7 @@ TEST(Params, DefaultsAndOverrides) {
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
-  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, recent, mode)"),
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, recent, mode, normalize)"),
             std::string::npos)
       << unknown;
   const std::string range = error_of([] { make_policy_config("snapkv", {{"window", "0"}}); });

@@ -141,6 +141,21 @@ TEST(Presets, H2OOfKVCacheFactory) {
               });
 }
 
+TEST(Presets, H2OOfKvpress) {
+  // ObservedAttentionPress: attention received summed over the prompt queries and divided by
+  // how many of them see the token (P - j), no window; n_kept = int(52 * (1 - 0.5)) = 26.
+  expect_kept(mha_trace("presets_h2o_kvpress.h5"), "h2o:kvpress", {{"compression_ratio", "0.5"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                const auto p = prompt_attention(r, s, l, h);
+                const int P = static_cast<int>(p.size());
+                std::vector<double> score(P, 0.0);
+                for (int i = 0; i < P; ++i)
+                  for (int j = 0; j <= i; ++j) score[j] += p[i][j];
+                for (int j = 0; j < P; ++j) score[j] /= P - j;
+                return top(score, 26);
+              });
+}
+
 TEST(Presets, StreamingLLMOfKvpressAndKVCacheFactory) {
   // 4 sinks and the newest B - 4 prompt entries, once.
   for (const std::string preset : {"streamingllm:kvpress", "streamingllm:kvcache-factory"})
