@@ -11,8 +11,13 @@
 // lower layer), so they sum to exactly L · B; `rounding = reference` reproduces the floor.
 // Fall-backs, as in the reference:
 // a prompt no longer than B is not compressed; one shorter than 2 (B - w) keeps the window + the
-// top B - w in every layer (uniform, as SnapKV). Decoding appends without eviction (`decode`
-// changes that: policies/decode_mode.cpp).
+// top B - w in every layer (uniform, as SnapKV).
+// `rounding = kvpress` is kvpress's PyramidKVPress (kvpress/presses/pyramidkv_press.py,
+// get_layer_budget), a different rule on the real budget B = P (1 - ratio): min = B / β,
+// max = 2 B - min (if max >= P - w: max = P - w, min = 2 B - max); unless P >= max >= min >= w
+// (then every layer keeps round(B), as SnapKV), layer l keeps round(max - l (max - min) / (L - 1))
+// entries in all, the window among them (Python's round: half to even). Decoding appends without
+// eviction (`decode` changes that: policies/decode_mode.cpp).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -30,7 +35,28 @@ class PyramidKV final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "pyramidkv")),
         beta_(static_cast<int>(p.get_int("beta"))),
         reference_rounding_(p.get_string("rounding") == "reference"),
+        kvpress_rounding_(p.get_string("rounding") == "kvpress"),
+        real_budget_(real_budget(p.get_size("budget"), s.prompt_len)),
         scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)) {}
+
+  // The budget before rounding, as kvpress sizes it.
+  static double real_budget(const Size& b, int P) {
+    if (b.removed) return P * (1 - b.value);
+    return b.percent ? P * b.value / 100 : b.value;
+  }
+
+  // kvpress's entries kept in all by layer l (window included). nearbyint rounds half to even.
+  int kvpress_layer_keep(int layer, int layers, int P) const {
+    const double B = real_budget_, w = scoring_.window;
+    double lo = B / beta_, hi = 2 * B - lo;
+    if (hi >= P - w) {
+      hi = P - w;
+      lo = 2 * B - hi;
+    }
+    if (!(P >= hi && hi >= lo && lo >= w) || layers <= 1)
+      return static_cast<int>(std::nearbyint(B));
+    return static_cast<int>(std::nearbyint(hi - layer * (hi - lo) / (layers - 1)));
+  }
 
   // Prefix entries (beyond the window) layer l keeps.
   int prefix_budget(int layer, int layers, int P) const {
@@ -62,7 +88,10 @@ class PyramidKV final : public Policy {
     const int P = view.prompt_len();
     scores_.clear();
     if (P <= budget_) return;  // P = B keeps everything in every layer either way
-    const int keep = prefix_budget(view.layer(), view.num_layers(), P) + scoring_.window;
+    const int keep =
+        kvpress_rounding_
+            ? std::max(kvpress_layer_keep(view.layer(), view.num_layers(), P), scoring_.window)
+            : prefix_budget(view.layer(), view.num_layers(), P) + scoring_.window;
     scores_.resize(cache.kv_heads());
     for (int g = 0; g < cache.kv_heads(); ++g) {
       std::vector<double>& score = scores_[g];
@@ -81,7 +110,8 @@ class PyramidKV final : public Policy {
 
  private:
   int budget_, beta_;
-  bool reference_rounding_;
+  bool reference_rounding_, kvpress_rounding_;
+  double real_budget_;
   SnapKVScoring scoring_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
@@ -98,10 +128,11 @@ const PolicyRegistration reg({
             {"rounding",
              ParamType::kChoice,
              "exact",
-             "exact (budgets sum to L x B) or reference (KVCache-Factory's floored step)",
+             "exact (budgets sum to L x B), reference (KVCache-Factory's floored step) or "
+             "kvpress (PyramidKVPress's layer budgets on the real budget, window included)",
              0,
              0,
-             {"exact", "reference"}},
+             {"exact", "reference", "kvpress"}},
         },
         snapkv_scoring_params()),
     .needs = {},

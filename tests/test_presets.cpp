@@ -125,6 +125,22 @@ TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
               });
 }
 
+TEST(Presets, PyramidKVOfKvpress) {
+  // PyramidKVPress on a 3-layer trace (P = 52), window 8, with B = 52 (1 - ratio) unrounded:
+  //  ratio 0.55, β 2: B = 23.4, min 11.7, max 35.1 < P - w = 44, step 11.7: 35, 23, 12 in all;
+  //  ratio 0.5, β 20: B = 26, max 50.7 >= 44 -> max 44, min 8: 44, 26, 8;
+  //  ratio 0.6, β 3: B = 20.8, min 6.93 < w: the SnapKV fall-back, round(20.8) = 21 everywhere.
+  const std::string trace = small_synthetic_trace("presets_pyramid_kvpress.h5", 3, true, 4, 4);
+  const std::vector<std::tuple<std::string, std::string, std::vector<int>>> cases = {
+      {"0.55", "2", {35, 23, 12}}, {"0.5", "20", {44, 26, 8}}, {"0.6", "3", {21, 21, 21}}};
+  for (const auto& [ratio, beta, keep] : cases)
+    expect_kept(trace, "pyramidkv:kvpress",
+                {{"compression_ratio", ratio}, {"beta", beta}, {"window", "8"}},
+                [keep = keep](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                  return snapkv_kept(prompt_attention(r, s, l, h), keep[l], 8, 5, false);
+                });
+}
+
 TEST(Presets, H2OOfKVCacheFactory) {
   // H2OKVCluster: column sums of the causal prompt attention over every prompt query, for the
   // prefix before the window of 8; the window plus the top B - 8.
