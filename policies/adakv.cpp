@@ -3,7 +3,10 @@
 // head keeps its observation window and at least floor(α · (B - w)) of its own best entries; the
 // remaining Hkv · (B - w) - Hkv · floor(α · (B - w)) go to the highest scores across all heads
 // jointly. GQA-aware: a KV head's score is the mean over its query heads (SnapKV) or their sum
-// (h2o scorer). Decoding appends without eviction (`decode` changes that:
+// (h2o scorer). `safeguard = kvpress` is kvpress's AdaKVPress (kvpress/presses/adakv_press.py):
+// each head keeps its int(α · B) best entries, the window (which SnapKVPress scores with the
+// maximum) among them, so its own prefix floor is max(0, int(α · B) - w); the rest is the same
+// joint top-k. Decoding appends without eviction (`decode` changes that:
 // policies/decode_mode.cpp). Ties keep the newer position, then the lower head.
 #include <algorithm>
 #include <cmath>
@@ -23,13 +26,16 @@ class AdaKV final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "adakv")),
         alpha_(p.get_float("alpha")),
         h2o_scores_(p.get_string("scorer") == "h2o"),
+        kvpress_safeguard_(p.get_string("safeguard") == "kvpress"),
         scoring_(read_snapkv_scoring(p, "adakv", budget_, s.prompt_len)) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len(), w = scoring_.window, prefix = P - w, heads = cache.kv_heads();
     scores_.clear();
     if (P <= budget_) return;
-    const int per_head = budget_ - w, floor_n = static_cast<int>(std::floor(alpha_ * per_head));
+    const int per_head = budget_ - w;
+    const int floor_n = kvpress_safeguard_ ? std::max(0, static_cast<int>(alpha_ * budget_) - w)
+                                           : static_cast<int>(std::floor(alpha_ * per_head));
     std::vector<std::vector<double>>& score = scores_;
     score.assign(heads, {});
     std::vector<std::vector<std::uint8_t>> keep(heads);
@@ -67,7 +73,7 @@ class AdaKV final : public Policy {
  private:
   int budget_;
   double alpha_;
-  bool h2o_scores_;
+  bool h2o_scores_, kvpress_safeguard_;
   SnapKVScoring scoring_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
@@ -82,6 +88,14 @@ const PolicyRegistration reg({
             budget_param(),
             decode_mode_param(),
             {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
+            {"safeguard",
+             ParamType::kChoice,
+             "prefix",
+             "prefix (each head's floor(alpha (B - w)) best prefix entries, kvsim's reading of "
+             "Alg. 1) or kvpress (its int(alpha B) best, window included, as AdaKVPress)",
+             0,
+             0,
+             {"prefix", "kvpress"}},
             {"scorer",
              ParamType::kChoice,
              "snapkv",

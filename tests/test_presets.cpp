@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -138,6 +140,56 @@ TEST(Presets, PyramidKVOfKvpress) {
                 {{"compression_ratio", ratio}, {"beta", beta}, {"window", "8"}},
                 [keep = keep](const TraceReader& r, const SampleInfo& s, int l, int h) {
                   return snapkv_kept(prompt_attention(r, s, l, h), keep[l], 8, 5, false);
+                });
+}
+
+// AdaKVPress around SnapKVPress, restated on a GQA trace (kvpress selects per KV head): the
+// window-vote mean of each query head, average-pooled, averaged over the group; the window scored
+// with the maximum of all; each head's top int(α · n_kept) set to +inf; then the
+// Hkv · (P - n_kept) lowest of the layer pruned jointly.
+std::vector<Positions> adakv_kvpress_kept(const TraceReader& r, const SampleInfo& s, int l,
+                                          double alpha, int n_kept, int w, int kernel) {
+  const int P = s.prompt_len, H = r.info().num_heads, Hkv = r.info().num_kv_heads;
+  const int group = H / Hkv, n = P - w;
+  std::vector<std::vector<double>> score(Hkv, std::vector<double>(P, 0.0));
+  double best = -1;
+  for (int h = 0; h < H; ++h) {
+    const auto p = prompt_attention(r, s, l, h);
+    std::vector<double> votes(n, 0.0);
+    for (int i = n; i < P; ++i)
+      for (int j = 0; j < n; ++j) votes[j] += p[i][j] / w;
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int o = j - kernel / 2; o <= j + kernel / 2; ++o)
+        if (o >= 0 && o < n) acc += votes[o];
+      score[h / group][j] += acc / kernel / group;
+    }
+  }
+  for (const auto& sg : score) best = std::max(best, *std::max_element(sg.begin(), sg.begin() + n));
+  for (auto& sg : score) std::fill(sg.begin() + n, sg.end(), best);
+  const int n_safe = static_cast<int>(n_kept * alpha);
+  for (auto& sg : score)
+    for (int j : top(sg, n_safe)) sg[j] = std::numeric_limits<double>::infinity();
+  std::vector<std::tuple<double, int, int>> all;  // score, position, -head
+  for (int g = 0; g < Hkv; ++g)
+    for (int j = 0; j < P; ++j) all.emplace_back(score[g][j], j, -g);
+  std::sort(all.begin(), all.end());  // lowest first; ties: older, then the higher head
+  std::vector<Positions> kept(Hkv, range(0, P));
+  for (int i = 0; i < Hkv * (P - n_kept); ++i)
+    kept[-std::get<2>(all[i])].erase(std::get<1>(all[i]));
+  return kept;
+}
+
+TEST(Presets, AdaKVOfKvpress) {
+  // n_kept = int(52 * 0.5) = 26, window 8: α = 0.2 gives n_safe = 5 < w (no prefix floor);
+  // α = 0.9 gives 23, a floor of 15 prefix entries per head where kvsim's own reading of
+  // Alg. 1 (safeguard = prefix) gives floor(0.9 * 18) = 16.
+  const std::string trace = small_synthetic_trace("presets_adakv_kvpress.h5", 2);
+  for (const double alpha : {0.2, 0.9})
+    expect_kept(trace, "adakv:kvpress",
+                {{"compression_ratio", "0.5"}, {"window", "8"}, {"alpha", std::to_string(alpha)}},
+                [alpha](const TraceReader& r, const SampleInfo& s, int l, int g) {
+                  return adakv_kvpress_kept(r, s, l, alpha, 26, 8, 5)[g];
                 });
 }
 
