@@ -1,14 +1,15 @@
 // decode = grow | cap | every:N: what a policy that compresses only the prompt does while decoding.
 //
-// Prefill-only policies (SnapKV, PyramidKV, Ada-KV, MadaKV, LOOK-M, MEDA) append every generated
-// token, so at an equal nominal budget they hold more memory than policies that evict while
-// decoding (H2O, TOVA, StreamingLLM, the oracle). The mode wraps such a policy:
+// Prefill-only policies (SnapKV, PyramidKV, Ada-KV, MadaKV, LOOK-M, MEDA, knorm) append every
+// generated token, so at an equal nominal budget they hold more memory than policies that evict
+// while decoding (H2O, TOVA, StreamingLLM, the oracle). The mode wraps such a policy:
 //   grow     the paper's behaviour: nothing happens while decoding (no wrapper).
 //   cap      after each decode step a KV head holds no more than its target, the size the policy
 //            itself left it at (after its prefill, or lower if the policy later compressed it):
 //            the excess goes by the policy's own eviction scores, lowest first, among the entries
-//            it scored (the prompt entries it ranked; windows, sinks and generated tokens are
-//            unscored), ties to the older; then, or for a policy without scores, the oldest.
+//            scored (the prompt entries it ranked: LOOK-M and MEDA in their text-prior order,
+//            MadaKV by ψ; windows, sinks and generated tokens are unscored), ties to the older;
+//            then, or for a policy without scores, the oldest.
 //   every:N  kvpress's DecodingPress (kvpress/presses/generation/decoding_press.py): the cache
 //            grows for N decode steps, then every KV head is re-compressed to its target, keeping
 //            the entries the N queries since the last compression attended most (renormalised
