@@ -6,10 +6,13 @@
 // (h2o scorer). `safeguard = kvpress` is kvpress's AdaKVPress (kvpress/presses/adakv_press.py):
 // each head keeps its int(α · B) best entries, the window (which SnapKVPress scores with the
 // maximum) among them, so its own prefix floor is max(0, int(α · B) - w); the rest is the same
-// joint top-k. Decoding appends without eviction (`decode` changes that:
-// policies/decode_mode.cpp). Ties keep the newer position, then the lower head.
+// joint top-k. `safeguard = authors` is FFY0/AdaKV's allocation as KVCache-Factory's
+// AdaKVCluster adapts it (pyramidkv/pyramidkv_utils.py; see authors_keep). Decoding appends
+// without eviction (`decode` changes that: policies/decode_mode.cpp). Ties keep the newer position,
+// then the lower head.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <tuple>
 
@@ -27,41 +30,23 @@ class AdaKV final : public Policy {
         alpha_(p.get_float("alpha")),
         h2o_scores_(p.get_string("scorer") == "h2o"),
         kvpress_safeguard_(p.get_string("safeguard") == "kvpress"),
+        authors_(p.get_string("safeguard") == "authors"),
+        normalize_(p.get_bool("normalize")),
         scoring_(read_snapkv_scoring(p, "adakv", budget_, s.prompt_len)) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len(), w = scoring_.window, prefix = P - w, heads = cache.kv_heads();
+    const int P = view.prompt_len(), w = scoring_.window, heads = cache.kv_heads();
     scores_.clear();
     if (P <= budget_) return;
-    const int per_head = budget_ - w;
-    const int floor_n = kvpress_safeguard_ ? std::max(0, static_cast<int>(alpha_ * budget_) - w)
-                                           : static_cast<int>(std::floor(alpha_ * per_head));
-    std::vector<std::vector<double>>& score = scores_;
-    score.assign(heads, {});
-    std::vector<std::vector<std::uint8_t>> keep(heads);
-    using Candidate = std::tuple<double, int, int>;  // score, position, head
-    std::vector<Candidate> pool;
+    scores_.assign(heads, {});
     for (int g = 0; g < heads; ++g) {
-      score[g] = h2o_scores_ ? prompt_column_scores(view, g) : snapkv_scores(view, g, scoring_);
-      score[g].resize(prefix);
-      keep[g] = keep_top_scores(score[g], floor_n);  // the per-head floor
-      keep[g].resize(P, 1);                          // the window
-      for (int j = 0; j < prefix; ++j)
-        if (!keep[g][j]) pool.emplace_back(score[g][j], j, g);
+      scores_[g] = h2o_scores_ ? prompt_column_scores(view, g) : snapkv_scores(view, g, scoring_);
+      scores_[g].resize(P - w);
     }
-    const std::size_t extra = static_cast<std::size_t>(heads) * (per_head - floor_n);
-    auto better = [](const Candidate& a, const Candidate& b) {
-      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
-      if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) > std::get<1>(b);
-      return std::get<2>(a) < std::get<2>(b);
-    };
-    if (extra < pool.size())
-      std::nth_element(pool.begin(), pool.begin() + extra, pool.end(), better);
-    for (std::size_t i = 0; i < std::min(extra, pool.size()); ++i)
-      keep[std::get<2>(pool[i])][std::get<1>(pool[i])] = 1;
+    const auto keep = authors_ ? authors_keep(P - w) : floor_and_joint_keep(P - w);
     for (int g = 0; g < heads; ++g) {
       cache.keep_only(g, keep[g]);
-      score[g].resize(P, kUnscored);  // the window has no score
+      scores_[g].resize(P, kUnscored);  // the window: kept, no score
     }
   }
 
@@ -71,9 +56,77 @@ class AdaKV final : public Policy {
   }
 
  private:
+  using Candidate = std::tuple<double, int, int>;  // score, position, head
+  // Higher score first, then the newer position, then the lower head.
+  static bool better(const Candidate& a, const Candidate& b) {
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+    if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) > std::get<1>(b);
+    return std::get<2>(a) < std::get<2>(b);
+  }
+  // The first k of `pool` by `better` (all of it when shorter), in no particular order.
+  static void best_first(std::vector<Candidate>& pool, std::size_t k) {
+    if (k < pool.size()) std::nth_element(pool.begin(), pool.begin() + k, pool.end(), better);
+    pool.resize(std::min(k, pool.size()));
+  }
+
+  // prefix / kvpress: each head's floor of its own best, the rest of Hkv (B - w) jointly.
+  std::vector<std::vector<std::uint8_t>> floor_and_joint_keep(int prefix) const {
+    const int heads = static_cast<int>(scores_.size()), w = scoring_.window, per_head = budget_ - w;
+    const int floor_n = kvpress_safeguard_ ? std::max(0, static_cast<int>(alpha_ * budget_) - w)
+                                           : static_cast<int>(std::floor(alpha_ * per_head));
+    std::vector<std::vector<std::uint8_t>> keep(heads);
+    std::vector<Candidate> pool;
+    for (int g = 0; g < heads; ++g) {
+      keep[g] = keep_top_scores(scores_[g], floor_n);  // the per-head floor
+      keep[g].resize(prefix + w, 1);                   // the window
+      for (int j = 0; j < prefix; ++j)
+        if (!keep[g][j]) pool.emplace_back(scores_[g][j], j, g);
+    }
+    best_first(pool, static_cast<std::size_t>(heads) * (per_head - floor_n));
+    for (const auto& c : pool) keep[std::get<2>(c)][std::get<1>(c)] = 1;
+    return keep;
+  }
+
+  // authors (FFY0/AdaKV, as KVCache-Factory's AdaKVCluster adapts it): the joint top Hkv (B - w)
+  // of the scores, each head's scaled by the share of its mass in its own top B - w when
+  // `normalize`, count c_h per head; head h keeps its round(c_h (1 - α) + int(α (B - w))) best
+  // (torch.round: half to even) and the window. Prompts whose prefix is shorter than B - w keep
+  // everything.
+  std::vector<std::vector<std::uint8_t>> authors_keep(int prefix) const {
+    const int heads = static_cast<int>(scores_.size()), w = scoring_.window, base = budget_ - w;
+    std::vector<std::vector<std::uint8_t>> keep(heads);
+    if (base > prefix) {
+      for (auto& k : keep) k.assign(prefix + w, 1);
+      return keep;
+    }
+    std::vector<Candidate> pool;
+    for (int g = 0; g < heads; ++g) {
+      double weight = 1;
+      if (normalize_) {
+        std::vector<double> sorted = scores_[g];
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        double top = 0, all = 0;
+        for (int j = 0; j < prefix; ++j) (j < base ? top : all) += sorted[j];
+        all += top;
+        weight = all > 0 ? top / all : 1;
+      }
+      for (int j = 0; j < prefix; ++j) pool.emplace_back(scores_[g][j] * weight, j, g);
+    }
+    best_first(pool, static_cast<std::size_t>(heads) * base);
+    std::vector<int> count(heads, 0);
+    for (const auto& c : pool) ++count[std::get<2>(c)];
+    const int floor_n = static_cast<int>(base * alpha_);
+    for (int g = 0; g < heads; ++g) {
+      const int n = static_cast<int>(std::nearbyint(count[g] * (1 - alpha_) + floor_n));
+      keep[g] = keep_top_scores(scores_[g], std::min(n, prefix));
+      keep[g].resize(prefix + w, 1);
+    }
+    return keep;
+  }
+
   int budget_;
   double alpha_;
-  bool h2o_scores_, kvpress_safeguard_;
+  bool h2o_scores_, kvpress_safeguard_, authors_, normalize_;
   SnapKVScoring scoring_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
@@ -92,10 +145,15 @@ const PolicyRegistration reg({
              ParamType::kChoice,
              "prefix",
              "prefix (each head's floor(alpha (B - w)) best prefix entries, kvsim's reading of "
-             "Alg. 1) or kvpress (its int(alpha B) best, window included, as AdaKVPress)",
+             "Alg. 1), kvpress (its int(alpha B) best, window included, as AdaKVPress) or "
+             "authors (round((1 - alpha) c_h + int(alpha (B - w))) per head from its share c_h of "
+             "the joint top-k, as FFY0/AdaKV)",
              0,
              0,
-             {"prefix", "kvpress"}},
+             {"prefix", "kvpress", "authors"}},
+            {"normalize", ParamType::kBool, "false",
+             "safeguard = authors: scale each head's scores by the share of its mass in its own "
+             "top B - w before the joint top-k (the authors' normalize)"},
             {"scorer",
              ParamType::kChoice,
              "snapkv",

@@ -193,6 +193,46 @@ TEST(Presets, AdaKVOfKvpress) {
                 });
 }
 
+TEST(Presets, AdaKVOfKVCacheFactory) {
+  // AdaKVCluster (run_longbench.py: window 8, maxpool 7, floor 0.2; normalize = True), per head:
+  // window-mean votes, max-pooled; each head's scores scaled by the share of its mass in its own
+  // top base = B - w; the joint top Hkv · base counted per head (c_h); head h keeps its
+  // round(c_h · 0.8 + int(0.2 · base)) best (torch.round: half to even) and the window.
+  const std::string trace = mha_trace("presets_adakv_kvf.h5");
+  expect_kept(trace, "adakv:kvcache-factory", {{"budget", "20"}},
+              [](const TraceReader& r, const SampleInfo& s, int l, int g) {
+                const int P = s.prompt_len, H = r.info().num_heads, w = 8, base = 12;
+                const int n = P - w;
+                std::vector<std::vector<double>> score(H, std::vector<double>(n));
+                std::vector<std::tuple<double, int, int>> all;  // weighted score, position, -head
+                for (int h = 0; h < H; ++h) {
+                  const auto p = prompt_attention(r, s, l, h);
+                  std::vector<double> votes(n, 0.0);
+                  for (int i = n; i < P; ++i)
+                    for (int j = 0; j < n; ++j) votes[j] += p[i][j] / w;
+                  for (int j = 0; j < n; ++j) {
+                    double m = 0;
+                    for (int o = std::max(0, j - 3); o <= std::min(n - 1, j + 3); ++o)
+                      m = std::max(m, votes[o]);
+                    score[h][j] = m;
+                  }
+                  std::vector<double> sorted = score[h];
+                  std::sort(sorted.rbegin(), sorted.rend());
+                  const double weight =
+                      std::accumulate(sorted.begin(), sorted.begin() + base, 0.0) /
+                      std::accumulate(sorted.begin(), sorted.end(), 0.0);
+                  for (int j = 0; j < n; ++j) all.emplace_back(score[h][j] * weight, j, -h);
+                }
+                std::sort(all.rbegin(), all.rend());  // best first; ties: newer, lower head
+                int count = 0;
+                for (int i = 0; i < H * base; ++i) count += -std::get<2>(all[i]) == g;
+                const int keep = static_cast<int>(std::nearbyint(count * 0.8 + int(base * 0.2)));
+                Positions kept = top(score[g], keep);
+                for (int j = n; j < P; ++j) kept.insert(j);
+                return kept;
+              });
+}
+
 TEST(Presets, H2OOfKVCacheFactory) {
   // H2OKVCluster: column sums of the causal prompt attention over every prompt query, for the
   // prefix before the window of 8; the window plus the top B - 8.
