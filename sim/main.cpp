@@ -6,6 +6,7 @@
 #include <map>
 
 #include "sim/cli.hpp"
+#include "sim/mpi_world.hpp"
 
 int main(int argc, char** argv) {
   // Layers are read and freed one after another in blocks of tens of MiB; keeping them in the
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
+  } catch (const kvsim::ReportedError&) {
+    return 1;  // printed by every rank already
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvsim: error: %s\n", e.what());
     return 1;

@@ -1,6 +1,7 @@
 #include "sim/mpi_world.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
@@ -51,16 +52,22 @@ void World::settle(const std::exception_ptr& mine, const std::string& what_is_ke
 #endif
   const std::string of_size = " of " + std::to_string(size_);
   if (mine && !distributed()) std::rethrow_exception(mine);
+  if (first_failed == size_) return;
+  std::string message = "rank " + std::to_string(first_failed) + of_size +
+                        " failed (its own message says why); " + what_is_kept;
   if (mine) {
     try {
       std::rethrow_exception(mine);
     } catch (const std::exception& e) {
-      throw std::runtime_error("rank " + std::to_string(rank_) + of_size + ": " + e.what());
+      message = "rank " + std::to_string(rank_) + of_size + ": " + e.what();
     }
   }
-  if (first_failed < size_)
-    throw std::runtime_error("rank " + std::to_string(first_failed) + of_size +
-                             " failed (its own message says why); " + what_is_kept);
+  std::fprintf(stderr, "kvsim: error: %s\n", message.c_str());
+  std::fflush(stderr);
+#ifdef KVSIM_WITH_MPI
+  if (joined_) MPI_Barrier(MPI_COMM_WORLD);  // every rank has printed before any exits
+#endif
+  throw ReportedError(message);
 }
 
 void World::abort() const {

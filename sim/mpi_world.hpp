@@ -6,10 +6,16 @@
 
 #include <cstddef>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kvsim {
+
+// An error every rank has already printed (World::settle): the caller exits non-zero quietly.
+struct ReportedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class World {
  public:
@@ -29,6 +35,9 @@ class World {
   // Collective: every rank passes what its own share of the work threw (null when it finished).
   // Rethrows this rank's error; when only another rank failed, throws an error naming the lowest
   // failing rank, so that every rank leaves with a non-zero status and none waits for the others.
+  // Distributed, each rank prints its message and waits for the others to have printed theirs
+  // before throwing ReportedError (mpirun ends the whole job as soon as one rank exits non-zero,
+  // so a rank that printed after another had exited could be cut off).
   void settle(const std::exception_ptr& mine, const std::string& what_is_kept) const;
 
   // Ends every rank at once (an error outside a collective, where settle cannot be reached).
