@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <stdexcept>
 #include <tuple>
 
@@ -105,9 +106,8 @@ class AdaKV final : public Policy {
       if (normalize_) {
         std::vector<double> sorted = scores_[g];
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
-        double top = 0, all = 0;
-        for (int j = 0; j < prefix; ++j) (j < base ? top : all) += sorted[j];
-        all += top;
+        const double top = std::accumulate(sorted.begin(), sorted.begin() + base, 0.0);
+        const double all = std::accumulate(sorted.begin(), sorted.end(), 0.0);
         weight = all > 0 ? top / all : 1;
       }
       for (int j = 0; j < prefix; ++j) pool.emplace_back(scores_[g][j] * weight, j, g);

@@ -4,10 +4,10 @@
 // layer (token drop: they have no KV entries there). Layers before K keep everything; decoding
 // appends without eviction.
 // The image span comes from the trace's `modality` (every image or video token of the prompt),
-// never from a fixed 576. FastV keeps round(N · (1 - R)) image tokens, Python's round (half to
-// even), as its token-drop code does (FastV's modeling_llama.py:
-// topk(round(FASTV_image_token_length
-// * (1 - FASTV_r)))); the demo's 576 · 0.5 = 288 is the same either way.
+// never from a fixed 576. FastV keeps round(N · (1 - R)) image tokens with Python's round (half
+// to even), as its token-drop code does (FastV's modeling_llama.py,
+// `topk(round(FASTV_image_token_length * (1 - FASTV_r)))`); the demo's 576 · 0.5 = 288 is the
+// same either way.
 #include <cmath>
 
 #include "policies/policy.hpp"

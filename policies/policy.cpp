@@ -21,11 +21,14 @@ PolicyRegistry& PolicyRegistry::instance() {
 }
 
 namespace {
+bool declares(const PolicyInfo& info, const std::string& param) {
+  return std::any_of(info.params.begin(), info.params.end(),
+                     [&](const ParamSpec& s) { return s.name == param; });
+}
+
 // A policy that declares `decode` is created through its decode mode.
 void wrap_decode_mode(PolicyInfo& info) {
-  if (std::none_of(info.params.begin(), info.params.end(),
-                   [](const ParamSpec& s) { return s.name == "decode"; }))
-    return;
+  if (!declares(info, "decode")) return;
   info.create = [create = info.create](const ParamSet& p, const SampleInfo& s) {
     return apply_decode_mode(create(p, s), p);
   };
@@ -69,8 +72,7 @@ void apply_compression_ratio_alias(const std::string& name, const PolicyInfo& in
                                    std::map<std::string, std::string>& values) {
   const auto it = values.find("compression_ratio");
   if (it == values.end()) return;
-  if (std::none_of(info.params.begin(), info.params.end(),
-                   [](const ParamSpec& s) { return s.name == "budget"; }))
+  if (!declares(info, "budget"))
     throw std::invalid_argument(name + ": parameter 'compression_ratio' given, but " + info.name +
                                 " has no budget (it sizes its cache itself)");
   if (overrides.count("budget"))
@@ -122,10 +124,7 @@ PolicyConfig make_policy_config(const std::string& name,
 
 bool apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides) {
-  const auto& params = make_policy_config(name, {}).info->params;
-  if (std::none_of(params.begin(), params.end(),
-                   [](const ParamSpec& s) { return s.name == "budget"; }))
-    return false;
+  if (!declares(*make_policy_config(name, {}).info, "budget")) return false;
   if (!budget.empty() && !overrides.count("budget") && !overrides.count("compression_ratio"))
     overrides["budget"] = budget;
   return true;
@@ -134,10 +133,9 @@ bool apply_default_budget(const std::string& name, const std::string& budget,
 std::string budget_ignored_warning(const std::vector<std::string>& names,
                                    const std::string& budget) {
   std::string ignored;
-  for (const auto& n : names) {
-    std::map<std::string, std::string> unused;
-    if (!apply_default_budget(n, "", unused)) ignored += (ignored.empty() ? "" : ", ") + n;
-  }
+  for (const auto& n : names)
+    if (!declares(*make_policy_config(n, {}).info, "budget"))
+      ignored += (ignored.empty() ? "" : ", ") + n;
   if (budget.empty() || ignored.empty()) return "";
   return "warning: the budget " + budget + " does not apply to " + ignored +
          ": they size their caches themselves (compare what each held: the 'stored' column)";

@@ -36,14 +36,8 @@ class PyramidKV final : public Policy {
         beta_(static_cast<int>(p.get_int("beta"))),
         reference_rounding_(p.get_string("rounding") == "reference"),
         kvpress_rounding_(p.get_string("rounding") == "kvpress"),
-        real_budget_(real_budget(p.get_size("budget"), s.prompt_len)),
+        real_budget_(p.get_size("budget").unrounded(s.prompt_len)),
         scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)) {}
-
-  // The budget before rounding, as kvpress sizes it.
-  static double real_budget(const Size& b, int P) {
-    if (b.removed) return P * (1 - b.value);
-    return b.percent ? P * b.value / 100 : b.value;
-  }
 
   // kvpress's entries kept in all by layer l (window included). nearbyint rounds half to even.
   int kvpress_layer_keep(int layer, int layers, int P) const {

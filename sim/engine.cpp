@@ -413,16 +413,12 @@ StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerA
           [model](std::vector<std::vector<StepMetrics>>& steps) { model->finish(steps); }};
 }
 
-void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies,
-                int prompt_len) {
-  auto budget_of = [&](const LayerResult& r) {
-    return budget_entries(policies[r.policy_index], prompt_len);
-  };
+void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies) {
   for (auto& r : results) {
-    const int budget = budget_of(r);
-    if (budget < 0) continue;
+    if (r.budget_entries < 0) continue;
     const auto oracle = std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
-      return policies[o.policy_index].info->name == "oracle" && budget_of(o) == budget;
+      return policies[o.policy_index].info->name == "oracle" &&
+             o.budget_entries == r.budget_entries;
     });
     if (oracle == results.end()) continue;
     for (std::size_t g = 0; g < r.steps.size(); ++g)
@@ -638,7 +634,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     results[i].sample = sample.name;
     results[i].budget_entries = budget_entries(policies_[i], sample.prompt_len);
   });
-  set_regret(results, policies_, sample.prompt_len);
+  set_regret(results, policies_);
   return results;
 }
 

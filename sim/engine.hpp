@@ -85,9 +85,8 @@ struct ReplayOptions {
 };
 
 // Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
-// layer whose budget resolves to the same count (for a prompt of prompt_len), minus the result's.
-void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies,
-                int prompt_len);
+// layer whose budget resolved to the same count (LayerResult::budget_entries), minus the result's.
+void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies);
 
 // Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);

@@ -30,11 +30,15 @@ std::string fmt(double v) {
 
 }  // namespace
 
+double Size::unrounded(int base) const {
+  if (removed) return base * (1.0 - value);
+  return percent ? value / 100.0 * base : value;
+}
+
 int Size::resolve(int base) const {
-  if (removed) return static_cast<int>(base * (1.0 - value));
-  if (!percent) return static_cast<int>(value);
+  if (removed || !percent) return static_cast<int>(unrounded(base));
   // Subtract a hair before ceil so that 20% of 640 is 128, not 129 through rounding noise.
-  return static_cast<int>(std::ceil(value / 100.0 * base - 1e-9));
+  return static_cast<int>(std::ceil(unrounded(base) - 1e-9));
 }
 
 std::string Size::str() const {

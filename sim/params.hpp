@@ -41,6 +41,8 @@ struct Size {
   // double arithmetic exactly as kvpress's ScorerPress (kvpress/presses/scorer_press.py,
   // n_kept = int(k_len * (1 - compression_ratio))): 0.8 of 640 keeps 127.
   int resolve(int base) const;
+  // The entries before any rounding (kvpress's PyramidKVPress sizes layers from it).
+  double unrounded(int base) const;
   std::string str() const;
   static Size parse(const std::string& text);  // throws std::invalid_argument
 };

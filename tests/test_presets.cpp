@@ -57,23 +57,38 @@ Positions range(int from, int to) {
   return s;
 }
 
-// SnapKV as SnapKVCluster / SnapKVPress: votes of the last w prompt queries on the prefix,
-// pooled with stride 1 and same padding (max ignores the padding; avg divides by the kernel),
-// then the window plus the top B - w.
-Positions snapkv_kept(const std::vector<std::vector<double>>& p, int B, int w, int kernel,
-                      bool max_pool) {
+// The mean vote of the last w prompt queries on each prefix position j < P - w, pooled with
+// stride 1 and same padding (F.max_pool1d ignores the padding; F.avg_pool1d counts it as zeros).
+std::vector<double> pooled_window_votes(const std::vector<std::vector<double>>& p, int w,
+                                        int kernel, bool max_pool) {
   const int P = static_cast<int>(p.size()), n = P - w;
   std::vector<double> votes(n, 0.0), pooled(n);
-  for (int i = P - w; i < P; ++i)
-    for (int j = 0; j < n; ++j) votes[j] += p[i][j];
+  for (int i = n; i < P; ++i)
+    for (int j = 0; j < n; ++j) votes[j] += p[i][j] / w;
   for (int j = 0; j < n; ++j) {
     double acc = max_pool ? -1.0 : 0.0;
     for (int o = j - kernel / 2; o <= j + kernel / 2; ++o)
       if (o >= 0 && o < n) acc = max_pool ? std::max(acc, votes[o]) : acc + votes[o];
     pooled[j] = max_pool ? acc : acc / kernel;
   }
-  Positions kept = top(pooled, B - w);
-  for (int j = n; j < P; ++j) kept.insert(j);
+  return pooled;
+}
+
+// Σ_i p_ij over every prompt query: the attention each prompt position received.
+std::vector<double> column_sums(const std::vector<std::vector<double>>& p) {
+  std::vector<double> col(p.size(), 0.0);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    for (std::size_t j = 0; j <= i; ++j) col[j] += p[i][j];
+  return col;
+}
+
+// SnapKV as SnapKVCluster / SnapKVPress: the window plus the top B - w prefix positions by
+// pooled window votes.
+Positions snapkv_kept(const std::vector<std::vector<double>>& p, int B, int w, int kernel,
+                      bool max_pool) {
+  const int n = static_cast<int>(p.size()) - w;
+  Positions kept = top(pooled_window_votes(p, w, kernel, max_pool), B - w);
+  for (int j = n; j < n + w; ++j) kept.insert(j);
   return kept;
 }
 
@@ -154,16 +169,8 @@ std::vector<Positions> adakv_kvpress_kept(const TraceReader& r, const SampleInfo
   std::vector<std::vector<double>> score(Hkv, std::vector<double>(P, 0.0));
   double best = -1;
   for (int h = 0; h < H; ++h) {
-    const auto p = prompt_attention(r, s, l, h);
-    std::vector<double> votes(n, 0.0);
-    for (int i = n; i < P; ++i)
-      for (int j = 0; j < n; ++j) votes[j] += p[i][j] / w;
-    for (int j = 0; j < n; ++j) {
-      double acc = 0;
-      for (int o = j - kernel / 2; o <= j + kernel / 2; ++o)
-        if (o >= 0 && o < n) acc += votes[o];
-      score[h / group][j] += acc / kernel / group;
-    }
+    const auto pooled = pooled_window_votes(prompt_attention(r, s, l, h), w, kernel, false);
+    for (int j = 0; j < n; ++j) score[h / group][j] += pooled[j] / group;
   }
   for (const auto& sg : score) best = std::max(best, *std::max_element(sg.begin(), sg.begin() + n));
   for (auto& sg : score) std::fill(sg.begin() + n, sg.end(), best);
@@ -206,16 +213,7 @@ TEST(Presets, AdaKVOfKVCacheFactory) {
                 std::vector<std::vector<double>> score(H, std::vector<double>(n));
                 std::vector<std::tuple<double, int, int>> all;  // weighted score, position, -head
                 for (int h = 0; h < H; ++h) {
-                  const auto p = prompt_attention(r, s, l, h);
-                  std::vector<double> votes(n, 0.0);
-                  for (int i = n; i < P; ++i)
-                    for (int j = 0; j < n; ++j) votes[j] += p[i][j] / w;
-                  for (int j = 0; j < n; ++j) {
-                    double m = 0;
-                    for (int o = std::max(0, j - 3); o <= std::min(n - 1, j + 3); ++o)
-                      m = std::max(m, votes[o]);
-                    score[h][j] = m;
-                  }
+                  score[h] = pooled_window_votes(prompt_attention(r, s, l, h), w, 7, true);
                   std::vector<double> sorted = score[h];
                   std::sort(sorted.rbegin(), sorted.rend());
                   const double weight =
@@ -238,11 +236,9 @@ TEST(Presets, H2OOfKVCacheFactory) {
   // prefix before the window of 8; the window plus the top B - 8.
   expect_kept(mha_trace("presets_h2o.h5"), "h2o:kvcache-factory", {{"budget", "20"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int h) {
-                const auto p = prompt_attention(r, s, l, h);
-                const int P = static_cast<int>(p.size());
-                std::vector<double> col(P - 8, 0.0);
-                for (int i = 0; i < P; ++i)
-                  for (int j = 0; j < P - 8; ++j) col[j] += p[i][j];
+                std::vector<double> col = column_sums(prompt_attention(r, s, l, h));
+                const int P = static_cast<int>(col.size());
+                col.resize(P - 8);  // the window is kept, not ranked
                 Positions kept = top(col, 20 - 8);
                 for (int j = P - 8; j < P; ++j) kept.insert(j);
                 return kept;
@@ -254,11 +250,8 @@ TEST(Presets, H2OOfKvpress) {
   // how many of them see the token (P - j), no window; n_kept = int(52 * (1 - 0.5)) = 26.
   expect_kept(mha_trace("presets_h2o_kvpress.h5"), "h2o:kvpress", {{"compression_ratio", "0.5"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int h) {
-                const auto p = prompt_attention(r, s, l, h);
-                const int P = static_cast<int>(p.size());
-                std::vector<double> score(P, 0.0);
-                for (int i = 0; i < P; ++i)
-                  for (int j = 0; j <= i; ++j) score[j] += p[i][j];
+                std::vector<double> score = column_sums(prompt_attention(r, s, l, h));
+                const int P = static_cast<int>(score.size());
                 for (int j = 0; j < P; ++j) score[j] /= P - j;
                 return top(score, 26);
               });
