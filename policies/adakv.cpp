@@ -6,10 +6,11 @@
 // (h2o scorer). `safeguard = kvpress` is kvpress's AdaKVPress (kvpress/presses/adakv_press.py):
 // each head keeps its int(α · B) best entries, the window (which SnapKVPress scores with the
 // maximum) among them, so its own prefix floor is max(0, int(α · B) - w); the rest is the same
-// joint top-k. `safeguard = authors` is FFY0/AdaKV's allocation as KVCache-Factory's
-// AdaKVCluster adapts it (pyramidkv/pyramidkv_utils.py; see authors_keep). Decoding appends
-// without eviction (`decode` changes that: policies/decode_mode.cpp). Ties keep the newer position,
-// then the lower head.
+// joint top-k. `safeguard = authors` is FFY0/AdaKV's allocation (adaptive_snapkv/monkeypatch/
+// snapkv_utils.py, AdaptiveSnapKVCluster), which KVCache-Factory's AdaKVCluster copies (see
+// authors_keep); both keep a cache per query head unless told otherwise (`caches`). Decoding
+// appends without eviction (`decode` changes that: policies/decode_mode.cpp). Ties keep the newer
+// position, then the lower head.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -140,6 +141,7 @@ const PolicyRegistration reg({
         {
             budget_param(),
             decode_mode_param(),
+            caches_param(),
             {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
             {"safeguard",
              ParamType::kChoice,

@@ -91,6 +91,7 @@ const PolicyRegistration reg({
                "a recent window.",
     .provenance = "Zhang et al. 2023, H2O, Sec. 4 / Algorithm 1",
     .params = {budget_param(),
+               caches_param(),
                {"recent", ParamType::kSize, "50%",
                 "most recent entries always kept: a count, or a percentage of the budget "
                 "(rounded down)",

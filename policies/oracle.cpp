@@ -9,7 +9,8 @@
 // holds on the same trace (a causal copy of it runs inside the oracle, with the oracle's budget
 // unless the match sets one), so that the two are compared at equal memory. The copy's decode
 // attention is the full-cache attention renormalised over what it holds (entries it merged count
-// with their recorded keys; only its sizes are used).
+// with their recorded keys; only its sizes are used). It keeps a cache per query head when the
+// policy it matches does (`caches`), whatever its own `caches` says.
 #include <algorithm>
 #include <stdexcept>
 
@@ -166,6 +167,7 @@ const PolicyRegistration reg({
                "exactly as many as that policy holds.",
     .provenance = "kvsim (offline reference: future full-cache attention mass)",
     .params = {budget_param(),
+               caches_param(),
                {"match",
                 ParamType::kString,
                 "",
@@ -191,6 +193,14 @@ const PolicyRegistration reg({
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Oracle>(p, s);
     },
+    .attention_source = {},
+    .query_head_caches =
+        [](const ParamSet& p) {
+          if (!p.get_string("match").empty())
+            return matched_policy(p.get_string("match"), p.get_string("budget"))
+                .query_head_caches();
+          return p.get_string("caches") == "query_head";
+        },
 });
 
 }  // namespace

@@ -152,6 +152,17 @@ ParamSpec compress_when_param() {
           {"every_step", "prefill"}};
 }
 
+ParamSpec caches_param() {
+  return {"caches",
+          ParamType::kChoice,
+          "kv_head",
+          "kv_head (one cache per KV head) or query_head (one per query head after repeat_kv, "
+          "group-size x the memory: the original SnapKV, Ada-KV, KVCache-Factory)",
+          0,
+          0,
+          {"kv_head", "query_head"}};
+}
+
 ParamSpec budget_param(const std::string& default_value) {
   return {"budget",
           ParamType::kSize,

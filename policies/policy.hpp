@@ -104,6 +104,9 @@ struct PolicyInfo {
   std::function<std::unique_ptr<Policy>(const ParamSet&, const SampleInfo&)> create;
   // The layer whose queries and keys a layer attends with (ST3's QK heredity); unset: itself.
   std::function<int(const ParamSet&, int layer)> attention_source;
+  // Whether it keeps one cache per query head when that depends on more than its own `caches`
+  // (the oracle follows the policy it matches); unset: `caches = query_head`.
+  std::function<bool(const ParamSet&)> query_head_caches;
 };
 
 class PolicyRegistry {
@@ -127,6 +130,12 @@ struct PolicyConfig {
   AttentionNeeds needs() const { return info->needs_for ? info->needs_for(params) : info->needs; }
   int attention_source(int layer) const {
     return info->attention_source ? info->attention_source(params, layer) : layer;
+  }
+  // `caches = query_head`: the policy runs on the layer with its KV heads repeated per query head.
+  bool query_head_caches() const {
+    if (info->query_head_caches) return info->query_head_caches(params);
+    const auto it = params.values().find("caches");
+    return it != params.values().end() && it->second == "query_head";
   }
 };
 
@@ -176,6 +185,13 @@ std::unique_ptr<Policy> apply_decode_mode(std::unique_ptr<Policy> policy, const 
 // `compress = every_step | prefill` of policies that evict at every step in their paper and once
 // after the prompt in kvpress and KVCache-Factory (streamingllm, tova).
 ParamSpec compress_when_param();
+
+// `caches = kv_head | query_head`: one cache per KV head (kvsim, kvpress), or one per query head
+// after repeat_kv, as the original SnapKV, Ada-KV and KVCache-Factory keep on GQA models (each
+// query head selects its own set; group-size x the memory). The engine honours it by replaying
+// the policy on the layer with K and V repeated per query head; on multi-head layers the two are
+// the same.
+ParamSpec caches_param();
 
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");

@@ -9,10 +9,11 @@ const std::vector<PolicyPreset>& policy_presets() {
   static const std::vector<PolicyPreset> presets = {
       {"snapkv:original",
        "snapkv",
-       {{"window", "32"}, {"kernel", "5"}, {"pooling", "avg"}},
+       {{"window", "32"}, {"kernel", "5"}, {"pooling", "avg"}, {"caches", "query_head"}},
        "FasterDecoding/SnapKV snapkv/monkeypatch/snapkv_utils.py, init_snapkv (the config "
-       "defaults: window_size 32, kernel_size 5, avgpool)",
-       "window 32, average-pool 5, window votes summed"},
+       "defaults: window_size 32, kernel_size 5, avgpool); mistral_hijack_4_37.py repeats K and V "
+       "per query head before update_kv (\"[SnapKV] move to ahead\")",
+       "window 32, average-pool 5, window votes summed, one cache per query head"},
       {"snapkv:kvpress",
        "snapkv",
        {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}},
@@ -20,10 +21,11 @@ const std::vector<PolicyPreset>& policy_presets() {
        "window 64, average-pool 5, window votes averaged (ranks exactly as the sum)"},
       {"snapkv:kvcache-factory",
        "snapkv",
-       {{"window", "8"}, {"kernel", "7"}, {"pooling", "max"}},
+       {{"window", "8"}, {"kernel", "7"}, {"pooling", "max"}, {"caches", "query_head"}},
        "Zefan-Cai/KVCache-Factory run_longbench.py (window_sizes = 8, kernel_sizes = 7, maxpool) + "
-       "pyramidkv/pyramidkv_utils.py SnapKVCluster",
-       "window 8, max-pool 7, window votes summed"},
+       "pyramidkv/pyramidkv_utils.py SnapKVCluster; pyramidkv/llama_model.py calls update_kv "
+       "after repeat_kv",
+       "window 8, max-pool 7, window votes summed, one cache per query head"},
       {"h2o:paper",
        "h2o",
        {{"mode", "cumulative"}, {"recent", "50%"}},
@@ -31,12 +33,13 @@ const std::vector<PolicyPreset>& policy_presets() {
        "per-step cumulative attention, half of the budget recent"},
       {"h2o:kvcache-factory",
        "h2o",
-       {{"mode", "oneshot"}, {"recent", "8"}},
+       {{"mode", "oneshot"}, {"recent", "8"}, {"caches", "query_head"}},
        "Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py H2OKVCluster (column sums of the "
        "causal prompt attention, the window kept) + run_longbench.py (window_sizes = 8); its 2024 "
        "version masked only the last window block, so its scores saw future tokens: this preset "
-       "follows the corrected, causal code",
-       "prompt column sums at the prefill only, the 8 newest kept, then append"},
+       "follows the corrected, causal code; update_kv runs after repeat_kv (llama_model.py)",
+       "prompt column sums at the prefill only, the 8 newest kept, then append, one cache per "
+       "query head"},
       {"h2o:kvpress",
        "h2o",
        {{"mode", "oneshot"}, {"recent", "0"}, {"normalize", "queries"}},
@@ -55,10 +58,11 @@ const std::vector<PolicyPreset>& policy_presets() {
        "4 sinks + the newest prompt entries, once after the prompt, then append"},
       {"streamingllm:kvcache-factory",
        "streamingllm",
-       {{"sinks", "4"}, {"compress", "prefill"}},
+       {{"sinks", "4"}, {"compress", "prefill"}, {"caches", "query_head"}},
        "Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py StreamingLLMKVCluster (keeps the "
-       "first B - window) + run_longbench.py (window_sizes = B - 4)",
-       "4 sinks + the newest prompt entries, once after the prompt, then append"},
+       "first B - window) + run_longbench.py (window_sizes = B - 4); after repeat_kv",
+       "4 sinks + the newest prompt entries, once after the prompt, then append, one cache per "
+       "query head (the same set in each)"},
       {"tova:kvpress",
        "tova",
        {{"compress", "prefill"}},
@@ -71,9 +75,11 @@ const std::vector<PolicyPreset>& policy_presets() {
         {"kernel", "7"},
         {"pooling", "max"},
         {"beta", "20"},
-        {"rounding", "reference"}},
-       "Zefan-Cai/KVCache-Factory run_longbench.py + pyramidkv_utils.py (PyramidKVCluster)",
-       "window 8, max-pool 7, β 20, the reference's floored layer step"},
+        {"rounding", "reference"},
+        {"caches", "query_head"}},
+       "Zefan-Cai/KVCache-Factory run_longbench.py + pyramidkv_utils.py (PyramidKVCluster); "
+       "update_kv after repeat_kv (llama_model.py)",
+       "window 8, max-pool 7, β 20, the reference's floored layer step, one cache per query head"},
       {"pyramidkv:kvpress",
        "pyramidkv",
        {{"window", "64"},
@@ -106,11 +112,29 @@ const std::vector<PolicyPreset>& policy_presets() {
         {"normalize", "true"},
         {"window", "8"},
         {"kernel", "7"},
-        {"pooling", "max"}},
+        {"pooling", "max"},
+        {"caches", "query_head"}},
        "Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py AdaKVCluster (adapted from "
-       "FFY0/AdaKV; init_adakv: normalize = True) + run_longbench.py (window 8, kernel 7, "
-       "maxpool, --floor 0.2)",
-       "per-head budgets from each head's share of the normalised joint top-k, floor 0.2"},
+       "FFY0/AdaKV; init_adakv: normalize = True; its query heads are the cache heads, after "
+       "repeat_kv) + run_longbench.py (window 8, kernel 7, maxpool, --floor 0.2)",
+       "per-head budgets from each head's share of the normalised joint top-k, floor 0.2, one "
+       "cache per query head"},
+      {"adakv:authors",
+       "adakv",
+       {{"alpha", "0.2"},
+        {"scorer", "snapkv"},
+        {"safeguard", "authors"},
+        {"normalize", "false"},
+        {"window", "32"},
+        {"kernel", "7"},
+        {"pooling", "max"},
+        {"caches", "query_head"}},
+       "FFY0/AdaKV adaptive_snapkv/monkeypatch/snapkv_utils.py AdaptiveSnapKVCluster "
+       "(update_kv_wo_gqa: repeat_kv, a cache per query head) + experiments/LongBench/pred.py "
+       "(config c*_w32_k7_maxpool.json; --normalize off unless given) + GQA_eval_longbench.sh "
+       "(--floor_alpha 0.2); its --gqa_support is caches=kv_head (group mean before pooling)",
+       "per-head budgets from each head's share of the joint top-k (no normalisation), floor 0.2, "
+       "window 32, max-pool 7, one cache per query head"},
       {"adakv:paper",
        "adakv",
        {{"alpha", "0.2"},

@@ -118,6 +118,7 @@ const PolicyRegistration reg({
         {
             budget_param(),
             decode_mode_param(),
+            caches_param(),
             {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
             {"rounding",
              ParamType::kChoice,

@@ -1,5 +1,6 @@
 #include "policies/scorers.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "policies/selection.hpp"
@@ -9,13 +10,22 @@ namespace kvsim {
 std::vector<ParamSpec> snapkv_scoring_params() {
   return {{"window", ParamType::kInt, "32", "observation window: last prompt queries", 1, 1e9},
           {"kernel", ParamType::kInt, "7", "pooling size along positions (odd)", 1, 1e9},
-          {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}}};
+          {"pooling", ParamType::kChoice, "max", "pooling kind", 0, 0, {"max", "avg"}},
+          {"group_reduce",
+           ParamType::kChoice,
+           "mean",
+           "GQA: the KV head's votes are the mean or the max over its query heads' votes "
+           "(before pooling, as Ada-KV's gqa_support and KVCache-Factory's gqa_func)",
+           0,
+           0,
+           {"mean", "max"}}};
 }
 
 SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
                                   int prompt_len) {
   const SnapKVScoring s{static_cast<int>(p.get_int("window")),
-                        static_cast<int>(p.get_int("kernel")), p.get_string("pooling") == "max"};
+                        static_cast<int>(p.get_int("kernel")), p.get_string("pooling") == "max",
+                        p.get_string("group_reduce") == "max"};
   if (s.kernel % 2 == 0)
     throw std::invalid_argument(policy + ": parameter 'kernel' = " + std::to_string(s.kernel) +
                                 " must be odd (same padding)");
@@ -34,13 +44,20 @@ AttentionNeeds snapkv_needs(const ParamSet& p) {
 std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScoring& s) {
   const auto& att = view.attention();
   const int group = view.group_size(), prefix = view.prompt_len() - s.window;
-  std::vector<double> score(std::max(prefix, 0), 0.0);
-  for (int r = 0; r < group; ++r)
+  // One running sum over (query head, window row) for the mean; the max needs each head's votes.
+  std::vector<double> score(std::max(prefix, 0), 0.0), votes(s.group_max ? score.size() : 0);
+  for (int r = 0; r < group; ++r) {
+    std::vector<double>& sum = s.group_max ? votes : score;
+    if (s.group_max) std::fill(votes.begin(), votes.end(), 0.0);
     for (int w = 0; w < s.window; ++w) {
       const float* row = att.prefill_window_row(g * group + r, att.prefill_window() - s.window + w);
-      for (int j = 0; j < prefix; ++j) score[j] += row[j];
+      for (int j = 0; j < prefix; ++j) sum[j] += row[j];
     }
-  for (auto& x : score) x /= group;
+    if (s.group_max)
+      for (int j = 0; j < prefix; ++j) score[j] = std::max(score[j], votes[j]);
+  }
+  if (!s.group_max)
+    for (auto& x : score) x /= group;
   return s.max_pool ? pool_max(score, s.kernel) : pool_avg(score, s.kernel);
 }
 

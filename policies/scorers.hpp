@@ -13,9 +13,11 @@ struct SnapKVScoring {
   int window = 32;
   int kernel = 7;
   bool max_pool = true;
+  bool group_max = false;  // GQA: max over the KV head's query heads instead of the mean
 };
 
-// The declarations of SnapKV's window/kernel/pooling parameters (defaults 32, 7, max), shared by
+// The declarations of SnapKV's window/kernel/pooling/group_reduce parameters (defaults 32, 7, max,
+// mean), shared by
 // every policy that scores with SnapKV.
 std::vector<ParamSpec> snapkv_scoring_params();
 // Reads them and checks them against the budget: odd kernel, budget above the window (unless it
@@ -25,8 +27,9 @@ SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, 
 // The statistics SnapKV scoring needs: the last `window` prompt rows.
 AttentionNeeds snapkv_needs(const ParamSet& p);
 
-// SnapKV (Li et al. 2024, Sec. 4.2): for prompt positions j < P - window, the mean over the KV
-// head's query heads of Σ over the last `window` prompt queries of p_ij, pooled along positions.
+// SnapKV (Li et al. 2024, Sec. 4.2): for prompt positions j < P - window, the mean (or, with
+// group_max, the max) over the KV head's query heads of Σ over the last `window` prompt queries
+// of p_ij, pooled along positions.
 // Needs AttentionNeeds::prefill_window >= window.
 std::vector<double> snapkv_scores(const LayerView& view, int kv_head, const SnapKVScoring& s);
 

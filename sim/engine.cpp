@@ -414,12 +414,25 @@ StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerA
 }
 
 void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies) {
+  auto match_of = [&](const LayerResult& o) {
+    const auto& values = policies[o.policy_index].params.values();
+    const auto it = values.find("match");
+    return it == values.end() ? std::string() : it->second;
+  };
   for (auto& r : results) {
-    if (r.budget_entries < 0) continue;
-    const auto oracle = std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
-      return policies[o.policy_index].info->name == "oracle" &&
-             o.budget_entries == r.budget_entries;
-    });
+    // An oracle matched to this policy (equal memory at every step), else a plain oracle whose
+    // budget resolved to the same count; either with as many cache heads.
+    auto oracle_for = [&](bool matched) {
+      return std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
+        if (policies[o.policy_index].info->name != "oracle" || o.steps.size() != r.steps.size())
+          return false;
+        return matched ? match_of(o) == policies[r.policy_index].label
+                       : match_of(o).empty() && r.budget_entries >= 0 &&
+                             o.budget_entries == r.budget_entries;
+      });
+    };
+    auto oracle = oracle_for(true);
+    if (oracle == results.end()) oracle = oracle_for(false);
     if (oracle == results.end()) continue;
     for (std::size_t g = 0; g < r.steps.size(); ++g)
       for (std::size_t t = 0; t < r.steps[g].size(); ++t)
@@ -441,6 +454,28 @@ bool may_pipeline(const TraceInfo& info, const SampleInfo& sample, const ReplayO
 
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample) {
   return 4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
+}
+
+TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads) {
+  info.num_kv_heads = kv_heads;
+  return info;
+}
+
+LayerTensors repeat_kv_heads(const LayerTensors& t, int group) {
+  LayerTensors out;
+  out.layer = t.layer;
+  out.q = t.q;
+  auto repeat = [group](const xt::xtensor<float, 3>& x) {
+    const std::size_t T = x.shape(0), Hkv = x.shape(1), d = x.shape(2);
+    xt::xtensor<float, 3> y = xt::empty<float>({T, Hkv * group, d});
+    for (std::size_t i = 0; i < T; ++i)
+      for (std::size_t g = 0; g < Hkv; ++g)
+        for (int r = 0; r < group; ++r) std::copy_n(&x(i, g, 0), d, &y(i, g * group + r, 0));
+    return y;
+  };
+  out.k = repeat(t.k);
+  if (t.has_v()) out.v = repeat(t.v);
+  return out;
 }
 
 bool hdf5_serialises_calls() {
@@ -613,20 +648,31 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     heirs[src] =
         std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
   }
+  // Policies with one cache per query head replay the layer with K and V repeated per query
+  // head (repeat_kv): the same attention, group-size x the KV heads.
+  std::unique_ptr<LayerAttention> repeated;
+  if (att.group_size() > 1 &&
+      std::any_of(policies_.begin(), policies_.end(),
+                  [](const PolicyConfig& p) { return p.query_head_caches(); }))
+    repeated = std::make_unique<LayerAttention>(info_with_kv_heads(info, info.num_heads), sample,
+                                                repeat_kv_heads(att.tensors(), att.group_size()),
+                                                needs_, options_.threads);
   std::vector<LayerResult> results(policies_.size());
   // Threads the policies leave idle batch their output errors, head by head.
   const int finish_threads =
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
-    const LayerAttention& attended = src == l ? att : *heirs.at(src);
+    const bool per_query_head = repeated && policies_[i].query_head_caches();
+    const LayerAttention& measured = per_query_head ? *repeated : att;
+    const LayerAttention& attended = per_query_head ? *repeated : src == l ? att : *heirs.at(src);
     try {
       results[i] =
-          replay_layer(*instances[i], attended, att, policies_[i].info->lookahead, &stats,
+          replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
                        dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
-                       shared_step_attention(attended, att, finish_threads));
+                       shared_step_attention(attended, measured, finish_threads));
       if (options_.bounds)
-        results[i].theorem = check_theorem_2_1(att, results[i], options_.bounds_epsilon);
+        results[i].theorem = check_theorem_2_1(measured, results[i], options_.bounds_epsilon);
     } catch (const std::logic_error& e) {
       throw std::logic_error(policies_[i].label + ", sample '" + sample.name + "': " + e.what());
     }

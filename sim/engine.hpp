@@ -85,8 +85,16 @@ struct ReplayOptions {
 };
 
 // Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
-// layer whose budget resolved to the same count (LayerResult::budget_entries), minus the result's.
+// layer, minus the result's. The oracle is one whose `match` is the result's label (it held
+// exactly what the policy held), else a plain oracle whose budget resolved to the same count
+// (LayerResult::budget_entries); either with as many cache heads.
 void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies);
+
+// `info` with `kv_heads` KV heads, and a layer's tensors with K and V repeated `group` times per
+// KV head (transformers' repeat_kv: KV head g serves query heads g*group .. g*group + group - 1):
+// the layer as a policy with one cache per query head sees it (`caches = query_head`).
+TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads);
+LayerTensors repeat_kv_heads(const LayerTensors& tensors, int group);
 
 // Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);

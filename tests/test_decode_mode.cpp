@@ -172,6 +172,40 @@ TEST(OracleMatch, EveryHeadAndStepOnAGqaTrace) {
   }
 }
 
+// Regret is taken against the oracle that held what the policy held when the run has one, else
+// against a plain oracle at the same budget with as many cache heads; an oracle matched to a
+// policy with a cache per query head keeps one per query head too.
+TEST(OracleMatch, RegretPrefersTheMatchedOracle) {
+  const std::string trace = small_synthetic_trace("oracle_regret.h5", 2);
+  const TraceReader reader(trace);
+  const std::map<std::string, std::string> snap = {{"budget", "40%"}, {"window", "8"}};
+  std::vector<PolicyConfig> policies = {
+      make_policy_config("snapkv", snap), make_policy_config("oracle", {{"budget", "40%"}}),
+      make_policy_config("oracle@snapkv", {{"budget", "40%"}, {"match", "snapkv[window=8]"}}),
+      make_policy_config("snapkv@q",
+                         {{"budget", "40%"}, {"window", "8"}, {"caches", "query_head"}}),
+      make_policy_config("oracle@q",
+                         {{"budget", "40%"}, {"match", "snapkv[window=8,caches=query_head]"}})};
+  policies[0].label = "snapkv[window=8]";  // the label the matched oracle names
+  policies[3].label = "snapkv[window=8,caches=query_head]";
+  std::vector<LayerResult> out;
+  Replayer(reader, policies, {.threads = 1})
+      .replay_sample(reader.sample_names()[0], [&](const LayerResult& r) { out.push_back(r); });
+  ASSERT_EQ(out.size(), 2u * policies.size());
+  for (int l = 0; l < 2; ++l) {
+    const LayerResult *policy = &out[l * 5], *matched = &out[l * 5 + 2],
+                      *per_query = &out[l * 5 + 3], *matched_q = &out[l * 5 + 4];
+    ASSERT_EQ(matched_q->steps.size(), 4u);  // the oracle follows the per-query-head caches
+    for (int t = 0; t < 12; ++t) {
+      EXPECT_EQ(policy->steps[0][t].regret,
+                matched->steps[0][t].mass_recall - policy->steps[0][t].mass_recall);
+      EXPECT_EQ(per_query->steps[3][t].regret,
+                matched_q->steps[3][t].mass_recall - per_query->steps[3][t].mass_recall);
+      EXPECT_EQ(per_query->steps[3][t].cache_size, matched_q->steps[3][t].cache_size);
+    }
+  }
+}
+
 TEST(OracleMatch, BadMatchesAreRefusedAtConfiguration) {
   auto error_of = [](const std::string& match) {
     try {

@@ -381,8 +381,7 @@ TEST_F(LiveFixture, EveryLivePolicyRunsWithTheBackendInStep) {
     apply_default_budget(name, "75%", ov);
     const PolicyConfig p = make_policy_config(name, ov);
     if (p.info->lookahead || p.attention_source(1) != 1) continue;
-    live::PreparedPrompt pp =
-        engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c.num_hidden_layers));
+    live::PreparedPrompt pp = engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c));
     live::RunOptions o;
     o.steps = 6;
     o.policy = &p;
@@ -395,13 +394,18 @@ TEST_F(LiveFixture, EveryLivePolicyRunsWithTheBackendInStep) {
 }
 
 TEST_F(LiveFixture, RejectsPoliciesWithoutALiveRun) {
-  expect_error([] { live::LiveEngine::live_needs({make_policy_config("oracle", {})}, 2); },
+  const ModelConfig gqa = tiny_config("llama", 4, 2);
+  expect_error([&] { live::LiveEngine::live_needs({make_policy_config("oracle", {})}, gqa); },
                "lookahead");
   expect_error(
-      [] {
-        live::LiveEngine::live_needs({make_policy_config("st3", {{"heredity", "0:1"}})}, 2);
+      [&] {
+        live::LiveEngine::live_needs({make_policy_config("st3", {{"heredity", "0:1"}})}, gqa);
       },
       "heredity");
+  // One cache per query head runs live only where it is one cache per KV head.
+  const PolicyConfig per_query_head = make_policy_config("snapkv", {{"caches", "query_head"}});
+  expect_error([&] { live::LiveEngine::live_needs({per_query_head}, gqa); }, "replay-only");
+  EXPECT_NO_THROW(live::LiveEngine::live_needs({per_query_head}, tiny_config("llama", 4, 4)));
 }
 
 TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {

@@ -1,6 +1,7 @@
 // Each repository preset against an independent re-statement of that repository's rule, computed
 // here from the trace's own queries and keys (softmax of the causal prompt attention), on a small
-// multi-head trace (one query head per KV head, as the repositories select per query head).
+// multi-head trace (one query head per KV head) and, for the readings that keep a cache per query
+// head (after repeat_kv), on a GQA trace too, where each query head selects its own set.
 // Equal scores keep the newer position (torch.topk leaves the order of ties unspecified).
 #include <gtest/gtest.h>
 
@@ -92,8 +93,10 @@ Positions snapkv_kept(const std::vector<std::vector<double>>& p, int B, int w, i
   return kept;
 }
 
-// What a preset kept in every layer and KV head after the prefill; and it never evicts while
-// decoding (every one of these readings compresses the prompt once, then appends).
+// What a preset kept in every layer and cache head after the prefill; and it never evicts while
+// decoding (every one of these readings compresses the prompt once, then appends). A cache head is
+// a KV head, or a query head for the readings that keep a cache per query head; `reference` gets
+// its index (prompt_attention reads a query head's KV head itself).
 void expect_kept(const std::string& trace, const std::string& preset,
                  const std::map<std::string, std::string>& params,
                  const std::function<Positions(const TraceReader&, const SampleInfo&, int layer,
@@ -102,9 +105,13 @@ void expect_kept(const std::string& trace, const std::string& preset,
   const SampleInfo sample = reader.read_sample(reader.sample_names()[0]);
   const auto results = run_policy(trace, preset, params);
   const int P = sample.prompt_len;
+  const int heads = make_policy_config(preset, params).query_head_caches()
+                        ? reader.info().num_heads
+                        : reader.info().num_kv_heads;
   ASSERT_EQ(results.size(), static_cast<std::size_t>(reader.info().num_layers)) << preset;
-  for (const auto& r : results)
-    for (int g = 0; g < reader.info().num_kv_heads; ++g) {
+  for (const auto& r : results) {
+    ASSERT_EQ(r.evicted.size(), static_cast<std::size_t>(heads)) << preset;
+    for (int g = 0; g < heads; ++g) {
       Positions kept = range(0, P);
       for (const auto& e : r.evicted[g]) {
         EXPECT_EQ(e.step, -1) << preset << ": decode eviction in layer " << r.layer;
@@ -116,30 +123,71 @@ void expect_kept(const std::string& trace, const std::string& preset,
       for (std::size_t t = 0; t < r.steps[g].size(); ++t)
         EXPECT_EQ(r.steps[g][t].cache_size, static_cast<int>(kept.size() + t + 1));
     }
+  }
 }
 
 std::string mha_trace(const std::string& name) {
   return small_synthetic_trace(name, 2, true, 4, 4);  // P = 52, G = 12
 }
+std::string gqa_trace(const std::string& name) {
+  return small_synthetic_trace(name, 2, true, 4, 2);  // 4 query heads on 2 KV heads
+}
 
 TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
   const std::string trace = mha_trace("presets_snapkv.h5");
-  // FasterDecoding/SnapKV init_snapkv defaults: window 32, avgpool 5.
-  expect_kept(trace, "snapkv:original", {{"budget", "40"}},
-              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
-                return snapkv_kept(prompt_attention(r, s, l, h), 40, 32, 5, false);
-              });
+  // FasterDecoding/SnapKV init_snapkv defaults: window 32, avgpool 5; per query head (on the GQA
+  // trace each of the 4 query heads keeps its own 40).
+  for (const std::string& t : {trace, gqa_trace("presets_snapkv_gqa.h5")})
+    expect_kept(t, "snapkv:original", {{"budget", "40"}},
+                [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                  return snapkv_kept(prompt_attention(r, s, l, h), 40, 32, 5, false);
+                });
   // kvpress SnapKVPress with compression_ratio 0.25: n_kept = int(52 * 0.75) = 39, window 64
   // (the whole prompt: nothing to evict) -> here window 16 to have something to choose.
   expect_kept(trace, "snapkv:kvpress", {{"compression_ratio", "0.25"}, {"window", "16"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int h) {
                 return snapkv_kept(prompt_attention(r, s, l, h), 39, 16, 5, false);
               });
-  // KVCache-Factory run_longbench.py: window 8, maxpool 7.
-  expect_kept(trace, "snapkv:kvcache-factory", {{"budget", "20"}},
-              [](const TraceReader& r, const SampleInfo& s, int l, int h) {
-                return snapkv_kept(prompt_attention(r, s, l, h), 20, 8, 7, true);
-              });
+  // KVCache-Factory run_longbench.py: window 8, maxpool 7; per query head.
+  for (const std::string& t : {trace, gqa_trace("presets_snapkv_kvf_gqa.h5")})
+    expect_kept(t, "snapkv:kvcache-factory", {{"budget", "20"}},
+                [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                  return snapkv_kept(prompt_attention(r, s, l, h), 20, 8, 7, true);
+                });
+}
+
+// One cache per KV head on a GQA trace: the KV head's votes are the mean (or the max) over its
+// query heads of their window-mean votes, then pooled (FFY0/AdaKV gqa_support; gqa_func).
+TEST(Presets, SnapKVGroupReductionOnGQA) {
+  const std::string trace = gqa_trace("presets_snapkv_group.h5");
+  for (const bool max_reduce : {false, true})
+    expect_kept(trace, "snapkv",
+                {{"budget", "20"},
+                 {"window", "8"},
+                 {"kernel", "7"},
+                 {"pooling", "max"},
+                 {"group_reduce", max_reduce ? "max" : "mean"}},
+                [max_reduce](const TraceReader& r, const SampleInfo& s, int l, int g) {
+                  const int P = s.prompt_len, w = 8, n = P - w;
+                  std::vector<double> votes(n, 0.0);
+                  for (int h = 2 * g; h < 2 * g + 2; ++h) {
+                    const auto p = prompt_attention(r, s, l, h);
+                    for (int j = 0; j < n; ++j) {
+                      double v = 0;
+                      for (int i = n; i < P; ++i) v += p[i][j] / w;
+                      votes[j] = max_reduce ? std::max(votes[j], v) : votes[j] + v / 2;
+                    }
+                  }
+                  std::vector<double> pooled(n);
+                  for (int j = 0; j < n; ++j) {
+                    pooled[j] = 0;
+                    for (int o = std::max(0, j - 3); o <= std::min(n - 1, j + 3); ++o)
+                      pooled[j] = std::max(pooled[j], votes[o]);
+                  }
+                  Positions kept = top(pooled, 20 - w);
+                  for (int j = n; j < P; ++j) kept.insert(j);
+                  return kept;
+                });
 }
 
 TEST(Presets, PyramidKVOfKvpress) {
@@ -200,35 +248,61 @@ TEST(Presets, AdaKVOfKvpress) {
                 });
 }
 
+// FFY0/AdaKV's AdaptiveSnapKVCluster (and KVCache-Factory's AdaKVCluster, its copy), per cache
+// head h (a query head after repeat_kv): window-mean votes, max-pooled 7; with `normalize` each
+// head's scores scaled by the share of its mass in its own top base = B - w; the joint top
+// H · base counted per head (c_h); head h keeps its round(c_h · 0.8 + int(0.2 · base)) best
+// (torch.round: half to even) and the window.
+Positions adakv_authors_kept(const TraceReader& r, const SampleInfo& s, int l, int g, int B, int w,
+                             bool normalize) {
+  const int P = s.prompt_len, H = r.info().num_heads, base = B - w, n = P - w;
+  std::vector<std::vector<double>> score(H, std::vector<double>(n));
+  std::vector<std::tuple<double, int, int>> all;  // weighted score, position, -head
+  for (int h = 0; h < H; ++h) {
+    score[h] = pooled_window_votes(prompt_attention(r, s, l, h), w, 7, true);
+    std::vector<double> sorted = score[h];
+    std::sort(sorted.rbegin(), sorted.rend());
+    const double weight = normalize ? std::accumulate(sorted.begin(), sorted.begin() + base, 0.0) /
+                                          std::accumulate(sorted.begin(), sorted.end(), 0.0)
+                                    : 1.0;
+    for (int j = 0; j < n; ++j) all.emplace_back(score[h][j] * weight, j, -h);
+  }
+  std::sort(all.rbegin(), all.rend());  // best first; ties: newer, lower head
+  int count = 0;
+  for (int i = 0; i < H * base; ++i) count += -std::get<2>(all[i]) == g;
+  const int keep = static_cast<int>(std::nearbyint(count * 0.8 + int(base * 0.2)));
+  Positions kept = top(score[g], keep);
+  for (int j = n; j < P; ++j) kept.insert(j);
+  return kept;
+}
+
 TEST(Presets, AdaKVOfKVCacheFactory) {
-  // AdaKVCluster (run_longbench.py: window 8, maxpool 7, floor 0.2; normalize = True), per head:
-  // window-mean votes, max-pooled; each head's scores scaled by the share of its mass in its own
-  // top base = B - w; the joint top Hkv · base counted per head (c_h); head h keeps its
-  // round(c_h · 0.8 + int(0.2 · base)) best (torch.round: half to even) and the window.
-  const std::string trace = mha_trace("presets_adakv_kvf.h5");
-  expect_kept(trace, "adakv:kvcache-factory", {{"budget", "20"}},
-              [](const TraceReader& r, const SampleInfo& s, int l, int g) {
-                const int P = s.prompt_len, H = r.info().num_heads, w = 8, base = 12;
-                const int n = P - w;
-                std::vector<std::vector<double>> score(H, std::vector<double>(n));
-                std::vector<std::tuple<double, int, int>> all;  // weighted score, position, -head
-                for (int h = 0; h < H; ++h) {
-                  score[h] = pooled_window_votes(prompt_attention(r, s, l, h), w, 7, true);
-                  std::vector<double> sorted = score[h];
-                  std::sort(sorted.rbegin(), sorted.rend());
-                  const double weight =
-                      std::accumulate(sorted.begin(), sorted.begin() + base, 0.0) /
-                      std::accumulate(sorted.begin(), sorted.end(), 0.0);
-                  for (int j = 0; j < n; ++j) all.emplace_back(score[h][j] * weight, j, -h);
-                }
-                std::sort(all.rbegin(), all.rend());  // best first; ties: newer, lower head
-                int count = 0;
-                for (int i = 0; i < H * base; ++i) count += -std::get<2>(all[i]) == g;
-                const int keep = static_cast<int>(std::nearbyint(count * 0.8 + int(base * 0.2)));
-                Positions kept = top(score[g], keep);
-                for (int j = n; j < P; ++j) kept.insert(j);
-                return kept;
-              });
+  // run_longbench.py: window 8, maxpool 7, floor 0.2; init_adakv: normalize = True.
+  for (const std::string& t :
+       {mha_trace("presets_adakv_kvf.h5"), gqa_trace("presets_adakv_kvf_gqa.h5")})
+    expect_kept(t, "adakv:kvcache-factory", {{"budget", "20"}},
+                [](const TraceReader& r, const SampleInfo& s, int l, int g) {
+                  return adakv_authors_kept(r, s, l, g, 20, 8, true);
+                });
+}
+
+TEST(Presets, AdaKVOfItsAuthors) {
+  // pred.py with c*_w32_k7_maxpool.json and --floor_alpha 0.2, without --normalize.
+  for (const std::string& t :
+       {mha_trace("presets_adakv_authors.h5"), gqa_trace("presets_adakv_authors_gqa.h5")})
+    expect_kept(t, "adakv:authors", {{"budget", "44"}},
+                [](const TraceReader& r, const SampleInfo& s, int l, int g) {
+                  return adakv_authors_kept(r, s, l, g, 44, 32, false);
+                });
+  // The two readings differ on this trace: normalising moves entries between heads.
+  const std::string t = gqa_trace("presets_adakv_authors_gqa.h5");
+  const auto plain = run_policy(t, "adakv:authors", {{"budget", "44"}});
+  const auto normalised = run_policy(t, "adakv:authors", {{"budget", "44"}, {"normalize", "true"}});
+  bool differ = false;
+  for (std::size_t l = 0; l < plain.size(); ++l)
+    for (std::size_t h = 0; h < plain[l].evicted.size(); ++h)
+      differ |= plain[l].evicted[h].size() != normalised[l].evicted[h].size();
+  EXPECT_TRUE(differ);
 }
 
 TEST(Presets, H2OOfKVCacheFactory) {

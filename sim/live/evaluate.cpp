@@ -176,7 +176,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
                                          const EvalOptions& o) {
   const int G = o.gen_len, R = static_cast<int>(prompt.reference_ids.size());
   const AttentionNeeds needs =
-      LiveEngine::live_needs(policies, engine.model().config().num_hidden_layers);
+      LiveEngine::live_needs(policies, engine.model().config());
   PreparedPrompt pp = engine.prepare(prompt, std::max(G, R - 1), needs);
   RunOptions base;
   base.steps = G;

@@ -15,12 +15,22 @@ std::int32_t argmax(const std::vector<float>& logits) {
   return best;
 }
 
-AttentionNeeds LiveEngine::live_needs(const std::vector<PolicyConfig>& policies, int layers) {
+AttentionNeeds LiveEngine::live_needs(const std::vector<PolicyConfig>& policies,
+                                      const ModelConfig& config) {
+  const int layers = config.num_hidden_layers;
   AttentionNeeds needs;
   for (const auto& p : policies) {
     if (p.info->lookahead)
       throw std::invalid_argument("policy '" + p.label +
                                   "' reads future attention (lookahead): it has no live run");
+    // The backends hold one cache per KV head; on a multi-head model the two readings coincide.
+    if (p.query_head_caches() && config.num_key_value_heads < config.num_attention_heads)
+      throw std::invalid_argument(
+          "policy '" + p.label +
+          "': caches = query_head (one cache per query head) is replay-only on a GQA model (" +
+          std::to_string(config.num_attention_heads) + " query heads, " +
+          std::to_string(config.num_key_value_heads) +
+          " KV heads): the live backends hold one cache per KV head; set caches=kv_head");
     for (int l = 0; l < layers; ++l)
       if (p.attention_source(l) != l)
         throw std::invalid_argument(

@@ -70,7 +70,8 @@ class LiveEngine {
 
   // Checks that every policy can run live (no lookahead, no inherited attention) and returns the
   // statistics they need.
-  static AttentionNeeds live_needs(const std::vector<PolicyConfig>& policies, int layers);
+  static AttentionNeeds live_needs(const std::vector<PolicyConfig>& policies,
+                                   const ModelConfig& config);
 
   PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs);
   RunResult run(PreparedPrompt& prepared, const RunOptions& options);
