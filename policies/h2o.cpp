@@ -13,7 +13,9 @@
 // attention, in cumulative mode, is added unnormalised.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
+#include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/selection.hpp"
 
@@ -26,7 +28,12 @@ class H2O final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "h2o")),
         oneshot_(p.get_string("mode") == "oneshot"),
         per_query_(p.get_string("normalize") == "queries"),
-        total_len_(s.total_len()) {
+        total_len_(s.total_len()),
+        merge_(read_prompt_merge(p)) {
+    if (merge_ && !oneshot_)
+      throw std::invalid_argument("h2o: parameter 'merge' = " + p.get_string("merge") +
+                                  " needs mode = oneshot (KVCache-Factory merges once, after the "
+                                  "prompt)");
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
                         : static_cast<int>(r.value);
@@ -44,7 +51,7 @@ class H2O final : public Policy {
     if (per_query_)
       for (auto& s : scores_)
         for (int j = 0; j < P; ++j) s[j] /= P - j;
-    trim(cache);
+    trim(cache, &view);
   }
 
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
@@ -63,7 +70,8 @@ class H2O final : public Policy {
   const std::vector<double>* eviction_scores(int, int g) const override { return &scores_[g]; }
 
  private:
-  void trim(KvCache& cache) const {
+  // Evicts down to the budget; at the prefill (`prefill` set) the unkept entries may merge.
+  void trim(KvCache& cache, const LayerView* prefill = nullptr) const {
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const int n = cache.size(g);
       if (n <= budget_) continue;
@@ -74,7 +82,11 @@ class H2O final : public Policy {
       }
       std::vector<double> s(n);
       for (int e = 0; e < n; ++e) s[e] = scores_[g][cache.position(g, e)];
-      cache.keep_only(g, keep_top_scores(s, budget_, sink_and_recent_mask(n, 0, recent_)));
+      const auto keep = keep_top_scores(s, budget_, sink_and_recent_mask(n, 0, recent_));
+      if (prefill)
+        keep_or_merge(*prefill, cache, g, keep, merge_);
+      else
+        cache.keep_only(g, keep);
     }
   }
   int budget_;
@@ -82,6 +94,7 @@ class H2O final : public Policy {
   bool per_query_;
   int recent_ = 0;
   int total_len_;
+  std::optional<MergeKind> merge_;
   std::vector<std::vector<double>> scores_;  // [kv head][position]
 };
 
@@ -92,6 +105,7 @@ const PolicyRegistration reg({
     .provenance = "Zhang et al. 2023, H2O, Sec. 4 / Algorithm 1",
     .params = {budget_param(),
                caches_param(),
+               prompt_merge_param(),
                {"recent", ParamType::kSize, "50%",
                 "most recent entries always kept: a count, or a percentage of the budget "
                 "(rounded down)",
@@ -115,6 +129,7 @@ const PolicyRegistration reg({
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
     .lookahead = false,
     .merges = false,
+    .merges_for = merges_by_param,
     .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<H2O>(p, s);

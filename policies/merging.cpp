@@ -31,15 +31,21 @@ std::vector<float> combine(const xt::xtensor<float, 3>& x, int kept,
                            const std::vector<Member>& members, int g, int d, MergeKind kind) {
   std::vector<double> sum(d);
   for (int e = 0; e < d; ++e) sum[e] = x(kept, g, e);
-  for (const Member& m : members)
+  double denominator = 1;
+  for (const Member& m : members) {
+    // KVCache-Factory's weight: the cosine mapped to [0, 1], kept above 1e-6.
+    const double w = std::max((1.0 + m.similarity) / 2, 1e-6);
+    denominator += kind == MergeKind::kSimilarityWeighted ? w : 1.0;
     for (int e = 0; e < d; ++e) {
       const double xi = x(m.position, g, e), xj = x(kept, g, e);
-      sum[e] += kind == MergeKind::kAverage   ? xi
-                : kind == MergeKind::kPivotal ? (xi + xj) / 2
-                                              : m.similarity * xi;
+      sum[e] += kind == MergeKind::kAverage              ? xi
+                : kind == MergeKind::kPivotal            ? (xi + xj) / 2
+                : kind == MergeKind::kSimilarityWeighted ? w * xi
+                                                         : m.similarity * xi;
     }
+  }
   std::vector<float> out(d);
-  for (int e = 0; e < d; ++e) out[e] = static_cast<float>(sum[e] / (members.size() + 1));
+  for (int e = 0; e < d; ++e) out[e] = static_cast<float>(sum[e] / denominator);
   return out;
 }
 
@@ -86,6 +92,38 @@ void merge_unselected(const LayerView& view, KvCache& cache, int g,
     cache.merge(g, index(less[i]), index(kept[target[i]]), merged_k[target[i]].data(),
                 merged_v[target[i]].data());
   }
+}
+
+ParamSpec prompt_merge_param() {
+  return {"merge",
+          ParamType::kChoice,
+          "none",
+          "KVCache-Factory's --merge: none (evict), pivot ((k_j + Σ (k_i + k_j) / 2) / (n + 1)) or "
+          "weighted ((k_j + Σ w_i k_i) / (1 + Σ w_i), w_i = (1 + cos) / 2): the prompt entries not "
+          "kept join their most key-similar kept entry",
+          0,
+          0,
+          {"none", "pivot", "weighted"}};
+}
+
+std::optional<MergeKind> read_prompt_merge(const ParamSet& p) {
+  const std::string& m = p.get_string("merge");
+  if (m == "pivot") return MergeKind::kPivotal;
+  if (m == "weighted") return MergeKind::kSimilarityWeighted;
+  return std::nullopt;
+}
+
+bool merges_by_param(const ParamSet& p) {
+  const auto it = p.values().find("merge");
+  return it != p.values().end() && it->second != "none";
+}
+
+void keep_or_merge(const LayerView& view, KvCache& cache, int g,
+                   const std::vector<std::uint8_t>& keep, std::optional<MergeKind> kind) {
+  if (kind)
+    merge_unselected(view, cache, g, keep, *kind);
+  else
+    cache.keep_only(g, keep);
 }
 
 }  // namespace kvsim

@@ -99,6 +99,9 @@ struct PolicyInfo {
   AttentionNeeds needs;    // statistics computed once per layer for the whole run
   bool lookahead = false;  // reads future attention: an upper reference, not a deployable policy
   bool merges = false;     // may merge entries (decision dumps then carry `merged`)
+  // Whether it merges, when that depends on its parameters (KVCache-Factory's `merge`); unset:
+  // `merges`.
+  std::function<bool(const ParamSet&)> merges_for;
   // Needs may depend on parameters (e.g. SnapKV's window).
   std::function<AttentionNeeds(const ParamSet&)> needs_for;
   std::function<std::unique_ptr<Policy>(const ParamSet&, const SampleInfo&)> create;
@@ -131,6 +134,7 @@ struct PolicyConfig {
   int attention_source(int layer) const {
     return info->attention_source ? info->attention_source(params, layer) : layer;
   }
+  bool merges() const { return info->merges_for ? info->merges_for(params) : info->merges; }
   // `caches = query_head`: the policy runs on the layer with its KV heads repeated per query head.
   bool query_head_caches() const {
     if (info->query_head_caches) return info->query_head_caches(params);

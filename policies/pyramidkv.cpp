@@ -22,6 +22,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/scorers.hpp"
 #include "policies/selection.hpp"
@@ -37,7 +38,8 @@ class PyramidKV final : public Policy {
         reference_rounding_(p.get_string("rounding") == "reference"),
         kvpress_rounding_(p.get_string("rounding") == "kvpress"),
         real_budget_(p.get_size("budget").unrounded(s.prompt_len)),
-        scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)) {}
+        scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)),
+        merge_(read_prompt_merge(p)) {}
 
   // kvpress's entries kept in all by layer l (window included). nearbyint rounds half to even.
   int kvpress_layer_keep(int layer, int layers, int P) const {
@@ -93,7 +95,7 @@ class PyramidKV final : public Policy {
       score.resize(P, kUnscored);
       std::vector<std::uint8_t> window(P, 0);
       for (int j = P - scoring_.window; j < P; ++j) window[j] = 1;
-      cache.keep_only(g, keep_top_scores(score, keep, window));
+      keep_or_merge(view, cache, g, keep_top_scores(score, keep, window), merge_);
     }
   }
 
@@ -107,6 +109,7 @@ class PyramidKV final : public Policy {
   bool reference_rounding_, kvpress_rounding_;
   double real_budget_;
   SnapKVScoring scoring_;
+  std::optional<MergeKind> merge_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
@@ -119,6 +122,7 @@ const PolicyRegistration reg({
             budget_param(),
             decode_mode_param(),
             caches_param(),
+            prompt_merge_param(),
             {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
             {"rounding",
              ParamType::kChoice,
@@ -133,6 +137,7 @@ const PolicyRegistration reg({
     .needs = {},
     .lookahead = false,
     .merges = false,
+    .merges_for = merges_by_param,
     .needs_for = snapkv_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<PyramidKV>(p, s);

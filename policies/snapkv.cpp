@@ -12,6 +12,7 @@
 // (F.avg_pool1d's default in the reference code).
 #include <stdexcept>
 
+#include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/scorers.hpp"
 #include "policies/selection.hpp"
@@ -23,7 +24,8 @@ class SnapKV final : public Policy {
  public:
   SnapKV(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "snapkv")),
-        scoring_(read_snapkv_scoring(p, "snapkv", budget_, s.prompt_len)) {}
+        scoring_(read_snapkv_scoring(p, "snapkv", budget_, s.prompt_len)),
+        merge_(read_prompt_merge(p)) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
@@ -37,7 +39,7 @@ class SnapKV final : public Policy {
       score.resize(P, kUnscored);  // window entries are forced: they have no score
       std::vector<std::uint8_t> forced(P, 0);
       for (int j = prefix; j < P; ++j) forced[j] = 1;
-      cache.keep_only(g, keep_top_scores(score, budget_, forced));
+      keep_or_merge(view, cache, g, keep_top_scores(score, budget_, forced), merge_);
     }
   }
 
@@ -51,6 +53,7 @@ class SnapKV final : public Policy {
  private:
   int budget_;
   SnapKVScoring scoring_;
+  std::optional<MergeKind> merge_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
@@ -58,11 +61,12 @@ const PolicyRegistration reg({
     .name = "snapkv",
     .summary = "Observation-window voting at the end of the prefill, pooled; no decode eviction.",
     .provenance = "Li et al. 2024, SnapKV, Sec. 4.2 / Listing 1",
-    .params = concat({budget_param(), decode_mode_param(), caches_param()},
+    .params = concat({budget_param(), decode_mode_param(), caches_param(), prompt_merge_param()},
                      snapkv_scoring_params()),
     .needs = {},
     .lookahead = false,
     .merges = false,
+    .merges_for = merges_by_param,
     .needs_for = snapkv_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<SnapKV>(p, s);

@@ -6,6 +6,7 @@
 // B - 4, so it too keeps 4 sinks) run it: the prompt is compressed once, then decoding appends.
 #include <stdexcept>
 
+#include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/selection.hpp"
 
@@ -17,13 +18,23 @@ class StreamingLlm final : public Policy {
   StreamingLlm(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "streamingllm")),
         sinks_(p.get_int("sinks")),
-        prefill_only_(p.get_string("compress") == "prefill") {
+        prefill_only_(p.get_string("compress") == "prefill"),
+        merge_(read_prompt_merge(p)) {
+    if (merge_ && !prefill_only_)
+      throw std::invalid_argument("streamingllm: parameter 'merge' = " + p.get_string("merge") +
+                                  " needs compress = prefill (KVCache-Factory merges once, after "
+                                  "the prompt)");
     if (budget_ <= sinks_)
       throw std::invalid_argument(
           "streamingllm: budget (" + std::to_string(budget_) +
           " entries) must exceed parameter 'sinks' = " + std::to_string(sinks_));
   }
-  void on_prefill(const LayerView&, KvCache& cache) override { trim(cache); }
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    for (int g = 0; g < cache.kv_heads(); ++g)
+      if (cache.size(g) > budget_)
+        keep_or_merge(view, cache, g, sink_and_recent_mask(cache.size(g), sinks_, budget_ - sinks_),
+                      merge_);
+  }
   void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override {
     if (!prefill_only_) trim(cache);
   }
@@ -38,6 +49,7 @@ class StreamingLlm final : public Policy {
   int budget_;
   int sinks_;
   bool prefill_only_;
+  std::optional<MergeKind> merge_;
 };
 
 const PolicyRegistration reg({
@@ -47,10 +59,12 @@ const PolicyRegistration reg({
     .params = {budget_param(),
                {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9},
                compress_when_param(),
-               caches_param()},
+               caches_param(),
+               prompt_merge_param()},
     .needs = {},
     .lookahead = false,
     .merges = false,
+    .merges_for = merges_by_param,
     .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<StreamingLlm>(p, s);

@@ -337,7 +337,7 @@ void DecisionWriter::write(const LayerResult& r) {
     ev.reserve(r.evicted[g].size() * 2);
     for (const auto& e : r.evicted[g]) ev.insert(ev.end(), {e.step, e.position});
     write_int_matrix(grp.get(), "evicted", ev, 2, path_);
-    if (!cfg.info->merges) continue;
+    if (!cfg.merges()) continue;
     std::vector<std::int32_t> mg;
     for (const auto& m : r.merged[g]) mg.insert(mg.end(), {m.step, m.position, m.into_position});
     write_int_matrix(grp.get(), "merged", mg, 3, path_);

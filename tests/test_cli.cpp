@@ -91,7 +91,7 @@ TEST(Cli, PoliciesListsParametersAndProvenance) {
                         "tova",
                         "lookm",
                         "snapkv:kvpress",
-                        "resolved: budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,pooling=avg",
+                        "resolved: budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,merge=none,pooling=avg",
                         "Zhang et al. 2023",
                         "window",
                         "kernel",
@@ -132,7 +132,7 @@ TEST(Cli, SynthInspectReplay) {
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
   const std::string sidecar = slurp(temp_path("r1.policies.csv"));
   EXPECT_NE(
-      sidecar.find("snapkv,snapkv,false,\"budget=40%,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,pooling=max,window=4\""),
+      sidecar.find("snapkv,snapkv,false,\"budget=40%,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,merge=none,pooling=max,window=4\""),
       std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
@@ -214,7 +214,7 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   const std::string trace = t.write("cli_tiny.h5");
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, caches, recent, mode, normalize)"),
+  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, caches, merge, recent, mode, normalize)"),
             std::string::npos)
       << r.output;
   r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");

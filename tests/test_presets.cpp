@@ -389,5 +389,75 @@ TEST(Knorm, KeepsTheSmallestKeyNormsAsKvpress) {
               });
 }
 
+// KVCache-Factory's --merge (pyramidkv_utils.py merge_kv), re-stated: every prompt entry the
+// policy drops joins the kept entry (selected or window) whose key has the highest cosine with
+// its own; pivot: kept x becomes (x + Σ (d + x) / 2) / (1 + n); weighted: (x + Σ w d) / (1 + Σ w),
+// w = max((1 + cos) / 2, 1e-6); keys and values alike, by the keys' similarity.
+TEST(Presets, KVCacheFactoryMergeAsMergeKv) {
+  TraceReader reader(mha_trace("presets_merge.h5"));
+  const SampleInfo s = reader.read_sample(reader.sample_names()[0]);
+  const LayerTensors t = reader.read_layer(s, 1);
+  const int P = s.prompt_len, d = reader.info().head_dim;
+  auto cosine = [&](int a, int b, int g) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int c = 0; c < d; ++c) {
+      ab += double(t.k(a, g, c)) * t.k(b, g, c);
+      aa += double(t.k(a, g, c)) * t.k(a, g, c);
+      bb += double(t.k(b, g, c)) * t.k(b, g, c);
+    }
+    return ab / std::max(std::sqrt(aa), 1e-6) / std::max(std::sqrt(bb), 1e-6);
+  };
+  for (const std::string policy : {"snapkv:kvcache-factory", "h2o:kvcache-factory",
+                                   "pyramidkv:kvcache-factory", "streamingllm:kvcache-factory"})
+    for (const std::string kind : {"pivot", "weighted"}) {
+      const PolicyConfig cfg = make_policy_config(policy, {{"budget", "20"}, {"merge", kind}});
+      EXPECT_TRUE(cfg.merges());
+      const LayerAttention att(reader.info(), s, reader.read_layer(s, 1), cfg.needs(), 1);
+      KvCache cache(reader.info().num_kv_heads, d);
+      cache.fill_prompt(P);
+      cfg.info->create(cfg.params, s)->on_prefill(LayerView(att, false), cache);
+      for (int g = 0; g < cache.kv_heads(); ++g) {
+        const std::vector<std::int32_t> kept = cache.positions(g);
+        std::map<int, std::vector<std::pair<int, double>>> members;  // kept -> (dropped, cos)
+        for (int j = 0; j < P; ++j) {
+          if (std::binary_search(kept.begin(), kept.end(), j)) continue;
+          int best = kept[0];
+          for (int k : kept)
+            if (cosine(j, k, g) > cosine(j, best, g)) best = k;
+          members[best].emplace_back(j, cosine(j, best, g));
+        }
+        ASSERT_EQ(cache.merges(g).size(), static_cast<std::size_t>(P) - kept.size());
+        for (std::size_t e = 0; e < kept.size(); ++e) {
+          const auto it = members.find(kept[e]);
+          if (it == members.end()) {
+            EXPECT_EQ(cache.merged_key(g, static_cast<int>(e)), nullptr);
+            continue;
+          }
+          for (const bool key : {true, false}) {
+            const auto& x = key ? t.k : t.v;
+            const float* got = key ? cache.merged_key(g, static_cast<int>(e))
+                                   : cache.merged_value(g, static_cast<int>(e));
+            ASSERT_NE(got, nullptr);
+            for (int c = 0; c < d; ++c) {
+              const double self = x(kept[e], g, c);
+              double sum = self, weights = 1;
+              for (const auto& [j, cos] : it->second) {
+                const double w = kind == "pivot" ? 1.0 : std::max((1 + cos) / 2, 1e-6);
+                sum += kind == "pivot" ? (x(j, g, c) + self) / 2 : w * x(j, g, c);
+                weights += w;
+              }
+              EXPECT_NEAR(got[c], sum / weights, 1e-5 * (1 + std::abs(sum / weights)))
+                  << policy << " " << kind << " head " << g << " entry " << kept[e];
+            }
+          }
+        }
+      }
+    }
+  // Merging once after the prompt only: the per-step readings refuse it.
+  EXPECT_THROW(make_policy_config("h2o", {{"merge", "pivot"}})
+                   .info->create(make_policy_config("h2o", {{"merge", "pivot"}}).params, s),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace kvsim::test

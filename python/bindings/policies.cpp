@@ -33,7 +33,7 @@ py::list policies() {
     d["summary"] = p.summary;
     d["provenance"] = p.provenance;
     d["lookahead"] = p.lookahead;
-    d["merges"] = p.merges;
+    d["merges"] = p.merges || static_cast<bool>(p.merges_for);  // may merge
     py::list params;
     for (const auto& s : p.params) params.append(param_dict(s));
     d["params"] = params;

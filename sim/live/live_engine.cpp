@@ -246,7 +246,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
     loop = std::make_unique<PolicyLoop>(b, pp, *o.policy, o.check_invariants);
     loop->prefill(r.caches);
   }
-  const bool history = o.record || (o.policy && o.policy->info->merges);
+  const bool history = o.record || (o.policy && o.policy->merges());
   std::vector<float> hq(static_cast<std::size_t>(H) * d), hk(static_cast<std::size_t>(Hkv) * d),
       hv(hk.size());
   std::vector<std::vector<float>> probs;
