@@ -7,9 +7,16 @@
 // (merging.hpp): none, average, pivotal or weighted. Decoding appends without eviction
 // ("look once").
 // Readings chosen: recent:important = 3:1 (recent_ratio = 0.75, the ratio MEDA Sec. 4.4 reports
-// following LOOK-M); 4 sinks, as the released code protects the first 4 positions; every evicted
-// entry is merged (the released code also filters by mean similarity, inconsistently between
-// variants, and the paper does not).
+// following LOOK-M); 4 sinks (the released non-text variants protect the first 4 positions with an
+// infinite score); every evicted entry is merged (the released average and weighted variants
+// merge only the entries whose head-averaged best similarity reaches the mean, the pivot variant
+// all of them, and the paper does not filter).
+// `text = all` is the released text-prior code (SUSTechBruce/LOOK-M, LLaVA-mix_merge_v1/llava/
+// model/kv_token_merge/modify_llama.py, TextPivotMerge_LayerWise): image spans and the recent
+// window are pushed below every text score, the top int(P * hh_ratio) of the rest chosen, and
+// then every entry whose shifted score is >= 0 kept -- every text entry, so the cache exceeds the
+// budget when the prompt holds more text than the heavy-hitter share; no sinks; heavy and recent
+// int(P * ratio) each (the `lookm:released` preset: recent_ratio 0.5, sinks 0, merge pivotal).
 #include <cmath>
 
 #include "policies/merging.hpp"
@@ -26,6 +33,7 @@ class LookM final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "lookm")),
         recent_(static_cast<int>(std::floor(p.get_float("recent_ratio") * budget_ + 1e-9))),
         sinks_(static_cast<int>(p.get_int("sinks"))),
+        keep_all_text_(p.get_string("text") == "all"),
         merge_(p.get_string("merge")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -37,7 +45,9 @@ class LookM final : public Policy {
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const std::vector<double> score = prompt_column_scores(view, g);
       const auto forced = sink_and_recent_mask(P, sinks_, recent_);
-      const auto keep = keep_text_prior(score, is_text, budget_, forced);
+      auto keep = keep_text_prior(score, is_text, budget_, forced);
+      if (keep_all_text_)
+        for (int j = 0; j < P; ++j) keep[j] |= is_text[j];
       priority_[g] = text_prior_priority(score, is_text, forced);
       if (merge_ == "none")
         cache.keep_only(g, keep);
@@ -57,6 +67,7 @@ class LookM final : public Policy {
 
  private:
   int budget_, recent_, sinks_;
+  bool keep_all_text_;
   std::string merge_;
   std::vector<std::vector<double>> priority_;  // [kv head][prompt position] of the last prefill
 };
@@ -71,6 +82,14 @@ const PolicyRegistration reg({
                {"recent_ratio", ParamType::kFloat, "0.75", "share of B kept as the recent window",
                 0, 1},
                {"sinks", ParamType::kInt, "4", "first positions always kept", 0, 1e9},
+               {"text",
+                ParamType::kChoice,
+                "prior",
+                "prior (text outranks vision within the budget) or all (every text entry kept "
+                "beyond it, as the released code's keep-mask score >= 0)",
+                0,
+                0,
+                {"prior", "all"}},
                {"merge",
                 ParamType::kChoice,
                 "average",

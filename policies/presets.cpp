@@ -135,6 +135,14 @@ const std::vector<PolicyPreset>& policy_presets() {
        "(--floor_alpha 0.2); its --gqa_support is caches=kv_head (group mean before pooling)",
        "per-head budgets from each head's share of the joint top-k (no normalisation), floor 0.2, "
        "window 32, max-pool 7, one cache per query head"},
+      {"lookm:released",
+       "lookm",
+       {{"recent_ratio", "0.5"}, {"sinks", "0"}, {"text", "all"}, {"merge", "pivotal"}},
+       "SUSTechBruce/LOOK-M LLaVA-mix_merge_v1/llava/model/kv_token_merge/modify_llama.py "
+       "(TextPivotMerge_LayerWise: heavy and recent int(P * ratio) each, image spans and the "
+       "window at -65516, keep-mask score >= 0, every pruned entry pivot-merged into its most "
+       "cosine-similar kept key); decoding appends (the paper's look-once)",
+       "every text entry, the best images up to half the budget, the recent half, pivot merge"},
       {"adakv:paper",
        "adakv",
        {{"alpha", "0.2"},

@@ -459,5 +459,51 @@ TEST(Presets, KVCacheFactoryMergeAsMergeKv) {
                std::invalid_argument);
 }
 
+// LOOK-M's released text-prior code (TextPivotMerge_LayerWise), re-stated: scores are the prompt
+// column sums; image entries and the recent window drop below every text score; the top `heavy` of
+// the non-recent prefix are chosen; every entry whose shifted score is >= 0 is kept (so every text
+// entry) with the chosen and the window; every other entry pivot-merges into its most
+// cosine-similar kept key. Budget 10 on P = 52: recent 5, heavy 5; the 7 text entries outside the
+// window all stay, so 12 are kept (more than the budget, as the released code does).
+TEST(Presets, LookMOfItsReleasedCode) {
+  TraceReader reader(mha_trace("presets_lookm.h5"));
+  const SampleInfo s = reader.read_sample(reader.sample_names()[0]);
+  const int P = s.prompt_len, recent = 5, heavy = 5, layer = 1;
+  const PolicyConfig cfg = make_policy_config("lookm:released", {{"budget", "10"}});
+  const LayerTensors t = reader.read_layer(s, layer);
+  const LayerAttention att(reader.info(), s, reader.read_layer(s, layer), cfg.needs(), 1);
+  KvCache cache(reader.info().num_kv_heads, reader.info().head_dim);
+  cache.fill_prompt(P);
+  cfg.info->create(cfg.params, s)->on_prefill(LayerView(att, false), cache);
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    std::vector<double> shifted = column_sums(prompt_attention(reader, s, layer, g));
+    for (int j = 0; j < P; ++j)
+      if (s.modality[j] != 0 || j >= P - recent) shifted[j] -= 65516;
+    std::vector<double> prefix(shifted.begin(), shifted.end() - recent);
+    Positions kept = top(prefix, heavy);
+    for (int j = 0; j < P; ++j)
+      if (shifted[j] >= 0 || j >= P - recent) kept.insert(j);
+    EXPECT_EQ(kept.size(), 12u);
+    const auto& held = cache.positions(g);
+    EXPECT_EQ(Positions(held.begin(), held.end()), kept) << "head " << g;
+    ASSERT_EQ(cache.merges(g).size(), static_cast<std::size_t>(P) - kept.size());
+    for (const auto& m : cache.merges(g)) {
+      auto cosine = [&](int a, int b) {
+        double ab = 0, aa = 0, bb = 0;
+        for (std::size_t c = 0; c < t.k.shape(2); ++c) {
+          ab += double(t.k(a, g, c)) * t.k(b, g, c);
+          aa += double(t.k(a, g, c)) * t.k(a, g, c);
+          bb += double(t.k(b, g, c)) * t.k(b, g, c);
+        }
+        return ab / std::sqrt(aa * bb);
+      };
+      int best = *kept.begin();
+      for (int k : kept)
+        if (cosine(m.position, k) > cosine(m.position, best)) best = k;
+      EXPECT_EQ(m.into_position, best) << "head " << g << " position " << m.position;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvsim::test
