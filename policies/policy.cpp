@@ -133,9 +133,12 @@ bool apply_default_budget(const std::string& name, const std::string& budget,
 std::string budget_ignored_warning(const std::vector<std::string>& names,
                                    const std::string& budget) {
   std::string ignored;
-  for (const auto& n : names)
-    if (!declares(*make_policy_config(n, {}).info, "budget"))
+  for (const auto& n : names) {
+    const PolicyInfo& info = *make_policy_config(n, {}).info;
+    // `full` is the reference with no eviction: a budget has nothing to reach there.
+    if (info.name != "full" && !declares(info, "budget"))
       ignored += (ignored.empty() ? "" : ", ") + n;
+  }
   if (budget.empty() || ignored.empty()) return "";
   return "warning: the budget " + budget + " does not apply to " + ignored +
          ": they size their caches themselves (compare what each held: the 'stored' column)";
