@@ -15,7 +15,8 @@ std::vector<ParamSpec> snapkv_scoring_params() {
            ParamType::kChoice,
            "mean",
            "GQA: the KV head's votes are the mean or the max over its query heads' votes "
-           "(before pooling, as Ada-KV's gqa_support and KVCache-Factory's gqa_func)",
+           "(before pooling: the mean is Ada-KV's gqa_support, the max the gqa_func option of code "
+           "derived from it)",
            0,
            0,
            {"mean", "max"}}};
