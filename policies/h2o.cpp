@@ -13,7 +13,6 @@
 // attention, in cumulative mode, is added unnormalised.
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 #include "policies/merging.hpp"
 #include "policies/policy.hpp"
@@ -29,11 +28,7 @@ class H2O final : public Policy {
         oneshot_(p.get_string("mode") == "oneshot"),
         per_query_(p.get_string("normalize") == "queries"),
         total_len_(s.total_len()),
-        merge_(read_prompt_merge(p)) {
-    if (merge_ && !oneshot_)
-      throw std::invalid_argument("h2o: parameter 'merge' = " + p.get_string("merge") +
-                                  " needs mode = oneshot (KVCache-Factory merges once, after the "
-                                  "prompt)");
+        merge_(read_prompt_merge(p, "h2o", oneshot_ ? nullptr : "mode = oneshot")) {
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
                         : static_cast<int>(r.value);

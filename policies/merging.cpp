@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace kvsim {
 
@@ -106,8 +108,12 @@ ParamSpec prompt_merge_param() {
           {"none", "pivot", "weighted"}};
 }
 
-std::optional<MergeKind> read_prompt_merge(const ParamSet& p) {
+std::optional<MergeKind> read_prompt_merge(const ParamSet& p, const std::string& policy,
+                                           const char* needs) {
   const std::string& m = p.get_string("merge");
+  if (needs && m != "none")
+    throw std::invalid_argument(policy + ": parameter 'merge' = " + m + " needs " + needs +
+                                " (KVCache-Factory merges once, after the prompt)");
   if (m == "pivot") return MergeKind::kPivotal;
   if (m == "weighted") return MergeKind::kSimilarityWeighted;
   return std::nullopt;

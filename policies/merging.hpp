@@ -30,8 +30,11 @@ void merge_unselected(const LayerView& view, KvCache& cache, int g,
 // prefill): none, pivot (kPivotal) or weighted (kSimilarityWeighted). The prompt entries a policy
 // does not keep join their most key-similar kept entry, the window included.
 ParamSpec prompt_merge_param();
-// The kind `merge` names; nullopt for none.
-std::optional<MergeKind> read_prompt_merge(const ParamSet& p);
+// The kind `merge` names; nullopt for none. `needs`, when given, is the setting without which the
+// policy does not compress the prompt once (e.g. "mode = oneshot"): merging then is an error
+// naming `policy` and it (KVCache-Factory merges once, after the prompt).
+std::optional<MergeKind> read_prompt_merge(const ParamSet& p, const std::string& policy = "",
+                                           const char* needs = nullptr);
 // Whether a policy's `merge` parameter (if it declares one) merges (PolicyInfo::merges_for).
 bool merges_by_param(const ParamSet& p);
 // keep_only(g, keep), or merge_unselected with `kind` when set.

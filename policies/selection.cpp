@@ -54,10 +54,10 @@ int lowest_score_entry(const std::vector<std::int32_t>& positions, const double*
   return worst;
 }
 
-std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
-                                          std::span<const std::uint8_t> is_text, int keep,
-                                          std::span<const std::uint8_t> forced) {
-  // Text first: lift every text score above the largest vision score, preserving each order.
+namespace {
+// Text first: every text score lifted above the largest vision score, each order preserved.
+std::vector<double> lift_text(std::span<const double> scores,
+                              std::span<const std::uint8_t> is_text) {
   double top = 0, low = 0;
   for (std::size_t e = 0; e < scores.size(); ++e) {
     top = std::max(top, scores[e]);
@@ -66,7 +66,14 @@ std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
   std::vector<double> lifted(scores.begin(), scores.end());
   for (std::size_t e = 0; e < lifted.size(); ++e)
     if (is_text[e]) lifted[e] += (top - low) + 1;
-  return keep_top_scores(lifted, keep, forced);
+  return lifted;
+}
+}  // namespace
+
+std::vector<std::uint8_t> keep_text_prior(std::span<const double> scores,
+                                          std::span<const std::uint8_t> is_text, int keep,
+                                          std::span<const std::uint8_t> forced) {
+  return keep_top_scores(lift_text(scores, is_text), keep, forced);
 }
 
 std::vector<std::uint8_t> keep_with_quotas(std::span<const double> scores,
@@ -162,15 +169,10 @@ std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long
 std::vector<double> text_prior_priority(std::span<const double> scores,
                                         std::span<const std::uint8_t> is_text,
                                         std::span<const std::uint8_t> forced) {
-  double span = 0;
-  for (double x : scores) span = std::max(span, std::abs(x));
-  std::vector<double> out(scores.begin(), scores.end());
-  for (std::size_t e = 0; e < out.size(); ++e) {
-    if (!forced.empty() && forced[e])
-      out[e] = kUnscored;
-    else if (is_text[e])
-      out[e] += 2 * span + 1;  // above any vision score
-  }
+  std::vector<double> out = lift_text(scores, is_text);  // the very values keep_text_prior ranks
+  if (!forced.empty())
+    for (std::size_t e = 0; e < out.size(); ++e)
+      if (forced[e]) out[e] = kUnscored;
   return out;
 }
 

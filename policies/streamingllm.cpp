@@ -19,32 +19,30 @@ class StreamingLlm final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "streamingllm")),
         sinks_(p.get_int("sinks")),
         prefill_only_(p.get_string("compress") == "prefill"),
-        merge_(read_prompt_merge(p)) {
-    if (merge_ && !prefill_only_)
-      throw std::invalid_argument("streamingllm: parameter 'merge' = " + p.get_string("merge") +
-                                  " needs compress = prefill (KVCache-Factory merges once, after "
-                                  "the prompt)");
+        merge_(
+            read_prompt_merge(p, "streamingllm", prefill_only_ ? nullptr : "compress = prefill")) {
     if (budget_ <= sinks_)
       throw std::invalid_argument(
           "streamingllm: budget (" + std::to_string(budget_) +
           " entries) must exceed parameter 'sinks' = " + std::to_string(sinks_));
   }
-  void on_prefill(const LayerView& view, KvCache& cache) override {
-    for (int g = 0; g < cache.kv_heads(); ++g)
-      if (cache.size(g) > budget_)
-        keep_or_merge(view, cache, g, sink_and_recent_mask(cache.size(g), sinks_, budget_ - sinks_),
-                      merge_);
-  }
+  void on_prefill(const LayerView& view, KvCache& cache) override { trim(cache, &view); }
   void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override {
     if (!prefill_only_) trim(cache);
   }
   int capacity(int, int) const override { return prefill_only_ ? -1 : budget_; }
 
  private:
-  void trim(KvCache& cache) const {
-    for (int g = 0; g < cache.kv_heads(); ++g)
-      if (cache.size(g) > budget_)
-        cache.keep_only(g, sink_and_recent_mask(cache.size(g), sinks_, budget_ - sinks_));
+  // Keeps the sinks and the newest; at the prefill (`prefill` set) the others may merge.
+  void trim(KvCache& cache, const LayerView* prefill = nullptr) const {
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      if (cache.size(g) <= budget_) continue;
+      const auto keep = sink_and_recent_mask(cache.size(g), sinks_, budget_ - sinks_);
+      if (prefill)
+        keep_or_merge(*prefill, cache, g, keep, merge_);
+      else
+        cache.keep_only(g, keep);
+    }
   }
   int budget_;
   int sinks_;

@@ -93,6 +93,17 @@ Positions snapkv_kept(const std::vector<std::vector<double>>& p, int B, int w, i
   return kept;
 }
 
+// Cosine of the keys at positions a and b of KV head g (a zero key has cosine 0, as F.normalize).
+double key_cosine(const LayerTensors& t, int a, int b, int g) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t c = 0; c < t.k.shape(2); ++c) {
+    ab += double(t.k(a, g, c)) * t.k(b, g, c);
+    aa += double(t.k(a, g, c)) * t.k(a, g, c);
+    bb += double(t.k(b, g, c)) * t.k(b, g, c);
+  }
+  return ab / std::max(std::sqrt(aa), 1e-6) / std::max(std::sqrt(bb), 1e-6);
+}
+
 // What a preset kept in every layer and cache head after the prefill; and it never evicts while
 // decoding (every one of these readings compresses the prompt once, then appends). A cache head is
 // a KV head, or a query head for the readings that keep a cache per query head; `reference` gets
@@ -398,15 +409,7 @@ TEST(Presets, KVCacheFactoryMergeAsMergeKv) {
   const SampleInfo s = reader.read_sample(reader.sample_names()[0]);
   const LayerTensors t = reader.read_layer(s, 1);
   const int P = s.prompt_len, d = reader.info().head_dim;
-  auto cosine = [&](int a, int b, int g) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int c = 0; c < d; ++c) {
-      ab += double(t.k(a, g, c)) * t.k(b, g, c);
-      aa += double(t.k(a, g, c)) * t.k(a, g, c);
-      bb += double(t.k(b, g, c)) * t.k(b, g, c);
-    }
-    return ab / std::max(std::sqrt(aa), 1e-6) / std::max(std::sqrt(bb), 1e-6);
-  };
+  auto cosine = [&](int a, int b, int g) { return key_cosine(t, a, b, g); };
   for (const std::string policy : {"snapkv:kvcache-factory", "h2o:kvcache-factory",
                                    "pyramidkv:kvcache-factory", "streamingllm:kvcache-factory"})
     for (const std::string kind : {"pivot", "weighted"}) {
@@ -488,15 +491,7 @@ TEST(Presets, LookMOfItsReleasedCode) {
     EXPECT_EQ(Positions(held.begin(), held.end()), kept) << "head " << g;
     ASSERT_EQ(cache.merges(g).size(), static_cast<std::size_t>(P) - kept.size());
     for (const auto& m : cache.merges(g)) {
-      auto cosine = [&](int a, int b) {
-        double ab = 0, aa = 0, bb = 0;
-        for (std::size_t c = 0; c < t.k.shape(2); ++c) {
-          ab += double(t.k(a, g, c)) * t.k(b, g, c);
-          aa += double(t.k(a, g, c)) * t.k(a, g, c);
-          bb += double(t.k(b, g, c)) * t.k(b, g, c);
-        }
-        return ab / std::sqrt(aa * bb);
-      };
+      auto cosine = [&](int a, int b) { return key_cosine(t, a, b, g); };
       int best = *kept.begin();
       for (int k : kept)
         if (cosine(m.position, k) > cosine(m.position, best)) best = k;
