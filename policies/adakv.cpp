@@ -1,16 +1,19 @@
 // adakv: Ada-KV head-adaptive budget allocation (Feng et al. 2024, Sec. 3-4, Algorithm 1) around
-// any prompt scorer (default SnapKV's): within a layer the KV heads share Hkv · B entries. Each
-// head keeps its observation window and at least floor(α · (B - w)) of its own best entries; the
-// remaining Hkv · (B - w) - Hkv · floor(α · (B - w)) go to the highest scores across all heads
-// jointly. GQA-aware: a KV head's score is the mean over its query heads (SnapKV) or their sum
-// (h2o scorer). `safeguard = kvpress` is kvpress's AdaKVPress (kvpress/presses/adakv_press.py):
-// each head keeps its int(α · B) best entries, the window (which SnapKVPress scores with the
-// maximum) among them, so its own prefix floor is max(0, int(α · B) - w); the rest is the same
-// joint top-k. `safeguard = authors` is FFY0/AdaKV's allocation (adaptive_snapkv/monkeypatch/
-// snapkv_utils.py, AdaptiveSnapKVCluster), which KVCache-Factory's AdaKVCluster copies (see
-// authors_keep); both keep a cache per query head unless told otherwise (`caches`). Decoding
-// appends without eviction (`decode` changes that: policies/decode_mode.cpp). Ties keep the newer
-// position, then the lower head.
+// any of kvsim's prompt scorers (`scorer`: SnapKV's window votes by default, H2O's column sums,
+// kvpress's key norms or expected attention; policies/scorers.hpp), as kvpress's AdaKVPress wraps
+// any ScorerPress: within a layer the KV heads share Hkv · B entries. Each head keeps its
+// observation window (the last w prompt entries, unscored; w = 0 scores every entry, as kvpress
+// does around scorers without a window) and at least floor(α · (B - w)) of its own best entries;
+// the remaining Hkv · (B - w) - Hkv · floor(α · (B - w)) go to the highest scores across all heads
+// jointly. GQA-aware: a KV head's score is the mean over its query heads (SnapKV, expected
+// attention) or their sum (h2o scorer). `safeguard = kvpress` is kvpress's AdaKVPress
+// (kvpress/presses/adakv_press.py): each head keeps its int(α · B) best entries, the window (which
+// SnapKVPress scores with the maximum) among them, so its own prefix floor is max(0, int(α · B) -
+// w); the rest is the same joint top-k. `safeguard = authors` is FFY0/AdaKV's allocation
+// (adaptive_snapkv/monkeypatch/ snapkv_utils.py, AdaptiveSnapKVCluster), which KVCache-Factory's
+// AdaKVCluster copies (see authors_keep); both keep a cache per query head unless told otherwise
+// (`caches`). Decoding appends without eviction (`decode` changes that: policies/decode_mode.cpp).
+// Ties keep the newer position, then the lower head.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -25,26 +28,38 @@
 namespace kvsim {
 namespace {
 
+// SnapKV's parameters with a window that may be 0 (the other scorers need none).
+std::vector<ParamSpec> window_optional(std::vector<ParamSpec> specs) {
+  for (auto& s : specs)
+    if (s.name == "window") {
+      s.min = 0;
+      s.doc += "; 0: none (not with the snapkv scorer)";
+    }
+  return specs;
+}
+
 class AdaKV final : public Policy {
  public:
   AdaKV(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "adakv")),
         alpha_(p.get_float("alpha")),
-        h2o_scores_(p.get_string("scorer") == "h2o"),
+        scorer_(p.get_string("scorer")),
         kvpress_safeguard_(p.get_string("safeguard") == "kvpress"),
         authors_(p.get_string("safeguard") == "authors"),
         normalize_(p.get_bool("normalize")),
-        scoring_(read_snapkv_scoring(p, "adakv", budget_, s.prompt_len)) {}
+        scoring_(read_snapkv_scoring(p, "adakv", budget_, s.prompt_len)),
+        expected_(read_expected_attention(p)) {
+    if (scorer_ == "snapkv" && scoring_.window < 1)
+      throw std::invalid_argument(
+          "adakv: parameter 'window' = 0 leaves the snapkv scorer no observation window");
+  }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len(), w = scoring_.window, heads = cache.kv_heads();
     scores_.clear();
     if (P <= budget_) return;
-    scores_.assign(heads, {});
-    for (int g = 0; g < heads; ++g) {
-      scores_[g] = h2o_scores_ ? prompt_column_scores(view, g) : snapkv_scores(view, g, scoring_);
-      scores_[g].resize(P - w);
-    }
+    scores_ = score_heads(view, heads);
+    for (auto& s : scores_) s.resize(P - w);
     const auto keep = authors_ ? authors_keep(P - w) : floor_and_joint_keep(P - w);
     for (int g = 0; g < heads; ++g) {
       cache.keep_only(g, keep[g]);
@@ -58,6 +73,17 @@ class AdaKV final : public Policy {
   }
 
  private:
+  // [kv head][position], at least the P - w prefix positions.
+  std::vector<std::vector<double>> score_heads(const LayerView& view, int heads) const {
+    if (scorer_ == "expected_attention") return expected_attention_scores(view, expected_, "adakv");
+    std::vector<std::vector<double>> scores(heads);
+    for (int g = 0; g < heads; ++g)
+      scores[g] = scorer_ == "h2o"     ? prompt_column_scores(view, g)
+                  : scorer_ == "knorm" ? key_norm_scores(view, g)
+                                       : snapkv_scores(view, g, scoring_);
+    return scores;
+  }
+
   using Candidate = std::tuple<double, int, int>;  // score, position, head
   // Higher score first, then the newer position, then the lower head.
   static bool better(const Candidate& a, const Candidate& b) {
@@ -127,8 +153,10 @@ class AdaKV final : public Policy {
 
   int budget_;
   double alpha_;
-  bool h2o_scores_, kvpress_safeguard_, authors_, normalize_;
+  std::string scorer_;
+  bool kvpress_safeguard_, authors_, normalize_;
   SnapKVScoring scoring_;
+  ExpectedAttentionScoring expected_;
   std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
@@ -159,18 +187,20 @@ const PolicyRegistration reg({
             {"scorer",
              ParamType::kChoice,
              "snapkv",
-             "snapkv (window votes, pooled) or h2o (prompt column sums)",
+             "snapkv (window votes, pooled), h2o (prompt column sums), knorm (-|k|, as "
+             "KnormPress) or expected_attention (as ExpectedAttentionPress; its parameters below)",
              0,
              0,
-             {"snapkv", "h2o"}},
+             {"snapkv", "h2o", "knorm", "expected_attention"}},
         },
-        snapkv_scoring_params()),
+        concat(window_optional(snapkv_scoring_params()), expected_attention_params())),
     .needs = {},
     .lookahead = false,
     .merges = false,
     .needs_for =
         [](const ParamSet& p) {
-          AttentionNeeds n = snapkv_needs(p);
+          AttentionNeeds n;
+          if (p.get_string("scorer") == "snapkv") n = snapkv_needs(p);
           n.prefill_column_sums = p.get_string("scorer") == "h2o";
           return n;
         },

@@ -4,9 +4,8 @@
 // the B prompt entries whose keys (after the rotary embedding, as the trace stores them) have the
 // smallest L2 norm, ties to the newer; no attention is read. Decoding appends without eviction,
 // as kvpress's prefill presses do (`decode` changes that: policies/decode_mode.cpp).
-#include <cmath>
-
 #include "policies/policy.hpp"
+#include "policies/scorers.hpp"
 #include "policies/selection.hpp"
 
 namespace kvsim {
@@ -18,15 +17,10 @@ class Knorm final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "knorm")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len(), d = cache.head_dim();
-    const auto& k = view.attention().tensors().k;  // [T, Hkv, d]
-    scores_.assign(cache.kv_heads(), std::vector<double>(P, 0.0));
+    const int P = view.prompt_len();
+    scores_.assign(cache.kv_heads(), {});
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      for (int j = 0; j < P; ++j) {
-        double norm2 = 0;
-        for (int c = 0; c < d; ++c) norm2 += double(k(j, g, c)) * k(j, g, c);
-        scores_[g][j] = -std::sqrt(norm2);
-      }
+      scores_[g] = key_norm_scores(view, g);
       if (P > budget_) cache.keep_only(g, keep_top_scores(scores_[g], budget_));
     }
   }

@@ -1,6 +1,7 @@
 #include "policies/scorers.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "policies/selection.hpp"
@@ -68,6 +69,18 @@ std::vector<double> prompt_column_scores(const LayerView& view, int g) {
   for (int r = 0; r < group; ++r) {
     const float* col = view.attention().prefill_column_sums(g * group + r);
     for (int j = 0; j < view.prompt_len(); ++j) score[j] += col[j];
+  }
+  return score;
+}
+
+std::vector<double> key_norm_scores(const LayerView& view, int g) {
+  const auto& k = view.attention().tensors().k;  // [T, Hkv, d]
+  const int d = view.attention().head_dim();
+  std::vector<double> score(view.prompt_len());
+  for (int j = 0; j < view.prompt_len(); ++j) {
+    double norm2 = 0;
+    for (int c = 0; c < d; ++c) norm2 += double(k(j, g, c)) * k(j, g, c);
+    score[j] = -std::sqrt(norm2);
   }
   return score;
 }

@@ -37,6 +37,33 @@ std::vector<double> snapkv_scores(const LayerView& view, int kv_head, const Snap
 // scores). Needs AttentionNeeds::prefill_column_sums.
 std::vector<double> prompt_column_scores(const LayerView& view, int kv_head);
 
+// -‖k_j‖ for every prompt position j of KV head g: kvpress's KnormPress score (small key norms are
+// kept). Reads the keys only.
+std::vector<double> key_norm_scores(const LayerView& view, int kv_head);
+
+// kvpress's ExpectedAttentionPress (kvpress/presses/expected_attention_press.py): the attention
+// that future queries are expected to pay each prompt key, the queries modelled as a Gaussian.
+struct ExpectedAttentionScoring {
+  int future_positions = 512;  // n_future_positions: positions P .. P + n - 1 averaged over
+  int sinks = 4;               // n_sink: excluded from the statistics, always kept
+  bool covariance = true;      // use_covariance
+  bool value_norm = true;      // use_vnorm
+  double epsilon = 0;          // added before the value-norm rescaling
+  double rope_theta = 0;       // 0: the trace's rope_theta attribute
+};
+std::vector<ParamSpec> expected_attention_params();
+ExpectedAttentionScoring read_expected_attention(const ParamSet& p);
+// Scores [kv head][prompt position]. Per query head, the mean μ and covariance Σ (population) of
+// the queries at positions sinks .. P-1 with their rotary embedding undone (what kvpress computes
+// as hidden states times W_q), both turned by R̄, the mean rotation of positions P .. P + n - 1;
+// per key z_j = s μ̄·k_j + s²/2 k_jᵀ Σ̄ k_j (s the trace's scale; kvpress writes 1/√d, the same for
+// every model it supports), softmax over the keys after the sinks, averaged over the KV head's
+// query heads, times ‖v_j‖ (plus epsilon first). The sinks score the maximum over every head.
+// Throws (naming `policy`) when no rotary base is known or the prompt holds no key after the sinks.
+std::vector<std::vector<double>> expected_attention_scores(const LayerView& view,
+                                                           const ExpectedAttentionScoring& s,
+                                                           const std::string& policy);
+
 // The last prompt token's attention averaged over every query head of the layer (FastV, TOVA,
 // A-VL, ST3). Needs AttentionNeeds::prefill_window >= 1.
 std::vector<double> last_token_attention(const LayerView& view);

@@ -153,6 +153,7 @@ int run_make_prompt(const PromptArgs& a) {
       s.info.segment.push_back(p < 4 ? 0 : 1);
       s.info.media_id.push_back(image ? 0 : -1);
     }
+    s.info.question_len = a.prompt_len - 4 - a.image_tokens;  // the text after the image
     if (a.embed_dim > 0) {
       s.embed_dim = a.embed_dim;
       for (int r = 0; r < a.image_tokens * a.embed_dim; ++r) s.inputs_embeds.push_back(normal(rng));

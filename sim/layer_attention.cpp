@@ -37,6 +37,7 @@ LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const Sample
       d_(trace.head_dim),
       window_(std::min(needs.prefill_window, sample.prompt_len)),
       scale_(static_cast<float>(trace.scale)),
+      rope_theta_(trace.rope_theta),
       want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
       epsilon_(needs.sparsity_epsilon) {
   allocate(needs, shape.decode);

@@ -58,6 +58,8 @@ class LayerAttention {
   int group_size() const { return H_ / Hkv_; }
   int head_dim() const { return d_; }
   float scale() const { return scale_; }
+  // The trace's rotary base (TraceInfo::rope_theta), 0 when it does not say.
+  double rope_theta() const { return rope_theta_; }
   const SampleInfo& sample() const { return sample_; }
   const LayerTensors& tensors() const { return tensors_; }
   // Hands the q/k/v storage back for the next layer's read.
@@ -133,6 +135,7 @@ class LayerAttention {
   LayerTensors tensors_;
   int L_, P_, G_, T_, H_, Hkv_, d_, window_;
   float scale_;
+  double rope_theta_;
   bool want_colsums_;
   std::vector<float> colsums_;             // [H, P]
   std::vector<float> window_rows_;         // [H, window, P]

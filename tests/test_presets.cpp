@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -221,6 +222,8 @@ TEST(Presets, PyramidKVOfKvpress) {
 // window-vote mean of each query head, average-pooled, averaged over the group; the window scored
 // with the maximum of all; each head's top int(α · n_kept) set to +inf; then the
 // Hkv · (P - n_kept) lowest of the layer pruned jointly.
+std::vector<Positions> adakv_kvpress_select(std::vector<std::vector<double>> score, double alpha,
+                                            int n_kept);
 std::vector<Positions> adakv_kvpress_kept(const TraceReader& r, const SampleInfo& s, int l,
                                           double alpha, int n_kept, int w, int kernel) {
   const int P = s.prompt_len, H = r.info().num_heads, Hkv = r.info().num_kv_heads;
@@ -233,6 +236,13 @@ std::vector<Positions> adakv_kvpress_kept(const TraceReader& r, const SampleInfo
   }
   for (const auto& sg : score) best = std::max(best, *std::max_element(sg.begin(), sg.begin() + n));
   for (auto& sg : score) std::fill(sg.begin() + n, sg.end(), best);
+  return adakv_kvpress_select(score, alpha, n_kept);
+}
+
+// AdaKVPress's selection on any scorer's [kv head][position] scores.
+std::vector<Positions> adakv_kvpress_select(std::vector<std::vector<double>> score, double alpha,
+                                            int n_kept) {
+  const int Hkv = static_cast<int>(score.size()), P = static_cast<int>(score[0].size());
   const int n_safe = static_cast<int>(n_kept * alpha);
   for (auto& sg : score)
     for (int j : top(sg, n_safe)) sg[j] = std::numeric_limits<double>::infinity();
@@ -498,6 +508,205 @@ TEST(Presets, LookMOfItsReleasedCode) {
       EXPECT_EQ(m.into_position, best) << "head " << g << " position " << m.position;
     }
   }
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// A GQA trace (4 query heads on 2 KV heads, d = 8) whose queries and keys are Gaussian draws the
+// test keeps before applying the rotary embedding (base theta, rotate_half layout) itself.
+struct RotaryTrace {
+  static constexpr int P = 40, G = 4, H = 4, Hkv = 2, d = 8;
+  double theta = 500;
+  std::vector<double> q_plain;  // [P, H, d], before the rotation
+  std::string path;
+  explicit RotaryTrace(const std::string& name, bool write_theta = true) {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    TraceInfo info{
+        .model = "rotary", .num_layers = 1, .num_heads = H, .num_kv_heads = Hkv, .head_dim = d};
+    info.scale = 1 / std::sqrt(double(d));
+    info.rope_theta = write_theta ? theta : 0;
+    SampleInfo s;
+    s.name = "s0";
+    s.prompt_len = P;
+    s.gen_len = G;
+    s.modality.assign(P + G, 0);
+    for (int i = 0; i < P + G; ++i) s.segment.push_back(i < P ? 1 : 2);
+    LayerTensors t;
+    t.q = xt::zeros<float>({std::size_t(P + G), std::size_t(H), std::size_t(d)});
+    t.k = xt::zeros<float>({std::size_t(P + G), std::size_t(Hkv), std::size_t(d)});
+    t.v = xt::zeros<float>({std::size_t(P + G), std::size_t(Hkv), std::size_t(d)});
+    // Rotation of position i by angle i θ^(-2f/d) on the pair (f, f + d/2).
+    auto rope = [&](std::vector<double> x, int i) {
+      std::vector<double> out(d);
+      for (int f = 0; f < d / 2; ++f) {
+        const double a = i * std::pow(theta, -2.0 * f / d);
+        out[f] = x[f] * std::cos(a) - x[f + d / 2] * std::sin(a);
+        out[f + d / 2] = x[f + d / 2] * std::cos(a) + x[f] * std::sin(a);
+      }
+      return out;
+    };
+    for (int i = 0; i < P + G; ++i) {
+      for (int h = 0; h < H; ++h) {
+        std::vector<double> x(d);
+        for (int c = 0; c < d; ++c) x[c] = normal(rng) + (c == 1 ? 1.5 : 0.0) * (h + 1);
+        if (i < P) q_plain.insert(q_plain.end(), x.begin(), x.end());
+        const auto r = rope(x, i);
+        for (int c = 0; c < d; ++c) t.q(i, h, c) = static_cast<float>(r[c]);
+      }
+      for (int g = 0; g < Hkv; ++g) {
+        std::vector<double> x(d);
+        for (int c = 0; c < d; ++c) x[c] = normal(rng);
+        const auto r = rope(x, i);
+        for (int c = 0; c < d; ++c) {
+          t.k(i, g, c) = static_cast<float>(r[c]);
+          t.v(i, g, c) = static_cast<float>(normal(rng) * (1 + (i % 3)));
+        }
+      }
+    }
+    path = temp_path(name);
+    TraceWriter w(path, info, WriteOptions{.dtype = DType::kFloat32});
+    w.write_sample(s);
+    w.write_layer(s, t);
+  }
+};
+
+// kvpress's ExpectedAttentionPress restated with d x d matrices: μ and the population covariance
+// of the un-rotated queries after the sinks, R̄ = mean over positions P .. P + n - 1 of
+// cos·I + sin·J (J[d/2 + f][f] = 1, J[f][d/2 + f] = -1), z_j = (R̄μ)·k_j/√d +
+// k_jᵀ R̄ΣR̄ᵀ k_j / d / 2, softmax over the keys after the sinks, mean over the KV head's query
+// heads, times ‖v_j‖; the sinks score the maximum over all heads; top int(P (1 - ratio)).
+std::vector<std::vector<double>> expected_attention_restated(const RotaryTrace& rt,
+                                                             const LayerTensors& t, int sinks,
+                                                             int future) {
+  constexpr int P = RotaryTrace::P, H = RotaryTrace::H, d = RotaryTrace::d;
+  constexpr int group = H / RotaryTrace::Hkv;
+  using Matrix = std::vector<std::vector<double>>;
+  Matrix R(d, std::vector<double>(d, 0.0));
+  for (int p = P; p < P + future; ++p)
+    for (int f = 0; f < d / 2; ++f) {
+      const double a = p * std::pow(rt.theta, -2.0 * f / d);
+      R[f][f] += std::cos(a) / future;
+      R[f + d / 2][f + d / 2] += std::cos(a) / future;
+      R[f + d / 2][f] += std::sin(a) / future;
+      R[f][f + d / 2] -= std::sin(a) / future;
+    }
+  std::vector<std::vector<double>> scores(RotaryTrace::Hkv, std::vector<double>(P, 0.0));
+  for (int h = 0; h < H; ++h) {
+    const int n = P - sinks;
+    std::vector<double> mu(d, 0.0);
+    for (int i = sinks; i < P; ++i)
+      for (int c = 0; c < d; ++c) mu[c] += rt.q_plain[(i * H + h) * d + c] / n;
+    Matrix cov(d, std::vector<double>(d, 0.0));
+    for (int i = sinks; i < P; ++i)
+      for (int a = 0; a < d; ++a)
+        for (int b = 0; b < d; ++b)
+          cov[a][b] += (rt.q_plain[(i * H + h) * d + a] - mu[a]) *
+                       (rt.q_plain[(i * H + h) * d + b] - mu[b]) / n;
+    std::vector<double> mu_r(d, 0.0);
+    Matrix cov_r(d, std::vector<double>(d, 0.0));
+    for (int a = 0; a < d; ++a)
+      for (int b = 0; b < d; ++b) {
+        mu_r[a] += R[a][b] * mu[b];
+        for (int x = 0; x < d; ++x)
+          for (int y = 0; y < d; ++y) cov_r[a][b] += R[a][x] * cov[x][y] * R[b][y];
+      }
+    const int g = h / group;
+    std::vector<double> z(P, 0.0);
+    double zmax = -INFINITY, sum = 0;
+    for (int j = sinks; j < P; ++j) {
+      for (int a = 0; a < d; ++a) {
+        z[j] += mu_r[a] * t.k(j, g, a) / std::sqrt(double(d));
+        for (int b = 0; b < d; ++b) z[j] += t.k(j, g, a) * cov_r[a][b] * t.k(j, g, b) / d / 2;
+      }
+      zmax = std::max(zmax, z[j]);
+    }
+    for (int j = sinks; j < P; ++j) sum += std::exp(z[j] - zmax);
+    for (int j = sinks; j < P; ++j) scores[g][j] += std::exp(z[j] - zmax) / sum / group;
+  }
+  double top = -INFINITY;
+  for (int g = 0; g < RotaryTrace::Hkv; ++g)
+    for (int j = sinks; j < P; ++j) {
+      double v2 = 0;
+      for (int c = 0; c < d; ++c) v2 += double(t.v(j, g, c)) * t.v(j, g, c);
+      scores[g][j] *= std::sqrt(v2);
+      top = std::max(top, scores[g][j]);
+    }
+  for (auto& s : scores) std::fill(s.begin(), s.begin() + sinks, top);
+  return scores;
+}
+
+TEST(ExpectedAttention, KeepsWhatKvpressExpectedAttentionPressKeeps) {
+  const RotaryTrace rt("expected_attention.h5");
+  TraceReader reader(rt.path);
+  const LayerTensors t = reader.read_layer(reader.read_sample("s0"), 0);
+  for (const auto& [sinks, future] : {std::pair{4, 512}, std::pair{2, 16}}) {
+    const auto scores = expected_attention_restated(rt, t, sinks, future);
+    expect_kept(rt.path, "expected_attention",
+                {{"compression_ratio", "0.7"},
+                 {"sinks", std::to_string(sinks)},
+                 {"future_positions", std::to_string(future)}},
+                [&](const TraceReader&, const SampleInfo& s, int, int g) {
+                  const Positions kept = top(scores[g], static_cast<int>(s.prompt_len * (1 - 0.7)));
+                  for (int j = 0; j < sinks; ++j) EXPECT_TRUE(kept.count(j)) << "sink " << j;
+                  return kept;
+                });
+  }
+}
+
+TEST(ExpectedAttention, NeedsTheRotaryBase) {
+  const RotaryTrace rt("expected_attention_no_theta.h5", false);
+  try {
+    run_policy(rt.path, "expected_attention", {{"budget", "10"}});
+    FAIL() << "no error without rope_theta";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_theta"), std::string::npos) << e.what();
+  }
+  // Given as a parameter, it is the trace's rotation: the same kept sets as with the attribute.
+  const RotaryTrace with("expected_attention_theta.h5");
+  const auto a =
+      run_policy(rt.path, "expected_attention", {{"budget", "10"}, {"rope_theta", "500"}});
+  const auto b = run_policy(with.path, "expected_attention", {{"budget", "10"}});
+  EXPECT_EQ(a[0].evicted[1].size(), 30u);
+  for (int g = 0; g < RotaryTrace::Hkv; ++g)
+    EXPECT_EQ(evicted_at(a[0], -1, g), evicted_at(b[0], -1, g));
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// AdaKVPress around KnormPress and ExpectedAttentionPress (no window): `adakv` with scorer knorm
+// or expected_attention, window 0 and safeguard kvpress keeps AdaKVPress's selection of those
+// scores (n_kept = int(40 * 0.6) = 24, n_safe = int(24 * 0.3) = 7).
+TEST(Presets, AdaKVOfKvpressAroundAnyScorer) {
+  const RotaryTrace rt("adakv_any_scorer.h5");
+  TraceReader reader(rt.path);
+  const LayerTensors t = reader.read_layer(reader.read_sample("s0"), 0);
+  std::vector<std::vector<double>> knorm(RotaryTrace::Hkv);
+  for (int g = 0; g < RotaryTrace::Hkv; ++g)
+    for (int j = 0; j < RotaryTrace::P; ++j) {
+      double n2 = 0;
+      for (int c = 0; c < RotaryTrace::d; ++c) n2 += double(t.k(j, g, c)) * t.k(j, g, c);
+      knorm[g].push_back(-std::sqrt(n2));
+    }
+  const std::map<std::string, std::vector<std::vector<double>>> scores = {
+      {"knorm", knorm}, {"expected_attention", expected_attention_restated(rt, t, 4, 512)}};
+  for (const auto& [scorer, score] : scores) {
+    const auto kept = adakv_kvpress_select(score, 0.3, 24);
+    EXPECT_NE(kept[0].size(), kept[1].size()) << scorer << ": the heads should differ";
+    expect_kept(
+        rt.path, "adakv:kvpress",
+        {{"compression_ratio", "0.4"}, {"window", "0"}, {"alpha", "0.3"}, {"scorer", scorer}},
+        [&](const TraceReader&, const SampleInfo&, int, int g) { return kept[g]; });
+  }
+  EXPECT_THROW(run_policy(rt.path, "adakv", {{"window", "0"}, {"budget", "20"}}), std::logic_error);
 }
 
 }  // namespace

@@ -177,6 +177,11 @@ void TraceReader::read_file_attrs() {
   info_.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(info_.head_dim)));
   if (!std::isfinite(info_.scale) || info_.scale <= 0)
     throw TraceError(path_ + ": file attribute 'scale' must be a positive finite number");
+  if (auto theta = h5_read_float_attr(root, "rope_theta")) {
+    if (!std::isfinite(*theta) || *theta <= 1)
+      throw TraceError(path_ + ": file attribute 'rope_theta' must be a finite number above 1");
+    info_.rope_theta = *theta;
+  }
 
   if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
   samples_ = h5_group_members(root, "samples");
@@ -199,6 +204,13 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
     s.reference = h5_read_string_attr(g.get(), "reference").value_or("");
   } catch (const TraceError& e) {
     throw TraceError(where(name) + ": " + e.what());
+  }
+  if (h5_attr_exists(g.get(), "question_len")) {
+    s.question_len = require_positive_int(g.get(), "question_len", where(name), true);
+    if (s.question_len >= s.prompt_len)
+      throw TraceError(where(name) + ": attribute 'question_len' = " +
+                       std::to_string(s.question_len) + " leaves no context (prompt_len = " +
+                       std::to_string(s.prompt_len) + ")");
   }
   const int T = s.total_len();
   for (const char* req : {"modality", "segment"})

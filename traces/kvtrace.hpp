@@ -26,6 +26,9 @@ struct TraceInfo {
   int head_dim = 0;
   double scale = 0.0;  // resolved: the attribute, or 1/sqrt(d)
   bool scale_given = false;
+  // Optional: the base θ of the rotary embedding the stored queries and keys carry (transformers'
+  // rotate_half layout, inv_freq_i = θ^(-2i/d), no scaling); 0 when the trace does not say.
+  double rope_theta = 0.0;
   int group_size() const { return num_heads / num_kv_heads; }
 };
 
@@ -36,6 +39,9 @@ struct SampleInfo {
   int gen_len = 0;     // G
   std::string task;
   std::string reference;
+  // Optional: the last question_len prompt positions are the question (what kvpress appends
+  // uncompressed after compressing the context); -1 when the sample does not say.
+  int question_len = -1;
   std::vector<std::uint8_t> modality;   // [T]
   std::vector<std::uint8_t> segment;    // [T]
   std::vector<std::int32_t> media_id;   // [T] or empty

@@ -21,6 +21,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
   h5_write_int_attr(root, "num_kv_heads", info.num_kv_heads);
   h5_write_int_attr(root, "head_dim", info.head_dim);
   if (info.scale_given) h5_write_float_attr(root, "scale", info.scale);
+  if (info.rope_theta > 0) h5_write_float_attr(root, "rope_theta", info.rope_theta);
   h5_require_group(root, "samples");
 }
 
@@ -29,6 +30,7 @@ void TraceWriter::write_sample(const SampleInfo& s) {
   H5Handle g = h5_require_group(file_.get(), "samples/" + s.name);
   h5_write_int_attr(g.get(), "prompt_len", s.prompt_len);
   h5_write_int_attr(g.get(), "gen_len", s.gen_len);
+  if (s.question_len >= 0) h5_write_int_attr(g.get(), "question_len", s.question_len);
   if (!s.task.empty()) h5_write_string_attr(g.get(), "task", s.task);
   if (!s.reference.empty()) h5_write_string_attr(g.get(), "reference", s.reference);
   h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.modality, where);

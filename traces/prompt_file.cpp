@@ -100,6 +100,12 @@ PromptSample PromptReader::read(const std::string& name) const {
   s.info.token_ids = read_ints<std::int32_t>(g.get(), "token_ids", where + ", dataset 'token_ids'");
   const int P = s.info.prompt_len = static_cast<int>(s.info.token_ids.size());
   if (P == 0) throw TraceError(where + ", dataset 'token_ids': empty prompt");
+  if (const auto q = h5_read_int_attr(g.get(), "question_len")) {
+    if (*q < 0 || *q >= P)
+      throw TraceError(where + ": attribute 'question_len' = " + std::to_string(*q) +
+                       " must be in [0, " + std::to_string(P) + ") (at least one context token)");
+    s.info.question_len = static_cast<int>(*q);
+  }
   s.info.modality.assign(P, 0);
   s.info.segment.assign(P, 1);
   auto optional_meta = [&](const char* key, auto& out) {
@@ -159,6 +165,7 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     H5Handle g = h5_require_group(file.get(), "samples/" + s.info.name);
     if (!s.info.task.empty()) h5_write_string_attr(g.get(), "task", s.info.task);
     if (!s.info.reference.empty()) h5_write_string_attr(g.get(), "reference", s.info.reference);
+    if (s.info.question_len >= 0) h5_write_int_attr(g.get(), "question_len", s.info.question_len);
     h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
     h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
     h5_write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);

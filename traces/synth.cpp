@@ -153,6 +153,8 @@ SampleInfo synth_sample_info(const SynthConfig& c, int index) {
   }
   push(c.user_tokens, 0, 1, -1);
   push(c.gen_tokens, 0, 2, -1);
+  // The user's tokens after the media are the question (a context-only compression appends them).
+  if (c.user_tokens < s.prompt_len) s.question_len = c.user_tokens;
   Rng rng(mix_seed(c.seed, index, 0xD0C));
   for (int i = 0; i < s.total_len(); ++i)
     s.token_ids.push_back(is_vision(s.modality[i]) ? 32000 : static_cast<int>(rng.next() % 32000));
@@ -452,6 +454,7 @@ void synth_write(const SynthConfig& c, const std::string& path,
   info.num_heads = c.heads;
   info.num_kv_heads = c.kv_heads;
   info.head_dim = c.head_dim;
+  info.rope_theta = c.rope_base;
   TraceWriter w(path, info, c.write);
   const int total = c.samples * c.layers;
   for (int s = 0; s < c.samples; ++s) {

@@ -70,13 +70,15 @@ SampleInfo sample_info(const std::string& name, const py::dict& s, DType dtype) 
     info.token_ids = vector_of<std::int32_t>(s["token_ids"], T, where + ", token_ids");
   if (s.contains("task")) info.task = py::str(s["task"]);
   if (s.contains("reference")) info.reference = py::str(s["reference"]);
+  if (s.contains("question_len")) info.question_len = s["question_len"].cast<int>();
   info.has_v = py::dict(layers[0]).contains("v");
   info.dtype = dtype;
   return info;
 }
 
 void write_trace(const std::string& path, const py::dict& samples, const std::string& model,
-                 const py::object& scale, const std::string& dtype, int gzip, bool shuffle) {
+                 const py::object& scale, const std::string& dtype, int gzip, bool shuffle,
+                 const py::object& rope_theta) {
   if (dtype != "float16" && dtype != "float32")
     throw py::value_error("kvsim.write_trace: dtype '" + dtype + "': expected float16 or float32");
   const Shape shape = shape_of(samples);
@@ -86,6 +88,7 @@ void write_trace(const std::string& path, const py::dict& samples, const std::st
                  .num_kv_heads = static_cast<int>(shape.Hkv),
                  .head_dim = static_cast<int>(shape.d)};
   if (!scale.is_none()) info.scale = scale.cast<double>(), info.scale_given = true;
+  if (!rope_theta.is_none()) info.rope_theta = rope_theta.cast<double>();
   const WriteOptions options{.dtype = dtype == "float16" ? DType::kFloat16 : DType::kFloat32,
                              .gzip_level = gzip,
                              .shuffle = shuffle};
@@ -138,11 +141,11 @@ void write_trace(const std::string& path, const py::dict& samples, const std::st
 void bind_write(py::module_& m) {
   m.def("write_trace", &write_trace, py::arg("path"), py::arg("samples"), py::arg("model") = "",
         py::arg("scale") = py::none(), py::arg("dtype") = "float16", py::arg("gzip") = 0,
-        py::arg("shuffle") = false,
+        py::arg("shuffle") = false, py::arg("rope_theta") = py::none(),
         R"doc(Writes a kvtrace v1 file from numpy arrays.
 
 samples: dict name -> {"prompt_len": P, "modality": [T], "segment": [T], optional "media_id",
-"token_ids" [T], "task", "reference", and "layers": a list (one per layer) of dicts with "q"
+"token_ids" [T], "task", "reference", "question_len", and "layers": a list (one per layer) of dicts with "q"
 [T, H, d], "k" [T, Hkv, d] and optional "v" [T, Hkv, d]}. L, H, Hkv and d come from the first
 sample. The file is read back and validated (as `kvsim inspect`) before it takes its name.)doc");
 }

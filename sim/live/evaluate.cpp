@@ -58,6 +58,7 @@ TraceInfo capture_trace_info(LiveEngine& engine, const CaptureOptions& o) {
   info.head_dim = c.head_dim;
   info.scale = engine.model().scale();
   info.scale_given = true;
+  info.rope_theta = c.rope_theta;
   return info;
 }
 

@@ -66,6 +66,7 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
   pp.trace.head_dim = c.head_dim;
   pp.trace.scale = model_.scale();
   pp.trace.scale_given = true;
+  pp.trace.rope_theta = c.rope_theta;
   SampleInfo& s = pp.sample = prompt.info;
   s.gen_len = gen_len;
   s.modality.resize(T, 0);

@@ -1,0 +1,248 @@
+// expected_attention: kvpress's ExpectedAttentionPress (NVIDIA/kvpress,
+// kvpress/presses/expected_attention_press.py; Devoto et al. 2025, "Expected Attention: KV Cache
+// Compression by Estimating Attention from Future Queries Distribution", arXiv 2510.00636): each
+// prompt key is scored by the attention that queries at the next `future_positions` positions are
+// expected to pay it, the queries modelled as a Gaussian fitted to the prompt's own (scorers.hpp
+// documents the score). Each KV head keeps its B best, the `sinks` first positions always among
+// them; decoding appends without eviction, as kvpress's prefill presses do (`decode` changes
+// that: policies/decode_mode.cpp).
+//
+// kvpress fits the Gaussian to hidden states times q_proj.weight, before the rotary embedding;
+// a trace stores queries after it, so the rotation is undone with the trace's rope_theta (plain
+// RoPE only: Qwen2-VL's multimodal rotary positions and scaled RoPE variants are not undone
+// correctly). On models with a query bias (Qwen2) kvpress's mean omits the bias and kvsim's
+// includes it; the covariance is the same.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "policies/policy.hpp"
+#include "policies/scorers.hpp"
+#include "policies/selection.hpp"
+
+namespace kvsim {
+
+std::vector<ParamSpec> expected_attention_params() {
+  return {
+      {"future_positions", ParamType::kInt, "512",
+       "expected attention: future query positions whose rotations are averaged "
+       "(n_future_positions)",
+       1, 1e9},
+      {"sinks", ParamType::kInt, "4",
+       "expected attention: first positions left out of the query statistics and always kept "
+       "(n_sink)",
+       0, 1e9},
+      {"covariance", ParamType::kBool, "true",
+       "expected attention: add the queries' covariance term (use_covariance)"},
+      {"vnorm", ParamType::kBool, "true",
+       "expected attention: multiply the scores by the value norms (use_vnorm)"},
+      {"epsilon", ParamType::kFloat, "0", "expected attention: added to the scores before vnorm", 0,
+       1e18},
+      {"rope_theta", ParamType::kFloat, "0",
+       "expected attention: rotary base of the stored queries; 0 reads the trace's rope_theta", 0,
+       1e18},
+  };
+}
+
+ExpectedAttentionScoring read_expected_attention(const ParamSet& p) {
+  return {static_cast<int>(p.get_int("future_positions")),
+          static_cast<int>(p.get_int("sinks")),
+          p.get_bool("covariance"),
+          p.get_bool("vnorm"),
+          p.get_float("epsilon"),
+          p.get_float("rope_theta")};
+}
+
+namespace {
+
+// The rotation of RoPE at angle a per pair f (dimensions f and f + d/2), as transformers'
+// apply_rotary_pos_emb: x'_f = x_f cos a - x_{f+h} sin a, x'_{f+h} = x_{f+h} cos a + x_f sin a.
+void rotate(const double* c, const double* s, const double* x, double* out, int d) {
+  const int h = d / 2;
+  for (int f = 0; f < h; ++f) {
+    out[f] = c[f] * x[f] - s[f] * x[f + h];
+    out[f + h] = c[f] * x[f + h] + s[f] * x[f];
+  }
+}
+
+// Per query head: μ̄ = R̄ μ and Σ̄ = R̄ Σ R̄ᵀ of the un-rotated queries at positions sinks .. P-1.
+struct QueryGaussian {
+  std::vector<double> mean;  // [d]
+  std::vector<double> cov;   // [d, d], empty without the covariance term
+};
+
+// The rotations involved, per pair f: the inverse rotation of each query position sinks .. P-1
+// (cos, -sin), and R̄, the mean over the future positions P .. P + n - 1 of cos·I + sin·J.
+struct Rotations {
+  int first = 0, pairs = 0;
+  std::vector<double> cos, minus_sin;  // [position - first, pair]
+  std::vector<double> mean_cos, mean_sin;
+  Rotations(double theta, int d, int first_position, int prompt_len, int future) {
+    first = first_position;
+    pairs = d / 2;
+    std::vector<double> inv_freq(pairs);
+    for (int f = 0; f < pairs; ++f) inv_freq[f] = std::pow(theta, -2.0 * f / d);
+    for (int i = first; i < prompt_len; ++i)
+      for (int f = 0; f < pairs; ++f) {
+        cos.push_back(std::cos(i * inv_freq[f]));
+        minus_sin.push_back(-std::sin(i * inv_freq[f]));
+      }
+    mean_cos.assign(pairs, 0.0);
+    mean_sin.assign(pairs, 0.0);
+    for (int p = prompt_len; p < prompt_len + future; ++p)
+      for (int f = 0; f < pairs; ++f) {
+        mean_cos[f] += std::cos(p * inv_freq[f]) / future;
+        mean_sin[f] += std::sin(p * inv_freq[f]) / future;
+      }
+  }
+};
+
+QueryGaussian query_gaussian(const LayerView& view, int head, const ExpectedAttentionScoring& s,
+                             const Rotations& rot) {
+  const auto& q = view.attention().tensors().q;  // [T, H, d]
+  const int P = view.prompt_len(), d = view.attention().head_dim(), n = P - s.sinks;
+  std::vector<double> rows(static_cast<std::size_t>(n) * d), x(d);
+  for (int i = s.sinks; i < P; ++i) {
+    const std::size_t at = static_cast<std::size_t>(i - s.sinks) * rot.pairs;
+    for (int e = 0; e < d; ++e) x[e] = q(i, head, e);
+    rotate(&rot.cos[at], &rot.minus_sin[at], x.data(),
+           &rows[static_cast<std::size_t>(i - s.sinks) * d], d);
+  }
+  QueryGaussian out{std::vector<double>(d, 0.0), {}};
+  std::vector<double> mu(d, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (int e = 0; e < d; ++e) mu[e] += rows[static_cast<std::size_t>(r) * d + e] / n;
+  const double* cbar = rot.mean_cos.data();
+  const double* sbar = rot.mean_sin.data();
+  rotate(cbar, sbar, mu.data(), out.mean.data(), d);
+  if (!s.covariance) return out;
+  for (int r = 0; r < n; ++r)
+    for (int e = 0; e < d; ++e) rows[static_cast<std::size_t>(r) * d + e] -= mu[e];
+  std::vector<double> cov(static_cast<std::size_t>(d) * d, 0.0);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, n, 1.0 / n, rows.data(), d,
+              rows.data(), d, 0.0, cov.data(), d);
+  // R̄ Σ R̄ᵀ: rotate every column, then every row.
+  std::vector<double> col(d), tmp(static_cast<std::size_t>(d) * d);
+  for (int b = 0; b < d; ++b) {
+    for (int a = 0; a < d; ++a) x[a] = cov[a * d + b];
+    rotate(cbar, sbar, x.data(), col.data(), d);
+    for (int a = 0; a < d; ++a) tmp[a * d + b] = col[a];
+  }
+  out.cov.resize(static_cast<std::size_t>(d) * d);
+  for (int a = 0; a < d; ++a) rotate(cbar, sbar, &tmp[a * d], &out.cov[a * d], d);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> expected_attention_scores(const LayerView& view,
+                                                           const ExpectedAttentionScoring& s,
+                                                           const std::string& policy) {
+  const LayerAttention& att = view.attention();
+  const int P = view.prompt_len(), d = att.head_dim(), group = view.group_size();
+  const double theta = s.rope_theta > 0 ? s.rope_theta : att.rope_theta();
+  if (theta <= 1)
+    throw std::invalid_argument(policy +
+                                ": the trace has no rope_theta attribute (kvtrace-v1.md); set "
+                                "parameter 'rope_theta' to the model's rotary base");
+  if (P <= s.sinks)
+    throw std::invalid_argument(
+        policy + ": the prompt (" + std::to_string(P) +
+        " tokens) must be longer than parameter 'sinks' = " + std::to_string(s.sinks));
+  if (s.value_norm && !att.tensors().has_v())
+    throw std::invalid_argument(policy +
+                                ": vnorm = true needs the trace's values (or set vnorm "
+                                "= false)");
+  const Rotations rot(theta, d, s.sinks, P, s.future_positions);
+  const auto& k = att.tensors().k;
+  const double scale = att.scale();
+  const int n = P - s.sinks;
+  std::vector<std::vector<double>> scores(view.num_kv_heads(), std::vector<double>(P, 0.0));
+  std::vector<double> keys(static_cast<std::size_t>(n) * d), z(n), kcov(keys.size());
+  double top = -INFINITY;
+  for (int g = 0; g < view.num_kv_heads(); ++g) {
+    for (int j = 0; j < n; ++j)
+      for (int e = 0; e < d; ++e) keys[static_cast<std::size_t>(j) * d + e] = k(s.sinks + j, g, e);
+    for (int r = 0; r < group; ++r) {
+      const QueryGaussian gauss = query_gaussian(view, g * group + r, s, rot);
+      // z_j = s μ̄·k_j + s²/2 k_jᵀ Σ̄ k_j for the keys after the sinks.
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, d, scale, keys.data(), d, gauss.mean.data(), 1,
+                  0.0, z.data(), 1);
+      if (!gauss.cov.empty()) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, d, 1.0, keys.data(), d,
+                    gauss.cov.data(), d, 0.0, kcov.data(), d);
+        for (int j = 0; j < n; ++j) {
+          double quad = 0;
+          for (int e = 0; e < d; ++e)
+            quad += kcov[static_cast<std::size_t>(j) * d + e] *
+                    keys[static_cast<std::size_t>(j) * d + e];
+          z[j] += scale * scale / 2 * quad;
+        }
+      }
+      const double zmax = *std::max_element(z.begin(), z.end());
+      double sum = 0;
+      for (double& x : z) sum += (x = std::exp(x - zmax));
+      for (int j = 0; j < n; ++j) scores[g][s.sinks + j] += z[j] / sum / group;
+    }
+    for (int j = s.sinks; j < P; ++j) {
+      if (s.value_norm) {
+        double v2 = 0;
+        for (int e = 0; e < d; ++e)
+          v2 += double(att.tensors().v(j, g, e)) * att.tensors().v(j, g, e);
+        scores[g][j] = (scores[g][j] + s.epsilon) * std::sqrt(v2);
+      }
+      top = std::max(top, scores[g][j]);
+    }
+  }
+  for (auto& head : scores)
+    for (int j = 0; j < s.sinks; ++j) head[j] = top;
+  return scores;
+}
+
+namespace {
+
+class ExpectedAttention final : public Policy {
+ public:
+  ExpectedAttention(const ParamSet& p, const SampleInfo& s)
+      : budget_(resolve_budget(p, s.prompt_len, "expected_attention")),
+        scoring_(read_expected_attention(p)) {}
+
+  void on_prefill(const LayerView& view, KvCache& cache) override {
+    scores_.clear();
+    if (view.prompt_len() <= budget_) return;
+    scores_ = expected_attention_scores(view, scoring_, "expected_attention");
+    for (int g = 0; g < cache.kv_heads(); ++g)
+      cache.keep_only(g, keep_top_scores(scores_[g], budget_));
+  }
+
+  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  const std::vector<double>* eviction_scores(int, int g) const override {
+    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
+  }
+
+ private:
+  int budget_;
+  ExpectedAttentionScoring scoring_;
+  std::vector<std::vector<double>> scores_;  // [kv head][prompt position]
+};
+
+const PolicyRegistration reg({
+    .name = "expected_attention",
+    .summary = "Keeps the prompt entries future queries are expected to attend most, the queries "
+               "modelled as a Gaussian (kvpress's ExpectedAttentionPress).",
+    .provenance = "Devoto et al. 2025 (arXiv 2510.00636); NVIDIA/kvpress "
+                  "kvpress/presses/expected_attention_press.py (ExpectedAttentionPress)",
+    .params = concat({budget_param(), decode_mode_param()}, expected_attention_params()),
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<ExpectedAttention>(p, s);
+    },
+});
+
+}  // namespace
+}  // namespace kvsim
