@@ -170,6 +170,7 @@ const PolicyRegistration reg({
             budget_param(),
             decode_mode_param(),
             caches_param(),
+            question_param(),
             {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
             {"safeguard",
              ParamType::kChoice,

@@ -29,6 +29,7 @@ class H2O final : public Policy {
         per_query_(p.get_string("normalize") == "queries"),
         total_len_(s.total_len()),
         merge_(read_prompt_merge(p, "h2o", oneshot_ ? nullptr : "mode = oneshot")) {
+    check_question_once(p, "h2o", !oneshot_);
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
                         : static_cast<int>(r.value);
@@ -101,6 +102,7 @@ const PolicyRegistration reg({
     .params = {budget_param(),
                caches_param(),
                prompt_merge_param(),
+               question_param(),
                {"recent", ParamType::kSize, "50%",
                 "most recent entries always kept: a count, or a percentage of the budget "
                 "(rounded down)",

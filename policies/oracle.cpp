@@ -92,6 +92,7 @@ class Oracle final : public Policy {
       shadow_.fill_prompt(view.prompt_len());
       shadow_.set_step(-1);
       matched_->on_prefill(view.causal(), shadow_);
+      next_position_ = view.prompt_len();
     }
     trim(cache, 0);
   }
@@ -99,7 +100,9 @@ class Oracle final : public Policy {
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
     if (matched_) {
       shadow_.set_step(att.step);
-      for (int g = 0; g < shadow_.kv_heads(); ++g) shadow_.append(g, att.position);
+      // Every position since the last hook: a question appended without one (question = append).
+      for (; next_position_ <= att.position; ++next_position_)
+        for (int g = 0; g < shadow_.kv_heads(); ++g) shadow_.append(g, next_position_);
       matched_->on_decode(view.causal(), shadow_attention(view, att.step), shadow_);
     }
     trim(cache, att.step + 1);
@@ -156,6 +159,7 @@ class Oracle final : public Policy {
   int budget_;
   std::unique_ptr<Policy> matched_;  // match: the policy whose sizes the oracle holds
   KvCache shadow_{0, 0};             // match: its cache in the current layer
+  int next_position_ = 0;            // match: the next position the shadow cache appends
   int T_ = 0;
   std::vector<std::vector<double>> future_;
 };
@@ -200,6 +204,11 @@ const PolicyRegistration reg({
             return matched_policy(p.get_string("match"), p.get_string("budget"))
                 .query_head_caches();
           return p.get_string("caches") == "query_head";
+        },
+    .appends_question =
+        [](const ParamSet& p) {
+          const std::string& match = p.get_string("match");
+          return !match.empty() && matched_policy(match, p.get_string("budget")).appends_question();
         },
 });
 

@@ -155,6 +155,24 @@ ParamSpec compress_when_param() {
           {"every_step", "prefill"}};
 }
 
+ParamSpec question_param() {
+  return {"question",
+          ParamType::kChoice,
+          "compress",
+          "compress (the whole prompt) or append (the context only, the sample's question appended "
+          "uncompressed after it and the budget taken of the context: kvpress's pipeline)",
+          0,
+          0,
+          {"compress", "append"}};
+}
+
+void check_question_once(const ParamSet& p, const std::string& policy, bool evicts_while_decoding) {
+  if (evicts_while_decoding && p.get_string("question") == "append")
+    throw std::invalid_argument(policy +
+                                ": question = append compresses once, after the context; it "
+                                "needs a configuration that does not evict while decoding");
+}
+
 ParamSpec caches_param() {
   return {"caches",
           ParamType::kChoice,

@@ -110,6 +110,9 @@ struct PolicyInfo {
   // Whether it keeps one cache per query head when that depends on more than its own `caches`
   // (the oracle follows the policy it matches); unset: `caches = query_head`.
   std::function<bool(const ParamSet&)> query_head_caches;
+  // Whether it compresses the context only, when that depends on more than its own `question`
+  // (the oracle follows the policy it matches); unset: `question = append`.
+  std::function<bool(const ParamSet&)> appends_question;
 };
 
 class PolicyRegistry {
@@ -140,6 +143,13 @@ struct PolicyConfig {
     if (info->query_head_caches) return info->query_head_caches(params);
     const auto it = params.values().find("caches");
     return it != params.values().end() && it->second == "query_head";
+  }
+  // `question = append`: the policy compresses the context and the question is appended after
+  // (the engine replays it on the sample split at its question: traces/kvtrace.hpp).
+  bool appends_question() const {
+    if (info->appends_question) return info->appends_question(params);
+    const auto it = params.values().find("question");
+    return it != params.values().end() && it->second == "append";
   }
 };
 
@@ -196,6 +206,17 @@ ParamSpec compress_when_param();
 // the policy on the layer with K and V repeated per query head; on multi-head layers the two are
 // the same.
 ParamSpec caches_param();
+
+// `question = compress | append`: compress the whole prompt (the papers, KVCache-Factory), or the
+// context only and append the question uncompressed after it, as kvpress's pipeline does
+// (kvpress/pipeline.py: the press runs on the context's prefill, the question is fed after it);
+// the budget then resolves against the context's length. The question is the sample's
+// `question_len` (kvtrace-v1.md).
+ParamSpec question_param();
+// Throws (naming `policy`) when `question = append` meets a policy configuration that evicts
+// while decoding: the question's entries would enter a cache the policy then trims as if it had
+// seen them.
+void check_question_once(const ParamSet& p, const std::string& policy, bool evicts_while_decoding);
 
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");

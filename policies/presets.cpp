@@ -16,8 +16,10 @@ const std::vector<PolicyPreset>& policy_presets() {
        "window 32, average-pool 5, window votes summed, one cache per query head"},
       {"snapkv:kvpress",
        "snapkv",
-       {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}},
-       "NVIDIA/kvpress kvpress/presses/snapkv_press.py (SnapKVPress)",
+       {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/snapkv_press.py (SnapKVPress); kvpress/pipeline.py "
+       "compresses the context "
+       "and appends the question uncompressed",
        "window 64, average-pool 5, window votes averaged (ranks exactly as the sum)"},
       {"snapkv:kvcache-factory",
        "snapkv",
@@ -42,8 +44,10 @@ const std::vector<PolicyPreset>& policy_presets() {
        "query head"},
       {"h2o:kvpress",
        "h2o",
-       {{"mode", "oneshot"}, {"recent", "0"}, {"normalize", "queries"}},
-       "NVIDIA/kvpress kvpress/presses/observed_attention_press.py (ObservedAttentionPress)",
+       {{"mode", "oneshot"}, {"recent", "0"}, {"normalize", "queries"}, {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/observed_attention_press.py (ObservedAttentionPress); "
+       "kvpress/pipeline.py compresses the context "
+       "and appends the question uncompressed",
        "prompt attention received per query that could see the token, once, no window, then "
        "append"},
       {"streamingllm:paper",
@@ -53,8 +57,10 @@ const std::vector<PolicyPreset>& policy_presets() {
        "4 attention sinks + recent window, after every step"},
       {"streamingllm:kvpress",
        "streamingllm",
-       {{"sinks", "4"}, {"compress", "prefill"}},
-       "NVIDIA/kvpress kvpress/presses/streaming_llm_press.py (n_sink = 4)",
+       {{"sinks", "4"}, {"compress", "prefill"}, {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/streaming_llm_press.py (n_sink = 4); kvpress/pipeline.py "
+       "compresses the context "
+       "and appends the question uncompressed",
        "4 sinks + the newest prompt entries, once after the prompt, then append"},
       {"streamingllm:kvcache-factory",
        "streamingllm",
@@ -65,8 +71,10 @@ const std::vector<PolicyPreset>& policy_presets() {
        "query head (the same set in each)"},
       {"tova:kvpress",
        "tova",
-       {{"compress", "prefill"}},
-       "NVIDIA/kvpress kvpress/presses/tova_press.py (TOVAPress)",
+       {{"compress", "prefill"}, {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/tova_press.py (TOVAPress); kvpress/pipeline.py compresses "
+       "the context "
+       "and appends the question uncompressed",
        "last prompt token's head-averaged attention, itself kept, once after the prompt, then "
        "append"},
       {"pyramidkv:kvcache-factory",
@@ -86,9 +94,25 @@ const std::vector<PolicyPreset>& policy_presets() {
         {"kernel", "5"},
         {"pooling", "avg"},
         {"beta", "20"},
-        {"rounding", "kvpress"}},
-       "NVIDIA/kvpress kvpress/presses/pyramidkv_press.py (PyramidKVPress on SnapKVPress)",
+        {"rounding", "kvpress"},
+        {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/pyramidkv_press.py (PyramidKVPress on SnapKVPress); "
+       "kvpress/pipeline.py compresses the context "
+       "and appends the question uncompressed",
        "window 64, average-pool 5, β 20, kvpress's layer budgets (window included)"},
+      {"knorm:kvpress",
+       "knorm",
+       {{"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/knorm_press.py (KnormPress); kvpress/pipeline.py "
+       "compresses the context and appends the question uncompressed",
+       "the smallest key norms of the context, the question appended"},
+      {"expected_attention:kvpress",
+       "expected_attention",
+       {{"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/expected_attention_press.py (ExpectedAttentionPress, its "
+       "defaults); kvpress/pipeline.py compresses the context and appends the question "
+       "uncompressed",
+       "expected attention of the next 512 positions over the context, the question appended"},
       {"fastv:paper",
        "fastv",
        {{"K", "2"}, {"R", "50"}},
@@ -101,8 +125,11 @@ const std::vector<PolicyPreset>& policy_presets() {
         {"safeguard", "kvpress"},
         {"window", "64"},
         {"kernel", "5"},
-        {"pooling", "avg"}},
-       "NVIDIA/kvpress kvpress/presses/adakv_press.py (AdaKVPress around SnapKVPress)",
+        {"pooling", "avg"},
+        {"question", "append"}},
+       "NVIDIA/kvpress kvpress/presses/adakv_press.py (AdaKVPress around SnapKVPress); "
+       "kvpress/pipeline.py compresses the context "
+       "and appends the question uncompressed",
        "each KV head keeps its int(0.2 B) best (window included), the rest by joint top-k"},
       {"adakv:kvcache-factory",
        "adakv",

@@ -123,6 +123,7 @@ const PolicyRegistration reg({
             decode_mode_param(),
             caches_param(),
             prompt_merge_param(),
+            question_param(),
             {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
             {"rounding",
              ParamType::kChoice,

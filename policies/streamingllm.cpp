@@ -21,6 +21,7 @@ class StreamingLlm final : public Policy {
         prefill_only_(p.get_string("compress") == "prefill"),
         merge_(
             read_prompt_merge(p, "streamingllm", prefill_only_ ? nullptr : "compress = prefill")) {
+    check_question_once(p, "streamingllm", !prefill_only_);
     if (budget_ <= sinks_)
       throw std::invalid_argument(
           "streamingllm: budget (" + std::to_string(budget_) +
@@ -58,7 +59,8 @@ const PolicyRegistration reg({
                {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9},
                compress_when_param(),
                caches_param(),
-               prompt_merge_param()},
+               prompt_merge_param(),
+               question_param()},
     .needs = {},
     .lookahead = false,
     .merges = false,

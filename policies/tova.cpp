@@ -17,7 +17,9 @@ class Tova final : public Policy {
  public:
   Tova(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "tova")),
-        prefill_only_(p.get_string("compress") == "prefill") {}
+        prefill_only_(p.get_string("compress") == "prefill") {
+    check_question_once(p, "tova", !prefill_only_);
+  }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     std::vector<double> score = last_token_attention(view);
@@ -56,7 +58,7 @@ const PolicyRegistration reg({
     .name = "tova",
     .summary = "Evicts the entry the current query attends least (head-averaged), every step.",
     .provenance = "Oren et al. 2024, TOVA, Sec. 4",
-    .params = {budget_param(), compress_when_param()},
+    .params = {budget_param(), compress_when_param(), question_param()},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
     .lookahead = false,
     .merges = false,

@@ -71,6 +71,18 @@ void record_flushes(const Policy& policy, int layer, int step,
   }
 }
 
+// Drops the question's steps from a context-only replay and numbers the rest from 0.
+void renumber_after_question(LayerResult& r, int question) {
+  for (auto& steps : r.steps) steps.erase(steps.begin(), steps.begin() + question);
+  auto shift = [question](auto& records) {
+    for (auto& e : records)
+      if (e.step >= 0) e.step -= question;
+  };
+  for (auto& e : r.evicted) shift(e);
+  for (auto& m : r.merged) shift(m);
+  shift(r.flushes);
+}
+
 }  // namespace
 
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
@@ -98,16 +110,18 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   std::vector<StepMetrics> m(Hkv);
   const std::int64_t entry_bytes =
       2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
+  const int first = options.appended_steps;
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
+    if (t < first) continue;  // the question: appended, nothing decided, nothing measured
     step_attention.step(att, ref, cache, t, sa, m);
     for (int g = 0; g < Hkv; ++g) {
       m[g].kv_bytes = m[g].cache_size * entry_bytes;
       m[g].position = P + t;
       if (!std::isnan(m[g].evicted_mass))
         m[g].cumulative_evicted_mass =
-            m[g].evicted_mass + (t > 0 ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
+            m[g].evicted_mass + (t > first ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
       r.steps[g][t] = m[g];
     }
     std::vector<std::vector<std::int32_t>> before;
@@ -126,6 +140,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     r.evicted[g] = cache.evictions(g);
     r.merged[g] = cache.merges(g);
   }
+  if (first > 0) renumber_after_question(r, first);
   return r;
 }
 
@@ -461,6 +476,12 @@ TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads) {
   return info;
 }
 
+SampleInfo context_only(SampleInfo sample, int question) {
+  sample.prompt_len -= question;
+  sample.gen_len += question;
+  return sample;
+}
+
 LayerTensors repeat_kv_heads(const LayerTensors& t, int group) {
   LayerTensors out;
   out.layer = t.layer;
@@ -490,9 +511,11 @@ void Replayer::replay_sample(const std::string& sample_name,
   const TraceInfo& info = reader_.info();
   // Policies are created per sample: their state may carry from lower to higher layers.
   std::vector<std::unique_ptr<Policy>> instances;
+  const int question = question_length(sample);
+  const SampleInfo context = context_only(sample, question);
   for (const auto& p : policies_) {
     try {
-      instances.push_back(p.info->create(p.params, sample));
+      instances.push_back(p.info->create(p.params, p.appends_question() ? context : sample));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }
@@ -521,7 +544,8 @@ void Replayer::replay_sample(const std::string& sample_name,
     std::future<std::unique_ptr<LayerAttention>> next;
     if (pipelined && l + 1 < info.num_layers)
       next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
-    std::vector<LayerResult> results = replay_policies(*att, sources, instances, stats, sample);
+    std::vector<LayerResult> results =
+        replay_policies(*att, sources, instances, stats, sample, question);
     if (delivered.valid()) delivered.get();
     if (pipelined)
       delivered = std::async(std::launch::async, deliver, std::move(results), l);
@@ -632,7 +656,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                                    const std::map<int, LayerTensors>& sources,
                                                    std::vector<std::unique_ptr<Policy>>& instances,
                                                    const SampleStats& stats,
-                                                   const SampleInfo& sample) const {
+                                                   const SampleInfo& sample, int question) const {
   const TraceInfo& info = reader_.info();
   const int l = att.layer();
   // Layers that inherit another layer's q/k attend with it but are measured against their own.
@@ -649,27 +673,39 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
         std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
   }
   // Policies with one cache per query head replay the layer with K and V repeated per query
-  // head (repeat_kv): the same attention, group-size x the KV heads.
-  std::unique_ptr<LayerAttention> repeated;
-  if (att.group_size() > 1 &&
-      std::any_of(policies_.begin(), policies_.end(),
-                  [](const PolicyConfig& p) { return p.query_head_caches(); }))
-    repeated = std::make_unique<LayerAttention>(info_with_kv_heads(info, info.num_heads), sample,
-                                                repeat_kv_heads(att.tensors(), att.group_size()),
-                                                needs_, options_.threads);
+  // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
+  // context only replay it split at the question, whose positions become the first decode steps:
+  // the same decode attention, the prompt statistics of the context.
+  using Shape = std::pair<bool, bool>;  // per query head, context only
+  auto shape_of = [&](const PolicyConfig& p) {
+    return Shape{att.group_size() > 1 && p.query_head_caches(),
+                 question > 0 && p.appends_question()};
+  };
+  std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
+  for (const auto& p : policies_) {
+    const Shape s = shape_of(p);
+    if (s == Shape{false, false} || shaped.count(s)) continue;
+    shaped[s] = std::make_unique<LayerAttention>(
+        s.first ? info_with_kv_heads(info, info.num_heads) : info,
+        s.second ? context_only(sample, question) : sample,
+        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), needs_,
+        options_.threads);
+  }
   std::vector<LayerResult> results(policies_.size());
   // Threads the policies leave idle batch their output errors, head by head.
   const int finish_threads =
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
-    const bool per_query_head = repeated && policies_[i].query_head_caches();
-    const LayerAttention& measured = per_query_head ? *repeated : att;
-    const LayerAttention& attended = per_query_head ? *repeated : src == l ? att : *heirs.at(src);
+    const Shape shape = shape_of(policies_[i]);
+    const bool reshaped = shape != Shape{false, false};
+    const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
+    const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
     try {
       results[i] =
           replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
-                       dtype_bytes(sample.dtype), {options_.check_invariants, options_.bounds},
+                       dtype_bytes(sample.dtype),
+                       {options_.check_invariants, options_.bounds, shape.second ? question : 0},
                        shared_step_attention(attended, measured, finish_threads));
       if (options_.bounds)
         results[i].theorem = check_theorem_2_1(measured, results[i], options_.bounds_epsilon);
@@ -678,7 +714,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     }
     results[i].policy_index = i;
     results[i].sample = sample.name;
-    results[i].budget_entries = budget_entries(policies_[i], sample.prompt_len);
+    results[i].budget_entries =
+        budget_entries(policies_[i], sample.prompt_len - (shape.second ? question : 0));
   });
   set_regret(results, policies_);
   return results;

@@ -94,6 +94,9 @@ void set_regret(std::vector<LayerResult>& layer_results, const std::vector<Polic
 // KV head (transformers' repeat_kv: KV head g serves query heads g*group .. g*group + group - 1):
 // the layer as a policy with one cache per query head sees it (`caches = query_head`).
 TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads);
+// The sample as a context-only compression sees it: its last `question` prompt positions become
+// the first decode steps (P - question prompt positions, G + question steps).
+SampleInfo context_only(SampleInfo sample, int question);
 LayerTensors repeat_kv_heads(const LayerTensors& tensors, int group);
 
 // Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
@@ -131,8 +134,8 @@ class Replayer {
   std::vector<LayerResult> replay_policies(const LayerAttention& att,
                                            const std::map<int, LayerTensors>& sources,
                                            std::vector<std::unique_ptr<Policy>>& instances,
-                                           const SampleStats& stats,
-                                           const SampleInfo& sample) const;
+                                           const SampleStats& stats, const SampleInfo& sample,
+                                           int question) const;
 
   const TraceReader& reader_;
   std::vector<PolicyConfig> policies_;
@@ -159,6 +162,10 @@ struct StepAttentionModel {
 struct LayerReplayOptions {
   bool check_invariants = true;
   bool record_flushes = false;
+  // The first `appended_steps` decode steps of `att` are the question of a context-only
+  // compression (`question = append`): appended without a hook and without metrics. Results then
+  // hold the later steps only, numbered from 0 (decisions too), as the whole sample numbers them.
+  int appended_steps = 0;
 };
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,

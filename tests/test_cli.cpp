@@ -134,7 +134,7 @@ TEST(Cli, SynthInspectReplay) {
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
   const std::string sidecar = slurp(temp_path("r1.policies.csv"));
   EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,caches=kv_head,decode=grow,group_reduce="
-                         "mean,kernel=7,merge=none,pooling=max,window=4\""),
+                         "mean,kernel=7,merge=none,pooling=max,question=compress,window=4\""),
             std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
@@ -216,10 +216,9 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   const std::string trace = t.write("cli_tiny.h5");
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(
-      r.output.find(
-          "unknown parameter 'bugdet' (valid: budget, caches, merge, recent, mode, normalize)"),
-      std::string::npos)
+  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, caches, merge, question, "
+                          "recent, mode, normalize)"),
+            std::string::npos)
       << r.output;
   r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");
   EXPECT_NE(r.code, 0);

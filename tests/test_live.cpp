@@ -406,6 +406,19 @@ TEST_F(LiveFixture, RejectsPoliciesWithoutALiveRun) {
   const PolicyConfig per_query_head = make_policy_config("snapkv", {{"caches", "query_head"}});
   expect_error([&] { live::LiveEngine::live_needs({per_query_head}, gqa); }, "replay-only");
   EXPECT_NO_THROW(live::LiveEngine::live_needs({per_query_head}, tiny_config("llama", 4, 4)));
+  // A question appended after the compressed context needs a second prefill pass the live path
+  // does not make; a prompt without a question is the same run either way.
+  PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // the 8 tokens after the image
+  const PolicyConfig appended =
+      make_policy_config("snapkv:kvpress", {{"window", "2"}, {"budget", "8"}});
+  live::RunOptions o;
+  o.steps = 2;
+  o.policy = &appended;
+  live::PreparedPrompt pp = engine.prepare(prompt, 2, live::LiveEngine::live_needs({appended}, c));
+  expect_error([&] { engine.run(pp, o); }, "8-token question");
+  prompt.info.question_len = 0;
+  pp = engine.prepare(prompt, 2, live::LiveEngine::live_needs({appended}, c));
+  EXPECT_NO_THROW(engine.run(pp, o));
 }
 
 TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {

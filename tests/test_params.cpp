@@ -37,16 +37,15 @@ TEST(Params, DefaultsAndOverrides) {
   EXPECT_EQ(c.params.get_string("budget"), "20%");
   EXPECT_EQ(c.params.str(),
             "budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,merge=none,pooling="
-            "max,window=8");
+            "max,question=compress,window=8");
   EXPECT_EQ(c.needs().prefill_window, 8);
 }
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
-  EXPECT_NE(
-      unknown.find(
-          "h2o: unknown parameter 'windw' (valid: budget, caches, merge, recent, mode, normalize)"),
-      std::string::npos)
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, caches, merge, question, "
+                         "recent, mode, normalize)"),
+            std::string::npos)
       << unknown;
   const std::string range = error_of([] { make_policy_config("snapkv", {{"window", "0"}}); });
   EXPECT_NE(range.find("snapkv: parameter 'window' = '0' is out of range"), std::string::npos)
@@ -118,7 +117,7 @@ TEST(Presets, PinAReferenceReading) {
   EXPECT_EQ(c.info->name, "snapkv");
   EXPECT_EQ(c.params.str(),
             "budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,merge=none,pooling="
-            "avg,window=64");
+            "avg,question=append,window=64");
   EXPECT_EQ(c.needs().prefill_window, 64);
   // User overrides apply on top of the preset.
   EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);

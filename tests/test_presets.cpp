@@ -156,7 +156,9 @@ TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
                 });
   // kvpress SnapKVPress with compression_ratio 0.25: n_kept = int(52 * 0.75) = 39, window 64
   // (the whole prompt: nothing to evict) -> here window 16 to have something to choose.
-  expect_kept(trace, "snapkv:kvpress", {{"compression_ratio", "0.25"}, {"window", "16"}},
+  // (The whole prompt compressed: kvpress's appending of the question is tested on its own below.)
+  expect_kept(trace, "snapkv:kvpress",
+              {{"compression_ratio", "0.25"}, {"window", "16"}, {"question", "compress"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int h) {
                 return snapkv_kept(prompt_attention(r, s, l, h), 39, 16, 5, false);
               });
@@ -211,11 +213,12 @@ TEST(Presets, PyramidKVOfKvpress) {
   const std::vector<std::tuple<std::string, std::string, std::vector<int>>> cases = {
       {"0.55", "2", {35, 23, 12}}, {"0.5", "20", {44, 26, 8}}, {"0.6", "3", {21, 21, 21}}};
   for (const auto& [ratio, beta, keep] : cases)
-    expect_kept(trace, "pyramidkv:kvpress",
-                {{"compression_ratio", ratio}, {"beta", beta}, {"window", "8"}},
-                [keep = keep](const TraceReader& r, const SampleInfo& s, int l, int h) {
-                  return snapkv_kept(prompt_attention(r, s, l, h), keep[l], 8, 5, false);
-                });
+    expect_kept(
+        trace, "pyramidkv:kvpress",
+        {{"compression_ratio", ratio}, {"beta", beta}, {"window", "8"}, {"question", "compress"}},
+        [keep = keep](const TraceReader& r, const SampleInfo& s, int l, int h) {
+          return snapkv_kept(prompt_attention(r, s, l, h), keep[l], 8, 5, false);
+        });
 }
 
 // AdaKVPress around SnapKVPress, restated on a GQA trace (kvpress selects per KV head): the
@@ -263,7 +266,10 @@ TEST(Presets, AdaKVOfKvpress) {
   const std::string trace = small_synthetic_trace("presets_adakv_kvpress.h5", 2);
   for (const double alpha : {0.2, 0.9})
     expect_kept(trace, "adakv:kvpress",
-                {{"compression_ratio", "0.5"}, {"window", "8"}, {"alpha", std::to_string(alpha)}},
+                {{"compression_ratio", "0.5"},
+                 {"window", "8"},
+                 {"alpha", std::to_string(alpha)},
+                 {"question", "compress"}},
                 [alpha](const TraceReader& r, const SampleInfo& s, int l, int g) {
                   return adakv_kvpress_kept(r, s, l, alpha, 26, 8, 5)[g];
                 });
@@ -343,7 +349,8 @@ TEST(Presets, H2OOfKVCacheFactory) {
 TEST(Presets, H2OOfKvpress) {
   // ObservedAttentionPress: attention received summed over the prompt queries and divided by
   // how many of them see the token (P - j), no window; n_kept = int(52 * (1 - 0.5)) = 26.
-  expect_kept(mha_trace("presets_h2o_kvpress.h5"), "h2o:kvpress", {{"compression_ratio", "0.5"}},
+  expect_kept(mha_trace("presets_h2o_kvpress.h5"), "h2o:kvpress",
+              {{"compression_ratio", "0.5"}, {"question", "compress"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int h) {
                 std::vector<double> score = column_sums(prompt_attention(r, s, l, h));
                 const int P = static_cast<int>(score.size());
@@ -355,7 +362,8 @@ TEST(Presets, H2OOfKvpress) {
 TEST(Presets, StreamingLLMOfKvpressAndKVCacheFactory) {
   // 4 sinks and the newest B - 4 prompt entries, once.
   for (const std::string preset : {"streamingllm:kvpress", "streamingllm:kvcache-factory"})
-    expect_kept(mha_trace("presets_streaming.h5"), preset, {{"budget", "20"}},
+    expect_kept(mha_trace("presets_streaming.h5"), preset,
+                {{"budget", "20"}, {"question", "compress"}},
                 [](const TraceReader&, const SampleInfo& s, int, int) {
                   Positions kept = range(0, 4);
                   for (int j = s.prompt_len - 16; j < s.prompt_len; ++j) kept.insert(j);
@@ -366,7 +374,8 @@ TEST(Presets, StreamingLLMOfKvpressAndKVCacheFactory) {
 TEST(Presets, TovaOfKvpress) {
   // TOVAPress: the last prompt token's attention averaged over every head of the layer (one set
   // for all heads), the last token kept with the maximum score, the top B overall.
-  expect_kept(mha_trace("presets_tova.h5"), "tova:kvpress", {{"compression_ratio", "0.5"}},
+  expect_kept(mha_trace("presets_tova.h5"), "tova:kvpress",
+              {{"compression_ratio", "0.5"}, {"question", "compress"}},
               [](const TraceReader& r, const SampleInfo& s, int l, int) {
                 const int P = s.prompt_len, H = r.info().num_heads;
                 std::vector<double> score(P, 0.0);
@@ -707,6 +716,69 @@ TEST(Presets, AdaKVOfKvpressAroundAnyScorer) {
         [&](const TraceReader&, const SampleInfo&, int, int g) { return kept[g]; });
   }
   EXPECT_THROW(run_policy(rt.path, "adakv", {{"window", "0"}, {"budget", "20"}}), std::logic_error);
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// The sample of `trace` as a context-only compression sees it, written as a trace of its own:
+// the question's positions become the first generated tokens.
+std::string split_at_question(const std::string& trace, const std::string& name, int& question) {
+  TraceReader reader(trace);
+  const SampleInfo s = reader.read_sample(reader.sample_names()[0]);
+  question = question_length(s);
+  SampleInfo context = context_only(s, question);
+  context.question_len = -1;
+  for (int i = context.prompt_len; i < s.prompt_len; ++i)
+    context.segment[i] = static_cast<std::uint8_t>(Segment::kGenerated);
+  TraceInfo info = reader.info();
+  const std::string path = temp_path(name);
+  TraceWriter w(path, info, WriteOptions{.dtype = s.dtype});
+  w.write_sample(context);
+  for (int l = 0; l < info.num_layers; ++l) w.write_layer(context, reader.read_layer(s, l));
+  return path;
+}
+
+// kvpress's pipeline (kvpress/pipeline.py): the press compresses the context's prefill and the
+// question is fed after it, uncompressed. Every kvpress preset, with its question appended, keeps
+// and measures exactly what it does with the whole prompt compressed on the trace whose prompt
+// ends where the question begins (the question there being the first generated tokens): the
+// same prefill evictions, and at generated token t the same cache and recall as at step Q + t.
+TEST(Presets, KvpressAppendsTheQuestionUncompressed) {
+  const std::string trace = small_synthetic_trace("presets_question.h5", 2, true, 4, 2);
+  int question = 0;
+  const std::string context = split_at_question(trace, "presets_question_context.h5", question);
+  ASSERT_EQ(question, 6);  // the synthetic user tokens after the image
+  for (const auto& preset :
+       {"snapkv:kvpress", "h2o:kvpress", "streamingllm:kvpress", "tova:kvpress",
+        "pyramidkv:kvpress", "adakv:kvpress", "knorm:kvpress", "expected_attention:kvpress"}) {
+    std::map<std::string, std::string> own = {{"compression_ratio", "0.6"}};
+    if (make_policy_config(preset, {}).params.values().count("window")) own["window"] = "8";
+    ASSERT_TRUE(make_policy_config(preset, own).appends_question()) << preset;
+    const auto appended = run_policy(trace, preset, own);
+    own["question"] = "compress";
+    const auto reference = run_policy(context, preset, own);
+    ASSERT_EQ(appended.size(), reference.size());
+    for (std::size_t i = 0; i < appended.size(); ++i) {
+      const LayerResult &a = appended[i], &b = reference[i];
+      EXPECT_EQ(a.budget_entries, static_cast<int>(46 * 0.4)) << preset;  // int(C (1 - ratio))
+      for (std::size_t g = 0; g < a.steps.size(); ++g) {
+        EXPECT_EQ(evicted_at(a, -1, g), evicted_at(b, -1, g)) << preset << " head " << g;
+        EXPECT_FALSE(evicted_at(a, -1, g).empty()) << preset;
+        ASSERT_EQ(a.steps[g].size() + question, b.steps[g].size()) << preset;
+        for (std::size_t t = 0; t < a.steps[g].size(); ++t) {
+          const StepMetrics &x = a.steps[g][t], &y = b.steps[g][t + question];
+          EXPECT_EQ(x.position, y.position);
+          EXPECT_EQ(x.cache_size, y.cache_size) << preset << " step " << t;
+          EXPECT_EQ(x.mass_recall, y.mass_recall) << preset << " step " << t;
+          EXPECT_NEAR(x.output_rel_error, y.output_rel_error, 1e-5) << preset << " step " << t;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -307,3 +307,52 @@ TEST(Validation, TruncatedFile) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(Validation, QuestionMustLeaveAContext) {
+  expect_error(broken_trace("question.h5",
+                            [](hid_t f) { set_int_attr(f, "samples/s0", "question_len", 4); }),
+               {"sample 's0'", "'question_len' = 4 leaves no context (prompt_len = 4)"});
+  expect_error(broken_trace("question_neg.h5",
+                            [](hid_t f) { set_int_attr(f, "samples/s0", "question_len", -1); }),
+               {"sample 's0'", "'question_len' = -1 is out of range"});
+}
+
+TEST(Validation, RopeThetaMustExceedOne) {
+  expect_error(broken_trace("theta.h5",
+                            [](hid_t f) {
+                              H5Handle o(H5Oopen(f, "/", H5P_DEFAULT));
+                              h5_write_float_attr(o.get(), "rope_theta", 0.5);
+                            }),
+               {"'rope_theta' must be a finite number above 1"});
+}
+
+// The question: the attribute when given, else what follows the last image or video token, else
+// nothing (kvtrace-v1.md, question_len).
+TEST(Validation, QuestionSpanOfASample) {
+  SampleInfo s;
+  s.prompt_len = 6;
+  s.modality = {0, 1, 1, 0, 0, 0, 0};
+  EXPECT_EQ(question_length(s), 3);
+  s.question_len = 1;
+  EXPECT_EQ(question_length(s), 1);
+  s.question_len = -1;
+  s.modality = {0, 0, 0, 0, 0, 2, 0};
+  EXPECT_EQ(question_length(s), 0);  // the prompt ends with the video
+  s.modality.assign(7, 0);
+  EXPECT_EQ(question_length(s), 0);  // text only, no attribute: all context
+  // Written and read back.
+  TinyTrace t{.prompt_len = 4, .weights = {1, 2, 3, 4, 5}};
+  const std::string path = t.write("question_round_trip.h5");
+  {
+    silence_hdf5_errors();
+    H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    set_int_attr(f.get(), "samples/s0", "question_len", 2);
+  }
+  EXPECT_EQ(TraceReader(path).read_sample("s0").question_len, 2);
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -119,6 +119,13 @@ int require_positive_int(hid_t obj, const char* name, const std::string& where, 
 
 }  // namespace
 
+int question_length(const SampleInfo& s) {
+  if (s.question_len >= 0) return s.question_len;
+  for (int i = s.prompt_len - 1; i >= 0; --i)
+    if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText)) return s.prompt_len - 1 - i;
+  return 0;
+}
+
 void check_media_ids(const std::vector<std::uint8_t>& modality,
                      const std::vector<std::int32_t>& media_id, const std::string& where) {
   for (std::size_t i = 0; i < media_id.size(); ++i)
@@ -208,9 +215,9 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   if (h5_attr_exists(g.get(), "question_len")) {
     s.question_len = require_positive_int(g.get(), "question_len", where(name), true);
     if (s.question_len >= s.prompt_len)
-      throw TraceError(where(name) + ": attribute 'question_len' = " +
-                       std::to_string(s.question_len) + " leaves no context (prompt_len = " +
-                       std::to_string(s.prompt_len) + ")");
+      throw TraceError(where(name) +
+                       ": attribute 'question_len' = " + std::to_string(s.question_len) +
+                       " leaves no context (prompt_len = " + std::to_string(s.prompt_len) + ")");
   }
   const int T = s.total_len();
   for (const char* req : {"modality", "segment"})

@@ -51,6 +51,11 @@ struct SampleInfo {
   int total_len() const { return prompt_len + gen_len; }
 };
 
+// The question a context-only compression appends uncompressed (kvtrace-v1.md, `question_len`):
+// the sample's attribute when it has one, else the prompt positions after its last image or video
+// token, else 0 (a text-only prompt without the attribute is all context).
+int question_length(const SampleInfo& sample);
+
 // One layer of one sample, converted to float32, layout [T, heads, d] as in the file.
 struct LayerTensors {
   int layer = 0;

@@ -49,6 +49,10 @@ void bind_trace(py::module_& m) {
       .def_property_readonly("gen_len", [](const Sample& s) { return s.info.gen_len; })
       .def_property_readonly("total_len", [](const Sample& s) { return s.info.total_len(); })
       .def_property_readonly("task", [](const Sample& s) { return s.info.task; })
+      .def_property_readonly(
+          "question_len", [](const Sample& s) { return question_length(s.info); },
+          "prompt tokens of the question: the question_len attribute, else those after the last "
+          "image or video token, else 0")
       .def_property_readonly("has_v", [](const Sample& s) { return s.info.has_v; })
       .def_property_readonly(
           "dtype",
@@ -84,6 +88,13 @@ void bind_trace(py::module_& m) {
                              [](const TraceReader& r) { return r.info().num_kv_heads; })
       .def_property_readonly("head_dim", [](const TraceReader& r) { return r.info().head_dim; })
       .def_property_readonly("scale", [](const TraceReader& r) { return r.info().scale; })
+      .def_property_readonly(
+          "rope_theta",
+          [](const TraceReader& r) -> py::object {
+            if (r.info().rope_theta > 0) return py::float_(r.info().rope_theta);
+            return py::none();
+          },
+          "the rotary base the queries and keys carry, or None when the trace does not say")
       .def("samples", &TraceReader::sample_names, "names of the samples, in file order")
       .def(
           "sample",

@@ -77,11 +77,15 @@ class WriteTest(Fixture):
             s = t.sample(name)
             samples[name] = {"prompt_len": s.prompt_len, "modality": s.modality,
                              "segment": s.segment, "media_id": s.media_id,
-                             "token_ids": s.token_ids, "task": "copy",
+                             "token_ids": s.token_ids, "task": "copy", "question_len": 3,
                              "layers": [s.layer(l) for l in range(t.num_layers)]}
         out = os.path.join(self.dir.name, "copy.h5")
-        kvsim.write_trace(out, samples, model="copied", scale=0.25, dtype="float32")
+        kvsim.write_trace(out, samples, model="copied", scale=0.25, dtype="float32",
+                          rope_theta=500.0)
         c = kvsim.Trace(out)
+        self.assertEqual((t.rope_theta, c.rope_theta), (10000.0, 500.0))
+        self.assertEqual((t.sample(t.samples()[0]).question_len,
+                          c.sample(t.samples()[0]).question_len), (29, 3))
         self.assertEqual((c.model, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim),
                          ("copied", 3, 4, 2, 16))
         for name in t.samples():

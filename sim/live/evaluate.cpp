@@ -176,8 +176,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
                                          const std::vector<PolicyConfig>& policies,
                                          const EvalOptions& o) {
   const int G = o.gen_len, R = static_cast<int>(prompt.reference_ids.size());
-  const AttentionNeeds needs =
-      LiveEngine::live_needs(policies, engine.model().config());
+  const AttentionNeeds needs = LiveEngine::live_needs(policies, engine.model().config());
   PreparedPrompt pp = engine.prepare(prompt, std::max(G, R - 1), needs);
   RunOptions base;
   base.steps = G;

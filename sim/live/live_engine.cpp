@@ -154,6 +154,15 @@ class PolicyLoop {
   PolicyLoop(Backend& b, PreparedPrompt& pp, const PolicyConfig& config, bool check)
       : b_(b), pp_(pp), config_(config), check_(check) {
     if (!pp.stats.layers.empty()) stats_ = &pp.stats;
+    // The live prefill runs the whole prompt at once; a question appended after a compressed
+    // context would need a second prefill pass.
+    if (config.appends_question() && question_length(pp.sample) > 0)
+      throw std::invalid_argument(
+          "policy '" + config.label + "': question = append (compress the context only) is " +
+          "replay-only; sample '" + pp.sample.name + "' has a " +
+          std::to_string(question_length(pp.sample)) +
+          "-token question, which the live path would compress with the context; set "
+          "question=compress");
   }
 
   // Each layer's instance first sees the prefill of layers 0..l-1 on scratch caches, so it holds
