@@ -10,8 +10,9 @@
 // Prefill: from the third layer on (index >= 2), only the top P% of the image tokens by the
 // second layer's (index 1) last-token attention are kept, as in FastV.
 // Text (Adaptive Text Attention): H2O-style cumulative scores inside a text window of T% of the
-// maximum text length (prompt text + generated tokens); when the window overflows, the
-// lowest-scoring entry of its older half is evicted.
+// maximum text length (prompt text + max_new_tokens, the run's generation limit: 128 in LLaVA-1.5's
+// evaluation scripts); when the window overflows, the lowest-scoring entry of its older half is
+// evicted.
 // Defaults: the last LLaVA-1.5-7B row of Table 3 (S 45, C 30, K 3, P 90, T 50); C = S, P = 100
 // and T = 100 switch the components off as the table's other rows do.
 //
@@ -48,7 +49,9 @@ class Avl final : public Policy {
                                   " must not exceed 'S' = " + p.get_string("S"));
     int text = 0;
     for (int i = 0; i < s.prompt_len; ++i) text += s.modality[i] == 0;
-    text_window_ = percent_of(text_pct_, text + s.gen_len);
+    // The maximum text length is the prompt's text plus the most tokens the run may generate: a
+    // configuration value, not the trace's realised generation length (the future).
+    text_window_ = percent_of(text_pct_, text + static_cast<int>(p.get_int("max_new_tokens")));
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -170,7 +173,11 @@ const PolicyRegistration reg({
                {"P", ParamType::kFloat, "90",
                 "image tokens kept from the third layer on, % (100: off)", 0, 100},
                {"T", ParamType::kFloat, "50",
-                "text cache window, % of prompt text + generated tokens (100: off)", 0, 100}},
+                "text cache window, % of prompt text + max_new_tokens (100: off)", 0, 100},
+               {"max_new_tokens", ParamType::kInt, "128",
+                "the run's maximum generation length, known before decoding (LLaVA-1.5's "
+                "llava/eval/model_vqa_loader.py default); sizes the text window",
+                1, 1e9}},
     .needs = {.prefill_column_sums = true, .prefill_window = 1},
     .lookahead = false,
     .merges = false,

@@ -46,11 +46,14 @@ TEST(Avl, CoreSecondaryAndUpdateDecode) {
 }
 
 TEST(Avl, TextWindowEvictsFromItsOlderHalf) {
-  // Text: 2 prompt tokens + 4 generated, T = 50% -> a window of 3. Step 1 holds text {0 5 6 7};
+  // Text: 2 prompt tokens + a generation limit (max_new_tokens) of 4, T = 50% -> a window of 3
+  // (the limit, not the trace's own generation length, which a deployed run cannot know; here
+  // both are 4). Step 1 holds text {0 5 6 7};
   // the newest floor(3 / 2) = 1 is protected; scores (prompt column sums + renormalised decode
   // attention): s0 = 1.878, s5 = .351, s6 = .268 -> evict 6.
   auto p = kNoText;
   p["T"] = "50";
+  p["max_new_tokens"] = "4";
   const auto r = run_policy(avl_trace().write("avl_text.h5"), "avl", p);
   EXPECT_TRUE(evicted_at(r[0], 0).empty());
   EXPECT_EQ(evicted_at(r[0], 1), (V{6}));
