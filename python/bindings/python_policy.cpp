@@ -39,6 +39,9 @@ struct Alive {
 
 struct ViewHandle : Alive {
   const LayerView* v;
+  // Token rows the hook may read: the prompt at the prefill, positions <= P + t at decode step t
+  // (a policy never sees a token before it exists).
+  int visible = 0;
   const LayerAttention& att() const {
     check();
     return v->attention();
@@ -91,7 +94,8 @@ class PythonPolicy final : public Policy {
     py::gil_scoped_acquire gil;
     auto alive = std::make_shared<bool>(true);
     call([&] {
-      obj_.attr("on_prefill")(ViewHandle{{alive}, &view}, CacheHandle{{alive}, &cache});
+      obj_.attr("on_prefill")(ViewHandle{{alive}, &view, view.prompt_len()},
+                              CacheHandle{{alive}, &cache});
     });
     *alive = false;
   }
@@ -100,8 +104,8 @@ class PythonPolicy final : public Policy {
     py::gil_scoped_acquire gil;
     auto alive = std::make_shared<bool>(true);
     call([&] {
-      obj_.attr("on_decode")(ViewHandle{{alive}, &view}, StepHandle{{alive}, &att, &cache},
-                             CacheHandle{{alive}, &cache});
+      obj_.attr("on_decode")(ViewHandle{{alive}, &view, att.position + 1},
+                             StepHandle{{alive}, &att, &cache}, CacheHandle{{alive}, &cache});
     });
     *alive = false;
   }
@@ -202,24 +206,27 @@ void bind_handles(py::module_& m) {
           [](const ViewHandle& v, int g) {
             const auto& t = v.att().tensors();
             in_range(g, v.att().num_kv_heads(), "kv head");
-            const auto T = static_cast<py::ssize_t>(t.k.shape(0)),
+            const auto T = static_cast<py::ssize_t>(v.visible),
                        H = static_cast<py::ssize_t>(t.k.shape(1)),
                        d = static_cast<py::ssize_t>(t.k.shape(2));
             return view(&t.k(0, g, 0), {T, d}, {4 * H * d, 4});
           },
-          py::arg("kv_head"), "float32 [T, d]: the recorded keys of a KV head")
+          py::arg("kv_head"),
+          "float32 [n, d]: the recorded keys of a KV head at the positions that exist so far (the "
+          "prompt at on_prefill, positions <= P + t at decode step t)")
       .def(
           "values",
           [](const ViewHandle& v, int g) {
             const auto& t = v.att().tensors();
             if (!t.has_v()) throw std::logic_error("the trace has no values");
             in_range(g, v.att().num_kv_heads(), "kv head");
-            const auto T = static_cast<py::ssize_t>(t.v.shape(0)),
+            const auto T = static_cast<py::ssize_t>(v.visible),
                        H = static_cast<py::ssize_t>(t.v.shape(1)),
                        d = static_cast<py::ssize_t>(t.v.shape(2));
             return view(&t.v(0, g, 0), {T, d}, {4 * H * d, 4});
           },
-          py::arg("kv_head"), "float32 [T, d]: the recorded values of a KV head");
+          py::arg("kv_head"),
+          "float32 [n, d]: the recorded values of a KV head at the positions that exist so far");
 
   py::class_<StepHandle>(m, "StepAttention", "One decode step's renormalised attention.")
       .def_property_readonly("step",

@@ -190,6 +190,29 @@ class DecisionsTest(Fixture):
 
 
 class PythonPolicyTest(Fixture):
+    def test_python_twins_see_no_future(self):
+        # The first sample with its generation cut to 3 tokens: every decision and measurement up
+        # to the cut must be what the whole trace gives.
+        from kvsim.python_policies import H2O, StreamingLLM
+        t = kvsim.Trace(self.trace)
+        s = t.sample("000000")
+        T = s.prompt_len + 3
+        cut = os.path.join(self.dir.name, "cut.h5")
+        kvsim.write_trace(cut, {"000000": {
+            "prompt_len": s.prompt_len, "modality": s.modality[:T], "segment": s.segment[:T],
+            "media_id": s.media_id[:T],
+            "layers": [{k: v[:T] for k, v in s.layer(l).items()} for l in range(t.num_layers)]}},
+            dtype="float32")
+        for twin in (StreamingLLM(budget="12", sinks=2), H2O(budget="12", recent="25%")):
+            a, da = kvsim.replay(self.trace, {"twin": twin}, samples=["000000"], decisions=True)
+            b, db = kvsim.replay(cut, {"twin": twin}, decisions=True)
+            early = a["step"] < 3
+            np.testing.assert_allclose(a["mass_recall"][early], b["mass_recall"], rtol=1e-6)
+            np.testing.assert_array_equal(a["cache_size"][early], b["cache_size"])
+            before = da["step"] < 3
+            for col in ("layer", "kv_head", "step", "position"):
+                np.testing.assert_array_equal(da[col][before], db[col], (type(twin), col))
+
     def test_python_twins_make_the_same_decisions(self):
         from kvsim.python_policies import H2O, StreamingLLM
         for name, twin in (("streamingllm", StreamingLLM(budget="12", sinks=2)),
@@ -226,6 +249,9 @@ class PythonPolicyTest(Fixture):
                     seen["positions"] = cache.positions(0).copy()
 
             def on_decode(self, view, att, cache):
+                if view.layer == 1 and att.step == 2:
+                    seen["step_keys"] = view.keys(1).copy()
+                    seen["step_values"] = view.values(0).copy()
                 if view.layer == 0 and att.step == 0:
                     seen["probs"] = att.probs(1).copy()
                     seen["sizes"] = [cache.size(g) for g in range(cache.kv_heads)]
@@ -241,7 +267,11 @@ class PythonPolicyTest(Fixture):
         p /= p.sum()
         np.testing.assert_allclose(seen["window"][1], p, rtol=1e-4, atol=1e-6)
         self.assertAlmostEqual(seen["sums"].sum(), P, places=2)  # each row sums to 1
-        np.testing.assert_array_equal(seen["keys"], layer["k"][:, 1])
+        # A policy reads only the tokens that exist: the prompt at the prefill, P + t + 1 rows at
+        # decode step t.
+        np.testing.assert_array_equal(seen["keys"], layer["k"][:P, 1])
+        np.testing.assert_array_equal(seen["step_keys"], layer["k"][:P + 3, 1])
+        np.testing.assert_array_equal(seen["step_values"], layer["v"][:P + 3, 0])
         np.testing.assert_array_equal(seen["positions"], np.arange(P))
         self.assertEqual(seen["probs"].shape, (2, P + 1))  # group 2, P prompt entries + step 0
         np.testing.assert_allclose(seen["probs"].sum(axis=1), 1, rtol=1e-5)
