@@ -76,15 +76,14 @@ struct QueryGaussian {
 // The rotations involved, per pair f: the inverse rotation of each query position sinks .. P-1
 // (cos, -sin), and R̄, the mean over the future positions P .. P + n - 1 of cos·I + sin·J.
 struct Rotations {
-  int first = 0, pairs = 0;
-  std::vector<double> cos, minus_sin;  // [position - first, pair]
+  int pairs = 0;
+  std::vector<double> cos, minus_sin;  // [position - first_position, pair]
   std::vector<double> mean_cos, mean_sin;
   Rotations(double theta, int d, int first_position, int prompt_len, int future) {
-    first = first_position;
     pairs = d / 2;
     std::vector<double> inv_freq(pairs);
     for (int f = 0; f < pairs; ++f) inv_freq[f] = std::pow(theta, -2.0 * f / d);
-    for (int i = first; i < prompt_len; ++i)
+    for (int i = first_position; i < prompt_len; ++i)
       for (int f = 0; f < pairs; ++f) {
         cos.push_back(std::cos(i * inv_freq[f]));
         minus_sin.push_back(-std::sin(i * inv_freq[f]));
