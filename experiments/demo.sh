@@ -9,13 +9,14 @@ cmake --build build -j"$(nproc)" --target kvsim
 mkdir -p demo
 [ -f demo/demo.h5 ] || ./build/kvsim synth --out demo/demo.h5
 ./build/kvsim inspect demo/demo.h5
-# ST3 recommends τ above the longest generation (its VTA ablation): the demo generates 64 tokens.
+# The demo's generation limit is 64 tokens (what the synthetic trace generates): A-VL sizes its text
+# window from it and ST3 sets τ above it (τ = 65, its VTA ablation's advice).
 # HAE sizes its cache itself (l = |S_1|, what DAP leaves); with Table 5's RC_size = 64 = G the
 # recycle bin would flush once, at the last step, so the demo uses 16 (four flushes).
 ./build/kvsim replay --trace demo/demo.h5 \
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
   --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy madakv --policy avl --policy st3 --policy meda \
-  --budget 20% --set st3.tau=65 --set hae.budget=auto --set hae.rc_size=16 --out demo/results.csv --summary demo/summary.csv \
+  --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --out demo/results.csv --summary demo/summary.csv \
   --dump-decisions demo/decisions.h5
 echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"

@@ -79,8 +79,11 @@ std::string param_type_name(const ParamSpec& spec) {
   switch (spec.type) {
     case ParamType::kInt:
       return "int";
-    case ParamType::kFloat:
-      return "float";
+    case ParamType::kFloat: {
+      std::string s = "float";
+      for (const auto& c : spec.choices) s += "|" + c;
+      return s;
+    }
     case ParamType::kBool:
       return "bool";
     case ParamType::kString:
@@ -115,6 +118,7 @@ void check_value(const std::string& owner, const ParamSpec& spec, const std::str
         fail("is out of range [" + fmt(spec.min) + ", " + fmt(spec.max) + "]");
       break;
     case ParamType::kFloat:
+      if (std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end()) break;
       if (!parse_double(value, x)) fail("is not a number");
       if (x < spec.min || x > spec.max)
         fail("is out of range [" + fmt(spec.min) + ", " + fmt(spec.max) + "]");

@@ -24,7 +24,7 @@ struct ParamSpec {
   std::string doc;
   double min = 0;
   double max = 1e18;
-  std::vector<std::string> choices;  // kChoice; special values of kSize
+  std::vector<std::string> choices;  // kChoice; special values of kSize and kFloat
   // kString: returns what is wrong with a value, or "" when it is valid (checked with the rest,
   // before any replay starts).
   std::function<std::string(const std::string&)> check;

@@ -97,7 +97,7 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
       {"madakv", {{"budget", "16"}, {"proxy", "4"}}},
       {"madakv", {{"budget", "16"}, {"proxy", "4"}, {"hcc_reading", "literal_mean"}}},
       {"st3", {{"first_layer", "1"}, {"S", "1"}, {"tau", "8"}}},
-      {"st3", {{"first_layer", "1"}, {"S", "2"}, {"tau", "8"}, {"annealing", "per_layer"}}},
+      {"st3", {{"first_layer", "1"}, {"S", "2"}, {"tau", "8"}, {"anneal_layers", "all"}}},
       {"st3", {{"first_layer", "1"}, {"tau", "8"}, {"heredity", "0:1-2"}}},
       {"avl", {{"S", "40"}, {"C", "20"}, {"K", "2"}, {"P", "70"}, {"T", "40"}}},
       {"meda", {{"budget", "12"}, {"entropy", "full"}, {"compress_at", "first_decode"}}},
