@@ -29,7 +29,7 @@ const std::map<std::string, std::string> kParams = {
 
 TEST(MadaKV, LayersSpendTheirNeedAndLaterLayersPay) {
   // Default reading (conserve), B = 3 on 2 layers: 6 entries in all. Layer 0: φ^0 = 6 / 2 = 3, the
-  // head needs 5 <= 2·φ and leaves 1 >= 1 for layer 1, so it keeps 5: Eq. 8 splits them
+  // head needs 5 and leaves 1 >= 1 for layer 1, so it keeps 5: Eq. 8 splits them
   // round(.552 · 5) = 3 visual {1, 4, 3} and 2 text {0, 5}. K^0 = 5 - 3 = 2, φ^1 = 3 - 2 / 1 = 1:
   // layer 1 keeps round(.552) = 1 visual {1} and no text.
   const auto r = run_policy(madakv_trace("madakv.h5"), "madakv", kParams);
@@ -39,12 +39,42 @@ TEST(MadaKV, LayersSpendTheirNeedAndLaterLayersPay) {
   EXPECT_EQ(r[1].steps[0][0].cache_size, 2);
 }
 
-TEST(MadaKV, OverspendIsCappedAndTheLastLayerSpendsWhatIsLeft) {
-  // Three layers, max_overspend = .5, 9 entries in all. Layer 0: φ = 3, cap floor(1.5 · 3) = 4 < 5:
-  // keeps 4 = 2 visual {1, 4} (round 2.21) + 2 text {0, 5}. Layer 1: φ = (9 - 4) / 2 = 2.5 (Eq. 11:
-  // 3 - 1 / 2), cap floor(3.75) = 3: 2 visual {1, 4} (round 1.66) + 1 text {0}. Layer 2 (last):
-  // the 2 left, 1 visual {1} (round 1.10) + 1 text {0}. 4 + 3 + 2 = 9.
+TEST(MadaKV, SavedBudgetGoesToLaterLayersAndIsNotForcedOnTheLast) {
+  // Default (conserve), B = 6 on 2 layers: 12 entries in all. Layer 0: φ^0 = 6, the head needs 5
+  // and keeps 5 (3 visual {1, 4, 3}, 2 text {0, 5}): K^0 = 5 - 6 = -1, a saved budget, and
+  // φ^1 = 6 + 1 / 1 = 7 (Eq. 11), the 7 entries left. Layer 1 needs 5 too and keeps 5: 10 of the
+  // 12 entries are spent.
   auto p = kParams;
+  p["budget"] = "6";
+  auto r = run_policy(madakv_trace("madakv_saved.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{2, 6}));
+  // conserve_capped makes the last layer spend all 7 that are left: the whole prompt.
+  p["hcc_reading"] = "conserve_capped";
+  r = run_policy(madakv_trace("madakv_saved_capped.h5"), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
+  EXPECT_TRUE(evicted_at(r[1], -1).empty());
+}
+
+TEST(MadaKV, ExhaustedBudgetLeavesOneEntryPerLaterHead) {
+  // Default, B = 2 on 3 layers: 6 entries. Layer 0 needs 5 but one entry is set aside for each
+  // later layer: it keeps 6 - 2 = 4 = round(.552 · 4) = 2 visual {1, 4} + 2 text {0, 5}. Layers 1
+  // and 2 keep the entry left to each: round(.552) = 1 visual, {1}.
+  auto p = kParams;
+  p["budget"] = "2";
+  const auto r = run_policy(madakv_trace("madakv_exhausted.h5", 3), "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{0, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(evicted_at(r[2], -1), (V{0, 2, 3, 4, 5, 6}));
+}
+
+TEST(MadaKV, ConserveCappedBoundsOverspendAndTheLastLayerSpendsWhatIsLeft) {
+  // conserve_capped: three layers, max_overspend = .5, 9 entries in all. Layer 0: φ = 3, cap
+  // floor(1.5 · 3) = 4 < 5: keeps 4 = 2 visual {1, 4} (round 2.21) + 2 text {0, 5}. Layer 1: φ = (9
+  // - 4) / 2 = 2.5 (Eq. 11: 3 - 1 / 2), cap floor(3.75) = 3: 2 visual {1, 4} (round 1.66) + 1 text
+  // {0}. Layer 2 (last): the 2 left, 1 visual {1} (round 1.10) + 1 text {0}. 4 + 3 + 2 = 9.
+  auto p = kParams;
+  p["hcc_reading"] = "conserve_capped";
   p["max_overspend"] = "0.5";
   const auto r = run_policy(madakv_trace("madakv_cap.h5", 3), "madakv", p);
   EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 6}));
@@ -52,23 +82,31 @@ TEST(MadaKV, OverspendIsCappedAndTheLastLayerSpendsWhatIsLeft) {
   EXPECT_EQ(evicted_at(r[2], -1), (V{2, 3, 4, 5, 6}));
 }
 
-TEST(MadaKV, KeptEntriesSumToTheBudgetOfEveryLayerAndHead) {
+TEST(MadaKV, KeptEntriesNeverExceedTheBudgetOfEveryLayerAndHead) {
   // On a GQA synthetic trace, at several budgets: Σ over layers and KV heads of the entries kept
-  // after the prefill is exactly L · Hkv · B, although layers differ.
+  // after the prefill is at most L · Hkv · B (conserve) and exactly that with conserve_capped,
+  // whose last layer spends what is left; in both, layers differ.
   const std::string path = small_synthetic_trace("madakv_total.h5", 6);
-  for (int B : {3, 10, 25}) {
-    const auto r = run_policy(path, "madakv", {{"budget", std::to_string(B)}, {"proxy", "4"}});
-    long kept = 0;
-    std::set<int> sizes;
-    for (const auto& layer : r)
-      for (std::size_t g = 0; g < layer.steps.size(); ++g) {
-        const int n = layer.steps[g][0].cache_size - 1;  // minus step 0's own token
-        kept += n;
-        sizes.insert(n);
-      }
-    EXPECT_EQ(kept, static_cast<long>(r.size()) * r[0].steps.size() * B) << "budget " << B;
-    EXPECT_GT(sizes.size(), 1u) << "HCC moved no budget at " << B;
-  }
+  for (const std::string reading : {"conserve", "conserve_capped"})
+    for (int B : {3, 10, 25}) {
+      const auto r =
+          run_policy(path, "madakv",
+                     {{"budget", std::to_string(B)}, {"proxy", "4"}, {"hcc_reading", reading}});
+      long kept = 0;
+      std::set<int> sizes;
+      for (const auto& layer : r)
+        for (std::size_t g = 0; g < layer.steps.size(); ++g) {
+          const int n = layer.steps[g][0].cache_size - 1;  // minus step 0's own token
+          kept += n;
+          sizes.insert(n);
+        }
+      const long budget = static_cast<long>(r.size()) * r[0].steps.size() * B;
+      if (reading == "conserve")
+        EXPECT_LE(kept, budget) << "budget " << B;
+      else
+        EXPECT_EQ(kept, budget) << "budget " << B;
+      EXPECT_GT(sizes.size(), 1u) << reading << ": HCC moved no budget at " << B;
+    }
 }
 
 TEST(MadaKV, LiteralReadingsOfEq10And11) {
