@@ -7,12 +7,18 @@
 //                           and max_{i ∈ text} A_{i,j} < α                (Eq. 3)
 // Decode — Dynamic Decoding Eviction Strategy (DDES, Definition 2, Eq. 4-5):
 //   Sc(j) = cumulative attention received by j (Eq. 5: this step's softmax plus β, the score
-//   before it), summed over the query heads of the KV head. The cache grows from l to
-//   l + k - 1 (the Dynamic Cache Constraint l <= |S_2| < l + D); every k = RC_size new tokens an
-//   eviction is triggered that removes the k entries with the lowest Sc at that moment (Eq. 4's
-//   argmin over subsets of size k, re-ranked at the trigger), new tokens included.
+//   before it), summed over the query heads of the KV head. S_1 is the cache after the prefill
+//   (l = |S_1| entries); generated tokens are appended without eviction until k = RC_size of them
+//   have arrived, and then the k entries of S_1 with the lowest Sc are removed (Eq. 4:
+//   S_2 = S_1 \ argmin_{C ⊂ S_1, |C| = k} Σ Sc, re-ranked at the trigger), so the cache is back to
+//   l entries and becomes the next S_1. The tokens generated since the last trigger are not
+//   candidates: C ⊂ S_1. (`candidates = all` lets them compete, kvsim's earlier reading: their
+//   few decode steps of score then lose against prompt tokens that carry the prefill's, and on the
+//   demo 12% of decode evictions hit them, 946 times the very token generated at that step.)
+//   Growth: the triggering step attends l + RC_size entries; after every hook the cache holds at
+//   most l + RC_size - 1 (Definition 2's l <= |S_2| < l + D, with D = RC_size).
 //   `ddes = mark` is the recycle bin as Fig. 1's caption and Sec. 1 tell it: at every step while
-//   the cache holds more unmarked entries than l, the lowest-scoring unmarked entry is marked
+//   the cache holds more unmarked entries than l, the lowest-scoring unmarked candidate is marked
 //   (its rank frozen from then on) and stays attended; when the bin holds RC_size entries they
 //   are evicted at once. It is a defensible reading of the figure, not of Eq. 4: a marked entry
 //   is never reprieved even if it is attended later, so a flush can remove more score than the
@@ -28,12 +34,18 @@
 //   lowest-scoring entries down to it at once (the paper only defines decode-time eviction).
 // - β includes the attention received during the prefill, as in H2O, which DDES follows
 //   (`prompt_scores = false` counts decode attention only).
-// - No recent window is protected: the paper keeps none (a new token can be marked at once).
+// - No recent window is protected beyond Eq. 4's own: the tokens generated since the last
+//   trigger are not in S_1.
+// - Table 1 compares methods "retaining 192 visual tokens": `visual_keep = N` makes DAP keep the N
+//   visual tokens with the highest Eq. 1 score instead of applying the thresholds of Eq. 2-3
+//   (preset `hae:table1`).
 // Defaults are HAE-LLaVA's row of Table 5 (r = 0.0012, α = 0.001, RC_size = 64); `stages`
 // reproduces Table 3's ablation rows (prefill: DAP only; decode: DDES only; all).
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "policies/policy.hpp"
 #include "policies/selection.hpp"
@@ -51,7 +63,9 @@ class Hae final : public Policy {
         ddes_(p.get_string("stages") != "prefill"),
         prompt_scores_(p.get_bool("prompt_scores")),
         mark_(p.get_string("ddes") == "mark"),
+        all_candidates_(p.get_string("candidates") == "all"),
         auto_budget_(p.get_string("budget") == "auto"),
+        visual_keep_(static_cast<int>(p.get_int("visual_keep"))),
         budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")),
         total_len_(s.total_len()) {}
 
@@ -69,6 +83,7 @@ class Hae final : public Policy {
           for (int j = 0; j < view.prompt_len(); ++j) st.scores[g][j] += col[j];
         }
       st.budget[g] = auto_budget_ ? cache.size(g) : budget_;
+      st.s1_end[g] = view.prompt_len();
       if (cache.size(g) > st.budget[g])
         cache.keep_only(g, keep_top_scores(cache_scores(st, cache, g), st.budget[g]));
     }
@@ -83,16 +98,26 @@ class Hae final : public Policy {
         const float* p = att.head(g, r, n);
         for (int e = 0; e < n; ++e) st.scores[g][cache.position(g, e)] += p[e];  // Eq. 5
       }
-      if (mark_)
-        mark_and_flush(st, cache, g);
-      else if (n - st.budget[g] >= rc_size_)  // k new tokens since the last trigger: Eq. 4
-        cache.keep_only(g, keep_top_scores(cache_scores(st, cache, g), st.budget[g]));
+      if (mark_) {
+        mark_and_flush(st, cache, g, att.position);
+      } else if (n - st.budget[g] >= rc_size_) {  // k new tokens since the last trigger: Eq. 4
+        cache.keep_only(g, keep_top_scores(candidate_scores(st, cache, g), st.budget[g]));
+        st.evicted_s1_end[g] = std::exchange(st.s1_end[g], att.position + 1);
+      }
     }
   }
 
+  // Sc by position; after a decode-time eviction, the tokens that were not in S_1 then read as
+  // +inf, so that Corollary 2.1's check (--bounds) compares with Low_d(S_1) as Eq. 6 does.
   const std::vector<double>* eviction_scores(int layer, int g) const override {
     const auto it = layers_.find(layer);
-    return it == layers_.end() || it->second.scores[g].empty() ? nullptr : &it->second.scores[g];
+    if (it == layers_.end() || it->second.scores[g].empty()) return nullptr;
+    const Layer& st = it->second;
+    if (all_candidates_ || st.evicted_s1_end[g] == 0) return &st.scores[g];
+    reported_ = st.scores[g];
+    for (std::size_t pos = st.evicted_s1_end[g]; pos < reported_.size(); ++pos)
+      reported_[pos] = std::numeric_limits<double>::infinity();
+    return &reported_;
   }
 
   int capacity(int layer, int g) const override {
@@ -106,6 +131,8 @@ class Hae final : public Policy {
     std::vector<std::vector<double>> scores;  // [kv head][position]
     std::vector<std::set<int>> bin;           // marked positions per kv head
     std::vector<int> budget;
+    std::vector<int> s1_end;  // per kv head: positions below it form S_1, the eviction candidates
+    std::vector<int> evicted_s1_end;  // s1_end before the last decode-time eviction (0: none)
   };
 
   Layer& layer(int l, int kv_heads) {
@@ -114,21 +141,42 @@ class Hae final : public Policy {
       st.scores.resize(kv_heads);
       st.bin.resize(kv_heads);
       st.budget.resize(kv_heads);
+      st.s1_end.resize(kv_heads);
+      st.evicted_s1_end.resize(kv_heads);
     }
     return st;
   }
 
-  // Eq. 1-3 on the first layer's head-averaged attention from text queries.
+  // Eq. 1-3 on the first layer's head-averaged attention from text queries (or, with visual_keep,
+  // every visual token but the visual_keep best by Eq. 1).
   void choose_pruned(const LayerView& view) {
     const LayerAttention& att = view.attention();
     const auto& modality = view.modality();
     const float* sum = att.text_query_column_sums();
     const float* max = att.text_query_column_max();
+    std::vector<int> visual;
     double total = 0;
     for (int j = 0; j < view.prompt_len(); ++j)
-      if (modality[j] != 0) total += sum[j];
-    for (int j = 0; j < view.prompt_len(); ++j)
-      if (modality[j] != 0 && sum[j] < r_ * total && max[j] < alpha_) pruned_.insert(j);
+      if (modality[j] != 0) total += sum[j], visual.push_back(j);
+    if (visual_keep_ > 0) {
+      const std::vector<double> score(sum, sum + view.prompt_len());
+      const std::vector<int> kept = top_positions(visual, score, visual_keep_);
+      for (int j : visual)
+        if (!std::binary_search(kept.begin(), kept.end(), j)) pruned_.insert(j);
+      return;
+    }
+    for (int j : visual)
+      if (sum[j] < r_ * total && max[j] < alpha_) pruned_.insert(j);
+  }
+
+  // Sc of the cached entries, with the tokens generated since the last trigger (not in S_1) put
+  // out of reach unless `candidates = all`.
+  std::vector<double> candidate_scores(const Layer& st, const KvCache& cache, int g) const {
+    std::vector<double> s = cache_scores(st, cache, g);
+    if (!all_candidates_)
+      for (int e = 0; e < cache.size(g); ++e)
+        if (cache.position(g, e) >= st.s1_end[g]) s[e] = std::numeric_limits<double>::infinity();
+    return s;
   }
 
   static std::vector<double> cache_scores(const Layer& st, const KvCache& cache, int g) {
@@ -137,26 +185,30 @@ class Hae final : public Policy {
     return s;
   }
 
-  void mark_and_flush(Layer& st, KvCache& cache, int g) const {
+  void mark_and_flush(Layer& st, KvCache& cache, int g, int position) const {
     auto& bin = st.bin[g];
     const int n = cache.size(g);
-    while (n - static_cast<int>(bin.size()) > st.budget[g])
-      bin.insert(lowest_unmarked(st, cache, g));
+    while (n - static_cast<int>(bin.size()) > st.budget[g]) {
+      const int pos = lowest_unmarked(st, cache, g);
+      if (pos < 0) break;  // S_1 is all marked (RC_size > l)
+      bin.insert(pos);
+    }
     if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
       std::vector<int> entries;
       for (int e = 0; e < n; ++e)
         if (bin.count(cache.position(g, e))) entries.push_back(e);
       cache.evict(g, entries);
       bin.clear();
+      st.evicted_s1_end[g] = std::exchange(st.s1_end[g], position + 1);
     }
   }
 
-  static int lowest_unmarked(const Layer& st, const KvCache& cache, int g) {
+  int lowest_unmarked(const Layer& st, const KvCache& cache, int g) const {
     int best = -1;
     double best_score = 0;
     for (int e = 0; e < cache.size(g); ++e) {
       const int pos = cache.position(g, e);
-      if (st.bin[g].count(pos)) continue;
+      if (st.bin[g].count(pos) || (!all_candidates_ && pos >= st.s1_end[g])) continue;
       const double s = st.scores[g][pos];
       if (best < 0 || s < best_score) best = pos, best_score = s;  // ties: the older stays first
     }
@@ -165,11 +217,13 @@ class Hae final : public Policy {
 
   double r_, alpha_;
   int rc_size_;
-  bool dap_, ddes_, prompt_scores_, mark_, auto_budget_;
+  bool dap_, ddes_, prompt_scores_, mark_, all_candidates_, auto_budget_;
+  int visual_keep_;
   int budget_;
   int total_len_;
   std::set<int> pruned_;  // DAP's evicted positions, broadcast to every layer
   std::map<int, Layer> layers_;
+  mutable std::vector<double> reported_;  // eviction_scores' masked copy
 };
 
 const PolicyRegistration reg({
@@ -206,7 +260,19 @@ const PolicyRegistration reg({
                 0,
                 {"eq4", "mark"}},
                {"prompt_scores", ParamType::kBool, "true",
-                "cumulative scores include the attention received during the prefill"}},
+                "cumulative scores include the attention received during the prefill"},
+               {"candidates",
+                ParamType::kChoice,
+                "prior",
+                "prior: Eq. 4 evicts from S_1, the entries cached at the last trigger; all: the "
+                "tokens generated since compete too",
+                0,
+                0,
+                {"prior", "all"}},
+               {"visual_keep", ParamType::kInt, "0",
+                "DAP keeps this many visual tokens, the best by Eq. 1 (Table 1's fair comparison "
+                "retains 192); 0: the thresholds r and alpha (Eq. 2-3)",
+                0, 1e9}},
     .needs = {},
     .lookahead = false,
     .merges = false,

@@ -170,6 +170,24 @@ const std::vector<PolicyPreset>& policy_presets() {
        "window at -65516, keep-mask score >= 0, every pruned entry pivot-merged into its most "
        "cosine-similar kept key); decoding appends (the paper's look-once)",
        "every text entry, the best images up to half the budget, the recent half, pivot merge"},
+      {"hae:table1",
+       "hae",
+       {{"visual_keep", "192"}, {"r", "0.0012"}, {"alpha", "0.001"}, {"rc_size", "64"}},
+       "HAE paper, Sec. 4.2 (Table 1, LLaVA-1.5-7B understanding: \"retaining 192 visual tokens "
+       "for a fair comparison\") and Table 5 (HAE-LLaVA: r, alpha, RC_size)",
+       "DAP keeps the 192 best image tokens by Eq. 1, then DDES with RC_size 64 around l = |S_1|"},
+      {"hae:table2",
+       "hae",
+       {{"budget", "1024"}, {"r", "0.0005"}, {"alpha", "0.0005"}, {"rc_size", "128"}},
+       "HAE paper, Sec. 4.1 (image-based long text generation: \"a preset KV-Cache size of 1024\", "
+       "at most 512 generated tokens) and Table 5 (HAE-Phi3.5, Table 2's row)",
+       "DAP with r = alpha = 0.0005, then DDES around 1024 entries with RC_size 128"},
+      {"hae:table3",
+       "hae",
+       {{"budget", "956"}, {"r", "0.0015"}, {"alpha", "0.0015"}, {"rc_size", "56"}},
+       "HAE paper, Table 3 (Phi3.5 ablation, \"956(56)\" tokens) and Table 5 (HAE-Phi3.5 "
+       "All-Stage)",
+       "DAP with r = alpha = 0.0015, then DDES around 956 entries with RC_size 56"},
       {"adakv:paper",
        "adakv",
        {{"alpha", "0.2"},

@@ -42,7 +42,8 @@ struct StepMetrics {
 // Everything one policy did in one layer of one sample.
 // A decode step at which a policy removed d >= 1 entries of a KV head (--bounds): the sum of the
 // policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
-// held before the removal (what a greedy evictor would have lost). HAE Corollary 2.1 claims
+// held before the removal (what a greedy evictor would have lost; entries the policy could not
+// remove score +inf). HAE Corollary 2.1 claims
 // realized <= greedy.
 struct FlushEvent {
   int step = 0, kv_head = 0, removed = 0;
