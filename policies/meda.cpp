@@ -3,14 +3,22 @@
 //
 // Layer budgets (Eq. 4-7): E_CM^l = -(E_TV^l + E_VT^l), the cross-modal attention entropy of the
 // prompt (text queries over vision keys, vision queries over text keys) of the attention
-// averaged over the layer's query heads ("A is average attention across multi-heads", Sec. 3.2),
-// and
+// averaged over the layer's query heads ("A is average attention across multi-heads", Sec. 3.2).
+// Eq. 4 is a plain softmax, A_TV = Softmax(Q_T K_V^T / sqrt(D)), with no causal mask: a text query
+// sees every vision key of the prompt, later ones included, and the released code computes it the
+// same way (`cross_modal_mask = causal` restricts each row to earlier keys, kvsim's earlier
+// reading, which leaves the text before the first image without a row). Then
 //   S_l = α_l · S,  α_l = softmax_l(E_CM) · L · ρ,
 // with S the prompt length and ρ the compression ratio; kvsim's `budget` is ρ·S (so `10%` is
-// ρ = 0.1, Table 1). A layer holds at most P entries; App. A.3 says the allocation "respects the
-// total cache size", so the share a capped layer cannot take goes to the other layers in
-// proportion to their softmax weights, and whole entries are handed out by largest remainder:
-// Σ_l S_l = L · budget exactly (allocate_layer_budgets in selection.hpp).
+// ρ = 0.1, Table 1). Nothing in the paper says what happens when α_l leaves [0, 1] (App. A.3 only
+// says the strategy "respects the general cache size and compression constraints"), so the
+// default is the released code's (Dynamic-MLLMs/.../v433_modeling_dynamic_llama.py,
+// LlamaModel.forward: torch.clamp(weights * layer_nums * rho, min=0.01, max=1.0)): each layer's
+// ratio is clamped to [1%, 100%] of the prompt and a capped layer's surplus is dropped; sizes are
+// rounded down, as its int(len · ratio), and a layer keeps at least one entry. `surplus =
+// redistribute` is kvsim's earlier rule: the share a capped layer cannot take goes to the other
+// layers in proportion to their softmax weights, whole entries by largest remainder, so that
+// Σ_l S_l = L · budget exactly (allocate_layer_budgets in selection.hpp); it has no floor.
 // Selection (Eq. 8-10): A_s = column sums of the prompt attention (summed over the KV head's
 // query heads); text entries get + max(A_s) (Eq. 9); keep the M most recent entries and the top
 // N of the others, M : N = 3 : 1 (Sec. 4.4, following LOOK-M), M = floor(recent_ratio · S_l).
@@ -47,6 +55,8 @@ class Meda final : public Policy {
         head_mean_(p.get_string("head_average") == "entropy"),
         at_first_decode_(p.get_string("compress_at") == "first_decode"),
         uniform_(p.get_string("allocation") == "uniform"),
+        causal_cross_modal_(p.get_string("cross_modal_mask") == "causal"),
+        redistribute_(p.get_string("surplus") == "redistribute"),
         merge_(p.get_bool("merge")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -63,21 +73,30 @@ class Meda final : public Policy {
   }
 
  private:
-  // Eq. 7 with the capped surplus redistributed: this layer's share of L · budget.
+  // Eq. 7: this layer's entries, its ratio clamped to [1%, 100%] (the released code), or its share
+  // of L · budget with capped layers' surplus redistributed.
   int layer_budget(const LayerView& view) const {
     const int P = view.prompt_len();
     if (uniform_) return std::min(P, budget_);
     const auto& layers = view.sample_stats().layers;
     std::vector<double> e;
-    for (const LayerEntropies& le : layers)
-      e.push_back(full_entropy_
-                      ? (head_mean_ ? le.full_mean_of_heads : le.full_of_mean)
-                      : (head_mean_ ? le.cross_modal_mean_of_heads : le.cross_modal_of_mean));
+    for (const LayerEntropies& le : layers) e.push_back(allocation_entropy(le));
     const double mx = *std::max_element(e.begin(), e.end());
     std::vector<double> weight;  // softmax_l(E), shifted by the maximum
-    for (double x : e) weight.push_back(std::exp(x - mx));
+    double sum = 0;
+    for (double x : e) sum += weight.emplace_back(std::exp(x - mx));
     const long total = static_cast<long>(e.size()) * budget_;
-    return allocate_layer_budgets(weight, total, P)[view.layer()];
+    if (redistribute_) return allocate_layer_budgets(weight, total, P)[view.layer()];
+    const double rho = static_cast<double>(budget_) / P;
+    const double ratio = std::clamp(weight[view.layer()] / sum * e.size() * rho, 0.01, 1.0);
+    return std::max(1, static_cast<int>(std::floor(ratio * P + 1e-9)));
+  }
+
+  double allocation_entropy(const LayerEntropies& le) const {
+    if (full_entropy_) return head_mean_ ? le.full_mean_of_heads : le.full_of_mean;
+    if (causal_cross_modal_)
+      return head_mean_ ? le.cross_modal_mean_of_heads : le.cross_modal_of_mean;
+    return head_mean_ ? le.cross_modal_unmasked_mean_of_heads : le.cross_modal_unmasked_of_mean;
   }
 
   void compress(const LayerView& view, KvCache& cache) {
@@ -112,7 +131,8 @@ class Meda final : public Policy {
   std::vector<std::vector<double>> priority_;  // [kv head][position]: the order it kept by
   int budget_;
   double recent_ratio_;
-  bool full_entropy_, head_mean_, at_first_decode_, uniform_, merge_;
+  bool full_entropy_, head_mean_, at_first_decode_, uniform_, causal_cross_modal_, redistribute_,
+      merge_;
 };
 
 const PolicyRegistration reg({
@@ -152,6 +172,22 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"entropy", "uniform"}},
+               {"cross_modal_mask",
+                ParamType::kChoice,
+                "none",
+                "cross-modal attention of Eq. 4: none (every key of the other modality, as "
+                "printed and released) or causal (earlier keys only)",
+                0,
+                0,
+                {"none", "causal"}},
+               {"surplus",
+                ParamType::kChoice,
+                "drop",
+                "a layer whose Eq. 7 share leaves [1%, 100%] of the prompt: drop (clamped, the "
+                "released code) or redistribute (to the other layers, the total kept)",
+                0,
+                0,
+                {"drop", "redistribute"}},
                {"merge", ParamType::kBool, "true", "merge unselected entries (false: evict them)"}},
     .needs = {},
     .lookahead = false,

@@ -14,11 +14,14 @@ namespace kvsim {
 // average attention across multi-heads"), `*_mean_of_heads` the mean over heads of each head's
 // entropy; by concavity the first is never below the second.
 //   cross-modal (MEDA E_CM, Eq. 4-6): mean over text queries of the entropy of their attention
-//   restricted (renormalised) to earlier vision keys + the same for vision queries over earlier
-//   text keys; rows with no such key are skipped;
+//   restricted (renormalised) to vision keys + the same for vision queries over text keys.
+//   `cross_modal_unmasked_*` is Eq. 4 as printed, Softmax(Q_T K_V^T / sqrt(D)) over every vision
+//   key of the prompt, later ones included (no causal mask); `cross_modal_*` keeps the causal
+//   mask (earlier keys only), and skips rows with no such key;
 //   full: mean entropy of the causal attention rows of the prompt.
 struct LayerEntropies {
   double cross_modal_of_mean = 0, cross_modal_mean_of_heads = 0;
+  double cross_modal_unmasked_of_mean = 0, cross_modal_unmasked_mean_of_heads = 0;
   double full_of_mean = 0, full_mean_of_heads = 0;
 };
 

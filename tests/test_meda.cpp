@@ -26,6 +26,11 @@ TEST(SampleStats, CrossModalAndFullEntropyByHand) {
       EXPECT_NEAR(e, std::log(2.0), 1e-6);
     for (double e : {st.layers[0].full_of_mean, st.layers[0].full_mean_of_heads})
       EXPECT_NEAR(e, std::log(24.0) / 4, 1e-6);
+    // Eq. 4 unmasked: both text queries see both images (ln 2 each), both image queries see both
+    // text keys 0 and 3 (ln 2 each): E_CM = ln 2 + ln 2.
+    for (double e : {st.layers[0].cross_modal_unmasked_of_mean,
+                     st.layers[0].cross_modal_unmasked_mean_of_heads})
+      EXPECT_NEAR(e, 2 * std::log(2.0), 1e-6);
   }
 }
 
@@ -68,6 +73,11 @@ TEST(SampleStats, EntropyOfTheHeadAveragedAttention) {
     EXPECT_NEAR(e.full_of_mean, full_of_mean, 1e-6);
     EXPECT_NEAR(e.full_mean_of_heads, full_mean_of_heads, 1e-6);
     EXPECT_GT(e.cross_modal_of_mean, e.cross_modal_mean_of_heads);
+    // Unmasked (Eq. 4): text rows 0 and 3 both see images 1, 2 as row 3 does; image rows 1 and 2
+    // see text keys 0 and 3 (w = 1, 1) uniformly in both heads.
+    EXPECT_NEAR(e.cross_modal_unmasked_of_mean, entropy({3. / 8, 5. / 8}) + std::log(2.0), 1e-6);
+    EXPECT_NEAR(e.cross_modal_unmasked_mean_of_heads,
+                (entropy({.25, .75}) + std::log(2.0)) / 2 + std::log(2.0), 1e-6);
   }
 }
 
@@ -138,16 +148,19 @@ TEST(Meda, CappedLayerSurplusIsRedistributed) {
   EXPECT_EQ(allocate_layer_budgets({2, 1, 2}, 6, 10), (std::vector<int>{3, 1, 2}));
 }
 
-TEST(Meda, LayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
+TEST(Meda, RedistributedLayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
   const std::string path = small_synthetic_trace("meda_layers.h5", 3);
   TraceReader reader(path);
   const SampleInfo s = reader.read_sample("000000");
   const SampleStats st = compute_sample_stats(reader, s, 1);
   for (const std::string reading : {"attention", "entropy"})
     for (int B : {8, 20, 40}) {
-      const auto r = run_policy(
-          path, "meda",
-          {{"budget", std::to_string(B)}, {"merge", "false"}, {"head_average", reading}});
+      const auto r = run_policy(path, "meda",
+                                {{"budget", std::to_string(B)},
+                                 {"merge", "false"},
+                                 {"head_average", reading},
+                                 {"cross_modal_mask", "causal"},
+                                 {"surplus", "redistribute"}});
       std::vector<double> w;
       for (const auto& e : st.layers)
         w.push_back(
@@ -160,6 +173,31 @@ TEST(Meda, LayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
       }
       EXPECT_EQ(total, 3 * B) << reading << " B " << B;
     }
+}
+
+TEST(Meda, ReleasedCodeClampsEachLayerAndDropsTheSurplus) {
+  // Defaults: Eq. 4 unmasked, each layer's α_l = softmax_l(E_CM) · L · ρ clamped to [.01, 1] and
+  // S_l = ⌊α_l · P⌋ (at least 1), re-stated here from the sample's entropies.
+  const std::string path = small_synthetic_trace("meda_clamp.h5", 3);
+  TraceReader reader(path);
+  const SampleInfo s = reader.read_sample("000000");
+  const SampleStats st = compute_sample_stats(reader, s, 1);
+  const int P = s.prompt_len;
+  std::vector<double> w;
+  double sum = 0;
+  for (const auto& e : st.layers) sum += w.emplace_back(std::exp(e.cross_modal_unmasked_of_mean));
+  int clamped = 0;
+  for (int B : {1, 8, 40, P - 1}) {
+    const auto r = run_policy(path, "meda", {{"budget", std::to_string(B)}, {"merge", "false"}});
+    for (int l = 0; l < 3; ++l) {
+      const double raw = w[l] / sum * 3 * B / P;
+      clamped += raw < 0.01 || raw > 1;
+      const double ratio = std::clamp(raw, 0.01, 1.0);
+      const int want = std::max(1, static_cast<int>(std::floor(ratio * P + 1e-9)));
+      EXPECT_EQ(r[l].prefill_kept_min, want) << "B " << B << " layer " << l;
+    }
+  }
+  EXPECT_GT(clamped, 0);  // the clamp was exercised (B = 1 falls below 1%, B = P - 1 above 100%)
 }
 
 }  // namespace
