@@ -43,7 +43,7 @@ class Avl final : public Policy {
         update_every_(static_cast<int>(p.get_int("K"))),
         prefill_pct_(p.get_float("P")),
         text_pct_(p.get_float("T")),
-        total_len_(s.total_len()) {
+        prompt_len_(s.prompt_len) {
     if (core_pct_ > secondary_pct_)
       throw std::invalid_argument("avl: parameter 'C' = " + p.get_string("C") +
                                   " must not exceed 'S' = " + p.get_string("S"));
@@ -69,7 +69,7 @@ class Avl final : public Policy {
     Layer& st = layers_[view.layer()];
     st.secondary = top_positions(available, score, percent_of(secondary_pct_, n_images));
     st.core = top_positions(st.secondary, score, percent_of(core_pct_, n_images));
-    st.text_scores.assign(cache.kv_heads(), std::vector<double>(total_len_, 0.0));
+    st.text_scores.assign(cache.kv_heads(), std::vector<double>(prompt_len_, 0.0));
     const int group = view.group_size();
     for (int g = 0; g < cache.kv_heads(); ++g) {
       std::vector<std::uint8_t> keep(cache.size(g), 1);
@@ -80,7 +80,7 @@ class Avl final : public Policy {
       }
       cache.keep_only(g, keep);
       for (int r = 0; r < group; ++r) {
-        const float* col = view.attention().prefill_column_sums(g * group + r);
+        const float* col = view.prefill_column_sums(g * group + r);
         for (int j = 0; j < P; ++j) st.text_scores[g][j] += col[j];
       }
       trim_text(st, cache, g, mod);
@@ -93,7 +93,7 @@ class Avl final : public Policy {
     Layer& st = layers_[view.layer()];
     const bool update_step = att.step > 0 && att.step % update_every_ == 0;
     if (update_step) {  // re-choose the core set from this step's head-averaged attention
-      std::vector<double> score(total_len_, 0.0);
+      std::vector<double> score(view.visible_len(), 0.0);
       const int heads = att.group * cache.kv_heads();
       for (int g = 0; g < cache.kv_heads(); ++g)
         for (int r = 0; r < att.group; ++r) {
@@ -106,6 +106,7 @@ class Avl final : public Policy {
     }
     for (int g = 0; g < cache.kv_heads(); ++g) {
       const int n = cache.size(g);
+      st.text_scores[g].resize(view.visible_len(), 0.0);  // the positions that exist so far
       for (int r = 0; r < att.group; ++r) {
         const float* p = att.head(g, r, n);
         for (int e = 0; e < n; ++e)
@@ -155,7 +156,7 @@ class Avl final : public Policy {
   double secondary_pct_, core_pct_;
   int update_every_;
   double prefill_pct_, text_pct_;
-  int total_len_;
+  int prompt_len_;
   int text_window_ = 0;
   std::vector<int> prefill_kept_;  // image positions kept for layers >= 2
   std::map<int, Layer> layers_;

@@ -100,12 +100,12 @@ struct Rotations {
 
 QueryGaussian query_gaussian(const LayerView& view, int head, const ExpectedAttentionScoring& s,
                              const Rotations& rot) {
-  const auto& q = view.attention().tensors().q;  // [T, H, d]
-  const int P = view.prompt_len(), d = view.attention().head_dim(), n = P - s.sinks;
+  const int P = view.prompt_len(), d = view.head_dim(), n = P - s.sinks;
   std::vector<double> rows(static_cast<std::size_t>(n) * d), x(d);
   for (int i = s.sinks; i < P; ++i) {
     const std::size_t at = static_cast<std::size_t>(i - s.sinks) * rot.pairs;
-    for (int e = 0; e < d; ++e) x[e] = q(i, head, e);
+    const float* q = view.query(i, head);
+    for (int e = 0; e < d; ++e) x[e] = q[e];
     rotate(&rot.cos[at], &rot.minus_sin[at], x.data(),
            &rows[static_cast<std::size_t>(i - s.sinks) * d], d);
   }
@@ -139,9 +139,8 @@ QueryGaussian query_gaussian(const LayerView& view, int head, const ExpectedAtte
 std::vector<std::vector<double>> expected_attention_scores(const LayerView& view,
                                                            const ExpectedAttentionScoring& s,
                                                            const std::string& policy) {
-  const LayerAttention& att = view.attention();
-  const int P = view.prompt_len(), d = att.head_dim(), group = view.group_size();
-  const double theta = s.rope_theta > 0 ? s.rope_theta : att.rope_theta();
+  const int P = view.prompt_len(), d = view.head_dim(), group = view.group_size();
+  const double theta = s.rope_theta > 0 ? s.rope_theta : view.rope_theta();
   if (theta <= 1)
     throw std::invalid_argument(policy +
                                 ": the trace has no rope_theta attribute (kvtrace-v1.md); set "
@@ -150,20 +149,21 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
     throw std::invalid_argument(
         policy + ": the prompt (" + std::to_string(P) +
         " tokens) must be longer than parameter 'sinks' = " + std::to_string(s.sinks));
-  if (s.value_norm && !att.tensors().has_v())
+  if (s.value_norm && !view.has_values())
     throw std::invalid_argument(policy +
                                 ": vnorm = true needs the trace's values (or set vnorm "
                                 "= false)");
   const Rotations rot(theta, d, s.sinks, P, s.future_positions);
-  const auto& k = att.tensors().k;
-  const double scale = att.scale();
+  const double scale = view.scale();
   const int n = P - s.sinks;
   std::vector<std::vector<double>> scores(view.num_kv_heads(), std::vector<double>(P, 0.0));
   std::vector<double> keys(static_cast<std::size_t>(n) * d), z(n), kcov(keys.size());
   double top = -INFINITY;
   for (int g = 0; g < view.num_kv_heads(); ++g) {
-    for (int j = 0; j < n; ++j)
-      for (int e = 0; e < d; ++e) keys[static_cast<std::size_t>(j) * d + e] = k(s.sinks + j, g, e);
+    for (int j = 0; j < n; ++j) {
+      const float* k = view.key(s.sinks + j, g);
+      for (int e = 0; e < d; ++e) keys[static_cast<std::size_t>(j) * d + e] = k[e];
+    }
     for (int r = 0; r < group; ++r) {
       const QueryGaussian gauss = query_gaussian(view, g * group + r, s, rot);
       // z_j = s μ̄·k_j + s²/2 k_jᵀ Σ̄ k_j for the keys after the sinks.
@@ -187,9 +187,9 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
     }
     for (int j = s.sinks; j < P; ++j) {
       if (s.value_norm) {
+        const float* v = view.value(j, g);
         double v2 = 0;
-        for (int e = 0; e < d; ++e)
-          v2 += double(att.tensors().v(j, g, e)) * att.tensors().v(j, g, e);
+        for (int e = 0; e < d; ++e) v2 += double(v[e]) * v[e];
         scores[g][j] = (scores[g][j] + s.epsilon) * std::sqrt(v2);
       }
       top = std::max(top, scores[g][j]);

@@ -27,7 +27,6 @@ class H2O final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "h2o")),
         oneshot_(p.get_string("mode") == "oneshot"),
         per_query_(p.get_string("normalize") == "queries"),
-        total_len_(s.total_len()),
         merge_(read_prompt_merge(p, "h2o", oneshot_ ? nullptr : "mode = oneshot")) {
     check_question_once(p, "h2o", !oneshot_);
     const Size r = p.get_size("recent");
@@ -37,11 +36,11 @@ class H2O final : public Policy {
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    scores_.assign(cache.kv_heads(), std::vector<double>(total_len_, 0.0));
+    scores_.assign(cache.kv_heads(), std::vector<double>(view.prompt_len(), 0.0));
     const int P = view.prompt_len(), group = view.group_size();
     for (int g = 0; g < cache.kv_heads(); ++g)
       for (int r = 0; r < group; ++r) {
-        const float* col = view.attention().prefill_column_sums(g * group + r);
+        const float* col = view.prefill_column_sums(g * group + r);
         for (int j = 0; j < P; ++j) scores_[g][j] += col[j];
       }
     if (per_query_)
@@ -53,6 +52,7 @@ class H2O final : public Policy {
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
     if (oneshot_) return;
     for (int g = 0; g < cache.kv_heads(); ++g) {
+      scores_[g].resize(view.visible_len(), 0.0);  // the positions that exist so far
       const int n = cache.size(g);
       for (int r = 0; r < att.group; ++r) {
         const float* p = att.head(g, r, n);
@@ -89,7 +89,6 @@ class H2O final : public Policy {
   bool oneshot_;
   bool per_query_;
   int recent_ = 0;
-  int total_len_;
   std::optional<MergeKind> merge_;
   std::vector<std::vector<double>> scores_;  // [kv head][position]
 };

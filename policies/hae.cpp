@@ -66,8 +66,7 @@ class Hae final : public Policy {
         all_candidates_(p.get_string("candidates") == "all"),
         auto_budget_(p.get_string("budget") == "auto"),
         visual_keep_(static_cast<int>(p.get_int("visual_keep"))),
-        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")),
-        total_len_(s.total_len()) {}
+        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     if (dap_ && view.layer() == 0) choose_pruned(view);
@@ -76,10 +75,10 @@ class Hae final : public Policy {
     if (!ddes_) return;
     const int group = view.group_size();
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      st.scores[g].assign(total_len_, 0.0);
+      st.scores[g].assign(view.prompt_len(), 0.0);
       if (prompt_scores_)
         for (int r = 0; r < group; ++r) {
-          const float* col = view.attention().prefill_column_sums(g * group + r);
+          const float* col = view.prefill_column_sums(g * group + r);
           for (int j = 0; j < view.prompt_len(); ++j) st.scores[g][j] += col[j];
         }
       st.budget[g] = auto_budget_ ? cache.size(g) : budget_;
@@ -93,6 +92,7 @@ class Hae final : public Policy {
     if (!ddes_) return;
     Layer& st = layer(view.layer(), cache.kv_heads());
     for (int g = 0; g < cache.kv_heads(); ++g) {
+      st.scores[g].resize(view.visible_len(), 0.0);  // the positions that exist so far
       const int n = cache.size(g);
       for (int r = 0; r < att.group; ++r) {
         const float* p = att.head(g, r, n);
@@ -150,10 +150,9 @@ class Hae final : public Policy {
   // Eq. 1-3 on the first layer's head-averaged attention from text queries (or, with visual_keep,
   // every visual token but the visual_keep best by Eq. 1).
   void choose_pruned(const LayerView& view) {
-    const LayerAttention& att = view.attention();
     const auto& modality = view.modality();
-    const float* sum = att.text_query_column_sums();
-    const float* max = att.text_query_column_max();
+    const float* sum = view.text_query_column_sums();
+    const float* max = view.text_query_column_max();
     std::vector<int> visual;
     double total = 0;
     for (int j = 0; j < view.prompt_len(); ++j)
@@ -220,7 +219,6 @@ class Hae final : public Policy {
   bool dap_, ddes_, prompt_scores_, mark_, all_candidates_, auto_budget_;
   int visual_keep_;
   int budget_;
-  int total_len_;
   std::set<int> pruned_;  // DAP's evicted positions, broadcast to every layer
   std::map<int, Layer> layers_;
   mutable std::vector<double> reported_;  // eviction_scores' masked copy

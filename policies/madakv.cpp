@@ -184,12 +184,11 @@ class MadaKV final : public Policy {
 
   // Eq. 7, per KV head: attention from the proxy rows, summed over its query heads.
   std::vector<double> proxy_importance(const LayerView& view, int g) const {
-    const LayerAttention& att = view.attention();
-    const int rows = std::min(proxy_, att.prefill_window()), group = view.group_size();
+    const int rows = std::min(proxy_, view.prefill_window()), group = view.group_size();
     std::vector<double> psi(view.prompt_len(), 0.0);
     for (int r = 0; r < group; ++r)
-      for (int w = att.prefill_window() - rows; w < att.prefill_window(); ++w) {
-        const float* row = att.prefill_window_row(g * group + r, w);
+      for (int w = view.prefill_window() - rows; w < view.prefill_window(); ++w) {
+        const float* row = view.prefill_window_row(g * group + r, w);
         for (int j = 0; j < view.prompt_len(); ++j) psi[j] += row[j];
       }
     return psi;

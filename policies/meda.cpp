@@ -108,7 +108,7 @@ class Meda final : public Policy {
       if (n <= S) continue;
       std::vector<double> score(n, 0.0);  // Eq. 8, prompt entries; later tokens score 0
       for (int r = 0; r < group; ++r) {
-        const float* col = view.attention().prefill_column_sums(g * group + r);
+        const float* col = view.prefill_column_sums(g * group + r);
         for (int e = 0; e < n; ++e)
           if (cache.position(g, e) < P) score[e] += col[cache.position(g, e)];
       }

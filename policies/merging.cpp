@@ -12,10 +12,10 @@ namespace kvsim {
 namespace {
 
 // Rows of unit keys (raw keys divided by their norm; zero stays zero) of the given positions.
-std::vector<float> unit_keys(const LayerTensors& t, int g, const std::vector<int>& pos, int d) {
+std::vector<float> unit_keys(const LayerView& view, int g, const std::vector<int>& pos, int d) {
   std::vector<float> out(pos.size() * d);
   for (std::size_t i = 0; i < pos.size(); ++i) {
-    const float* k = &t.k(pos[i], g, 0);
+    const float* k = view.key(pos[i], g);
     double norm = 0;
     for (int e = 0; e < d; ++e) norm += static_cast<double>(k[e]) * k[e];
     const float inv = norm > 0 ? static_cast<float>(1 / std::sqrt(norm)) : 0.0f;
@@ -29,17 +29,21 @@ struct Member {
   float similarity;
 };
 
-std::vector<float> combine(const xt::xtensor<float, 3>& x, int kept,
-                           const std::vector<Member>& members, int g, int d, MergeKind kind) {
+// `row(position)` gives the d floats of a key or a value.
+template <typename Row>
+std::vector<float> combine(Row row, int kept, const std::vector<Member>& members, int d,
+                           MergeKind kind) {
   std::vector<double> sum(d);
-  for (int e = 0; e < d; ++e) sum[e] = x(kept, g, e);
+  const float* xk = row(kept);
+  for (int e = 0; e < d; ++e) sum[e] = xk[e];
   double denominator = 1;
   for (const Member& m : members) {
     // KVCache-Factory's weight: the cosine mapped to [0, 1], kept above 1e-6.
     const double w = std::max((1.0 + m.similarity) / 2, 1e-6);
     denominator += kind == MergeKind::kSimilarityWeighted ? w : 1.0;
+    const float* xm = row(m.position);
     for (int e = 0; e < d; ++e) {
-      const double xi = x(m.position, g, e), xj = x(kept, g, e);
+      const double xi = xm[e], xj = xk[e];
       sum[e] += kind == MergeKind::kAverage              ? xi
                 : kind == MergeKind::kPivotal            ? (xi + xj) / 2
                 : kind == MergeKind::kSimilarityWeighted ? w * xi
@@ -55,7 +59,6 @@ std::vector<float> combine(const xt::xtensor<float, 3>& x, int kept,
 
 void merge_unselected(const LayerView& view, KvCache& cache, int g,
                       const std::vector<std::uint8_t>& keep, MergeKind kind) {
-  const auto& t = view.attention().tensors();
   const int d = cache.head_dim();
   std::vector<int> kept, less;
   for (int e = 0; e < cache.size(g); ++e) (keep[e] ? kept : less).push_back(cache.position(g, e));
@@ -64,7 +67,7 @@ void merge_unselected(const LayerView& view, KvCache& cache, int g,
     cache.keep_only(g, keep);
     return;
   }
-  const std::vector<float> kk = unit_keys(t, g, kept, d), kl = unit_keys(t, g, less, d);
+  const std::vector<float> kk = unit_keys(view, g, kept, d), kl = unit_keys(view, g, less, d);
   std::vector<float> sim(less.size() * kept.size());
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(less.size()),
               static_cast<int>(kept.size()), d, 1.0f, kl.data(), d, kk.data(), d, 0.0f, sim.data(),
@@ -82,9 +85,10 @@ void merge_unselected(const LayerView& view, KvCache& cache, int g,
   std::vector<std::vector<float>> merged_k(kept.size()), merged_v(kept.size());
   for (std::size_t j = 0; j < kept.size(); ++j) {
     if (members[j].empty()) continue;
-    merged_k[j] = combine(t.k, kept[j], members[j], g, d, kind);
-    merged_v[j] =
-        t.has_v() ? combine(t.v, kept[j], members[j], g, d, kind) : std::vector<float>(d, 0.0f);
+    merged_k[j] = combine([&](int p) { return view.key(p, g); }, kept[j], members[j], d, kind);
+    merged_v[j] = view.has_values() ? combine([&](int p) { return view.value(p, g); }, kept[j],
+                                              members[j], d, kind)
+                                    : std::vector<float>(d, 0.0f);
   }
   for (std::size_t i = 0; i < less.size(); ++i) {
     const auto& pos = cache.positions(g);

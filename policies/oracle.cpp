@@ -68,7 +68,7 @@ class Oracle final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     // future_[g][t * T + j] = Σ_{t' >= t} Σ_r p_full[t', g*group + r, j] (suffix sums, exact).
-    const int G = view.gen_len(), T = view.prompt_len() + G, group = view.group_size();
+    const int G = view.future_gen_len(), T = view.prompt_len() + G, group = view.group_size();
     T_ = T;
     // Every row but the last (zero) is overwritten below: reuse the storage across layers.
     future_.resize(cache.kv_heads());
@@ -123,12 +123,11 @@ class Oracle final : public Policy {
     sa.group = view.group_size();
     sa.probs.resize(shadow_.kv_heads());
     sa.filled.assign(shadow_.kv_heads(), 0);
-    const LayerAttention& att = view.attention();
-    sa.fill = [this, &att, t, group = sa.group](int g, std::vector<float>& out) {
+    sa.fill = [this, view, t, group = sa.group](int g, std::vector<float>& out) {
       const int n = shadow_.size(g);
       out.assign(static_cast<std::size_t>(group) * n, 0.0f);
       for (int r = 0; r < group; ++r) {
-        const float* p = att.decode_probs(t, g * group + r);
+        const float* p = view.decode_probs(t, g * group + r);
         double sum = 0;
         for (int e = 0; e < n; ++e)
           if (shadow_.attended(g, e)) sum += p[shadow_.position(g, e)];

@@ -2,12 +2,57 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace kvsim {
+
+void LayerView::check_visible(int pos, const char* what) const {
+  if (lookahead_ || (pos >= 0 && pos < horizon_)) return;
+  throw std::logic_error(std::string("a policy without `lookahead` read the ") + what +
+                         " of position " + std::to_string(pos) + ", which does not exist yet (" +
+                         std::to_string(horizon_) + " positions exist at this hook)");
+}
+
+const float* LayerView::key(int pos, int g) const {
+  check_visible(pos, "key");
+  return &att_.tensors().k(pos, g, 0);
+}
+
+const float* LayerView::value(int pos, int g) const {
+  check_visible(pos, "value");
+  return &att_.tensors().v(pos, g, 0);
+}
+
+const float* LayerView::query(int pos, int h) const {
+  check_visible(pos, "query");
+  return &att_.tensors().q(pos, h, 0);
+}
+
+const float* LayerView::decode_probs(int t, int h) const {
+  check_visible(att_.prompt_len() + t, "decode attention");
+  return att_.decode_probs(t, h);
+}
 
 const float* LayerView::future_decode_probs(int t, int h) const {
   if (!lookahead_) throw std::logic_error("a policy without `lookahead` read future attention");
   return att_.decode_probs(t, h);
+}
+
+int LayerView::future_gen_len() const {
+  if (!lookahead_)
+    throw std::logic_error("a policy without `lookahead` read the generation length");
+  return att_.gen_len();
+}
+
+SampleInfo known_before_decoding(SampleInfo s) {
+  const auto prompt = static_cast<std::size_t>(s.prompt_len);
+  s.gen_len = 0;
+  s.reference.clear();
+  for (auto* v : {&s.modality, &s.segment})
+    if (v->size() > prompt) v->resize(prompt);
+  for (auto* v : {&s.media_id, &s.token_ids})
+    if (v->size() > prompt) v->resize(prompt);
+  return s;
 }
 
 const SampleStats& LayerView::sample_stats() const {

@@ -48,31 +48,65 @@ struct StepAttention {
   }
 };
 
-// What a policy may read at a hook: the layer's shared statistics, gated by its declared needs.
+// What a policy may read at a hook: the layer's shared statistics, gated by its declared needs,
+// and the q/k/v rows of the positions that exist at that hook — positions < P at the prefill,
+// positions <= P + t at decode step t (the horizon). Reading past the horizon throws, unless the
+// policy declares `lookahead`.
 class LayerView {
  public:
   LayerView(const LayerAttention& att, bool lookahead, const SampleStats* stats = nullptr)
-      : att_(att), lookahead_(lookahead), stats_(stats) {}
-  const LayerAttention& attention() const { return att_; }
+      : att_(att), lookahead_(lookahead), stats_(stats), horizon_(att.prompt_len()) {}
   int layer() const { return att_.layer(); }
   int num_layers() const { return att_.num_layers(); }
   int prompt_len() const { return att_.prompt_len(); }
-  int gen_len() const { return att_.gen_len(); }
   int group_size() const { return att_.group_size(); }
+  int num_heads() const { return att_.num_heads(); }
   int num_kv_heads() const { return att_.num_kv_heads(); }
+  int head_dim() const { return att_.head_dim(); }
+  float scale() const { return att_.scale(); }
+  double rope_theta() const { return att_.rope_theta(); }
+  bool has_values() const { return att_.tensors().has_v(); }
   const std::vector<std::uint8_t>& modality() const { return att_.sample().modality; }
-  // Full-cache probabilities of any decode step: future attention, for lookahead policies only.
+  // Positions that exist at this hook: P at the prefill, P + t + 1 at decode step t.
+  int visible_len() const { return horizon_; }
+  void set_horizon(int positions) { horizon_ = positions; }
+  // The d floats of position `pos`: key and value of KV head g, query of query head h.
+  const float* key(int pos, int g) const;
+  const float* value(int pos, int g) const;
+  const float* query(int pos, int h) const;
+  // Prompt statistics (declared in AttentionNeeds): column sums of the causal prompt attention,
+  // the last prefill_window() prompt rows, and the text-query column sums and maxima.
+  const float* prefill_column_sums(int h) const { return att_.prefill_column_sums(h); }
+  int prefill_window() const { return att_.prefill_window(); }
+  const float* prefill_window_row(int h, int r) const { return att_.prefill_window_row(h, r); }
+  const float* text_query_column_sums() const { return att_.text_query_column_sums(); }
+  const float* text_query_column_max() const { return att_.text_query_column_max(); }
+  // Full-cache probabilities of decode step t (t <= the current step unless lookahead).
+  const float* decode_probs(int t, int h) const;
+  // Lookahead policies only: any decode step's full-cache probabilities, and the generation length.
   const float* future_decode_probs(int t, int h) const;
+  int future_gen_len() const;
   // Whole-sample statistics (requested with AttentionNeeds::sample_entropies).
   const SampleStats& sample_stats() const;
   // The same view with future attention closed (a lookahead policy running a causal one inside).
-  LayerView causal() const { return LayerView(att_, false, stats_); }
+  LayerView causal() const {
+    LayerView v(att_, false, stats_);
+    v.horizon_ = horizon_;
+    return v;
+  }
 
  private:
+  void check_visible(int pos, const char* what) const;
+
   const LayerAttention& att_;
   bool lookahead_;
   const SampleStats* stats_;
+  int horizon_;
 };
+
+// What a policy may know of a sample when it is created: the prompt (its modality, segments,
+// media and token ids), not the generation — its length, tokens and modality are the future.
+SampleInfo known_before_decoding(SampleInfo sample);
 
 class Policy {
  public:

@@ -44,7 +44,6 @@ AttentionNeeds snapkv_needs(const ParamSet& p) {
 }
 
 std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScoring& s) {
-  const auto& att = view.attention();
   const int group = view.group_size(), prefix = view.prompt_len() - s.window;
   // One running sum over (query head, window row) for the mean; the max needs each head's votes.
   std::vector<double> score(std::max(prefix, 0), 0.0), votes(s.group_max ? score.size() : 0);
@@ -52,7 +51,8 @@ std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScor
     std::vector<double>& sum = s.group_max ? votes : score;
     if (s.group_max) std::fill(votes.begin(), votes.end(), 0.0);
     for (int w = 0; w < s.window; ++w) {
-      const float* row = att.prefill_window_row(g * group + r, att.prefill_window() - s.window + w);
+      const float* row =
+          view.prefill_window_row(g * group + r, view.prefill_window() - s.window + w);
       for (int j = 0; j < prefix; ++j) sum[j] += row[j];
     }
     if (s.group_max)
@@ -67,30 +67,29 @@ std::vector<double> prompt_column_scores(const LayerView& view, int g) {
   const int group = view.group_size();
   std::vector<double> score(view.prompt_len(), 0.0);
   for (int r = 0; r < group; ++r) {
-    const float* col = view.attention().prefill_column_sums(g * group + r);
+    const float* col = view.prefill_column_sums(g * group + r);
     for (int j = 0; j < view.prompt_len(); ++j) score[j] += col[j];
   }
   return score;
 }
 
 std::vector<double> key_norm_scores(const LayerView& view, int g) {
-  const auto& k = view.attention().tensors().k;  // [T, Hkv, d]
-  const int d = view.attention().head_dim();
+  const int d = view.head_dim();
   std::vector<double> score(view.prompt_len());
   for (int j = 0; j < view.prompt_len(); ++j) {
+    const float* k = view.key(j, g);
     double norm2 = 0;
-    for (int c = 0; c < d; ++c) norm2 += double(k(j, g, c)) * k(j, g, c);
+    for (int c = 0; c < d; ++c) norm2 += double(k[c]) * k[c];
     score[j] = -std::sqrt(norm2);
   }
   return score;
 }
 
 std::vector<double> last_token_attention(const LayerView& view) {
-  const LayerAttention& att = view.attention();
   std::vector<double> s(view.prompt_len(), 0.0);
-  for (int h = 0; h < att.num_heads(); ++h) {
-    const float* row = att.prefill_window_row(h, att.prefill_window() - 1);
-    for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / att.num_heads();
+  for (int h = 0; h < view.num_heads(); ++h) {
+    const float* row = view.prefill_window_row(h, view.prefill_window() - 1);
+    for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / view.num_heads();
   }
   return s;
 }

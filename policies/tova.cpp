@@ -29,7 +29,7 @@ class Tova final : public Policy {
 
   void on_decode(const LayerView& view, const StepAttention& att, KvCache& cache) override {
     if (prefill_only_) return;
-    std::vector<double> score(view.prompt_len() + view.gen_len(), 0.0);
+    std::vector<double> score(view.visible_len(), 0.0);
     const int heads = att.group * cache.kv_heads();
     for (int g = 0; g < cache.kv_heads(); ++g)
       for (int r = 0; r < att.group; ++r) {

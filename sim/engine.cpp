@@ -62,9 +62,14 @@ void record_flushes(const Policy& policy, int layer, int step,
                         std::back_inserter(removed));
     if (removed.empty()) continue;
     FlushEvent e{step, g, static_cast<int>(removed.size()), 0, 0};
-    for (int p : removed) e.realized += (*scores)[p];
+    // Positions the policy never scored (beyond its vector) count as not removable by score.
+    const auto score_at = [&](int p) {
+      return static_cast<std::size_t>(p) < scores->size() ? (*scores)[p] : INFINITY;
+    };
+    for (int p : removed)
+      if (std::isfinite(score_at(p))) e.realized += score_at(p);
     std::vector<double> held;
-    for (int p : before[g]) held.push_back((*scores)[p]);
+    for (int p : before[g]) held.push_back(score_at(p));
     std::partial_sort(held.begin(), held.begin() + e.removed, held.end());
     for (int i = 0; i < e.removed; ++i) e.greedy += held[i];
     out.push_back(e);
@@ -91,11 +96,11 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
                          const StepAttentionModel& step_attention) {
   const bool check_invariants = options.check_invariants;
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
-  const LayerView view(att, lookahead, stats);
+  LayerView view(att, lookahead, stats);
   KvCache cache(Hkv, att.head_dim());
   cache.fill_prompt(P);
   cache.set_step(-1);
-  policy.on_prefill(view, cache);
+  policy.on_prefill(view, cache);  // view.visible_len() = P
   if (check_invariants) {
     for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
     check_capacity(policy, cache, att.layer(), "the prefill", "policy");
@@ -127,6 +132,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     std::vector<std::vector<std::int32_t>> before;
     if (options.record_flushes)
       for (int g = 0; g < Hkv; ++g) before.push_back(cache.positions(g));
+    view.set_horizon(P + t + 1);
     policy.on_decode(view, sa, cache);
     if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
     if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
@@ -515,7 +521,8 @@ void Replayer::replay_sample(const std::string& sample_name,
   const SampleInfo context = context_only(sample, question);
   for (const auto& p : policies_) {
     try {
-      instances.push_back(p.info->create(p.params, p.appends_question() ? context : sample));
+      instances.push_back(
+          p.info->create(p.params, known_before_decoding(p.appends_question() ? context : sample)));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }

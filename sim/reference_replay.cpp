@@ -146,7 +146,7 @@ std::vector<LayerResult> reference_replay(const TraceReader& reader, const std::
                                           const PolicyConfig& policy, int layers) {
   const SampleInfo sample = reader.read_sample(sample_name);
   const TraceInfo& info = reader.info();
-  auto instance = policy.info->create(policy.params, sample);
+  auto instance = policy.info->create(policy.params, known_before_decoding(sample));
   const int L = layers < 0 ? info.num_layers : std::min(layers, info.num_layers);
   SampleStats stats;
   if (policy.needs().sample_entropies) stats = compute_sample_stats(reader, sample, 1, true);

@@ -22,13 +22,12 @@ namespace {
 class MergeAndPark final : public Policy {
  public:
   void on_prefill(const LayerView& view, KvCache& cache) override {
-    const auto& t = view.attention().tensors();
     const int d = cache.head_dim();
     for (int g = 0; g < cache.kv_heads(); ++g) {
       std::vector<float> k(d), v(d);
       for (int i = 0; i < d; ++i) {
-        k[i] = (t.k(0, g, i) + t.k(1, g, i)) / 2;
-        v[i] = t.has_v() ? (t.v(0, g, i) + t.v(1, g, i)) / 2 : 0.0f;
+        k[i] = (view.key(0, g)[i] + view.key(1, g)[i]) / 2;
+        v[i] = view.has_values() ? (view.value(0, g)[i] + view.value(1, g)[i]) / 2 : 0.0f;
       }
       cache.merge(g, 1, 0, k.data(), v.data());
       cache.set_attended(g, 1, false);  // position 2 is now entry 1
@@ -323,6 +322,39 @@ TEST(Engine, OnlyLookaheadPoliciesSeeTheFuture) {
   const LayerAttention att(reader.info(), s, reader.read_layer(s, 0), {}, 1);
   EXPECT_THROW(LayerView(att, false).future_decode_probs(3, 0), std::logic_error);
   EXPECT_NO_THROW(LayerView(att, true).future_decode_probs(3, 0));
+  EXPECT_THROW(LayerView(att, false).future_gen_len(), std::logic_error);
+  EXPECT_EQ(LayerView(att, true).future_gen_len(), s.gen_len);
+}
+
+TEST(Engine, AViewShowsOnlyThePositionsThatExist) {
+  // At the prefill the P prompt positions exist; at decode step t, positions <= P + t. q, k, v and
+  // decode attention past that throw for a causal policy and not for a lookahead one.
+  const std::string path = small_synthetic_trace("horizon.h5", 1);
+  TraceReader reader(path);
+  const SampleInfo s = reader.read_sample("000000");
+  const LayerAttention att(reader.info(), s, reader.read_layer(s, 0), {}, 1);
+  const int P = s.prompt_len;
+  LayerView view(att, false);
+  EXPECT_EQ(view.visible_len(), P);
+  EXPECT_NO_THROW(view.key(P - 1, 0));
+  EXPECT_THROW(view.key(P, 0), std::logic_error);
+  EXPECT_THROW(view.value(P, 1), std::logic_error);
+  EXPECT_THROW(view.query(P, 0), std::logic_error);
+  EXPECT_THROW(view.decode_probs(0, 0), std::logic_error);
+  view.set_horizon(P + 3);  // decode step 2
+  EXPECT_NO_THROW(view.key(P + 2, 0));
+  EXPECT_NO_THROW(view.decode_probs(2, 0));
+  EXPECT_THROW(view.key(P + 3, 0), std::logic_error);
+  EXPECT_THROW(view.decode_probs(3, 0), std::logic_error);
+  EXPECT_EQ(view.causal().visible_len(), P + 3);
+  EXPECT_NO_THROW(LayerView(att, true).key(P + 5, 0));
+  // What a policy is created with: the prompt, not the generation.
+  const SampleInfo known = known_before_decoding(s);
+  EXPECT_EQ(known.gen_len, 0);
+  EXPECT_EQ(known.prompt_len, P);
+  EXPECT_EQ(known.modality.size(), static_cast<std::size_t>(P));
+  EXPECT_EQ(known.segment.size(), static_cast<std::size_t>(P));
+  EXPECT_TRUE(std::equal(known.modality.begin(), known.modality.end(), s.modality.begin()));
 }
 
 std::vector<std::int32_t> read_ints(hid_t f, const std::string& path, std::vector<hsize_t>& shape) {

@@ -37,14 +37,13 @@ struct Alive {
   }
 };
 
+// The hook's LayerView: token rows of the positions that exist (the prompt at the prefill,
+// positions <= P + t at decode step t), prompt statistics, never the generation's length.
 struct ViewHandle : Alive {
   const LayerView* v;
-  // Token rows the hook may read: the prompt at the prefill, positions <= P + t at decode step t
-  // (a policy never sees a token before it exists).
-  int visible = 0;
-  const LayerAttention& att() const {
+  const LayerView& view() const {
     check();
-    return v->attention();
+    return *v;
   }
 };
 
@@ -70,7 +69,6 @@ py::dict sample_dict(const SampleInfo& s) {
   py::dict d;
   d["name"] = s.name;
   d["prompt_len"] = s.prompt_len;
-  d["gen_len"] = s.gen_len;
   d["modality"] = to_numpy(s.modality);
   return d;
 }
@@ -94,8 +92,7 @@ class PythonPolicy final : public Policy {
     py::gil_scoped_acquire gil;
     auto alive = std::make_shared<bool>(true);
     call([&] {
-      obj_.attr("on_prefill")(ViewHandle{{alive}, &view, view.prompt_len()},
-                              CacheHandle{{alive}, &cache});
+      obj_.attr("on_prefill")(ViewHandle{{alive}, &view}, CacheHandle{{alive}, &cache});
     });
     *alive = false;
   }
@@ -104,8 +101,8 @@ class PythonPolicy final : public Policy {
     py::gil_scoped_acquire gil;
     auto alive = std::make_shared<bool>(true);
     call([&] {
-      obj_.attr("on_decode")(ViewHandle{{alive}, &view, att.position + 1},
-                             StepHandle{{alive}, &att, &cache}, CacheHandle{{alive}, &cache});
+      obj_.attr("on_decode")(ViewHandle{{alive}, &view}, StepHandle{{alive}, &att, &cache},
+                             CacheHandle{{alive}, &cache});
     });
     *alive = false;
   }
@@ -159,30 +156,36 @@ void bind_handles(py::module_& m) {
   py::class_<ViewHandle>(m, "LayerView",
                          "The statistics of the current layer a policy may read (numpy views, "
                          "valid during the hook; copy to keep).")
-      .def_property_readonly("layer", [](const ViewHandle& v) { return v.att().layer(); })
-      .def_property_readonly("num_layers", [](const ViewHandle& v) { return v.att().num_layers(); })
-      .def_property_readonly("prompt_len", [](const ViewHandle& v) { return v.att().prompt_len(); })
-      .def_property_readonly("gen_len", [](const ViewHandle& v) { return v.att().gen_len(); })
-      .def_property_readonly("group_size", [](const ViewHandle& v) { return v.att().group_size(); })
+      .def_property_readonly("layer", [](const ViewHandle& v) { return v.view().layer(); })
+      .def_property_readonly("num_layers",
+                             [](const ViewHandle& v) { return v.view().num_layers(); })
+      .def_property_readonly("prompt_len",
+                             [](const ViewHandle& v) { return v.view().prompt_len(); })
+      .def_property_readonly("visible_len",
+                             [](const ViewHandle& v) { return v.view().visible_len(); })
+      .def_property_readonly("group_size",
+                             [](const ViewHandle& v) { return v.view().group_size(); })
       .def_property_readonly("num_kv_heads",
-                             [](const ViewHandle& v) { return v.att().num_kv_heads(); })
+                             [](const ViewHandle& v) { return v.view().num_kv_heads(); })
       .def_property_readonly("modality",
                              [](const ViewHandle& v) {
-                               const auto& m = v.att().sample().modality;
-                               return view(m.data(), {static_cast<py::ssize_t>(m.size())}, {1});
+                               const auto& m = v.view().modality();
+                               const auto n = std::min<py::ssize_t>(
+                                   static_cast<py::ssize_t>(m.size()), v.view().visible_len());
+                               return view(m.data(), {n}, {1});
                              })
       .def(
           "prefill_column_sums",
           [](const ViewHandle& v, int h) {
-            in_range(h, v.att().num_heads(), "query head");
-            return view(v.att().prefill_column_sums(h), {v.att().prompt_len()}, {4});
+            in_range(h, v.view().num_heads(), "query head");
+            return view(v.view().prefill_column_sums(h), {v.view().prompt_len()}, {4});
           },
           py::arg("head"),
           "float32 [P]: Σ over causal prompt rows of p_ij (needs prefill_column_sums)")
       .def(
           "prefill_window",
           [](const ViewHandle& v, int h) {
-            const auto& a = v.att();
+            const auto& a = v.view();
             in_range(h, a.num_heads(), "query head");
             const int w = a.prefill_window(), P = a.prompt_len();
             if (w == 0) throw std::logic_error("prefill window rows were not requested");
@@ -192,24 +195,24 @@ void bind_handles(py::module_& m) {
       .def(
           "text_query_column_sums",
           [](const ViewHandle& v) {
-            return view(v.att().text_query_column_sums(), {v.att().prompt_len()}, {4});
+            return view(v.view().text_query_column_sums(), {v.view().prompt_len()}, {4});
           },
           "float32 [P]: head-averaged column sums over the prompt's text queries")
       .def(
           "text_query_column_max",
           [](const ViewHandle& v) {
-            return view(v.att().text_query_column_max(), {v.att().prompt_len()}, {4});
+            return view(v.view().text_query_column_max(), {v.view().prompt_len()}, {4});
           },
           "float32 [P]: head-averaged column maxima over the prompt's text queries")
       .def(
           "keys",
           [](const ViewHandle& v, int g) {
-            const auto& t = v.att().tensors();
-            in_range(g, v.att().num_kv_heads(), "kv head");
-            const auto T = static_cast<py::ssize_t>(v.visible),
-                       H = static_cast<py::ssize_t>(t.k.shape(1)),
-                       d = static_cast<py::ssize_t>(t.k.shape(2));
-            return view(&t.k(0, g, 0), {T, d}, {4 * H * d, 4});
+            const auto& a = v.view();
+            in_range(g, a.num_kv_heads(), "kv head");
+            const auto T = static_cast<py::ssize_t>(a.visible_len()),
+                       H = static_cast<py::ssize_t>(a.num_kv_heads()),
+                       d = static_cast<py::ssize_t>(a.head_dim());
+            return view(a.key(0, g), {T, d}, {4 * H * d, 4});
           },
           py::arg("kv_head"),
           "float32 [n, d]: the recorded keys of a KV head at the positions that exist so far (the "
@@ -217,13 +220,13 @@ void bind_handles(py::module_& m) {
       .def(
           "values",
           [](const ViewHandle& v, int g) {
-            const auto& t = v.att().tensors();
-            if (!t.has_v()) throw std::logic_error("the trace has no values");
-            in_range(g, v.att().num_kv_heads(), "kv head");
-            const auto T = static_cast<py::ssize_t>(v.visible),
-                       H = static_cast<py::ssize_t>(t.v.shape(1)),
-                       d = static_cast<py::ssize_t>(t.v.shape(2));
-            return view(&t.v(0, g, 0), {T, d}, {4 * H * d, 4});
+            const auto& a = v.view();
+            if (!a.has_values()) throw std::logic_error("the trace has no values");
+            in_range(g, a.num_kv_heads(), "kv head");
+            const auto T = static_cast<py::ssize_t>(a.visible_len()),
+                       H = static_cast<py::ssize_t>(a.num_kv_heads()),
+                       d = static_cast<py::ssize_t>(a.head_dim());
+            return view(a.value(0, g), {T, d}, {4 * H * d, 4});
           },
           py::arg("kv_head"),
           "float32 [n, d]: the recorded values of a KV head at the positions that exist so far");

@@ -101,7 +101,8 @@ class Policy:
     merges = False
 
     def start(self, sample):
-        """Before each sample: a dict with name, prompt_len, gen_len and modality."""
+        """Before each sample: a dict with name, prompt_len and the prompt's modality (the generation's
+        length is not known before decoding)."""
 
     def on_prefill(self, view, cache):
         """End of a layer's prefill: the cache holds positions 0..P-1 in every KV head."""

@@ -59,20 +59,22 @@ class H2O(Policy):
         self.recent = (math.floor(float(r[:-1]) / 100 * self.budget + 1e-9) if r.endswith("%")
                        else int(r))
         self.recent = min(self.recent, self.budget)
-        self.total_len = P + sample["gen_len"]
 
     def capacity(self, layer, kv_head):
         return self.budget
 
     def on_prefill(self, view, cache):
         P, group = view.prompt_len, view.group_size
-        self.scores = np.zeros((cache.kv_heads, self.total_len))
+        self.scores = np.zeros((cache.kv_heads, P))
         for g in range(cache.kv_heads):
             for r in range(group):  # float64 sums in the C++ order: query heads one by one
                 self.scores[g, :P] += view.prefill_column_sums(g * group + r)
         self._trim(cache)
 
     def on_decode(self, view, att, cache):
+        grow = view.visible_len - self.scores.shape[1]  # the positions that exist so far
+        if grow > 0:
+            self.scores = np.pad(self.scores, ((0, 0), (0, grow)))
         for g in range(cache.kv_heads):
             pos = cache.positions(g)
             probs = att.probs(g)

@@ -174,7 +174,7 @@ class PolicyLoop {
     for (int i = 0; i < P; ++i) prompt[i] = i;
     rows_.assign(L, std::vector<HeldRows>(Hkv, HeldRows{prompt, 0}));
     for (int l = 0; l < L; ++l) {
-      policies_.push_back(config_.info->create(config_.params, pp_.sample));
+      policies_.push_back(config_.info->create(config_.params, known_before_decoding(pp_.sample)));
       for (int lower = 0; lower < l; ++lower) {
         KvCache scratch(Hkv, d);
         scratch.fill_prompt(P);
@@ -210,14 +210,19 @@ class PolicyLoop {
     sa.step = t;
     sa.position = position;
     b_.decode_attention(l, q, pp_.trace.num_heads, scale, masks_, out, sa.probs);
-    policies_[l]->on_decode(view(l), sa, cache);
+    policies_[l]->on_decode(view(l, position + 1), sa, cache);
     if (check_) check_capacity(*policies_[l], cache, l, "a decode step", config_.label);
     sync_layer(b_, l, cache, rows_[l]);
     return held;
   }
 
  private:
-  LayerView view(int l) const { return LayerView(*pp_.layers[l], false, stats_); }
+  // The layer's view, `visible` positions existing (the prompt by default).
+  LayerView view(int l, int visible = -1) const {
+    LayerView v(*pp_.layers[l], false, stats_);
+    if (visible >= 0) v.set_horizon(visible);
+    return v;
+  }
   Backend& b_;
   PreparedPrompt& pp_;
   const PolicyConfig& config_;
