@@ -14,7 +14,7 @@
 //   l entries and becomes the next S_1. The tokens generated since the last trigger are not
 //   candidates: C ⊂ S_1. (`candidates = all` lets them compete, kvsim's earlier reading: their
 //   few decode steps of score then lose against prompt tokens that carry the prefill's, and on the
-//   demo 12% of decode evictions hit them, 946 times the very token generated at that step.)
+//   demo 11% of decode evictions hit them, 946 times the very token generated at that step.)
 //   Growth: the triggering step attends l + RC_size entries; after every hook the cache holds at
 //   most l + RC_size - 1 (Definition 2's l <= |S_2| < l + D, with D = RC_size).
 //   `ddes = mark` is the recycle bin as Fig. 1's caption and Sec. 1 tell it: at every step while

@@ -25,7 +25,7 @@
 // aside (Eq. 9's need is at least one entry per modality present), so when what is left cannot
 // cover a layer's needs the layer keeps what is left and its heads share the shortfall evenly.
 // Where the need exceeds the budget on average, early layers spend it all: θ = 0.9 asks 37% of the
-// prompt on the synthetic demo (72% in layer 0, 5% in layer 31), against the 10-15% a trained
+// prompt on the synthetic demo (72% in layer 0, 5% in layer 31), against the 6-15% a trained
 // model's heads ask (stories260K) and Sec. 3.2's "20% of tokens capture nearly 90%": that is the
 // synthetic trace's diffuse attention, and any trace whose needs exceed the budget does the same.
 // With GQA, ψ sums the query heads of a KV head and the h of Eq. 10 runs over KV heads.
