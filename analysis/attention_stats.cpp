@@ -184,9 +184,9 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
     reader.read_layer_into(sample, l, tensors);
     const LayerEntropies e = layer_entropies(info, sample, tensors, o.threads);
     s.entropy[l] = e.full_of_mean;
-    s.cross_modal_entropy[l] = e.cross_modal_of_mean;
+    s.cross_modal_entropy[l] = e.cross_modal_unmasked_of_mean;  // Eq. 4 has no causal mask
     s.entropy_mean_of_heads[l] = e.full_mean_of_heads;
-    s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_mean_of_heads;
+    s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_unmasked_mean_of_heads;
     const KeySimilarity ks = key_similarity(info, sample, tensors, o.threads);
     for (int m = 0; m < 2; ++m) {
       for (int x = 0; x < nq; ++x)

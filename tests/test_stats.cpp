@@ -60,13 +60,13 @@ TEST(Stats, TinyTraceByHand) {
   EXPECT_NEAR(st.layer_cosine[0], 1.0, 1e-12);
   EXPECT_DOUBLE_EQ(st.ppci_layers[0], 1.0);
   EXPECT_DOUBLE_EQ(st.ppci_steps[0], 1.0);
-  // Full rows' entropy: 0, ln 2, ln 3, ln 4; E_CM: text row 3 over two images ln 2 (row 0 has
-  // none), image rows over the one text key before them: 0.
+  // Full rows' entropy: 0, ln 2, ln 3, ln 4; E_CM (Eq. 4, unmasked): text rows 0 and 3 over the
+  // two images, ln 2 each; image rows over text keys 0 and 3, ln 2 each: ln 2 + ln 2.
   EXPECT_NEAR(st.entropy[0], std::log(24.0) / 4, 1e-6);
-  EXPECT_NEAR(st.cross_modal_entropy[0], std::log(2.0), 1e-6);
+  EXPECT_NEAR(st.cross_modal_entropy[0], 2 * std::log(2.0), 1e-6);
   // One head: both readings of "head-averaged" agree.
   EXPECT_NEAR(st.entropy_mean_of_heads[0], std::log(24.0) / 4, 1e-6);
-  EXPECT_NEAR(st.cross_modal_entropy_mean_of_heads[0], std::log(2.0), 1e-6);
+  EXPECT_NEAR(st.cross_modal_entropy_mean_of_heads[0], 2 * std::log(2.0), 1e-6);
 }
 
 TEST(Stats, KeySimilarityByHand) {
