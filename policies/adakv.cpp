@@ -52,6 +52,7 @@ class AdaKV final : public Policy {
     if (scorer_ == "snapkv" && scoring_.window < 1)
       throw std::invalid_argument(
           "adakv: parameter 'window' = 0 leaves the snapkv scorer no observation window");
+    if (!scoring_.clamped.empty()) note(scoring_.clamped);
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {

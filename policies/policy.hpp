@@ -123,6 +123,15 @@ class Policy {
   virtual const std::vector<double>* eviction_scores(int layer, int kv_head) const {
     return nullptr;
   }
+  // What the policy adjusted for this sample (e.g. a window clamped to a smaller budget), each a
+  // sentence naming the policy and parameter; reported as warnings and kept with the results.
+  const std::vector<std::string>& notes() const { return notes_; }
+
+ protected:
+  void note(std::string text) { notes_.push_back(std::move(text)); }
+
+ private:
+  std::vector<std::string> notes_;
 };
 
 struct PolicyInfo {

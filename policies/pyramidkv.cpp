@@ -39,7 +39,9 @@ class PyramidKV final : public Policy {
         kvpress_rounding_(p.get_string("rounding") == "kvpress"),
         real_budget_(p.get_size("budget").unrounded(s.prompt_len)),
         scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)),
-        merge_(read_prompt_merge(p)) {}
+        merge_(read_prompt_merge(p)) {
+    if (!scoring_.clamped.empty()) note(scoring_.clamped);
+  }
 
   // kvpress's entries kept in all by layer l (window included). nearbyint rounds half to even.
   int kvpress_layer_keep(int layer, int layers, int P) const {

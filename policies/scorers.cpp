@@ -25,16 +25,18 @@ std::vector<ParamSpec> snapkv_scoring_params() {
 
 SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
                                   int prompt_len) {
-  const SnapKVScoring s{static_cast<int>(p.get_int("window")),
-                        static_cast<int>(p.get_int("kernel")), p.get_string("pooling") == "max",
-                        p.get_string("group_reduce") == "max"};
+  SnapKVScoring s{static_cast<int>(p.get_int("window")), static_cast<int>(p.get_int("kernel")),
+                  p.get_string("pooling") == "max", p.get_string("group_reduce") == "max", ""};
   if (s.kernel % 2 == 0)
     throw std::invalid_argument(policy + ": parameter 'kernel' = " + std::to_string(s.kernel) +
                                 " must be odd (same padding)");
-  if (budget <= s.window && budget < prompt_len)
-    throw std::invalid_argument(
-        policy + ": budget (" + std::to_string(budget) +
-        " entries) must exceed parameter 'window' = " + std::to_string(s.window));
+  if (budget <= s.window && budget < prompt_len) {
+    s.clamped = policy + ": budget (" + std::to_string(budget) +
+                " entries) does not exceed parameter 'window' = " + std::to_string(s.window) +
+                ": window clamped to " + std::to_string(budget) + " (the newest " +
+                std::to_string(budget) + " prompt entries are kept, as kvpress does)";
+    s.window = budget;
+  }
   return s;
 }
 

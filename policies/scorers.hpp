@@ -14,14 +14,17 @@ struct SnapKVScoring {
   int kernel = 7;
   bool max_pool = true;
   bool group_max = false;  // GQA: max over the KV head's query heads instead of the mean
+  std::string clamped;     // when the window was clamped to the budget: what to note, else empty
 };
 
 // The declarations of SnapKV's window/kernel/pooling/group_reduce parameters (defaults 32, 7, max,
 // mean), shared by
 // every policy that scores with SnapKV.
 std::vector<ParamSpec> snapkv_scoring_params();
-// Reads them and checks them against the budget: odd kernel, budget above the window (unless it
-// keeps the whole prompt). Errors name the policy.
+// Reads them and checks them against the budget: the kernel must be odd (errors name the policy).
+// A budget that does not exceed the window (and keeps less than the prompt) clamps the window to
+// the budget, so the newest `budget` prompt entries are kept, as kvpress's SnapKVPress keeps its
+// n_kept newest when they are all in the window; `clamped` then says so.
 SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
                                   int prompt_len);
 // The statistics SnapKV scoring needs: the last `window` prompt rows.

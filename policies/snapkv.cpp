@@ -25,7 +25,9 @@ class SnapKV final : public Policy {
   SnapKV(const ParamSet& p, const SampleInfo& s)
       : budget_(resolve_budget(p, s.prompt_len, "snapkv")),
         scoring_(read_snapkv_scoring(p, "snapkv", budget_, s.prompt_len)),
-        merge_(read_prompt_merge(p)) {}
+        merge_(read_prompt_merge(p)) {
+    if (!scoring_.clamped.empty()) note(scoring_.clamped);
+  }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();

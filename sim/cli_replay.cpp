@@ -71,19 +71,24 @@ Runner add_replay(CLI::App& app) {
     TraceReader reader(a->trace);
     std::vector<PolicyConfig> policies = resolve_policies(*a);
     std::vector<std::string> samples = a->samples.empty() ? reader.sample_names() : a->samples;
-    std::unique_ptr<StepCsvWriter> csv;
-    if (!a->out.empty()) {
-      csv = std::make_unique<StepCsvWriter>(a->out, policies);
-      write_policies_sidecar(a->out, policies);
-    }
-    std::unique_ptr<DecisionWriter> decisions;
-    if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
-    Summary summary(policies);
     Replayer replayer(reader, policies,
                       ReplayOptions{.threads = a->threads,
                                     .diagnostics = a->diagnostics,
                                     .bounds = !a->bounds.empty(),
                                     .bounds_epsilon = a->bounds_epsilon});
+    // Every policy on every sample before any output exists: all offenders at once, and what a
+    // policy adjusted (a window clamped to a small budget) as warnings kept with the results.
+    const auto notes = replayer.validate(samples);
+    for (const auto& [label, list] : notes)
+      for (const std::string& n : list) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
+    std::unique_ptr<StepCsvWriter> csv;
+    if (!a->out.empty()) {
+      csv = std::make_unique<StepCsvWriter>(a->out, policies);
+      write_policies_sidecar(a->out, policies, notes);
+    }
+    std::unique_ptr<DecisionWriter> decisions;
+    if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
+    Summary summary(policies);
     std::unique_ptr<BoundsCsvWriter> bounds;
     if (!a->bounds.empty())
       bounds = std::make_unique<BoundsCsvWriter>(a->bounds, policies, a->bounds_epsilon);

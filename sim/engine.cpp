@@ -510,6 +510,63 @@ bool hdf5_serialises_calls() {
   return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
 }
 
+namespace {
+
+// The policy as the engine creates it for a sample: on the context alone when it appends the
+// question, and knowing only what exists before decoding.
+std::unique_ptr<Policy> create_for_sample(const PolicyConfig& p, const SampleInfo& sample) {
+  const SampleInfo& seen =
+      p.appends_question() ? context_only(sample, question_length(sample)) : sample;
+  return p.info->create(p.params, known_before_decoding(seen));
+}
+
+// "'a', 'b', 'c' and 4 more"
+std::string some_names(const std::vector<std::string>& names) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(names.size(), 3);
+  for (std::size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+template <typename Value>
+Value& entry(std::vector<std::pair<std::string, Value>>& list, const std::string& key) {
+  for (auto& e : list)
+    if (e.first == key) return e.second;
+  return list.emplace_back(key, Value{}).second;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<std::string>> Replayer::validate(
+    const std::vector<std::string>& samples) const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> errors;   // message -> samples
+  std::map<std::string, std::vector<std::pair<std::string, int>>> notes;  // label -> note, count
+  for (const std::string& name : samples) {
+    const SampleInfo sample = reader_.read_sample(name);
+    for (const auto& p : policies_) {
+      try {
+        const std::unique_ptr<Policy> instance = create_for_sample(p, sample);
+        for (const std::string& n : instance->notes()) ++entry(notes[p.label], n);
+      } catch (const std::invalid_argument& e) {
+        entry(errors, e.what()).push_back(name);
+      }
+    }
+  }
+  if (!errors.empty()) {
+    std::string msg = std::to_string(errors.size()) + " configuration(s) cannot run:";
+    for (const auto& [what, where] : errors)
+      msg += "\n  " + what + " (sample" + (where.size() > 1 ? "s " : " ") + some_names(where) + ")";
+    throw std::invalid_argument(msg);
+  }
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [label, list] : notes)
+    for (const auto& [text, count] : list)
+      out[label].push_back(text + " (" + std::to_string(count) + " of " +
+                           std::to_string(samples.size()) + " sample(s))");
+  return out;
+}
+
 void Replayer::replay_sample(const std::string& sample_name,
                              const std::function<void(const LayerResult&)>& on_result,
                              const std::function<void(int)>& on_layer) {
@@ -518,11 +575,9 @@ void Replayer::replay_sample(const std::string& sample_name,
   // Policies are created per sample: their state may carry from lower to higher layers.
   std::vector<std::unique_ptr<Policy>> instances;
   const int question = question_length(sample);
-  const SampleInfo context = context_only(sample, question);
   for (const auto& p : policies_) {
     try {
-      instances.push_back(
-          p.info->create(p.params, known_before_decoding(p.appends_question() ? context : sample)));
+      instances.push_back(create_for_sample(p, sample));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }

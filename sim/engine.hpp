@@ -117,6 +117,12 @@ class Replayer {
   // Computes these statistics too, whether or not a policy asks for them (benchmarks).
   void require(const AttentionNeeds& needs) { needs_.merge(needs); }
 
+  // Creates every policy for every sample before any work is done. Throws one error that lists
+  // every policy that cannot run and on which samples; otherwise returns, per policy label, what
+  // the policies adjusted (Policy::notes), each distinct note once with the number of samples.
+  std::map<std::string, std::vector<std::string>> validate(
+      const std::vector<std::string>& samples) const;
+
   // Calls on_result for every (layer, policy) in that order, and on_layer after each layer.
   void replay_sample(const std::string& sample,
                      const std::function<void(const LayerResult&)>& on_result,

@@ -120,15 +120,19 @@ void StepCsvWriter::close() {
   publish(path_);
 }
 
-void write_policies_sidecar(const std::string& csv_path,
-                            const std::vector<PolicyConfig>& policies) {
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
+                            const std::map<std::string, std::vector<std::string>>& notes) {
   std::string stem = csv_path;
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0)
     stem.resize(stem.size() - 4);
-  std::string out = "label,policy,lookahead,params\n";
-  for (const auto& p : policies)
+  std::string out = "label,policy,lookahead,params,notes\n";
+  for (const auto& p : policies) {
+    std::string joined;
+    if (const auto it = notes.find(p.label); it != notes.end())
+      for (const std::string& n : it->second) joined += (joined.empty() ? "" : "; ") + n;
     out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
-           "," + csv_quote(p.params.str()) + "\n";
+           "," + csv_quote(p.params.str()) + "," + csv_quote(joined) + "\n";
+  }
   write_whole(stem + ".policies.csv", out);
 }
 

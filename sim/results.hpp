@@ -41,8 +41,10 @@ class StepCsvWriter {
   std::string buffer_;
 };
 
-// Writes `<csv path without .csv>.policies.csv`: label, policy, lookahead, params.
-void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies);
+// Writes `<csv path without .csv>.policies.csv`: label, policy, lookahead, params, notes (what the
+// policy adjusted on some samples, e.g. a window clamped to the budget; "; "-separated).
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
+                            const std::map<std::string, std::vector<std::string>>& notes = {});
 
 // Aggregates results per (policy, sample, layer) and overall.
 class Summary {

@@ -282,5 +282,39 @@ TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
       << r.output;
 }
 
+TEST(Cli, SmallBudgetsClampTheWindowAndEveryOffenderIsListedBeforeAnyOutput) {
+  TinyTrace t{.prompt_len = 10,
+              .weights = std::vector<double>(12, 1.0),
+              .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+              .layers = 2};
+  const std::string trace = t.write("cli_small_budget.h5");
+  // A budget of 3 under SnapKV's window of 32: a warning, recorded in the policies file, and the
+  // run goes on (kvpress keeps the newest entries then).
+  const std::string out = temp_path("small_budget.csv");
+  CliRun r =
+      kvsim("replay " + std::string("--trace ") + trace + " -p snapkv -p h2o --budget 3 -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string note =
+      "snapkv: budget (3 entries) does not exceed parameter 'window' = 32: window clamped to 3";
+  EXPECT_NE(r.output.find("warning: " + note), std::string::npos) << r.output;
+  EXPECT_NE(slurp(temp_path("small_budget.policies.csv")).find(note), std::string::npos);
+  // Two configurations that cannot run: both named, with their samples, and no output written.
+  const std::string bad = temp_path("bad_budget.csv");
+  r = kvsim("replay --trace " + trace +
+            " -p streamingllm -p pyramidkv -p h2o --budget 3 --set streamingllm.sinks=5"
+            " --set pyramidkv.kernel=4 -o " +
+            bad);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("2 configuration(s) cannot run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("streamingllm: budget (3 entries) must exceed parameter 'sinks' = 5 "
+                          "(sample 's0')"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("pyramidkv: parameter 'kernel' = 4 must be odd"), std::string::npos)
+      << r.output;
+  for (const std::string f : {bad, bad + ".partial", temp_path("bad_budget.policies.csv")})
+    EXPECT_FALSE(std::filesystem::exists(f)) << f;
+}
+
 }  // namespace
 }  // namespace kvsim::test

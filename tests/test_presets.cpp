@@ -145,6 +145,17 @@ std::string gqa_trace(const std::string& name) {
   return small_synthetic_trace(name, 2, true, 4, 2);  // 4 query heads on 2 KV heads
 }
 
+TEST(Presets, ABudgetWithinTheWindowKeepsTheNewestEntries) {
+  // P = 10, budget 3, window 32: the window is clamped to the budget and the 3 newest prompt
+  // entries stay, as kvpress's SnapKVPress keeps its n_kept newest when all are in its window.
+  TinyTrace t{.prompt_len = 10, .weights = std::vector<double>(12, 1.0), .layers = 1};
+  const std::string path = t.write("snapkv_small_budget.h5");
+  for (const std::string policy : {"snapkv", "pyramidkv", "adakv", "snapkv:kvpress"}) {
+    const auto r = run_policy(path, policy, {{"budget", "3"}});
+    EXPECT_EQ(evicted_at(r[0], -1), (std::vector<int>{0, 1, 2, 3, 4, 5, 6})) << policy;
+  }
+}
+
 TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
   const std::string trace = mha_trace("presets_snapkv.h5");
   // FasterDecoding/SnapKV init_snapkv defaults: window 32, avgpool 5; per query head (on the GQA
