@@ -243,14 +243,19 @@ TEST(Cli, ConfigFile) {
   EXPECT_NE(r.output.find("h2o            2  "), std::string::npos) << r.output;
 }
 
+// P = 10 (4 images), two generated tokens, uniform attention.
+std::string ten_token_trace(const std::string& name, int layers) {
+  return TinyTrace{.prompt_len = 10,
+                   .weights = std::vector<double>(12, 1.0),
+                   .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+                   .layers = layers}
+      .write(name);
+}
+
 TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
   // P = 10: 25% keeps ceil(2.5) = 3 entries; kvpress's compression ratio 0.75 keeps
   // int(10 * 0.25) = 2; fastv has no budget and is named in a warning.
-  TinyTrace t{.prompt_len = 10,
-              .weights = std::vector<double>(12, 1.0),
-              .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-              .layers = 3};
-  const std::string trace = t.write("cli_budgets.h5");
+  const std::string trace = ten_token_trace("cli_budgets.h5", 3);
   const std::string summary = temp_path("budgets_summary.csv");
   CliRun r = kvsim("replay --trace " + trace + " -p full -p h2o -p fastv --budget 25% --summary " +
                    summary);
@@ -283,16 +288,11 @@ TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
 }
 
 TEST(Cli, SmallBudgetsClampTheWindowAndEveryOffenderIsListedBeforeAnyOutput) {
-  TinyTrace t{.prompt_len = 10,
-              .weights = std::vector<double>(12, 1.0),
-              .modality = {0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-              .layers = 2};
-  const std::string trace = t.write("cli_small_budget.h5");
+  const std::string trace = ten_token_trace("cli_small_budget.h5", 2);
   // A budget of 3 under SnapKV's window of 32: a warning, recorded in the policies file, and the
   // run goes on (kvpress keeps the newest entries then).
   const std::string out = temp_path("small_budget.csv");
-  CliRun r =
-      kvsim("replay " + std::string("--trace ") + trace + " -p snapkv -p h2o --budget 3 -o " + out);
+  CliRun r = kvsim("replay --trace " + trace + " -p snapkv -p h2o --budget 3 -o " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string note =
       "snapkv: budget (3 entries) does not exceed parameter 'window' = 32: window clamped to 3";
