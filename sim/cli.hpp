@@ -3,7 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <functional>
+#include <string>
+#include <thread>
 
 namespace kvsim::cli {
 
@@ -17,5 +20,16 @@ Runner add_stats(CLI::App& app);
 Runner add_figures(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_live(CLI::App& app);
+
+// -j/--threads: a positive count, or 0 for every core of the machine.
+inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {
+  return app.add_option("-j,--threads", threads, help + " (0: every core)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->transform([](std::string value) {
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        return value == "0" ? std::to_string(cores) : value;
+      });
+}
 
 }  // namespace kvsim::cli

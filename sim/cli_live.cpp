@@ -181,9 +181,7 @@ void add_model_options(CLI::App& app, RunArgs& a) {
   app.add_option("--backend", a.backend, "Where the model runs")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("-j,--threads", a.threads, "Threads for the prompt statistics")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_threads_option(app, a.threads, "Threads for the prompt statistics");
 }
 
 struct Session {

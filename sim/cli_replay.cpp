@@ -41,10 +41,13 @@ Runner add_replay(CLI::App& app) {
       "(sample, layer). Prints a comparison table; --out writes one CSV row per (policy, sample, "
       "layer, KV head, decode step).");
   auto a = std::make_shared<ReplayArgs>();
-  app.add_option("-t,--trace", a->trace, "kvtrace v1 file")->required();
+  app.add_option("trace,-t,--trace", a->trace, "kvtrace v1 file (positional, or -t)")->required();
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
-  app.add_option("-p,--policy", a->policies, "Policy name (repeatable; see `kvsim policies`)")
-      ->required();
+  app.add_option(
+         "-p,--policy", a->policies,
+         "Policy name (repeatable, or comma-separated: -p h2o,snapkv; see `kvsim policies`)")
+      ->required()
+      ->delimiter(',');
   app.add_option("--set", a->sets, "Parameter override NAME.key=value (repeatable)");
   app.add_option("--config", a->config, "INI file with one [NAME] section per policy");
   app.add_option("--budget", a->budget,
@@ -64,9 +67,7 @@ Runner add_replay(CLI::App& app) {
                  "decode step where a scored policy (hae, h2o) removes entries");
   app.add_option("--bounds-epsilon", a->bounds_epsilon, "Allowed loss ε of Theorem 2.1")
       ->capture_default_str();
-  app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_threads_option(app, a->threads, "Worker threads (results do not depend on it)");
   return [a] {
     TraceReader reader(a->trace);
     std::vector<PolicyConfig> policies = resolve_policies(*a);

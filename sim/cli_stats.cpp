@@ -60,9 +60,7 @@ Runner add_stats(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--key-quantiles", *key_q, "Quantiles of the nearest-key cosine to report")
       ->capture_default_str();
-  app.add_option("-j,--threads", o->threads, "Worker threads (results do not depend on it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_threads_option(app, o->threads, "Worker threads (results do not depend on it)");
   return [=] {
     o->concentration = parse_list(*conc, "--concentration");
     o->ppci = parse_list(*ppci, "--ppci");

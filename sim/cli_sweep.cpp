@@ -90,9 +90,7 @@ Runner add_sweep(CLI::App& app) {
   app.add_option("--budget", a->budget,
                  "Budget of every swept policy that has one and no grid or --set for it");
   app.add_option("-o,--out", a->out, "Results directory")->required();
-  app.add_option("-j,--threads", a->threads, "Worker threads (results do not depend on it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_threads_option(app, a->threads, "Worker threads (results do not depend on it)");
   return [a]() -> int {
     const World world;  // the ranks of `mpirun -n N kvsim sweep ...`, or this process alone
     if (!world.distributed()) return run_sweep_command(*a, 0);

@@ -316,5 +316,22 @@ TEST(Cli, SmallBudgetsClampTheWindowAndEveryOffenderIsListedBeforeAnyOutput) {
     EXPECT_FALSE(std::filesystem::exists(f)) << f;
 }
 
+TEST(Cli, TracePositionalCommaPoliciesAllCoresAndSampleNames) {
+  const std::string trace = ten_token_trace("cli_conveniences.h5", 1);
+  // The trace as a positional argument, two policies in one -p, -j 0 for every core: the same
+  // table as the long form.
+  CliRun a = kvsim("replay " + trace + " -p h2o,streamingllm -j 0 --budget 5");
+  CliRun b = kvsim("replay --trace " + trace + " -p h2o -p streamingllm -j 1 --budget 5");
+  ASSERT_EQ(a.code, 0) << a.output;
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_EQ(a.output, b.output);
+  // A wrong sample name is answered with the valid ones.
+  CliRun r = kvsim("replay " + trace + " -p h2o -s s9");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("sample 's9': no such sample; the file has 's0'"), std::string::npos)
+      << r.output;
+  EXPECT_NE(kvsim("replay " + trace + " -p h2o -j -1").code, 0);
+}
+
 }  // namespace
 }  // namespace kvsim::test

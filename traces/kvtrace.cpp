@@ -197,9 +197,13 @@ void TraceReader::read_file_attrs() {
 
 SampleInfo TraceReader::read_sample(const std::string& name) const {
   const std::string group_path = "samples/" + name;
-  if (!h5_path_exists(file_.get(), group_path))
-    throw TraceError(where(name) + ": no such sample (the file has " +
-                     std::to_string(samples_.size()) + ")");
+  if (!h5_path_exists(file_.get(), group_path)) {
+    std::string names;
+    for (std::size_t i = 0; i < std::min<std::size_t>(samples_.size(), 10); ++i)
+      names += (i ? ", '" : "'") + samples_[i] + "'";
+    if (samples_.size() > 10) names += ", ... (" + std::to_string(samples_.size()) + " in all)";
+    throw TraceError(where(name) + ": no such sample; the file has " + names);
+  }
   H5Handle g(H5Gopen2(file_.get(), group_path.c_str(), H5P_DEFAULT));
   if (!g.valid()) throw TraceError(where(name) + ": not a group");
   SampleInfo s;
