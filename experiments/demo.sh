@@ -17,6 +17,6 @@ mkdir -p demo
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
   --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy hae:table1 --policy madakv --policy avl --policy st3 --policy meda \
-  --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --set hae:table1.budget=auto --out demo/results.csv --summary demo/summary.csv \
+  --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --out demo/results.csv --summary demo/summary.csv \
   --dump-decisions demo/decisions.h5
 echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"

@@ -167,26 +167,46 @@ PolicyConfig make_policy_config(const std::string& name,
   return c;
 }
 
+namespace {
+// Whether `name` (a preset, optionally NAME@TAG) fixes the budget itself, as hae:table2's 1024.
+bool preset_pins_budget(const std::string& name) {
+  const std::string base = name.substr(0, name.find('@'));
+  for (const auto& p : policy_presets())
+    if (p.name == base) return p.params.count("budget") > 0;
+  return false;
+}
+}  // namespace
+
 bool apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides) {
   if (!declares(*make_policy_config(name, {}).info, "budget")) return false;
-  if (!budget.empty() && !overrides.count("budget") && !overrides.count("compression_ratio"))
+  if (!budget.empty() && !overrides.count("budget") && !overrides.count("compression_ratio") &&
+      !preset_pins_budget(name))
     overrides["budget"] = budget;
   return true;
 }
 
 std::string budget_ignored_warning(const std::vector<std::string>& names,
                                    const std::string& budget) {
-  std::string ignored;
+  std::string ignored, pinned;
   for (const auto& n : names) {
     const PolicyInfo& info = *make_policy_config(n, {}).info;
     // `full` is the reference with no eviction: a budget has nothing to reach there.
     if (info.name != "full" && !declares(info, "budget"))
       ignored += (ignored.empty() ? "" : ", ") + n;
+    else if (preset_pins_budget(n))
+      pinned += (pinned.empty() ? "" : ", ") + n;
   }
-  if (budget.empty() || ignored.empty()) return "";
-  return "warning: the budget " + budget + " does not apply to " + ignored +
-         ": they size their caches themselves (compare what each held: the 'stored' column)";
+  if (budget.empty() || (ignored.empty() && pinned.empty())) return "";
+  std::string out = "warning: the budget " + budget + " does not apply to ";
+  if (!ignored.empty())
+    out += ignored +
+           ": they size their caches themselves (compare what each held: the 'stored' "
+           "column)";
+  if (!pinned.empty())
+    out += (ignored.empty() ? "" : "; nor to ") + pinned +
+           ": their presets fix the budget (--set LABEL.budget=... overrides it)";
+  return out;
 }
 
 ParamSpec compress_when_param() {

@@ -172,7 +172,11 @@ const std::vector<PolicyPreset>& policy_presets() {
        "every text entry, the best images up to half the budget, the recent half, pivot merge"},
       {"hae:table1",
        "hae",
-       {{"visual_keep", "192"}, {"r", "0.0012"}, {"alpha", "0.001"}, {"rc_size", "64"}},
+       {{"visual_keep", "192"},
+        {"budget", "auto"},
+        {"r", "0.0012"},
+        {"alpha", "0.001"},
+        {"rc_size", "64"}},
        "HAE paper, Sec. 4.2 (Table 1, LLaVA-1.5-7B understanding: \"retaining 192 visual tokens "
        "for a fair comparison\") and Table 5 (HAE-LLaVA: r, alpha, RC_size)",
        "DAP keeps the 192 best image tokens by Eq. 1, then DDES with RC_size 64 around l = |S_1|"},

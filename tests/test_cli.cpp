@@ -276,6 +276,14 @@ TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
   EXPECT_EQ(last_field_of("h2o,s0,2,"), "3") << csv;
   EXPECT_EQ(last_field_of("fastv,all,all,"), "") << csv;  // no budget
 
+  // A preset that fixes its budget keeps it, and the warning says so.
+  r = kvsim("replay --trace " + trace + " -p hae:table3 -p h2o --budget 25%");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("does not apply to hae:table3: their presets fix the budget"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("hae:table3     956 "), std::string::npos) << r.output;
+
   r = kvsim("replay --trace " + trace + " -p h2o --compression-ratio 0.75");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("h2o            compression_ratio:0.75 = 2 "), std::string::npos)
