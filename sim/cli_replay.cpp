@@ -82,6 +82,11 @@ Runner add_replay(CLI::App& app) {
     const auto notes = replayer.validate(samples);
     for (const auto& [label, list] : notes)
       for (const std::string& n : list) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
+    for (const auto& [path, option] : {std::pair{a->out, "--out"},
+                                       {a->summary, "--summary"},
+                                       {a->decisions, "--dump-decisions"},
+                                       {a->bounds, "--bounds"}})
+      if (!path.empty()) check_writable(path, option);
     std::unique_ptr<StepCsvWriter> csv;
     if (!a->out.empty()) {
       csv = std::make_unique<StepCsvWriter>(a->out, policies);

@@ -24,6 +24,14 @@ std::string partial(const std::string& path) {
   return path + ".partial";
 }
 
+void check_writable(const std::string& path, const std::string& option) {
+  std::FILE* f = std::fopen(partial(path).c_str(), "wb");
+  if (!f)
+    throw std::runtime_error(option + " " + path + ": cannot write there: " + std::strerror(errno));
+  std::fclose(f);
+  std::remove(partial(path).c_str());
+}
+
 void publish(const std::string& path) {
   if (std::rename(partial(path).c_str(), path.c_str()) != 0)
     throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +

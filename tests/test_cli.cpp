@@ -341,5 +341,24 @@ TEST(Cli, TracePositionalCommaPoliciesAllCoresAndSampleNames) {
   EXPECT_NE(kvsim("replay " + trace + " -p h2o -j -1").code, 0);
 }
 
+TEST(Cli, UnwritableOutputsFailBeforeAnyWork) {
+  // Every output is checked before the replay or the statistics start; the error names the
+  // option, the user's path (not a hidden .partial) and the operating system's reason.
+  const std::string trace = ten_token_trace("cli_unwritable.h5", 1);
+  const std::string nowhere = temp_path("no_such_dir") + "/x";
+  for (const std::string option : {"--summary", "--out", "--dump-decisions", "--bounds"}) {
+    const CliRun r = kvsim("replay " + trace + " -p h2o " + option + " " + nowhere + ".csv");
+    EXPECT_NE(r.code, 0) << option;
+    EXPECT_NE(r.output.find(option + " " + nowhere + ".csv: cannot write there: No such file"),
+              std::string::npos)
+        << r.output;
+  }
+  const CliRun r = kvsim("stats " + trace + " -o " + nowhere + ".h5");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--out " + nowhere + ".h5: cannot write there: No such file"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace kvsim::test
