@@ -30,6 +30,7 @@
 
 #include "analysis/key_similarity.hpp"
 #include "sim/layer_attention.hpp"
+#include "sim/partial_files.hpp"
 #include "sim/sample_stats.hpp"
 
 namespace kvsim {
@@ -345,7 +346,8 @@ void write_attention_stats(
   {
     H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(),
                          H5P_DEFAULT));
-    if (!f.valid()) throw TraceError(tmp + ": cannot create file: " + hdf5_last_error());
+    if (!f.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+    track_partial(tmp);
     h5_write_string_attr(f.get(), "kind", "kvsim-stats");
     h5_write_string_attr(f.get(), "kvsim_version", KVSIM_VERSION);
     h5_write_string_attr(f.get(), "trace", reader.path());
@@ -368,6 +370,7 @@ void write_attention_stats(
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw TraceError(path + ": cannot rename from " + tmp);
+  untrack_partial(tmp);
 }
 
 }  // namespace kvsim

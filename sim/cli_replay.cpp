@@ -90,7 +90,6 @@ Runner add_replay(CLI::App& app) {
     std::unique_ptr<StepCsvWriter> csv;
     if (!a->out.empty()) {
       csv = std::make_unique<StepCsvWriter>(a->out, policies);
-      write_policies_sidecar(a->out, policies, notes);
     }
     std::unique_ptr<DecisionWriter> decisions;
     if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
@@ -109,7 +108,10 @@ Runner add_replay(CLI::App& app) {
         },
         [&](int) { progress.advance(); });
     progress.finish();
-    if (csv) csv->close();
+    if (csv) {
+      csv->close();
+      write_policies_sidecar(a->out, policies, notes);  // only beside results that exist
+    }
     if (decisions) decisions->close();
     if (bounds) {
       bounds->close();

@@ -7,6 +7,7 @@
 
 #include "sim/cli.hpp"
 #include "sim/mpi_world.hpp"
+#include "sim/partial_files.hpp"
 
 int main(int argc, char** argv) {
   // Layers are read and freed one after another in blocks of tens of MiB; keeping them in the
@@ -37,12 +38,15 @@ int main(int argc, char** argv) {
   add("policies", "List every policy with its parameters, defaults and provenance",
       kvsim::cli::add_policies);
   CLI11_PARSE(app, argc, argv);
+  kvsim::remove_partials_on_interrupt();
   try {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const kvsim::ReportedError&) {
+    kvsim::remove_tracked_partials();
     return 1;  // printed by every rank already
   } catch (const std::exception& e) {
+    kvsim::remove_tracked_partials();  // a failed run leaves no half-written file
     std::fprintf(stderr, "kvsim: error: %s\n", e.what());
     return 1;
   }

@@ -8,13 +8,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "sim/partial_files.hpp"
+
 namespace kvsim {
 
 namespace {
 
-std::FILE* open_for_write(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+// Opens `<path>.partial` (tracked until published); errors name the user's path.
+std::FILE* open_partial(const std::string& path) {
+  std::FILE* f = std::fopen(partial(path).c_str(), "wb");
   if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
+  track_partial(partial(path));
   return f;
 }
 
@@ -36,10 +40,11 @@ void publish(const std::string& path) {
   if (std::rename(partial(path).c_str(), path.c_str()) != 0)
     throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
                              std::strerror(errno));
+  untrack_partial(partial(path));
 }
 
 void write_whole(const std::string& path, const std::string& text) {
-  std::FILE* f = open_for_write(partial(path));
+  std::FILE* f = open_partial(path);
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": write failed (disk full?)");
   publish(path);
@@ -68,7 +73,7 @@ std::string csv_quote(const std::string& s) {
 }
 
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
-    : path_(path), file_(open_for_write(partial(path))) {
+    : path_(path), file_(open_partial(path)) {
   for (const auto& p : policies) labels_.push_back(p.label);
   std::fputs(
       "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
@@ -314,8 +319,8 @@ DecisionWriter::DecisionWriter(const std::string& path, const std::vector<Policy
   silence_hdf5_errors();
   file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC,
                              h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
-  if (!file_.valid())
-    throw TraceError(partial(path) + ": cannot create file: " + hdf5_last_error());
+  if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+  track_partial(partial(path));
   for (const auto& p : policies) {
     H5Handle g = h5_require_group(file_.get(), p.label);
     h5_write_string_attr(g.get(), "policy", p.info->name);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "sim/partial_files.hpp"
 #include "sim/results.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -358,6 +360,29 @@ TEST(Cli, UnwritableOutputsFailBeforeAnyWork) {
   EXPECT_NE(r.output.find("--out " + nowhere + ".h5: cannot write there: No such file"),
             std::string::npos)
       << r.output;
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+TEST(InterruptDeathTest, RemovesTheFilesBeingWrittenAndSaysSo) {
+  // A file being written (tracked) disappears when the run is interrupted; the process says
+  // "interrupted" and exits with 128 + SIGINT.
+  const std::string path = temp_path("interrupted.csv.partial");
+  EXPECT_EXIT(
+      {
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        std::fputs("half a result", f);
+        std::fclose(f);
+        track_partial(path);
+        remove_partials_on_interrupt();
+        std::raise(SIGINT);
+      },
+      ::testing::ExitedWithCode(128 + SIGINT), "kvsim: interrupted");
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

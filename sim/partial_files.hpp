@@ -1,0 +1,18 @@
+// Result files are written to `<path>.partial` and renamed when complete. The ones being written
+// are tracked so that an interrupted or failed run removes them and leaves no half file behind.
+#pragma once
+
+#include <string>
+
+namespace kvsim {
+
+// Starts / stops tracking a file being written (the .partial path itself).
+void track_partial(const std::string& partial_path);
+void untrack_partial(const std::string& partial_path);
+// Removes every tracked file. Async-signal-safe (unlink only): callable from a SIGINT handler.
+void remove_tracked_partials() noexcept;
+// Installs SIGINT and SIGTERM handlers that say "interrupted", remove the tracked files and exit
+// with 128 + the signal number.
+void remove_partials_on_interrupt();
+
+}  // namespace kvsim
