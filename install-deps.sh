@@ -10,7 +10,8 @@ packages=(
   libcli11-dev libboost-program-options-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  python3 python3-numpy python3-h5py python3-matplotlib python3-dev pybind11-dev python3-torch
+  python3 python3-numpy python3-h5py python3-matplotlib python3-pandas python3-dev pybind11-dev
+  python3-torch
   qemu-user  # tests/run_on_old_cpu.sh: the default build must run on a CPU without AVX
 )
 [ "${1:-}" = fuzz ] && packages+=(clang)

@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
   }
   if (!std::filesystem::exists(trace_path)) {
     std::fprintf(stderr,
-                 "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (the README's "
-                 "first command does)\n",
+                 "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (experiments/demo.sh "
+                 "makes it)\n",
                  trace_path.c_str(), trace_path.c_str());
     return 1;
   }

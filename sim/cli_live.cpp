@@ -172,7 +172,7 @@ void add_model_options(CLI::App& app, RunArgs& a) {
                  "Hugging Face checkpoint directory (config.json + safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--prompts", a.prompts, "Prompt file (kvprompt v1, README \"Prompt files\")")
+  app.add_option("--prompts", a.prompts, "Prompt file (kvprompt v1, docs/live.md, \"Prompt files\")")
       ->required();
   app.add_option("-s,--sample", a.samples, "Sample name (repeatable; default: every sample)");
   app.add_option("--gen", a.gen, "Decode steps per prompt")

@@ -37,7 +37,7 @@ Runner add_stats(CLI::App& app) {
       "system/image/user/generated tokens per decode step, HAE's layer-broadcast agreement, and "
       "key geometry (each key's cosine to its nearest other key, key/value similarity "
       "correlation). "
-      "Written to an HDF5 file (--out); README.md documents every dataset.");
+      "Written to an HDF5 file (--out); docs/outputs.md documents every dataset.");
   auto trace = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto samples = std::make_shared<std::vector<std::string>>();

@@ -1,6 +1,6 @@
 // Replay outputs: the per-step CSV (--out), its policies sidecar, the per-layer summary
 // (--summary), the stdout comparison table, and the decisions dump (--dump-decisions).
-// Column meanings are documented in README.md, "Outputs".
+// Column meanings are documented in docs/outputs.md.
 #pragma once
 
 #include <cstdio>

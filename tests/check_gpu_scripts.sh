@@ -1,7 +1,7 @@
 #!/bin/sh
 # The GPU machine's scripts (experiments/live_gpu/) get minutes of device time when one is lent:
 # check here, on the CPU backend and without transformers, that the whole-step benchmark and the
-# replay scaling script run, and that their results become the README's tables. Usage: check_gpu_scripts.sh KVSIM PYTHON
+# replay scaling script run, and that their results become the tables of docs/live.md. Usage: check_gpu_scripts.sh KVSIM PYTHON
 set -eu
 kvsim=$1
 python=${2:-python3}

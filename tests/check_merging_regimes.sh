@@ -1,6 +1,6 @@
 #!/bin/sh
 # experiments/merging_regimes.sh runs end to end (one-layer traces and two seeds here; the
-# README's table uses eight layers and four seeds): ten traces, each through the 24
+# docs/demo.md's table uses eight layers and four seeds): ten traces, each through the 24
 # configurations of the merging_vs_eviction recipe, tabled per trace and compared by
 # analysis/merging_report.py; then merging_report.py on a table worked out by hand.
 # Usage: check_merging_regimes.sh KVSIM

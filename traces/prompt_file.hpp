@@ -1,5 +1,5 @@
 // Prompt files (kvprompt v1): the input of `kvsim live`. One HDF5 file, one group per sample,
-// with the token metadata of kvtrace v1 for the prompt only (README "Prompt files"):
+// with the token metadata of kvtrace v1 for the prompt only (docs/live.md, "Prompt files"):
 //   /                       attrs kvprompt_version = 1, model (optional, free text)
 //   /samples/<name>         attrs task, reference (optional strings)
 //     token_ids     int32 [P]          required

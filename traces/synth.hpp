@@ -1,5 +1,5 @@
 // Synthetic multimodal kvtrace files whose attention has the structure the papers in
-// ../shared/papers observe in real MLLMs (see the knob list below and README "kvsim synth").
+// five papers kvsim implements observe in real MLLMs (see the knob list below and docs/synthetic.md).
 #pragma once
 
 #include <algorithm>

@@ -14,7 +14,7 @@
 # LLaMA-7B-width bf16 model with a 2k prompt against transformers on the same checkpoint, and the
 # cost of h2o, tova and streamingllm in the loop); compare_transformers.json (logits against
 # transformers); replay_scaling.csv (issue 15: replay with -j 1, 4 and 16 on one- and four-sample
-# traces of 2,048-token prompts); tables.md (all of it as the README's tables); steps.csv (which
+# traces of 2,048-token prompts); tables.md (all of it as the tables of docs/live.md); steps.csv (which
 # step failed). A failing step does not stop the others; the exit status says whether any failed.
 set -u
 out=${OUT:-gpu_results}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's GPU tables from the files run_on_device.sh writes (any subset of them).
+"""The GPU tables of docs/live.md from the files run_on_device.sh writes (any subset of them).
 
     summarize.py RESULTS_DIR        # writes RESULTS_DIR/tables.md and prints it
 

@@ -1,5 +1,5 @@
 // kvsim.stats: the metrics of `kvsim stats`, as numpy arrays named and shaped as the datasets of
-// its results file (README, "kvsim stats file").
+// its results file (docs/outputs.md, "kvsim stats file").
 #include "analysis/attention_stats.hpp"
 #include "python/bindings/common.hpp"
 

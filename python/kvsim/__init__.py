@@ -6,7 +6,7 @@ policies (built-in or written in Python), and list the policies.
     res = kvsim.replay("trace.h5", policies={"h2o": {"budget": "20%"}, "snapkv": {}})
     df = pandas.DataFrame(res)   # the columns and rows of `kvsim replay --out`
 
-The C++ engine does the work (`kvsim._kvsim`, built by CMake with pybind11); see README.md,
+The C++ engine does the work (`kvsim._kvsim`, built by CMake with pybind11); see docs/python.md,
 section "Python".
 """
 try:
@@ -17,7 +17,7 @@ except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g.
 
     def __getattr__(name):
         raise ImportError(f"kvsim.{name} needs the C++ module kvsim._kvsim, which could not be "
-                          f"imported ({_why}); build it with CMake (README.md, section Python)")
+                          f"imported ({_why}); build it with CMake (docs/python.md)")
 
 
 def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0):

@@ -73,7 +73,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
                                          const std::vector<PolicyConfig>& policies,
                                          const EvalOptions& options);
 
-// Result files: per-step and per-(policy, sample) CSVs (README "Live results").
+// Result files: per-step and per-(policy, sample) CSVs (docs/live.md, "Live results").
 std::string eval_steps_csv_header();
 void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing);
 std::string eval_summary_csv_header();

@@ -1,4 +1,4 @@
-// The fuzz targets (tests/fuzz/README in the top-level README's "Fuzzing" section): each takes
+// The fuzz targets (tests/fuzz/README and docs/testing.md, "Fuzzing"): each takes
 // one input, feeds it to one of kvsim's parsers, and returns normally whether the input is valid
 // or rejected with kvsim's own error. Anything else (a crash, a sanitizer report, an exception of
 // another type, a leak) is a finding. Built into kvsim_tests too, which replays the seed corpus
