@@ -40,6 +40,7 @@ Runner add_figures(CLI::App& app) {
       "across layers and steps, layer similarity, entropy, head modality preference, attention "
       "share vs generated length, recall and hit rate by layer per policy, budget vs error. "
       "Runs analysis/figures.py with Debian's python3 (matplotlib, numpy, h5py).");
+  app.footer("Example:\n  kvsim figures results.csv stats.h5 -o figs/");
   auto results = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   app.add_option("results", *results, "Result files or directories")->required();

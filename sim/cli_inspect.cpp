@@ -45,6 +45,7 @@ Runner add_inspect(CLI::App& app) {
       "divisibility, segments against prompt_len, and every q/k/v value (NaN/Inf), layer by "
       "layer. Exits non-zero with a message naming the file, sample and dataset on the first "
       "violation.");
+  app.footer("Example:\n  kvsim inspect demo.h5");
   auto path = std::make_shared<std::string>();
   auto quick = std::make_shared<bool>(false);
   app.add_option("file", *path, "kvtrace file")->required();

@@ -172,7 +172,8 @@ void add_model_options(CLI::App& app, RunArgs& a) {
                  "Hugging Face checkpoint directory (config.json + safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--prompts", a.prompts, "Prompt file (kvprompt v1, docs/live.md, \"Prompt files\")")
+  app.add_option("--prompts", a.prompts,
+                 "Prompt file (kvprompt v1, docs/live.md, \"Prompt files\")")
       ->required();
   app.add_option("-s,--sample", a.samples, "Sample name (repeatable; default: every sample)");
   app.add_option("--gen", a.gen, "Decode steps per prompt")
@@ -387,6 +388,10 @@ Runner add_live(CLI::App& app) {
       "accuracy against the full cache. Both keep finished samples in OUTPUT.parts/ (a rerun "
       "resumes) and, built with MPI, `mpirun -n N kvsim live ...` splits the samples over the "
       "ranks (one GPU each) and writes the same files.");
+  app.footer(
+      "Examples:\n  kvsim live make-model -o model/\n  kvsim live make-prompt -o prompts.h5\n  "
+      "kvsim live capture -m model/ --prompts prompts.h5 --gen 16 -o trace.h5\n  kvsim live "
+      "evaluate -m model/ --prompts prompts.h5 -p h2o,snapkv --budget 50% --summary eval.csv");
   app.require_subcommand(1);
   auto model = std::make_shared<ModelArgs>();
   auto prompt = std::make_shared<PromptArgs>();
@@ -395,11 +400,14 @@ Runner add_live(CLI::App& app) {
                                     "Write a random-initialised checkpoint in the "
                                     "Hugging Face layout (tests, demos)");
   add_make_model(*mm, *model);
+  mm->footer("Example:\n  kvsim live make-model -o model/ --layers 2 --hidden 64");
   CLI::App* mp = app.add_subcommand("make-prompt", "Write a random prompt file (kvprompt v1)");
   add_make_prompt(*mp, *prompt);
+  mp->footer("Example:\n  kvsim live make-prompt -o prompts.h5 --samples 2 --prompt-len 48");
   CLI::App* cap = app.add_subcommand(
       "capture", "Generate with a full cache and write every layer's q, k, v to a kvtrace file");
   add_model_options(*cap, *run);
+  cap->footer("Example:\n  kvsim live capture -m model/ --prompts prompts.h5 --gen 16 -o trace.h5");
   cap->add_option("-o,--out", run->out, "kvtrace v1 file to write")->required();
   cap->add_option("--dtype", run->dtype, "Stored element type")
       ->check(CLI::IsMember({"float16", "float32"}))
@@ -414,8 +422,13 @@ Runner add_live(CLI::App& app) {
                          "End-to-end accuracy of policies against the full-cache run: KL, top-1 "
                          "agreement, greedy divergence, reference log-likelihood, memory, latency");
   add_model_options(*ev, *run);
-  ev->add_option("-p,--policy", run->policies, "Policy name (repeatable; see `kvsim policies`)")
-      ->required();
+  ev->footer(
+      "Example:\n  kvsim live evaluate -m model/ --prompts prompts.h5 -p h2o,snapkv --budget 50% "
+      "--summary eval.csv");
+  ev->add_option("-p,--policy", run->policies,
+                 "Policy name (repeatable, or comma-separated; see `kvsim policies`)")
+      ->required()
+      ->delimiter(',');
   ev->add_option("--set", run->sets, "Parameter override NAME.key=value (repeatable)");
   ev->add_option("--config", run->config, "INI file with one [NAME] section per policy");
   ev->add_option("--budget", run->budget,

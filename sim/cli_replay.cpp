@@ -40,6 +40,9 @@ Runner add_replay(CLI::App& app) {
       "lets the policy update and evict. Several --policy share one attention computation per "
       "(sample, layer). Prints a comparison table; --out writes one CSV row per (policy, sample, "
       "layer, KV head, decode step).");
+  app.footer(
+      "Examples:\n  kvsim replay demo.h5 -p h2o,snapkv:kvpress,hae --budget 20%\n  kvsim replay "
+      "demo.h5 -p h2o --set h2o.recent=25% -o results.csv --summary summary.csv");
   auto a = std::make_shared<ReplayArgs>();
   app.add_option("trace,-t,--trace", a->trace, "kvtrace v1 file (positional, or -t)")->required();
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");

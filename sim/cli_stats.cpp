@@ -38,6 +38,7 @@ Runner add_stats(CLI::App& app) {
       "key geometry (each key's cosine to its nearest other key, key/value similarity "
       "correlation). "
       "Written to an HDF5 file (--out); docs/outputs.md documents every dataset.");
+  app.footer("Example:\n  kvsim stats demo.h5 -o stats.h5 && kvsim figures stats.h5 -o figs/");
   auto trace = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto samples = std::make_shared<std::vector<std::string>>();

@@ -77,6 +77,10 @@ Runner add_sweep(CLI::App& app) {
       "flight. OUT/results.csv holds every finished item, one row per (configuration, layer, KV "
       "head). Built with MPI, `mpirun -n N kvsim sweep ...` spreads the (trace, sample) items over "
       "ranks and writes the same results file.");
+  app.footer(
+      "Examples:\n  kvsim sweep -t demo.h5 -p h2o -p snapkv --grid h2o.budget=5%,10%,20%,40% -o "
+      "sweep/\n  kvsim sweep --file experiments/recipes/hae_fig4_r.ini -o sweep/   (rerun to "
+      "resume)");
   auto a = std::make_shared<SweepArgs>();
   app.add_option("-f,--file", a->file,
                  "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");

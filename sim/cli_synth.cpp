@@ -16,6 +16,10 @@ Runner add_synth(CLI::App& app) {
       "alike together). Defaults give "
       "the LLaVA-1.5-7B shape (32 layers, 32 heads, d = 128, 640-token prompt with 576 image "
       "tokens, 64 generated tokens). Deterministic for a seed.");
+  app.footer(
+      "Examples:\n  kvsim synth --out demo.h5      the LLaVA-1.5-7B-shaped demo trace (528 MiB)\n  "
+      "kvsim synth --out small.h5 --layers 4 --heads 8 --kv-heads 8 --head-dim 64 --media-tokens "
+      "144 --gen-tokens 16");
   auto c = std::make_shared<SynthConfig>();
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("float16");

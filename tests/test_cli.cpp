@@ -63,13 +63,38 @@ TEST(Cli, NumbersInResultFilesAreThoseOfPrintf) {
 TEST(Cli, HelpEverywhere) {
   const CliRun top = kvsim("--help");
   EXPECT_EQ(top.code, 0);
-  for (const char* sub : {"synth", "inspect", "replay", "policies", "stats", "live"}) {
+  for (const char* sub :
+       {"synth", "inspect", "replay", "policies", "stats", "figures", "sweep", "live"}) {
     EXPECT_NE(top.output.find(sub), std::string::npos) << sub;
     const CliRun r = kvsim(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_GT(r.output.size(), 300u) << sub;
+    EXPECT_NE(r.output.find("Example"), std::string::npos) << sub << " --help has no example";
   }
+  for (const char* sub : {"make-model", "make-prompt", "capture", "evaluate"})
+    EXPECT_NE(kvsim(std::string("live ") + sub + " --help").output.find("Example:\n  kvsim live"),
+              std::string::npos)
+        << sub;
   EXPECT_NE(kvsim("").code, 0);  // a subcommand is required
+}
+
+TEST(Cli, PoliciesByNameAndAsJson) {
+  // A policy name brings its presets; a preset name only itself; unknown names list the known.
+  CliRun r = kvsim("policies snapkv hae:table1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* shown : {"\nsnapkv\n", "\nsnapkv:kvpress\n", "\nhae:table1\n"})
+    EXPECT_NE(("\n" + r.output).find(shown), std::string::npos) << shown;
+  for (const char* hidden : {"\nh2o\n", "\nhae:table2\n", "\nhae\n"})
+    EXPECT_EQ(("\n" + r.output).find(hidden), std::string::npos) << hidden;
+  r = kvsim("policies nosuch");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("no policy or preset 'nosuch' (known: adakv,"), std::string::npos)
+      << r.output;
+  r = kvsim("policies knorm --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"name\": \"knorm\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"name\": \"knorm:kvpress\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"choices\": ["), std::string::npos) << r.output;
 }
 
 TEST(Cli, PoliciesListsParametersAndProvenance) {
