@@ -58,6 +58,7 @@ int run_sweep_command(SweepArgs a, int rank) {
       });
   if (progress) progress->finish();
   if (rank != 0) return 0;
+  std::printf("%s", r.table.c_str());
   std::printf(
       "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "
       "results in %s/results.csv\n",
@@ -86,7 +87,8 @@ Runner add_sweep(CLI::App& app) {
                  "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");
   app.add_option("-t,--trace", a->traces, "Trace file or glob (repeatable)");
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
-  app.add_option("-p,--policy", a->policies, "Policy or preset (repeatable)");
+  app.add_option("-p,--policy", a->policies, "Policy or preset (repeatable, or comma-separated)")
+      ->delimiter(',');
   app.add_option("--grid", a->grids,
                  "Axis NAME.key=v1,v2,... or NAME.key=start:stop:step (repeatable; the product of "
                  "a policy's axes is swept)");

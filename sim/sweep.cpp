@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -41,9 +42,16 @@ GridAxis parse_grid_axis(const std::string& text) {
   GridAxis a{text.substr(0, dot), text.substr(dot + 1, eq - dot - 1), {}};
   const std::string values = text.substr(eq + 1);
   if (std::count(values.begin(), values.end(), ':') == 2 && values.find(',') == std::string::npos) {
+    // "5%:40%:5%": a range of percentages (every part a percentage, or none).
+    const long percents = std::count(values.begin(), values.end(), '%');
+    if (percents != 0 && percents != 3)
+      throw std::invalid_argument("--grid '" + text +
+                                  "': give start, stop and step all as percentages, or none");
+    std::string numbers = values;
+    numbers.erase(std::remove(numbers.begin(), numbers.end(), '%'), numbers.end());
     double start = 0, stop = 0, step = 0;
     char c1 = 0, c2 = 0;
-    std::istringstream in(values);
+    std::istringstream in(numbers);
     if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start)
       throw std::invalid_argument(
           "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
@@ -58,7 +66,7 @@ GridAxis parse_grid_axis(const std::string& text) {
     const long n = static_cast<long>(count) - 1;
     for (long i = 0; i <= n; ++i) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.10g", start + i * step);
+      std::snprintf(buf, sizeof buf, "%.10g%s", start + i * step, percents ? "%" : "");
       a.values.push_back(buf);
     }
   } else {
@@ -75,9 +83,39 @@ GridAxis parse_grid_axis(const std::string& text) {
   return a;
 }
 
+namespace {
+// "*.key" axes become one axis per swept policy that declares every key.
+std::vector<GridAxis> expand_wildcards(const std::vector<std::string>& policies,
+                                       const std::vector<GridAxis>& axes) {
+  std::vector<GridAxis> out;
+  for (const auto& a : axes) {
+    if (a.policy != "*") {
+      out.push_back(a);
+      continue;
+    }
+    bool any = false;
+    for (const auto& name : policies) {
+      const auto declared = make_policy_config(name, {}).params.values();
+      std::stringstream keys(a.key);
+      std::string k;
+      bool all = true;
+      while (std::getline(keys, k, '+')) all = all && declared.count(k) > 0;
+      if (!all) continue;
+      out.push_back({name, a.key, a.values});
+      any = true;
+    }
+    if (!any)
+      throw std::invalid_argument("--grid *." + a.key + ": no swept policy has parameter '" +
+                                  a.key + "'");
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<PolicyConfig> expand_grid(
-    const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
+    const std::vector<std::string>& policies, const std::vector<GridAxis>& given_axes,
     const std::map<std::string, std::map<std::string, std::string>>& fixed) {
+  const std::vector<GridAxis> axes = expand_wildcards(policies, given_axes);
   for (const auto& a : axes)
     if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
       throw std::invalid_argument("--grid " + a.policy + "." + a.key + ": policy '" + a.policy +
@@ -206,6 +244,48 @@ const char* kItemHeader =
     "mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
 const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
 
+// A parameter's column in the results file: its name, unless a fixed column has it.
+std::string parameter_column(const std::string& key) {
+  static const std::set<std::string> fixed = {
+      "trace",          "trace_hash",      "sample", "label",   "policy", "params",
+      "budget_entries", "budget_fraction", "layer",  "kv_head", "steps"};
+  return fixed.count(key) || key.rfind("mean_", 0) == 0 || key.rfind("min_", 0) == 0
+             ? "param_" + key
+             : key;
+}
+
+// Running means of one configuration's item rows (kItemHeader's columns).
+struct ConfigMeans {
+  double cache = 0, recall = 0, err = 0;
+  long rows = 0, err_rows = 0;
+  void add(const std::string& line) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (f.size() < 8) return;
+    cache += std::atof(f[3].c_str()), recall += std::atof(f[5].c_str()), ++rows;
+    if (!f[7].empty()) err += std::atof(f[7].c_str()), ++err_rows;
+  }
+};
+
+std::string means_table(const std::vector<PolicyConfig>& configs,
+                        const std::vector<ConfigMeans>& means) {
+  std::size_t width = 6;
+  for (const auto& c : configs) width = std::max(width, c.label.size());
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %10s %8s %11s\n", static_cast<int>(width), "config",
+                "mean_cache", "recall", "out_rel_err");
+  std::string out = line;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const ConfigMeans& m = means[i];
+    std::snprintf(line, sizeof line, "%-*s %10.1f %8.4f %11.4f\n", static_cast<int>(width),
+                  configs[i].label.c_str(), m.rows ? m.cache / m.rows : NAN,
+                  m.rows ? m.recall / m.rows : NAN, m.err_rows ? m.err / m.err_rows : NAN);
+    out += line;
+  }
+  return out;
+}
+
 // One configuration's rows for one layer: means over the decode steps of each KV head.
 std::string layer_rows(const LayerResult& r) {
   std::string out;
@@ -252,13 +332,14 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   fs::create_directories(items_dir);
   struct Item {
     std::string trace, hash, sample;
+    int prompt_len = 0;
   };
   std::vector<Item> items;
   for (const auto& t : traces) {
     TraceReader reader(t);
     const std::string hash = file_content_hash(t);
     for (const auto& s : o.samples.empty() ? reader.sample_names() : o.samples)
-      items.push_back({t, hash, s});
+      items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
   }
   auto key_of = [&](const Item& it, const PolicyConfig& c) {
     return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
@@ -355,18 +436,37 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                  [&](int p) { run_item(pending[p]); });
   }
   // The results file: every item of this sweep, in a fixed order (trace, sample, configuration).
-  std::string all = std::string(kPrefixHeader) + kItemHeader;
+  std::set<std::string> keys;  // one column per parameter of any configuration
+  for (const auto& c : configs)
+    for (const auto& kv : c.params.values()) keys.insert(kv.first);
+  std::string all = std::string(kPrefixHeader) + "budget_entries,budget_fraction,";
+  for (const auto& k : keys) all += parameter_column(k) + ",";
+  all += kItemHeader;
+  std::vector<ConfigMeans> means(configs.size());
   for (const auto& it : items)
-    for (const auto& c : configs) {
-      const std::string prefix = csv_field(it.trace) + "," + it.hash + "," + csv_field(it.sample) +
-                                 "," + csv_field(c.label) + "," + c.info->name + "," +
-                                 csv_field(c.params.str()) + ",";
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+      const PolicyConfig& c = configs[ci];
+      const int entries = budget_entries(c, it.prompt_len);
+      std::string prefix =
+          csv_field(it.trace) + "," + it.hash + "," + csv_field(it.sample) + "," +
+          csv_field(c.label) + "," + c.info->name + "," + csv_field(c.params.str()) + "," +
+          (entries < 0 ? ","
+                       : std::to_string(entries) + "," +
+                             num(static_cast<double>(entries) / it.prompt_len) + ",");
+      for (const auto& k : keys) {
+        const auto v = c.params.values().find(k);
+        prefix += (v == c.params.values().end() ? "" : csv_field(v->second)) + ",";
+      }
       std::ifstream in(items_dir / (key_of(it, c) + ".csv"));
       std::string line;
       std::getline(in, line);  // header
-      while (std::getline(in, line)) all += prefix + line + "\n";
+      while (std::getline(in, line)) {
+        all += prefix + line + "\n";
+        means[ci].add(line);
+      }
     }
   write_atomically(fs::path(o.out_dir) / "results.csv", all);
+  report.table = means_table(configs, means);
   return report;
 }
 

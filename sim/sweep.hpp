@@ -15,9 +15,9 @@
 
 namespace kvsim {
 
-// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop), or a coupled axis
-// "NAME.k1+k2=a1/b1,a2/b2" that moves several parameters together (ST3's (S, R) pairs).
-// Throws std::invalid_argument.
+// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop; "5%:40%:5%" for percentages),
+// or a coupled axis "NAME.k1+k2=a1/b1,a2/b2" that moves several parameters together (ST3's (S, R)
+// pairs). NAME "*" is every swept policy that has the parameter. Throws std::invalid_argument.
 struct GridAxis {
   std::string policy, key;
   std::vector<std::string> values;
@@ -50,9 +50,15 @@ struct SweepOptions {
 
 struct SweepReport {
   long items_total = 0, items_done_before = 0, items_run = 0;
+  // Per configuration, means over every (trace, sample, layer, KV head) row: the table printed at
+  // the end of a sweep.
+  std::string table;
 };
 
-// Runs the sweep, then writes out_dir/results.csv (every finished item, sorted). `progress` is
+// Runs the sweep, then writes out_dir/results.csv (every finished item, sorted): who made each row
+// (trace, its hash, sample, label, policy, params), the budget as numbers (budget_entries,
+// budget_fraction of the prompt; empty for policies without one), one column per parameter of any
+// configuration (empty where a policy lacks it), then the measurements. `progress` is
 // called after each replayed layer (or, under MPI, on rank 0 after each item handed out). Built
 // with MPI and run by mpirun with more than one rank, rank 0 distributes (trace, sample) items to
 // the other ranks and writes the results file; the bytes equal a single-process run's.

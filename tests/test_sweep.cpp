@@ -56,6 +56,40 @@ TEST(Sweep, GridAxesAndRanges) {
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("snapkv.window=8")}, {}),
                std::invalid_argument);
   EXPECT_THROW(expand_grid({"h2o"}, {parse_grid_axis("h2o.budget=-1")}, {}), std::invalid_argument);
+  // Percentage ranges, and an axis shared by every swept policy that has the parameter.
+  EXPECT_EQ(parse_grid_axis("*.budget=5%:15%:5%").values,
+            (std::vector<std::string>{"5%", "10%", "15%"}));
+  EXPECT_THROW(parse_grid_axis("h2o.budget=5%:15:5"), std::invalid_argument);
+  const auto shared = expand_grid({"h2o", "full", "snapkv"}, {parse_grid_axis("*.budget=4,8")}, {});
+  std::vector<std::string> labels;
+  for (const auto& c : shared) labels.push_back(c.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"h2o[budget=4]", "h2o[budget=8]", "full",
+                                              "snapkv[budget=4]", "snapkv[budget=8]"}));
+  EXPECT_THROW(expand_grid({"full"}, {parse_grid_axis("*.budget=4")}, {}), std::invalid_argument);
+}
+
+TEST(Sweep, ResultsHaveAColumnPerParameterAndNumericBudgets) {
+  SynthConfig c;
+  c.layers = 1, c.heads = 2, c.kv_heads = 2, c.head_dim = 16;
+  c.system_tokens = 4, c.media_tokens = 12, c.user_tokens = 4, c.gen_tokens = 3;  // P = 20
+  const std::string trace = temp_path("sweep_columns.h5"), out = temp_path("sweep_columns");
+  synth_write(c, trace);
+  fs::remove_all(out);
+  const SweepReport r =
+      run_sweep({trace}, sweep_configs({"h2o", "full"}, {"h2o.budget=10%,50%"}, {}, ""), {out, 1});
+  std::ifstream in(fs::path(out) / "results.csv");
+  std::string header, row;
+  std::getline(in, header);
+  EXPECT_EQ(header.substr(0, header.find(",layer,")),
+            "trace,trace_hash,sample,label,policy,params,budget_entries,budget_fraction,budget,"
+            "caches,merge,mode,normalize,question,recent");
+  std::getline(in, row);  // h2o[budget=10%], layer 0, KV head 0: ceil(2.0) = 2 entries of 20
+  EXPECT_NE(row.find("\",2,0.1,10%,kv_head,none,cumulative,none,compress,50%,0,0,"),
+            std::string::npos)
+      << row;
+  // The table printed at the end: one line per configuration.
+  EXPECT_NE(r.table.find("h2o[budget=50%]"), std::string::npos) << r.table;
+  EXPECT_NE(r.table.find("\nfull "), std::string::npos) << r.table;
 }
 
 void expect_invalid(const std::function<void()>& f, const std::string& fragment) {

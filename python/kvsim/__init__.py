@@ -56,12 +56,15 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     names = rows[0].keys() if rows else []
     for name in names:
         cells = [r[name] for r in rows]
-        if name in text:
-            columns[name] = np.array(cells, dtype=object)
-        elif name in integer:
+        if name in integer:
             columns[name] = np.array(cells, dtype=np.int64)
+        elif name in text:
+            columns[name] = np.array(cells, dtype=object)
         else:
-            columns[name] = np.array([float(c) if c else np.nan for c in cells])
+            try:  # measurements, budget_entries/fraction and numeric parameters
+                columns[name] = np.array([float(c) if c else np.nan for c in cells])
+            except ValueError:  # a parameter with text values ("50%", "kv_head")
+                columns[name] = np.array(cells, dtype=object)
     return columns
 
 
