@@ -44,14 +44,38 @@ POLICY_COLOURS = {
 
 
 def policy_colour(name):
-    base = name.split(":")[0]
+    base = name.split(":")[0].split("@")[0]
     if base in POLICY_COLOURS:
         return POLICY_COLOURS[base]
     palette = plt.get_cmap("tab20").colors
     return palette[sum(map(ord, base)) % len(palette)]
 
 
-def save(fig, out, stem, written):
+MARKERS = "osD^v<>ph*XP"
+LINESTYLES = ["-", "--", "-.", ":"]
+
+
+def policy_style(name):
+    """Colour (fixed per policy), marker and line style (fixed per label), so that sixteen curves
+    stay distinguishable in print and in greyscale."""
+    h = sum((i + 1) * ord(c) for i, c in enumerate(name))
+    return {"color": policy_colour(name), "marker": MARKERS[h % len(MARKERS)],
+            "linestyle": LINESTYLES[(h // len(MARKERS)) % len(LINESTYLES)]}
+
+
+def layer_axis(ax):
+    """Layers are whole numbers: no 0.5 ticks on small traces."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def save(fig, out, stem, written, context=None):
+    """PNG and PDF; `context` (trace and sample) goes above the panels' own titles."""
+    for ax in fig.axes:
+        if ax.get_xlabel() == "layer":
+            layer_axis(ax)
+    if context:
+        fig.suptitle(context, fontsize=9)
     fig.tight_layout()
     for ext in ("png", "pdf"):
         path = os.path.join(out, f"{stem}.{ext}")
@@ -106,7 +130,7 @@ def stats_figures(path, out, written):
             ax.set(title=f"ε-sparsity by layer (ε = {f.attrs['epsilon']:g})", xlabel="layer",
                    ylabel="entries ≤ ε (%)")
             ax.legend()
-            save(fig, out, f"{stem}_sparsity", written)
+            save(fig, out, f"{stem}_sparsity", written, context=f"{tag}, sample {name}")
 
             fig, ax = plt.subplots(figsize=(6, 3.5))
             var = np.nanmean(g["cumulative_variance"][()], axis=1)
@@ -115,7 +139,7 @@ def stats_figures(path, out, written):
             ax.set(title="Variance of cumulative attention", xlabel="layer",
                    ylabel="variance of column sums")
             ax.legend()
-            save(fig, out, f"{stem}_cumulative_variance", written)
+            save(fig, out, f"{stem}_cumulative_variance", written, context=f"{tag}, sample {name}")
 
             fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
             for i, p in enumerate(ppci_p):
@@ -130,14 +154,14 @@ def stats_figures(path, out, written):
             a2.set(title=f"{ppci_p[i50]:.0%} PPCI vs decode step 0", xlabel="decode step",
                    ylabel="PPCI (%)", ylim=(0, 105))
             a2.legend(fontsize=8)
-            save(fig, out, f"{stem}_ppci", written)
+            save(fig, out, f"{stem}_ppci", written, context=f"{tag}, sample {name}")
 
             fig, ax = plt.subplots(figsize=(5, 4.2))
             im = ax.imshow(g["layer_cosine"][()], vmin=0, vmax=1, cmap="viridis", origin="lower")
             ax.set(title="Cosine similarity of attention between layers", xlabel="layer",
                    ylabel="layer")
             fig.colorbar(im, ax=ax, label="cosine similarity")
-            save(fig, out, f"{stem}_layer_similarity", written)
+            save(fig, out, f"{stem}_layer_similarity", written, context=f"{tag}, sample {name}")
 
             fig, ax = plt.subplots(figsize=(6, 3.5))
             ax.plot(layers, g["entropy"][()], marker="o", ms=3, label="attention entropy")
@@ -145,7 +169,7 @@ def stats_figures(path, out, written):
                     label="cross-modal entropy $E_{CM}$")
             ax.set(title="Attention entropy by layer", xlabel="layer", ylabel="entropy (nats)")
             ax.legend()
-            save(fig, out, f"{stem}_entropy", written)
+            save(fig, out, f"{stem}_entropy", written, context=f"{tag}, sample {name}")
 
             if "key_nearest_cosine" in g:
                 fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -165,14 +189,14 @@ def stats_figures(path, out, written):
                 a2.set(title="Key- vs value-similarity correlation", xlabel="layer",
                        ylabel="Pearson r", ylim=(-1.05, 1.05))
                 a2.legend(fontsize=8)
-                save(fig, out, f"{stem}_key_similarity", written)
+                save(fig, out, f"{stem}_key_similarity", written, context=f"{tag}, sample {name}")
 
             fig, ax = plt.subplots(figsize=(7, 4))
             im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,
                            cmap="coolwarm", origin="lower", aspect="auto")
             ax.set(title="Per-head modality preference", xlabel="layer", ylabel="head")
             fig.colorbar(im, ax=ax, label="attention on vision tokens (%)")
-            save(fig, out, f"{stem}_head_preference", written)
+            save(fig, out, f"{stem}_head_preference", written, context=f"{tag}, sample {name}")
 
             seg = g["segment_share"][()]
             if seg.shape[1] > 0:
@@ -183,74 +207,109 @@ def stats_figures(path, out, written):
                 ax.set(title="Attention share vs generated length (mean over layers)",
                        xlabel="generated tokens", ylabel="attention mass (%)", ylim=(0, 100))
                 ax.legend()
-                save(fig, out, f"{stem}_vision_share", written)
+                save(fig, out, f"{stem}_vision_share", written, context=f"{tag}, sample {name}")
 
 
-def read_replay(path):
-    rows = defaultdict(list)
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows[r["policy"]].append(r)
-    params = {}
-    side = path[:-4] + ".policies.csv" if path.endswith(".csv") else path + ".policies.csv"
-    if os.path.exists(side):
-        with open(side, newline="") as f:
-            for r in csv.DictReader(f):
-                params[r["label"]] = (r["policy"], dict(kv.split("=", 1) for kv in r["params"].split(",") if "=" in kv))
-    return rows, params
+class ReplayMeans:
+    """One replay CSV reduced while it is read (the per-step file of one demo sample is ~90 MB):
+    per label, sums by layer of the plotted columns, and overall sums of what the budget figure
+    needs."""
 
+    def __init__(self, path):
+        self.by_layer = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # (label, col) -> layer
+        self.total = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])  # cache, n, err, n_err, recall
+        self.has_hits = False
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader)
+            col = {name: i for i, name in enumerate(header)}
+            ip, il = col["policy"], col["layer"]
+            ir, ih, ic, ie = (col["mass_recall"], col["hit_rate_top10"], col["cache_size"],
+                              col["output_rel_error"])
+            for r in reader:
+                label, layer = r[ip], int(r[il])
+                acc = self.by_layer[(label, "mass_recall")][layer]
+                acc[0] += float(r[ir]); acc[1] += 1
+                if r[ih] != "":
+                    self.has_hits = True
+                    acc = self.by_layer[(label, "hit_rate_top10")][layer]
+                    acc[0] += float(r[ih]); acc[1] += 1
+                t = self.total[label]
+                t[0] += float(r[ic]); t[1] += 1; t[4] += float(r[ir])
+                if r[ie] != "":
+                    t[2] += float(r[ie]); t[3] += 1
+        self.labels = list(self.total)
+        self.params = {}
+        side = path[:-4] + ".policies.csv" if path.endswith(".csv") else path + ".policies.csv"
+        if os.path.exists(side):
+            with open(side, newline="") as f:
+                for r in csv.DictReader(f):
+                    self.params[r["label"]] = (r["policy"], dict(
+                        kv.split("=", 1) for kv in r["params"].split(",") if "=" in kv))
 
-def mean_by_layer(rows, column):
-    acc = defaultdict(list)
-    for r in rows:
-        if r[column] != "":
-            acc[int(r["layer"])].append(float(r[column]))
-    layers = sorted(acc)
-    return layers, [np.mean(acc[l]) for l in layers]
+    def by_layer_of(self, label, column):
+        per = self.by_layer[(label, column)]
+        layers = sorted(per)
+        return layers, [per[l][0] / per[l][1] for l in layers]
 
 
 def replay_figures(paths, out, written):
-    # (curve, budget as given) -> rows of every file that replayed it: one point per budget swept,
-    # placed at the entries it actually held.
-    points = defaultdict(list)
+    # (curve, budget as given) -> the sums of every file that replayed it: one point per budget
+    # swept, placed at the entries it actually held.
+    points = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])
+    names = defaultdict(set)  # curve -> the labels it was given
     for path in paths:
         tag = os.path.splitext(os.path.basename(path))[0]
-        rows, params = read_replay(path)
+        m = ReplayMeans(path)
         columns = [("mass_recall", "mass recall", "recall by layer")]
-        if any(r["hit_rate_top10"] != "" for rs in rows.values() for r in rs):
+        if m.has_hits:
             columns.append(("hit_rate_top10", "hit rate of the top 10% keys", "hit rate by layer"))
-        fig, axes = plt.subplots(1, len(columns), figsize=(6 * len(columns), 3.8), squeeze=False)
+        budgets = sorted({p.get("budget", "") for _, p in m.params.values()} - {""})
+        where = f"{tag}" + (f", budget {', '.join(budgets)}" if budgets else "")
+        fig, axes = plt.subplots(1, len(columns), figsize=(6.5 * len(columns), 4.2), squeeze=False)
         for ax, (column, ylabel, title) in zip(axes[0], columns):
-            for label, rs in rows.items():
-                layers, values = mean_by_layer(rs, column)
-                ax.plot(layers, values, marker="o", ms=2, label=label, color=policy_colour(label))
-            ax.set(title=f"Mean {title} per policy", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
-        axes[0][-1].legend(fontsize=7, ncol=2)
+            for label in m.labels:
+                layers, values = m.by_layer_of(label, column)
+                ax.plot(layers, values, ms=3, label=label, **policy_style(label))
+            ax.set(title=f"{where}: mean {title}", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
+            layer_axis(ax)
+            ax.legend(fontsize=6, ncol=2)
         save(fig, out, f"{tag}_recall_by_layer", written)
-        for label, rs in rows.items():
-            policy, p = params.get(label, (label, {}))
+        for label in m.labels:
+            policy, p = m.params.get(label, (label, {}))
             if "budget" not in p:
                 continue
-            curve = label.split("@")[0] if "@" in label else policy
-            points[(curve, p["budget"])] += rs
+            # A curve joins configurations that differ in their budget alone (hae and hae:table1
+            # at one budget each are two points of two curves, not one line).
+            rest = tuple(sorted((k, v) for k, v in p.items() if k not in ("budget",
+                                                                          "compression_ratio")))
+            acc = points[((policy, rest), p["budget"])]
+            names[(policy, rest)].add(label.split("@")[0].split("[")[0])
+            for i, x in enumerate(m.total[label]):
+                acc[i] += x
     curves = defaultdict(list)  # curve -> [(mean entries held, mean error, mean recall)]
-    for (curve, _), rs in points.items():
-        errors = [float(r["output_rel_error"]) for r in rs if r["output_rel_error"] != ""]
-        curves[curve].append((np.mean([float(r["cache_size"]) for r in rs]),
-                              np.mean(errors) if errors else np.nan,
-                              np.mean([float(r["mass_recall"]) for r in rs])))
-    multi = {k: sorted(v) for k, v in curves.items() if len(v) >= 2}
+    for (key, _), t in points.items():
+        curves[key].append((t[0] / t[1], t[2] / t[3] if t[3] else np.nan, t[4] / t[1]))
+    multi = {}
+    for key, pts in curves.items():
+        if len(pts) < 2:
+            continue
+        name = min(names[key]) if len(names[key]) == 1 else key[0]
+        if name in multi:  # two curves of one policy: name them by their parameters
+            name += " (" + ",".join(f"{k}={v}" for k, v in key[1]) + ")"
+        multi[name] = sorted(pts)
     if multi:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for policy, pts in sorted(multi.items()):
             xs, errors, recalls = zip(*pts)
-            a1.plot(xs, errors, marker="o", label=policy, color=policy_colour(policy))
-            a2.plot(xs, recalls, marker="o", label=policy, color=policy_colour(policy))
+            a1.plot(xs, errors, label=policy, **policy_style(policy))
+            a2.plot(xs, recalls, label=policy, **policy_style(policy))
         held = "KV entries held per head while decoding (mean, measured)"
         a1.set(title="Output error vs memory held", xlabel=held,
                ylabel="mean relative output error ‖o − ô‖/‖o‖")
         a2.set(title="Mass recall vs memory held", xlabel=held, ylabel="mean mass recall")
         a1.legend(fontsize=8)
+        a2.legend(fontsize=8)
         save(fig, out, "budget_vs_error", written)
 
 
@@ -272,8 +331,7 @@ def live_figures(steps, summaries, replays, out, written):
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, per in sorted(by_step.items()):
             xs = sorted(per)
-            ax.plot(xs, [np.mean(per[x]) for x in xs], marker="o", ms=2, label=label,
-                    color=policy_colour(label))
+            ax.plot(xs, [np.mean(per[x]) for x in xs], ms=3, label=label, **policy_style(label))
         ax.set(title="Live: KL(full || policy) per decode step", xlabel="decode step",
                ylabel="mean KL (nats), teacher-forced")
         ax.legend(fontsize=7, ncol=2)
@@ -289,10 +347,14 @@ def live_figures(steps, summaries, replays, out, written):
     for ax, (key, title) in zip(axes, [("top1_agreement", "top-1 agreement (teacher-forced)"),
                                         ("answer_overlap", "greedy answer overlap (LCS)"),
                                         ("kv_fraction", "peak KV memory / full cache")]):
-        ax.bar(range(len(labels)), [np.mean(acc[l][key]) for l in labels],
-               color=[policy_colour(l) for l in labels])
+        means = [np.mean(acc[l][key]) for l in labels]
+        spread = [np.std(acc[l][key]) for l in labels]  # over samples
+        bars = ax.bar(range(len(labels)), means, yerr=spread, capsize=3,
+                      color=[policy_colour(l) for l in labels])
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in means], fontsize=6, padding=2)
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
-        ax.set(title=title, ylim=(0, 1.05))
+        ax.set(title=f"{title}\n(mean over samples; bars: ± one standard deviation)",
+               ylim=(0, 1.15))
     fig.tight_layout()
     save(fig, out, "live_summary", written)
     if replays:
@@ -316,6 +378,10 @@ def main(argv):
     ap.add_argument("results", nargs="+", help="result files or directories")
     ap.add_argument("--out", required=True, help="output directory for PNG and PDF files")
     args = ap.parse_args(argv)
+    missing = [p for p in args.results if not os.path.exists(p)]
+    if missing:
+        print("figures: no such file or directory: " + ", ".join(missing), file=sys.stderr)
+        return 1
     os.makedirs(args.out, exist_ok=True)
     stats, replays, sweeps, live_steps, live_summaries = find_inputs(args.results)
     if not stats and not replays and not sweeps and not live_steps and not live_summaries:

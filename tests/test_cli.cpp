@@ -229,7 +229,25 @@ TEST(Cli, FiguresRenderFromResultFiles) {
   }
   EXPECT_GT(slurp(out + "/fig_sweep/pareto.png").size(), 1000u);  // the sweep's report
   EXPECT_NE(slurp(out + "/fig_sweep/table.md").find("h2o[budget=40%]"), std::string::npos);
-  EXPECT_NE(kvsim("figures " + temp_path("no_such_dir") + " --out " + out).code, 0);
+  // A missing input is an error naming it, not a traceback.
+  CliRun missing = kvsim("figures " + temp_path("nosuch.csv") + " --out " + out);
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.output.find("no such file or directory: " + temp_path("nosuch.csv")),
+            std::string::npos)
+      << missing.output;
+  EXPECT_EQ(missing.output.find("Traceback"), std::string::npos) << missing.output;
+  // Two configurations that differ in more than their budget, one budget each: no curve joins
+  // them (a budget figure needs one configuration at two budgets or more).
+  const std::string single = temp_path("fig_single"), single_out = temp_path("fig_single_out");
+  std::filesystem::remove_all(single);
+  std::filesystem::remove_all(single_out);
+  std::filesystem::create_directories(single);
+  ASSERT_EQ(kvsim("replay " + trace + " -p h2o -p h2o@r --set h2o@r.recent=1 --set " +
+                  "h2o@r.budget=40% --budget 20% --out " + single + "/r.csv")
+                .code,
+            0);
+  ASSERT_EQ(kvsim("figures " + single + " --out " + single_out).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(single_out + "/budget_vs_error.png"));
 }
 
 TEST(Cli, BadInputExitsNonZeroWithAMessage) {
