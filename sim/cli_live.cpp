@@ -21,7 +21,7 @@ namespace kvsim::cli {
 namespace {
 
 struct ModelArgs {
-  std::string out, arch = "llama", dtype = "fp32";
+  std::string out, arch = "llama", dtype = "float32";
   int layers = 2, hidden = 64, intermediate = 128, heads = 4, kv_heads = 2, head_dim = 0,
       vocab = 256, shards = 1;
   double rope_theta = 10000.0, std = 0.05;
@@ -45,8 +45,8 @@ struct RunArgs {
 };
 
 live::WeightDType parse_weight_dtype(const std::string& s) {
-  if (s == "bf16") return live::WeightDType::kBFloat16;
-  if (s == "fp16") return live::WeightDType::kFloat16;
+  if (s == "bfloat16" || s == "bf16") return live::WeightDType::kBFloat16;
+  if (s == "float16" || s == "fp16") return live::WeightDType::kFloat16;
   return live::WeightDType::kFloat32;
 }
 
@@ -75,8 +75,8 @@ void add_make_model(CLI::App& app, ModelArgs& a) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--rope-theta", a.rope_theta, "rope_theta")->capture_default_str();
-  app.add_option("--dtype", a.dtype, "Stored weight type")
-      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+  app.add_option("--dtype", a.dtype, "Stored weight type (bf16, fp16, fp32 also accepted)")
+      ->check(CLI::IsMember({"bfloat16", "float16", "float32", "bf16", "fp16", "fp32"}))
       ->capture_default_str();
   app.add_option("--shards", a.shards, "Safetensors shards (>1 writes the index file)")
       ->capture_default_str()

@@ -83,7 +83,7 @@ Runner add_sweep(CLI::App& app) {
       "sweep/\n  kvsim sweep --file experiments/recipes/hae_fig4_r.ini -o sweep/   (rerun to "
       "resume)");
   auto a = std::make_shared<SweepArgs>();
-  app.add_option("-f,--file", a->file,
+  app.add_option("-f,--config,--file", a->file,
                  "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");
   app.add_option("-t,--trace", a->traces, "Trace file or glob (repeatable)");
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");

@@ -54,7 +54,9 @@ Runner add_synth(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--user-tokens", c->user_tokens, "User instruction tokens after the media")
       ->capture_default_str();
-  app.add_option("--gen-tokens", c->gen_tokens, "Generated tokens G")->capture_default_str();
+  app.add_option("--gen,--gen-tokens", c->gen_tokens,
+                 "Generated tokens G (--gen, as in kvsim live)")
+      ->capture_default_str();
   app.add_option("--rope-base", c->rope_base, "Rotary base")->capture_default_str();
   app.add_option("--sinks", c->sinks, "Attention-sink positions")->capture_default_str();
   app.add_option("--sink-strength", c->sink_strength, "Sink logit bonus")->capture_default_str();

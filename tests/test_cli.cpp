@@ -386,6 +386,24 @@ TEST(Cli, TracePositionalCommaPoliciesAllCoresAndSampleNames) {
   EXPECT_NE(kvsim("replay " + trace + " -p h2o -j -1").code, 0);
 }
 
+TEST(Cli, OneNamingScheme) {
+  // --gen counts generated tokens everywhere, --config names an INI file everywhere, and element
+  // types are spelled float16 / float32 / bfloat16 everywhere (the short forms still work).
+  const std::string trace = temp_path("cli_naming.h5");
+  CliRun r = kvsim("synth --out " + trace +
+                   " --layers 1 --heads 2 --kv-heads 2 --head-dim 16 --media-tokens 8 --gen 5");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("G = 5"), std::string::npos) << r.output;
+  const std::string ini = temp_path("naming_sweep.ini"), out = temp_path("naming_sweep");
+  std::ofstream(ini) << "[sweep]\ntrace = " << trace << "\npolicy = h2o\nbudget = 10\n";
+  std::filesystem::remove_all(out);
+  r = kvsim("sweep --config " + ini + " -o " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = kvsim("live make-model -o " + temp_path("naming_model") + " --dtype float16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("float16"), std::string::npos) << r.output;
+}
+
 TEST(Cli, UnwritableOutputsFailBeforeAnyWork) {
   // Every output is checked before the replay or the statistics start; the error names the
   // option, the user's path (not a hidden .partial) and the operating system's reason.
