@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build Release, make the demo trace (LLaVA-1.5-7B shape),
-# replay it through the baseline policies and print the comparison table. Outputs go to demo/.
+# replay it through the baseline policies and print the comparison table.
+#   experiments/demo.sh [OUT_DIR]    outputs in OUT_DIR (default: demo/ in the current directory)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-./install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target kvsim
-mkdir -p demo
-[ -f demo/demo.h5 ] || ./build/kvsim synth --out demo/demo.h5
-./build/kvsim inspect demo/demo.h5
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-demo}  # relative to the caller's directory, not the repository's
+"$repo/install-deps.sh"
+cmake -S "$repo" -B "$repo/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$repo/build" -j"$(nproc)" --target kvsim
+kvsim="$repo/build/kvsim"
+mkdir -p "$out"
+[ -f "$out/demo.h5" ] || "$kvsim" synth --out "$out/demo.h5"
+"$kvsim" inspect "$out/demo.h5"
 # The demo's generation limit is 64 tokens (what the synthetic trace generates): A-VL sizes its text
 # window from it and ST3 sets τ above it (τ = 65, its VTA ablation's advice).
 # HAE sizes its cache itself (l = |S_1|, what DAP leaves); with Table 5's RC_size = 64 = G the
 # recycle bin would flush once, at the last step, so the demo uses 16 (four flushes).
-./build/kvsim replay --trace demo/demo.h5 \
+"$kvsim" replay --trace "$out/demo.h5" \
   --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
   --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy hae:table1 --policy madakv --policy avl --policy st3 --policy meda \
-  --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --out demo/results.csv --summary demo/summary.csv \
-  --dump-decisions demo/decisions.h5
-echo "results: demo/results.csv (per step), demo/results.policies.csv, demo/summary.csv, demo/decisions.h5"
+  --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --out "$out/results.csv" --summary "$out/summary.csv" \
+  --dump-decisions "$out/decisions.h5"
+echo "results: $out/results.csv (per step), $out/results.policies.csv, $out/summary.csv, $out/decisions.h5"

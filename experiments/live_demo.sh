@@ -2,13 +2,15 @@
 # The live path end to end on the CPU backend, on a random LLaMA-shaped checkpoint kvsim writes
 # itself (no weights are downloaded): make a model and a LLaVA-shaped prompt file (576 image
 # positions with inputs_embeds), capture a trace, replay it, evaluate the same policies live, and
-# plot replay against live. Outputs in demo/live/. Usage: experiments/live_demo.sh [BUILD_DIR]
+# plot replay against live. Usage: experiments/live_demo.sh [OUT_DIR] [BUILD_DIR]; OUT_DIR
+# (default demo/live) is taken from the current directory, BUILD_DIR (default the repository's
+# build/) is where kvsim is, or is built.
 set -eu
-cd "$(dirname "$0")/.."
-build=${1:-build}
-[ -x "$build/kvsim" ] || { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)" --target kvsim; }
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-demo/live}
+build=${2:-$repo/build}
+[ -x "$build/kvsim" ] || { cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)" --target kvsim; }
 k="$build/kvsim"
-out=demo/live
 mkdir -p "$out"
 [ -f "$out/model/config.json" ] || "$k" live make-model -o "$out/model" --arch llama --layers 8 \
   --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 4 --vocab 8000 --dtype bf16 --shards 2

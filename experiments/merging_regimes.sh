@@ -20,9 +20,10 @@
 #
 # LAYERS (default 8) sets each trace's depth and SEEDS (default "1 2 3 4"; 1 is the demo's) the
 # generator's seeds; the shape is otherwise the demo's (LLaVA-1.5-7B).
-# $KVSIM (default ./build/kvsim) is the binary and $KVSIM_RESULTS replaces results/.
+# $KVSIM (default: the repository's build/kvsim) is the binary and $KVSIM_RESULTS replaces
+# results/; relative paths are the caller's (nothing is written into the repository).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 layers=${1:-8}
 seeds=${2:-"1 2 3 4"}
 out="${KVSIM_RESULTS:-results}/merging_regimes"
@@ -39,12 +40,12 @@ for regime in demo value_gap visible flat_deep flat_deep_visible; do
   for seed in $seeds; do
     trace="$out/traces/${regime}_L${layers}_s${seed}.h5"
     # shellcheck disable=SC2086  # the knobs are words
-    [ -f "$trace" ] || "${KVSIM:-./build/kvsim}" synth --out "$trace" --layers "$layers" \
+    [ -f "$trace" ] || "${KVSIM:-$repo/build/kvsim}" synth --out "$trace" --layers "$layers" \
       --seed "$seed" ${knobs[$regime]} > /dev/null
     traces+=("$trace")
   done
 done
-KVSIM_RESULTS="$out" experiments/run_recipe.sh merging_vs_eviction "${traces[@]}"
-/usr/bin/python3 analysis/merging_report.py \
+KVSIM_RESULTS="$out" "$repo/experiments/run_recipe.sh" merging_vs_eviction "${traces[@]}"
+/usr/bin/python3 "$repo/analysis/merging_report.py" \
   "$out/recipes/merging_vs_eviction/table_by_trace.csv" --out "$out"
 echo "merging_regimes: $out/merging.md"
