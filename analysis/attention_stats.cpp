@@ -9,7 +9,7 @@
 //   keys and over vision keys.
 // - Modality share (MadaKV Fig. 2b): share of the prompt attention mass on text and vision keys.
 // - Entropy (MEDA Fig. 2): mean row entropy of the prompt attention, and E_CM (Eq. 4-6), both
-//   head-averaged (sim/sample_stats.hpp).
+//   head-averaged (sim/core/sample_stats.hpp).
 // - Layer cosine (ST3 Eq. 4-5, Fig. 3): cosine of the last prompt token's head-averaged attention
 //   over the prompt between every pair of layers.
 // - PPCI (A-VL Eq. 2, Fig. 4-5) over the image tokens of the head-averaged attention: of each
@@ -29,9 +29,9 @@
 #include <set>
 
 #include "analysis/key_similarity.hpp"
-#include "sim/layer_attention.hpp"
-#include "sim/partial_files.hpp"
-#include "sim/sample_stats.hpp"
+#include "sim/core/layer_attention.hpp"
+#include "sim/core/partial_files.hpp"
+#include "sim/core/sample_stats.hpp"
 
 namespace kvsim {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/parallel.hpp"
+#include "sim/core/parallel.hpp"
 
 namespace kvsim {
 

@@ -1,6 +1,6 @@
 // Replay benchmark (issues #2, #15): the five baselines on the demo trace in one run, against the
 // shared work alone (the trace read and the attention products, no policy) and against the plain
-// per-step reference (sim/reference_replay.hpp) on the same trace.
+// per-step reference (sim/replay/reference_replay.hpp) on the same trace.
 //
 //   kvsim_bench [--trace demo/demo.h5] [--reference-layers 2] [google-benchmark flags]
 //   (e.g. --benchmark_filter='Engine|Shared|Gemm' to skip the slow reference; on a noisy machine
@@ -19,8 +19,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "sim/parallel.hpp"
-#include "sim/reference_replay.hpp"
+#include "sim/core/parallel.hpp"
+#include "sim/replay/reference_replay.hpp"
 #include "traces/synth.hpp"
 
 namespace {

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/kv_cache.hpp"
-#include "sim/layer_attention.hpp"
-#include "sim/params.hpp"
-#include "sim/sample_stats.hpp"
+#include "sim/core/kv_cache.hpp"
+#include "sim/core/layer_attention.hpp"
+#include "sim/core/params.hpp"
+#include "sim/core/sample_stats.hpp"
 
 namespace kvsim {
 

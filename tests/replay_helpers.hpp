@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/engine.hpp"
+#include "sim/replay/engine.hpp"
 
 namespace kvsim::test {
 

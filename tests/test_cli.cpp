@@ -13,8 +13,8 @@
 #include <random>
 #include <sstream>
 
-#include "sim/partial_files.hpp"
-#include "sim/results.hpp"
+#include "sim/core/partial_files.hpp"
+#include "sim/replay/results.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <set>
 
-#include "sim/results.hpp"
+#include "sim/replay/results.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"

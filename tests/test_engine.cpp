@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "sim/reference_replay.hpp"
-#include "sim/results.hpp"
+#include "sim/replay/reference_replay.hpp"
+#include "sim/replay/results.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/hdf5_util.hpp"

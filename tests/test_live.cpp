@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "sim/engine.hpp"
+#include "sim/replay/engine.hpp"
 #include "sim/live/evaluate.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"

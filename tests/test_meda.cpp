@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "policies/selection.hpp"
-#include "sim/sample_stats.hpp"
+#include "sim/core/sample_stats.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 

@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "policies/policy.hpp"
-#include "sim/config.hpp"
+#include "sim/replay/config.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "policies/selection.hpp"
-#include "sim/kv_cache.hpp"
+#include "sim/core/kv_cache.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "sim/config.hpp"
-#include "sim/sweep.hpp"
+#include "sim/replay/config.hpp"
+#include "sim/replay/sweep.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"

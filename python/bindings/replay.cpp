@@ -6,8 +6,8 @@
 #include <map>
 
 #include "python/bindings/python_policy.hpp"
-#include "sim/engine.hpp"
-#include "sim/params.hpp"
+#include "sim/replay/engine.hpp"
+#include "sim/core/params.hpp"
 
 namespace kvsim::python {
 

@@ -1,6 +1,6 @@
 // kvsim._sweep: `kvsim sweep` on one machine (kvsim.sweep in python/kvsim/__init__.py builds its
 // arguments and reads OUT/results.csv back as numpy columns).
-#include "sim/sweep.hpp"
+#include "sim/replay/sweep.hpp"
 
 #include "python/bindings/common.hpp"
 

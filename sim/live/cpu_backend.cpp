@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "sim/live/backend.hpp"
-#include "sim/parallel.hpp"
+#include "sim/core/parallel.hpp"
 
 namespace kvsim::live {
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "sim/live/pieces.hpp"
-#include "sim/results.hpp"
+#include "sim/replay/results.hpp"
 
 namespace kvsim::live {
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "sim/engine.hpp"
+#include "sim/replay/engine.hpp"
 
 namespace kvsim::live {
 

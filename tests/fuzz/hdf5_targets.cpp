@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "sim/engine.hpp"
+#include "sim/replay/engine.hpp"
 #include "tests/fuzz/byte_source.hpp"
 #include "tests/fuzz/targets.hpp"
 #include "traces/hdf5_util.hpp"

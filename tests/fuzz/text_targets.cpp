@@ -4,10 +4,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/config.hpp"
+#include "sim/replay/config.hpp"
 #include "sim/live/checkpoint.hpp"
-#include "sim/params.hpp"
-#include "sim/sweep.hpp"
+#include "sim/core/params.hpp"
+#include "sim/replay/sweep.hpp"
 #include "tests/fuzz/byte_source.hpp"
 #include "tests/fuzz/targets.hpp"
 

@@ -1,0 +1,54 @@
+// kvsim: a trace replayer and simulator for KV-cache eviction policies of multimodal LLMs.
+#include <malloc.h>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "sim/cli/cli.hpp"
+#include "sim/replay/mpi_world.hpp"
+#include "sim/core/partial_files.hpp"
+
+int main(int argc, char** argv) {
+  // Layers are read and freed one after another in blocks of tens of MiB; keeping them in the
+  // heap instead of fresh mmaps avoids re-faulting every page of every layer (~1 s of system
+  // time on the demo trace).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc maximum on 64-bit
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  CLI::App app{"kvsim " KVSIM_VERSION
+               " - replay attention traces (kvtrace v1) through KV-cache eviction policies"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", KVSIM_VERSION);
+  std::map<CLI::App*, kvsim::cli::Runner> runners;
+  auto add = [&](const char* name, const char* about, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, about);
+    runners[sub] = adder(*sub);
+  };
+  add("synth", "Write a synthetic multimodal kvtrace v1 file", kvsim::cli::add_synth);
+  add("inspect", "Summarise and validate a kvtrace v1 file", kvsim::cli::add_inspect);
+  add("replay", "Replay a trace through eviction policies and measure what they lose",
+      kvsim::cli::add_replay);
+  add("sweep", "Sweep traces x samples x policy configurations, resumable", kvsim::cli::add_sweep);
+  add("stats", "Observation metrics of attention (sparsity, PPCI, entropy, ...) to a file",
+      kvsim::cli::add_stats);
+  add("figures", "Regenerate the papers' figures (PNG and PDF) from result files",
+      kvsim::cli::add_figures);
+  add("live", "Run a real decoder with policies in the loop: capture traces, evaluate end to end",
+      kvsim::cli::add_live);
+  add("policies", "List every policy with its parameters, defaults and provenance",
+      kvsim::cli::add_policies);
+  CLI11_PARSE(app, argc, argv);
+  kvsim::remove_partials_on_interrupt();
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+  } catch (const kvsim::ReportedError&) {
+    kvsim::remove_tracked_partials();
+    return 1;  // printed by every rank already
+  } catch (const std::exception& e) {
+    kvsim::remove_tracked_partials();  // a failed run leaves no half-written file
+    std::fprintf(stderr, "kvsim: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

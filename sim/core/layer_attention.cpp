@@ -1,0 +1,277 @@
+#include "sim/core/layer_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "sim/core/kernels/kernels.hpp"
+#include "sim/core/parallel.hpp"
+
+namespace kvsim {
+
+void AttentionNeeds::merge(const AttentionNeeds& o) {
+  prefill_column_sums |= o.prefill_column_sums;
+  text_query_layers = std::max(text_query_layers, o.text_query_layers);
+  sample_entropies |= o.sample_entropies;
+  if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
+  key_ranking |= o.key_ranking;
+  prefill_window = std::max(prefill_window, o.prefill_window);
+}
+
+float softmax_inplace(float* x, int n, float scale) {
+  return kernels::active().softmax_inplace(x, n, scale);
+}
+
+LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs)
+    : sample_(sample),
+      tensors_(std::move(tensors)),
+      L_(trace.num_layers),
+      P_(sample.prompt_len),
+      G_(sample.gen_len),
+      T_(sample.total_len()),
+      H_(trace.num_heads),
+      Hkv_(trace.num_kv_heads),
+      d_(trace.head_dim),
+      window_(std::min(needs.prefill_window, sample.prompt_len)),
+      scale_(static_cast<float>(trace.scale)),
+      rope_theta_(trace.rope_theta),
+      want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
+      epsilon_(needs.sparsity_epsilon) {
+  allocate(needs, shape.decode);
+  if (epsilon_ > 0) sparse_counts_.assign(static_cast<std::size_t>(H_) * 2, 0);
+}
+
+LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+    : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
+  // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
+  openblas_set_num_threads(1);
+  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
+  parallel_for(H_, threads, [&](int h) {
+    if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
+    if (G_ > 0) compute_decode(h);
+  });
+  compute_output_norms();
+  if (needs.key_ranking && G_ > 0) {
+    ranking_.resize(static_cast<std::size_t>(G_) * Hkv_ * T_);
+    rank_counts_.resize(static_cast<std::size_t>(G_) * Hkv_ * 2);
+    parallel_for(Hkv_, threads, [&](int g) { rank_keys(g); });
+  }
+}
+
+LayerAttention::LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample,
+                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+    : LayerAttention(Shape{.decode = false}, trace, sample, std::move(tensors), needs) {
+  if (needs.key_ranking)
+    throw std::invalid_argument("key ranking needs every decode query: replay only");
+  openblas_set_num_threads(1);
+  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (want_colsums_ || window_ > 0)
+    parallel_for(H_, threads, [&](int h) { compute_prefill(h, 64); });
+}
+
+void LayerAttention::set_token_row(int position, const float* q, const float* k, const float* v) {
+  std::copy(q, q + H_ * d_, &tensors_.q(position, 0, 0));
+  std::copy(k, k + Hkv_ * d_, &tensors_.k(position, 0, 0));
+  if (tensors_.has_v()) std::copy(v, v + Hkv_ * d_, &tensors_.v(position, 0, 0));
+}
+
+void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
+  if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
+  window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
+  if (!decode) return;
+  decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
+  decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
+  decode_mass_.assign(static_cast<std::size_t>(G_) * H_, 0.0);
+  if (tensors_.has_v()) {
+    full_output_.assign(static_cast<std::size_t>(G_) * H_ * d_, 0.0f);
+    full_value_norm_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
+  }
+}
+
+std::vector<int> LayerAttention::text_query_rows() const {
+  std::vector<int> rows;
+  for (int i = 0; i < P_; ++i)
+    if (sample_.modality[i] == static_cast<std::uint8_t>(Modality::kText)) rows.push_back(i);
+  return rows;
+}
+
+void LayerAttention::compute_text_query_stats(int threads) {
+  // Head-averaged rows need every head's row at once: process 16 text queries at a time, each
+  // head into its own buffer, then average the heads in a fixed order (deterministic).
+  const std::vector<int> rows = text_query_rows();
+  text_colsum_.assign(P_, 0.0f);
+  text_colmax_.assign(P_, 0.0f);
+  constexpr int kBlock = 16;
+  std::vector<float> probs(static_cast<std::size_t>(H_) * kBlock * P_);
+  for (std::size_t b0 = 0; b0 < rows.size(); b0 += kBlock) {
+    const int n = static_cast<int>(std::min<std::size_t>(kBlock, rows.size() - b0));
+    parallel_for(H_, threads, [&](int h) {
+      const int g = h / group_size();
+      for (int r = 0; r < n; ++r) {
+        const int i = rows[b0 + r];
+        float* row = &probs[(static_cast<std::size_t>(h) * kBlock + r) * P_];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, i + 1, d_, 1.0f,
+                    tensors_.k.data() + static_cast<std::size_t>(g) * d_, Hkv_ * d_,
+                    &tensors_.q(i, h, 0), 1, 0.0f, row, 1);
+        softmax_inplace(row, i + 1, scale_);
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      const int i = rows[b0 + r];
+      for (int j = 0; j <= i; ++j) {
+        float mean = 0;
+        for (int h = 0; h < H_; ++h)
+          mean += probs[(static_cast<std::size_t>(h) * kBlock + r) * P_ + j];
+        mean /= H_;
+        text_colsum_[j] += mean;
+        text_colmax_[j] = std::max(text_colmax_[j], mean);
+      }
+    }
+  }
+}
+
+const float* LayerAttention::text_query_column_sums() const {
+  if (text_colsum_.empty()) throw std::logic_error("text-query statistics were not requested");
+  return text_colsum_.data();
+}
+
+const float* LayerAttention::text_query_column_max() const {
+  if (text_colmax_.empty()) throw std::logic_error("text-query statistics were not requested");
+  return text_colmax_.data();
+}
+
+void LayerAttention::compute_prefill(int h, int block_rows) {
+  const int g = h / group_size();
+  const float* q = tensors_.q.data() + static_cast<std::size_t>(h) * d_;
+  const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
+  const int first_row = want_colsums_ ? 0 : P_ - window_;
+  std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
+  float* colsum = want_colsums_ ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  for (int i0 = first_row; i0 < P_; i0 += block_rows) {
+    const int rows = std::min(block_rows, P_ - i0);
+    const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d_, 1.0f,
+                q + static_cast<std::size_t>(i0) * H_ * d_, H_ * d_, k, Hkv_ * d_, 0.0f,
+                logits.data(), keys);
+    for (int r = 0; r < rows; ++r) {
+      const int i = i0 + r;
+      float* row = &logits[static_cast<std::size_t>(r) * keys];
+      softmax_inplace(row, i + 1, scale_);
+      if (colsum) kernels::active().accumulate(colsum, row, i + 1);
+      if (epsilon_ > 0) count_sparse(h, row, i);
+      if (i >= P_ - window_)
+        std::copy(row, row + i + 1,
+                  &window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_]);
+    }
+  }
+}
+
+void LayerAttention::rank_keys(int g) {
+  const int group = group_size();
+  std::vector<double> mean(T_);
+  for (int t = 0; t < G_; ++t) {
+    const int n = P_ + t + 1;
+    std::fill(mean.begin(), mean.end(), 0.0);
+    for (int r = 0; r < group; ++r) {
+      const float* p = decode_probs(t, g * group + r);
+      for (int j = 0; j < n; ++j) mean[j] += p[j] / group;
+    }
+    std::int32_t* order = &ranking_[(static_cast<std::size_t>(t) * Hkv_ + g) * T_];
+    std::iota(order, order + n, 0);
+    std::sort(order, order + n,
+              [&](int a, int b) { return mean[a] != mean[b] ? mean[a] > mean[b] : a > b; });
+    double acc = 0;
+    int m90 = n;
+    for (int i = 0; i < n; ++i)
+      if ((acc += mean[order[i]]) >= 0.9 - 1e-12) {
+        m90 = i + 1;
+        break;
+      }
+    std::int32_t* counts = &rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2];
+    counts[0] = static_cast<std::int32_t>(std::ceil(0.1 * n - 1e-9));
+    counts[1] = m90;
+  }
+}
+
+void LayerAttention::count_sparse(int h, const float* row, int i) {
+  const auto& mod = sample_.modality;
+  long* counts = &sparse_counts_[static_cast<std::size_t>(h) * 2];
+  for (int j = 0; j <= i; ++j)
+    if (row[j] <= epsilon_) ++counts[mod[j] != 0];
+}
+
+long LayerAttention::sparse_entries(int h, int key_vision) const {
+  if (sparse_counts_.empty()) throw std::logic_error("sparsity counts were not requested");
+  return sparse_counts_[static_cast<std::size_t>(h) * 2 + (key_vision ? 1 : 0)];
+}
+
+void LayerAttention::compute_value_norms(int threads) {
+  value_norms_.resize(static_cast<std::size_t>(Hkv_) * T_);
+  // Token by token, in blocks: v is [T, Hkv, d], so a token's KV heads are contiguous.
+  constexpr int kTokens = 64;
+  const auto& kernels = kernels::active();
+  parallel_for((T_ + kTokens - 1) / kTokens, threads, [&](int block) {
+    for (int j = block * kTokens; j < std::min(T_, (block + 1) * kTokens); ++j)
+      for (int g = 0; g < Hkv_; ++g)
+        value_norms_[static_cast<std::size_t>(g) * T_ + j] =
+            std::sqrt(kernels.sum_of_squares(&tensors_.v(j, g, 0), d_));
+  });
+}
+
+void LayerAttention::compute_output_norms() {
+  full_output_norm2_.assign(full_output_.size() / std::max(d_, 1), 0.0);
+  for (std::size_t row = 0; row < full_output_norm2_.size(); ++row) {
+    const float* o = &full_output_[row * d_];
+    double s = 0;
+    for (int i = 0; i < d_; ++i) s += static_cast<double>(o[i]) * o[i];
+    full_output_norm2_[row] = s;
+  }
+}
+
+void LayerAttention::compute_decode(int h) {
+  const int g = h / group_size();
+  const float* q = tensors_.q.data() + (static_cast<std::size_t>(P_) * H_ + h) * d_;
+  const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
+  float* probs = &decode_probs_[static_cast<std::size_t>(h) * T_];
+  const int ld = H_ * T_;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G_, T_, d_, 1.0f, q, H_ * d_, k, Hkv_ * d_,
+              0.0f, probs, ld);
+  for (int t = 0; t < G_; ++t) {
+    float* row = probs + static_cast<std::size_t>(t) * ld;
+    const int n = P_ + t + 1;
+    decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
+    std::fill(row + n, row + T_, 0.0f);
+    double mass = 0;
+    for (int j = 0; j < n; ++j) mass += row[j];
+    decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
+  }
+  if (!full_output_.empty()) {
+    const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G_, d_, T_, 1.0f, probs, ld, v,
+                Hkv_ * d_, 0.0f, &full_output_[static_cast<std::size_t>(h) * d_], H_ * d_);
+    const float* norms = &value_norms_[static_cast<std::size_t>(g) * T_];
+    for (int t = 0; t < G_; ++t) {
+      const float* row = probs + static_cast<std::size_t>(t) * ld;
+      double s = 0;
+      for (int j = 0; j < P_ + t + 1; ++j) s += static_cast<double>(row[j]) * norms[j];
+      full_value_norm_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(s);
+    }
+  }
+}
+
+const float* LayerAttention::prefill_column_sums(int h) const {
+  if (!want_colsums_) throw std::logic_error("prefill column sums were not requested");
+  return &colsums_[static_cast<std::size_t>(h) * P_];
+}
+
+const float* LayerAttention::prefill_window_row(int h, int r) const {
+  if (r < 0 || r >= window_) throw std::logic_error("prefill window row out of range");
+  return &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
+}
+
+}  // namespace kvsim

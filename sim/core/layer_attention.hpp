@@ -1,0 +1,160 @@
+// Attention statistics of one (sample, layer), computed once and shared by every policy and
+// metric replayed in the same run: in teacher-forced replay the logits q·k do not depend on the
+// policy, so nothing here is recomputed per policy.
+#pragma once
+
+#include <vector>
+
+#include "traces/kvtrace.hpp"
+
+namespace kvsim {
+
+// What the policies of a run need beyond the always-computed decode attention.
+struct AttentionNeeds {
+  bool prefill_column_sums = false;  // Σ over all causal prompt rows of p_ij, per query head
+  int prefill_window = 0;            // keep the last `prefill_window` prompt rows' probabilities
+  // For layers below this: column sum and column max, over the prompt's text queries, of the
+  // attention averaged over all query heads (HAE's Dual-Attention Pruning, Eq. 1 and 3).
+  int text_query_layers = 0;
+  // Per-layer entropies of every layer before the first is compressed (sim/core/sample_stats.hpp).
+  bool sample_entropies = false;
+  // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality
+  // (HAE Eq. 7). Implies a pass over every prompt row.
+  double sparsity_epsilon = 0;
+  // Per decode step and KV head, the keys ranked by the group-mean full-cache attention (replay
+  // diagnostics: hit rates and misses).
+  bool key_ranking = false;
+  void merge(const AttentionNeeds& o);
+};
+
+class LayerAttention {
+ public:
+  // Computes the statistics with `threads` threads (results independent of the count). Prefill
+  // rows are processed in blocks, so at most one block of logits per thread is ever held: a
+  // 16k-token prompt needs no [P, P] matrix.
+  LayerAttention(const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs, int threads);
+  // The plain reference: the same statistics from scalar loops, row by row, no BLAS, no blocking
+  // (sim/replay/reference_replay.cpp). Used to check the fast path and as the benchmark's baseline.
+  struct Naive {};
+  LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs);
+
+  // The live path: statistics of the prompt only (no decode step exists yet). `tensors` holds
+  // T = P + G rows of which the first P are filled; rows of generated tokens are written with
+  // set_token_row as they are produced (policies that merge read recorded keys and values).
+  struct PromptOnly {};
+  LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs, int threads);
+  void set_token_row(int position, const float* q, const float* k, const float* v);
+
+  int layer() const { return tensors_.layer; }
+  int num_layers() const { return L_; }
+  int prompt_len() const { return P_; }
+  int gen_len() const { return G_; }
+  int total_len() const { return P_ + G_; }
+  int num_heads() const { return H_; }
+  int num_kv_heads() const { return Hkv_; }
+  int group_size() const { return H_ / Hkv_; }
+  int head_dim() const { return d_; }
+  float scale() const { return scale_; }
+  // The trace's rotary base (TraceInfo::rope_theta), 0 when it does not say.
+  double rope_theta() const { return rope_theta_; }
+  const SampleInfo& sample() const { return sample_; }
+  const LayerTensors& tensors() const { return tensors_; }
+  // Hands the q/k/v storage back for the next layer's read.
+  LayerTensors release_tensors() { return std::move(tensors_); }
+
+  // [P]: Σ_{i<P} p_ij for query head h (causal prompt attention received by key j).
+  const float* prefill_column_sums(int h) const;
+  int prefill_window() const { return window_; }
+  // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
+  const float* prefill_window_row(int h, int r) const;
+  bool has_text_query_stats() const { return !text_colsum_.empty(); }
+  bool has_key_ranking() const { return !ranking_.empty(); }
+  // Positions 0..P+t ranked by the group-mean full-cache attention of step t, KV head g (best
+  // first, ties to the newer); top_count = ceil(10%), mass90_count = fewest holding 90%.
+  const std::int32_t* key_ranking(int t, int g) const {
+    return &ranking_[(static_cast<std::size_t>(t) * Hkv_ + g) * T_];
+  }
+  int top_count(int t, int g) const {
+    return rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2];
+  }
+  int mass90_count(int t, int g) const {
+    return rank_counts_[(static_cast<std::size_t>(t) * Hkv_ + g) * 2 + 1];
+  }
+  // Causal prompt entries p_ij <= epsilon of query head h whose key j is text (0) or vision (1).
+  long sparse_entries(int h, int key_vision) const;
+  // [P]: Σ over text queries i < P of the head-averaged p_ij, and the max over them.
+  const float* text_query_column_sums() const;
+  const float* text_query_column_max() const;
+  // [T]: full-cache probabilities of decode step t (query P + t) for query head h; zero beyond.
+  const float* decode_probs(int t, int h) const {
+    return &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
+  }
+  // Σ_j of decode_probs(t, h), summed in double in position order: the denominator of mass
+  // recall, so that the full cache recalls exactly 1 and no subset more (float rounding leaves
+  // the stored probabilities summing to 1 ± a few ulps).
+  double decode_mass(int t, int h) const {
+    return decode_mass_[static_cast<std::size_t>(t) * H_ + h];
+  }
+  // log Σ_j exp(scale q·k_j) of decode step t over the full cache, for attending merged keys.
+  float decode_lse(int t, int h) const { return decode_lse_[static_cast<std::size_t>(t) * H_ + h]; }
+  // [d]: full-cache attention output of decode step t for query head h (needs v).
+  const float* full_output(int t, int h) const {
+    return &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_];
+  }
+  bool has_output() const { return !full_output_.empty(); }
+  // ‖full_output(t, h)‖², summed in double.
+  double full_output_norm2(int t, int h) const {
+    return full_output_norm2_[static_cast<std::size_t>(t) * H_ + h];
+  }
+  // Σ_j p_j ‖v_j‖ over the full cache at decode step t for query head h (needs v).
+  float full_value_norm(int t, int h) const {
+    return full_value_norm_[static_cast<std::size_t>(t) * H_ + h];
+  }
+
+ private:
+  // Sets the shapes and allocates the outputs; the public constructors then fill them.
+  struct Shape {
+    bool decode = true;  // allocate the decode statistics
+  };
+  LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
+                 const AttentionNeeds& needs);
+  void allocate(const AttentionNeeds& needs, bool decode);
+  void compute_prefill(int h, int block_rows);
+  void compute_decode(int h);
+  void compute_value_norms(int threads);
+  void compute_output_norms();
+  void count_sparse(int h, const float* row, int i);
+  void rank_keys(int g);
+  void compute_text_query_stats(int threads);
+  std::vector<int> text_query_rows() const;
+
+  SampleInfo sample_;
+  LayerTensors tensors_;
+  int L_, P_, G_, T_, H_, Hkv_, d_, window_;
+  float scale_;
+  double rope_theta_;
+  bool want_colsums_;
+  std::vector<float> colsums_;             // [H, P]
+  std::vector<float> window_rows_;         // [H, window, P]
+  std::vector<float> decode_probs_;        // [G, H, T]
+  std::vector<float> decode_lse_;          // [G, H]
+  std::vector<double> decode_mass_;        // [G, H]
+  std::vector<float> full_output_;         // [G, H, d]
+  std::vector<float> full_value_norm_;     // [G, H]
+  std::vector<double> full_output_norm2_;  // [G, H]
+  std::vector<float> value_norms_;         // [Hkv, T]: ‖v_j‖, shared by a KV head's query heads
+  std::vector<long> sparse_counts_;        // [H, 2]
+  std::vector<std::int32_t> ranking_;      // [G, Hkv, T]
+  std::vector<std::int32_t> rank_counts_;  // [G, Hkv, 2]
+  double epsilon_ = 0;
+  std::vector<float> text_colsum_;  // [P]
+  std::vector<float> text_colmax_;  // [P]
+};
+
+// Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.
+float softmax_inplace(float* x, int n, float scale);
+
+}  // namespace kvsim

@@ -1,0 +1,193 @@
+#include "sim/core/sample_stats.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "sim/core/parallel.hpp"
+
+namespace kvsim {
+
+namespace {
+
+// Softmax of scale·x_j over the keys j < n with mask(j), written to p (0 off the mask), and its
+// entropy; false when no key passes the mask.
+template <typename Mask>
+bool masked_softmax(const float* x, int n, double scale, Mask mask, double* p, double& entropy) {
+  double mx = -INFINITY;
+  for (int j = 0; j < n; ++j)
+    if (mask(j)) mx = std::max(mx, scale * x[j]);
+  if (mx == -INFINITY) return false;
+  double z = 0, zy = 0;
+  for (int j = 0; j < n; ++j) {
+    if (!mask(j)) {
+      p[j] = 0;
+      continue;
+    }
+    const double y = scale * x[j] - mx;
+    p[j] = std::exp(y);
+    z += p[j];
+    zy += p[j] * y;
+  }
+  for (int j = 0; j < n; ++j) p[j] /= z;
+  entropy = std::log(z) - zy / z;  // -Σ p log p with p = e^y / z
+  return true;
+}
+
+double entropy_of(const double* p, int n, double total) {
+  double h = 0;
+  for (int j = 0; j < n; ++j)
+    if (p[j] > 0) h -= p[j] / total * std::log(p[j] / total);
+  return h;
+}
+
+// One prompt row i: its heads' probabilities summed (cross-modal causal, cross-modal over every
+// prompt key, full), and the sums of the heads' own entropies. Logits cover keys 0..P-1.
+class RowAccumulator {
+ public:
+  explicit RowAccumulator(int P) : P_(P), cm_(P), cm_all_(P), full_(P), tmp_(P) {}
+  void start(int i) {
+    i_ = i;
+    std::fill(cm_.begin(), cm_.end(), 0.0);
+    std::fill(cm_all_.begin(), cm_all_.end(), 0.0);
+    std::fill(full_.begin(), full_.end(), 0.0);
+    cm_heads_ = cm_all_heads_ = full_heads_ = 0;
+    heads_ = 0;
+    cm_valid_ = cm_all_valid_ = false;
+  }
+  void add_head(const float* logits, double scale, const std::vector<std::uint8_t>& modality) {
+    const bool text_query = modality[i_] == 0;
+    auto other = [&](int j) { return (modality[j] == 0) != text_query; };
+    ++heads_;
+    add(logits, i_ + 1, scale, other, cm_, cm_heads_, cm_valid_);          // causal
+    add(logits, P_, scale, other, cm_all_, cm_all_heads_, cm_all_valid_);  // Eq. 4, unmasked
+    bool valid = false;
+    add(
+        logits, i_ + 1, scale, [](int) { return true; }, full_, full_heads_, valid);
+  }
+  // Cross-modal causal (of the mean, mean of heads), full (the same), cross-modal unmasked (the
+  // same); a cross-modal pair is NaN when the row has no key of the other modality.
+  void finish(double out[6]) const {
+    out[0] = cm_valid_ ? entropy_of(cm_.data(), P_, heads_) : NAN;
+    out[1] = cm_valid_ ? cm_heads_ / heads_ : NAN;
+    out[2] = entropy_of(full_.data(), P_, heads_);
+    out[3] = full_heads_ / heads_;
+    out[4] = cm_all_valid_ ? entropy_of(cm_all_.data(), P_, heads_) : NAN;
+    out[5] = cm_all_valid_ ? cm_all_heads_ / heads_ : NAN;
+  }
+
+ private:
+  template <typename Mask>
+  void add(const float* logits, int n, double scale, Mask mask, std::vector<double>& sum,
+           double& entropy_sum, bool& valid) {
+    double h = 0;
+    if (!masked_softmax(logits, n, scale, mask, tmp_.data(), h)) return;
+    valid = true;
+    entropy_sum += h;
+    for (int j = 0; j < n; ++j) sum[j] += tmp_[j];
+  }
+
+  int P_;
+  std::vector<double> cm_, cm_all_, full_, tmp_;
+  int i_ = 0, heads_ = 0;
+  double cm_heads_ = 0, cm_all_heads_ = 0, full_heads_ = 0;
+  bool cm_valid_ = false, cm_all_valid_ = false;
+};
+
+using RowEntropies = std::array<double, 6>;
+
+// Means over rows: cross-modal = mean over text rows + mean over vision rows (rows without a
+// cross-modal key skipped); full = mean over all rows. rows[i] as written by finish().
+LayerEntropies reduce_rows(const std::vector<RowEntropies>& rows,
+                           const std::vector<std::uint8_t>& modality) {
+  double sum[2][4] = {}, full[2] = {};
+  long count[2][2] = {};  // [modality][causal, unmasked]
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int vision = modality[i] != 0;
+    for (int u = 0; u < 2; ++u)
+      if (!std::isnan(rows[i][4 * u])) {
+        sum[vision][2 * u] += rows[i][4 * u];
+        sum[vision][2 * u + 1] += rows[i][4 * u + 1];
+        ++count[vision][u];
+      }
+    full[0] += rows[i][2];
+    full[1] += rows[i][3];
+  }
+  auto mean = [&](int m, int k) { return count[m][k / 2] ? sum[m][k] / count[m][k / 2] : 0.0; };
+  LayerEntropies e;
+  e.cross_modal_of_mean = mean(0, 0) + mean(1, 0);
+  e.cross_modal_mean_of_heads = mean(0, 1) + mean(1, 1);
+  e.cross_modal_unmasked_of_mean = mean(0, 2) + mean(1, 2);
+  e.cross_modal_unmasked_mean_of_heads = mean(0, 3) + mean(1, 3);
+  e.full_of_mean = rows.empty() ? 0 : full[0] / rows.size();
+  e.full_mean_of_heads = rows.empty() ? 0 : full[1] / rows.size();
+  return e;
+}
+
+}  // namespace
+
+LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
+                               const LayerTensors& t, int threads) {
+  const int P = sample.prompt_len, H = trace.num_heads, Hkv = trace.num_kv_heads,
+            d = trace.head_dim;
+  // Row blocks hold every head's logits at once (about 16 MiB of floats per thread at most).
+  const int kBlock = std::clamp((1 << 22) / std::max(1, H * P), 1, 64);
+  std::vector<RowEntropies> rows(P);
+  openblas_set_num_threads(1);
+  parallel_for((P + kBlock - 1) / kBlock, threads, [&](int b) {
+    const int i0 = b * kBlock, n = std::min(kBlock, P - i0), keys = P;  // Eq. 4 sees every key
+    std::vector<float> logits(static_cast<std::size_t>(H) * n * keys);
+    for (int h = 0; h < H; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, d, 1.0f, &t.q(i0, h, 0), H * d,
+                  t.k.data() + static_cast<std::size_t>(h / (H / Hkv)) * d, Hkv * d, 0.0f,
+                  &logits[static_cast<std::size_t>(h) * n * keys], keys);
+    RowAccumulator acc(P);
+    for (int r = 0; r < n; ++r) {
+      acc.start(i0 + r);
+      for (int h = 0; h < H; ++h)
+        acc.add_head(&logits[(static_cast<std::size_t>(h) * n + r) * keys], trace.scale,
+                     sample.modality);
+      acc.finish(rows[i0 + r].data());
+    }
+  });
+  return reduce_rows(rows, sample.modality);
+}
+
+LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& sample,
+                                     const LayerTensors& t) {
+  const int P = sample.prompt_len, H = trace.num_heads, Hkv = trace.num_kv_heads,
+            d = trace.head_dim;
+  std::vector<RowEntropies> rows(P);
+  std::vector<float> logits(P);
+  RowAccumulator acc(P);
+  for (int i = 0; i < P; ++i) {
+    acc.start(i);
+    for (int h = 0; h < H; ++h) {
+      for (int j = 0; j < P; ++j) {
+        double dot = 0;
+        for (int e = 0; e < d; ++e)
+          dot += static_cast<double>(t.q(i, h, e)) * t.k(j, h / (H / Hkv), e);
+        logits[j] = static_cast<float>(dot);
+      }
+      acc.add_head(logits.data(), trace.scale, sample.modality);
+    }
+    acc.finish(rows[i].data());
+  }
+  return reduce_rows(rows, sample.modality);
+}
+
+SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
+                                 bool naive) {
+  SampleStats stats;
+  LayerTensors t;
+  for (int l = 0; l < reader.info().num_layers; ++l) {
+    reader.read_layer_into(sample, l, t);
+    stats.layers.push_back(naive ? layer_entropies_naive(reader.info(), sample, t)
+                                 : layer_entropies(reader.info(), sample, t, threads));
+  }
+  return stats;
+}
+
+}  // namespace kvsim

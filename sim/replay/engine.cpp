@@ -1,0 +1,786 @@
+#include "sim/replay/engine.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "sim/replay/bounds.hpp"
+#include "sim/core/kernels/kernels.hpp"
+#include "sim/core/parallel.hpp"
+
+namespace kvsim {
+
+Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies,
+                   ReplayOptions options)
+    : reader_(reader), policies_(std::move(policies)), options_(options) {
+  for (const auto& p : policies_) needs_.merge(p.needs());
+  needs_.key_ranking = options_.diagnostics;
+  if (options_.bounds) needs_.text_query_layers = reader.info().num_layers;
+  const int L = reader.info().num_layers;
+  last_heir_.assign(L, -1);
+  for (const auto& p : policies_)
+    for (int l = 0; l < L; ++l) {
+      const int src = p.attention_source(l);
+      if (src < 0 || src > l)
+        throw std::invalid_argument(p.label + ": layer " + std::to_string(l) +
+                                    " cannot inherit the attention of layer " +
+                                    std::to_string(src));
+      if (src != l) last_heir_[src] = std::max(last_heir_[src], l);
+    }
+}
+
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const int cap = policy.capacity(layer, g);
+    if (cap >= 0 && cache.size(g) > cap)
+      throw std::logic_error(label + ": holds " + std::to_string(cache.size(g)) +
+                             " entries in layer " + std::to_string(layer) + ", KV head " +
+                             std::to_string(g) + " after " + hook + ", above its capacity " +
+                             std::to_string(cap));
+  }
+}
+
+namespace {
+
+// Corollary 2.1's comparison at one decode step, for policies that expose their scores.
+void record_flushes(const Policy& policy, int layer, int step,
+                    const std::vector<std::vector<std::int32_t>>& before, const KvCache& cache,
+                    std::vector<FlushEvent>& out) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const std::vector<double>* scores = policy.eviction_scores(layer, g);
+    if (!scores) return;
+    const auto& after = cache.positions(g);
+    std::vector<std::int32_t> removed;
+    std::set_difference(before[g].begin(), before[g].end(), after.begin(), after.end(),
+                        std::back_inserter(removed));
+    if (removed.empty()) continue;
+    FlushEvent e{step, g, static_cast<int>(removed.size()), 0, 0};
+    // Positions the policy never scored (beyond its vector) count as not removable by score.
+    const auto score_at = [&](int p) {
+      return static_cast<std::size_t>(p) < scores->size() ? (*scores)[p] : INFINITY;
+    };
+    for (int p : removed)
+      if (std::isfinite(score_at(p))) e.realized += score_at(p);
+    std::vector<double> held;
+    for (int p : before[g]) held.push_back(score_at(p));
+    std::partial_sort(held.begin(), held.begin() + e.removed, held.end());
+    for (int i = 0; i < e.removed; ++i) e.greedy += held[i];
+    out.push_back(e);
+  }
+}
+
+// Drops the question's steps from a context-only replay and numbers the rest from 0.
+void renumber_after_question(LayerResult& r, int question) {
+  for (auto& steps : r.steps) steps.erase(steps.begin(), steps.begin() + question);
+  auto shift = [question](auto& records) {
+    for (auto& e : records)
+      if (e.step >= 0) e.step -= question;
+  };
+  for (auto& e : r.evicted) shift(e);
+  for (auto& m : r.merged) shift(m);
+  shift(r.flushes);
+}
+
+}  // namespace
+
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
+                         bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
+                         const LayerReplayOptions& options,
+                         const StepAttentionModel& step_attention) {
+  const bool check_invariants = options.check_invariants;
+  const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
+  LayerView view(att, lookahead, stats);
+  KvCache cache(Hkv, att.head_dim());
+  cache.fill_prompt(P);
+  cache.set_step(-1);
+  policy.on_prefill(view, cache);  // view.visible_len() = P
+  if (check_invariants) {
+    for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
+    check_capacity(policy, cache, att.layer(), "the prefill", "policy");
+  }
+
+  LayerResult r;
+  r.layer = att.layer();
+  r.steps.assign(Hkv, std::vector<StepMetrics>(G));
+  r.prefill_kept_min = P;
+  for (int g = 0; g < Hkv; ++g) r.prefill_kept_min = std::min(r.prefill_kept_min, cache.size(g));
+  StepAttention sa;
+  std::vector<StepMetrics> m(Hkv);
+  const std::int64_t entry_bytes =
+      2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
+  const int first = options.appended_steps;
+  for (int t = 0; t < G; ++t) {
+    cache.set_step(t);
+    for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
+    if (t < first) continue;  // the question: appended, nothing decided, nothing measured
+    step_attention.step(att, ref, cache, t, sa, m);
+    for (int g = 0; g < Hkv; ++g) {
+      m[g].kv_bytes = m[g].cache_size * entry_bytes;
+      m[g].position = P + t;
+      if (!std::isnan(m[g].evicted_mass))
+        m[g].cumulative_evicted_mass =
+            m[g].evicted_mass + (t > first ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
+      r.steps[g][t] = m[g];
+    }
+    std::vector<std::vector<std::int32_t>> before;
+    if (options.record_flushes)
+      for (int g = 0; g < Hkv; ++g) before.push_back(cache.positions(g));
+    view.set_horizon(P + t + 1);
+    policy.on_decode(view, sa, cache);
+    if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
+    if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
+  }
+  if (check_invariants)
+    for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
+  if (step_attention.finish) step_attention.finish(r.steps);
+  r.evicted.resize(Hkv);
+  r.merged.resize(Hkv);
+  for (int g = 0; g < Hkv; ++g) {
+    r.evicted[g] = cache.evictions(g);
+    r.merged[g] = cache.merges(g);
+  }
+  if (first > 0) renumber_after_question(r, first);
+  return r;
+}
+
+namespace {
+
+// Hit rates, irrecoverable misses and evicted mass of KV head g at a decode step, against the
+// layer's own full-cache attention (its precomputed key ranking).
+void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step, int g,
+                      std::vector<std::uint8_t>& stored, StepMetrics& m) {
+  const int s = ref.prompt_len() + step, group = ref.group_size();
+  stored.assign(s + 1, 0);
+  for (int e = 0; e < cache.size(g); ++e) stored[cache.position(g, e)] = 1;
+  const std::int32_t* order = ref.key_ranking(step, g);
+  const int top = ref.top_count(step, g), m90 = ref.mass90_count(step, g);
+  int hits = 0, hits90 = 0;
+  for (int i = 0; i < std::max(top, m90); ++i) {
+    if (!stored[order[i]]) continue;
+    hits += i < top;
+    hits90 += i < m90;
+  }
+  double evicted = 0;
+  for (int r = 0; r < group; ++r) {
+    const float* p = ref.decode_probs(step, g * group + r);
+    for (int j = 0; j <= s; ++j)
+      if (!stored[j]) evicted += p[j];
+  }
+  m.hit_top = static_cast<float>(hits) / top;
+  m.hit_mass90 = static_cast<float>(hits90) / m90;
+  m.misses_top = top - hits;
+  m.evicted_mass = static_cast<float>(evicted / group);
+}
+
+// The engine's decode-step attention for one policy in one layer: per KV head, the mass recall,
+// the attended set's renormalisation, and the output errors (deferred to one GEMM per block of
+// steps where they would sum the attended values one by one). The renormalised probabilities
+// reach the policy lazily, through StepAttention::head.
+class SharedStepAttention {
+ public:
+  SharedStepAttention(const LayerAttention& att, const LayerAttention& ref, int threads)
+      : att_(att), ref_(ref), deferred_(att, ref, threads) {}
+  void step(const KvCache& cache, int step, StepAttention& out, std::vector<StepMetrics>& metrics);
+  void finish(std::vector<std::vector<StepMetrics>>& steps) const { deferred_.finish(steps); }
+
+ private:
+  // Merged entries attend with their merged key: their probabilities are computed here, eagerly.
+  void merged_probs(int g, std::vector<float>& probs, double& mass_sum);
+  void plain_sums(int g, bool everything, double& mass_sum);
+  double full_output_error(int g) const;
+  double merged_output_error(int g, const std::vector<float>& probs);
+  void defer_output_error(int g, bool complement, double ref2, double vnorm2);
+  void fill(int g, std::vector<float>& probs) const;
+
+  const LayerAttention& att_;
+  const LayerAttention& ref_;
+  const KvCache* cache_ = nullptr;
+  int step_ = 0;
+  std::vector<double> inverse_weight_;  // [Hkv * group]: 1 / Σ attended probabilities
+  std::vector<std::uint8_t> attended_mask_;
+  std::vector<std::int32_t> listed_;  // positions handed to deferred_
+  std::vector<double> rescale_;
+  std::vector<float> o_hat_;
+  DeferredOutputError deferred_;
+};
+
+void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& out,
+                               std::vector<StepMetrics>& metrics) {
+  const int Hkv = att_.num_kv_heads(), group = att_.group_size(), s = att_.prompt_len() + step;
+  const bool with_v = att_.has_output();
+  cache_ = &cache;
+  step_ = step;
+  inverse_weight_.resize(static_cast<std::size_t>(Hkv) * group);
+  out.step = step;
+  out.position = s;
+  out.group = group;
+  out.probs.resize(Hkv);
+  out.filled.assign(Hkv, 0);
+  out.fill = [this](int g, std::vector<float>& probs) { fill(g, probs); };
+  for (int g = 0; g < Hkv; ++g) {
+    const bool merged = cache.has_merged(g);
+    const int n_att = cache.attended_size(g);
+    // Positions are unique and at most s: attending s + 1 of them is attending all of them.
+    const bool everything = !merged && n_att == s + 1;
+    double mass_sum = 0;
+    if (merged) {
+      merged_probs(g, out.probs[g], mass_sum);
+      out.filled[g] = 1;
+    } else {
+      plain_sums(g, everything, mass_sum);
+    }
+    StepMetrics& m = metrics[g];
+    m.cache_size = cache.size(g);
+    m.attended_size = n_att;
+    m.mass_recall = static_cast<float>(mass_sum / group);
+    m.output_rel_error = m.output_value_error = NAN;
+    if (with_v) {
+      // Output via the complement (o_full minus what is missing) when that is the smaller sum.
+      const bool complement = !merged && (s + 1 - n_att) < n_att;
+      double ref2 = 0, vnorm2 = 0;
+      for (int r = 0; r < group; ++r) {
+        const double vn = ref_.full_value_norm(step, g * group + r);
+        ref2 += ref_.full_output_norm2(step, g * group + r);
+        vnorm2 += vn * vn;
+      }
+      if (merged || everything) {
+        const double err2 = merged ? merged_output_error(g, out.probs[g]) : full_output_error(g);
+        m.output_rel_error = static_cast<float>(std::sqrt(err2 / ref2));
+        m.output_value_error = static_cast<float>(std::sqrt(err2 / vnorm2));
+      } else {
+        defer_output_error(g, complement, ref2, vnorm2);
+      }
+    }
+    if (ref_.has_key_ranking()) step_diagnostics(ref_, cache, step, g, attended_mask_, m);
+  }
+}
+
+void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
+  const int n = cache_->size(g), group = att_.group_size();
+  const bool all_attended = cache_->attended_size(g) == n;
+  const std::int32_t* positions = cache_->positions(g).data();
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    double weight = 0;
+    if (everything) {
+      // The sums below, taken over every position in order, are exactly the full rows' masses.
+      mass_sum += 1.0;
+      weight = att_.decode_mass(step_, h);
+    } else {
+      const float* pf = att_.decode_probs(step_, h);
+      const float* pf_ref = ref_.decode_probs(step_, h);
+      double recall = 0;
+      if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
+        if (all_attended)  // the usual case: no mask to read
+          for (int e = 0; e < n; ++e) recall += pf[positions[e]];
+        else
+          for (int e = 0; e < n; ++e)
+            if (cache_->attended(g, e)) recall += pf[positions[e]];
+        weight = recall;
+      } else {
+        for (int e = 0; e < n; ++e) {
+          if (!cache_->attended(g, e)) continue;
+          recall += pf_ref[positions[e]];
+          weight += pf[positions[e]];
+        }
+      }
+      // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
+      mass_sum += recall / ref_.decode_mass(step_, h);
+    }
+    inverse_weight_[static_cast<std::size_t>(h)] = 1.0 / weight;
+  }
+}
+
+void SharedStepAttention::fill(int g, std::vector<float>& probs) const {
+  const int n = cache_->size(g), group = att_.group_size();
+  const bool all_attended = cache_->attended_size(g) == n;
+  const std::int32_t* positions = cache_->positions(g).data();
+  probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    const float* pf = att_.decode_probs(step_, h);
+    const double inv = inverse_weight_[static_cast<std::size_t>(h)];
+    float* p = &probs[static_cast<std::size_t>(r) * n];
+    if (all_attended)
+      for (int e = 0; e < n; ++e) p[e] = static_cast<float>(pf[positions[e]] * inv);
+    else
+      for (int e = 0; e < n; ++e)
+        if (cache_->attended(g, e)) p[e] = static_cast<float>(pf[positions[e]] * inv);
+  }
+}
+
+void SharedStepAttention::merged_probs(int g, std::vector<float>& probs, double& mass_sum) {
+  const KvCache& cache = *cache_;
+  const int n = cache.size(g), group = att_.group_size(), d = att_.head_dim();
+  const int s = att_.prompt_len() + step_;
+  probs.assign(static_cast<std::size_t>(group) * n, 0.0f);
+  for (int r = 0; r < group; ++r) {
+    const int h = g * group + r;
+    const float* pf = att_.decode_probs(step_, h);
+    const float* pf_ref = ref_.decode_probs(step_, h);
+    float* p = &probs[static_cast<std::size_t>(r) * n];
+    double recall = 0, weight = 0;
+    for (int e = 0; e < n; ++e) {
+      if (!cache.attended(g, e)) continue;
+      const int pos = cache.position(g, e);
+      recall += pf_ref[pos];
+      if (const float* mk = cache.merged_key(g, e)) {
+        const float* q = &att_.tensors().q(s, h, 0);
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
+        p[e] = static_cast<float>(std::exp(att_.scale() * dot - att_.decode_lse(step_, h)));
+      } else {
+        p[e] = pf[pos];
+      }
+      weight += p[e];
+    }
+    const double inv = 1.0 / weight;
+    for (int e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * inv);
+    inverse_weight_[static_cast<std::size_t>(h)] = inv;
+    mass_sum += recall / ref_.decode_mass(step_, h);
+  }
+}
+
+// Σ_r ‖o_r - ô_r‖² of KV head g when every position is attended: ô is the attended layer's own
+// full output (they differ only for layers that inherit another's attention).
+double SharedStepAttention::full_output_error(int g) const {
+  const int group = att_.group_size(), d = att_.head_dim();
+  double err2 = 0;
+  for (int r = 0; r < group; ++r) {
+    const float* o = ref_.full_output(step_, g * group + r);
+    const float* o_att = att_.full_output(step_, g * group + r);
+    for (int i = 0; i < d; ++i) err2 += (o[i] - o_att[i]) * (o[i] - o_att[i]);
+  }
+  return err2;
+}
+
+// Σ_r ‖o_r - ô_r‖² of KV head g with merged entries: ô summed over the entries with their
+// renormalised probabilities and merged values.
+double SharedStepAttention::merged_output_error(int g, const std::vector<float>& probs) {
+  const KvCache& cache = *cache_;
+  const int n = cache.size(g), group = att_.group_size(), d = att_.head_dim();
+  const kernels::Table& kernels = kernels::active();
+  o_hat_.resize(d);
+  double err2 = 0;
+  for (int r = 0; r < group; ++r) {
+    const float* o = ref_.full_output(step_, g * group + r);
+    const float* p = &probs[static_cast<std::size_t>(r) * n];
+    std::fill(o_hat_.begin(), o_hat_.end(), 0.0f);
+    for (int e = 0; e < n; ++e) {
+      if (p[e] == 0.0f) continue;
+      const float* mv = cache.merged_value(g, e);
+      kernels.axpy(p[e], mv ? mv : &att_.tensors().v(cache.position(g, e), g, 0), o_hat_.data(), d);
+    }
+    for (int i = 0; i < d; ++i) err2 += (o[i] - o_hat_[i]) * (o[i] - o_hat_[i]);
+  }
+  return err2;
+}
+
+// Hands KV head g's output error to the batched GEMM: the attended positions with the
+// renormalisation, or, when fewer positions are missing than attended, the missing ones with the
+// factor 1 / (1 - missing mass) that rescales o_full minus their share.
+void SharedStepAttention::defer_output_error(int g, bool complement, double ref2, double vnorm2) {
+  const KvCache& cache = *cache_;
+  const int group = att_.group_size(), s = att_.prompt_len() + step_;
+  listed_.clear();
+  if (!complement) {
+    const bool all_attended = cache.attended_size(g) == cache.size(g);
+    if (!all_attended)
+      for (int e = 0; e < cache.size(g); ++e)
+        if (cache.attended(g, e)) listed_.push_back(cache.position(g, e));
+    const std::int32_t* attended = all_attended ? cache.positions(g).data() : listed_.data();
+    deferred_.add(step_, g, false, attended, cache.attended_size(g),
+                  &inverse_weight_[static_cast<std::size_t>(g) * group], ref2, vnorm2);
+    return;
+  }
+  // Positions ascend in the cache: the missing ones are the gaps between attended entries.
+  const std::int32_t* positions = cache.positions(g).data();
+  const int n = cache.size(g);
+  listed_.resize(s + 1);
+  int missing_count = 0, next = 0;
+  for (int e = 0; e < n; ++e) {
+    if (!cache.attended(g, e)) continue;
+    for (const int pos = positions[e]; next < pos; ++next) listed_[missing_count++] = next;
+    next = positions[e] + 1;
+  }
+  for (; next <= s; ++next) listed_[missing_count++] = next;
+  listed_.resize(missing_count);
+  rescale_.resize(group);
+  for (int r = 0; r < group; ++r) {
+    const float* pf = att_.decode_probs(step_, g * group + r);
+    double missing = 0;
+    for (int j : listed_) missing += pf[j];
+    rescale_[r] = 1.0 / (1.0 - missing);
+  }
+  deferred_.add(step_, g, true, listed_.data(), static_cast<int>(listed_.size()), rescale_.data(),
+                ref2, vnorm2);
+}
+
+}  // namespace
+
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                                         int threads) {
+  auto model = std::make_shared<SharedStepAttention>(att, ref, threads);
+  return {[model](const LayerAttention&, const LayerAttention&, const KvCache& cache, int step,
+                  StepAttention& out,
+                  std::vector<StepMetrics>& metrics) { model->step(cache, step, out, metrics); },
+          [model](std::vector<std::vector<StepMetrics>>& steps) { model->finish(steps); }};
+}
+
+void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies) {
+  auto match_of = [&](const LayerResult& o) {
+    const auto& values = policies[o.policy_index].params.values();
+    const auto it = values.find("match");
+    return it == values.end() ? std::string() : it->second;
+  };
+  for (auto& r : results) {
+    // An oracle matched to this policy (equal memory at every step), else a plain oracle whose
+    // budget resolved to the same count; either with as many cache heads.
+    auto oracle_for = [&](bool matched) {
+      return std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
+        if (policies[o.policy_index].info->name != "oracle" || o.steps.size() != r.steps.size())
+          return false;
+        return matched ? match_of(o) == policies[r.policy_index].label
+                       : match_of(o).empty() && r.budget_entries >= 0 &&
+                             o.budget_entries == r.budget_entries;
+      });
+    };
+    auto oracle = oracle_for(true);
+    if (oracle == results.end()) oracle = oracle_for(false);
+    if (oracle == results.end()) continue;
+    for (std::size_t g = 0; g < r.steps.size(); ++g)
+      for (std::size_t t = 0; t < r.steps[g].size(); ++t)
+        r.steps[g][t].regret = oracle->steps[g][t].mass_recall - r.steps[g][t].mass_recall;
+  }
+}
+
+namespace {
+
+// Whether layers may flow through the pipeline (layer l + 1 read while layer l is replayed): HDF5
+// must serialise its calls itself (Debian's library does), and two layers' tensors must fit the
+// memory the options allow.
+bool may_pipeline(const TraceInfo& info, const SampleInfo& sample, const ReplayOptions& options) {
+  if (options.threads < 2 || info.num_layers < 2 || !hdf5_serialises_calls()) return false;
+  return layer_tensor_bytes(info, sample) <= options.prefetch_limit_bytes;
+}
+
+}  // namespace
+
+double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample) {
+  return 4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
+}
+
+TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads) {
+  info.num_kv_heads = kv_heads;
+  return info;
+}
+
+SampleInfo context_only(SampleInfo sample, int question) {
+  sample.prompt_len -= question;
+  sample.gen_len += question;
+  return sample;
+}
+
+LayerTensors repeat_kv_heads(const LayerTensors& t, int group) {
+  LayerTensors out;
+  out.layer = t.layer;
+  out.q = t.q;
+  auto repeat = [group](const xt::xtensor<float, 3>& x) {
+    const std::size_t T = x.shape(0), Hkv = x.shape(1), d = x.shape(2);
+    xt::xtensor<float, 3> y = xt::empty<float>({T, Hkv * group, d});
+    for (std::size_t i = 0; i < T; ++i)
+      for (std::size_t g = 0; g < Hkv; ++g)
+        for (int r = 0; r < group; ++r) std::copy_n(&x(i, g, 0), d, &y(i, g * group + r, 0));
+    return y;
+  };
+  out.k = repeat(t.k);
+  if (t.has_v()) out.v = repeat(t.v);
+  return out;
+}
+
+bool hdf5_serialises_calls() {
+  hbool_t threadsafe = 0;
+  return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
+}
+
+namespace {
+
+// The policy as the engine creates it for a sample: on the context alone when it appends the
+// question, and knowing only what exists before decoding.
+std::unique_ptr<Policy> create_for_sample(const PolicyConfig& p, const SampleInfo& sample) {
+  const SampleInfo& seen =
+      p.appends_question() ? context_only(sample, question_length(sample)) : sample;
+  return p.info->create(p.params, known_before_decoding(seen));
+}
+
+// "'a', 'b', 'c' and 4 more"
+std::string some_names(const std::vector<std::string>& names) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(names.size(), 3);
+  for (std::size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+template <typename Value>
+Value& entry(std::vector<std::pair<std::string, Value>>& list, const std::string& key) {
+  for (auto& e : list)
+    if (e.first == key) return e.second;
+  return list.emplace_back(key, Value{}).second;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<std::string>> Replayer::validate(
+    const std::vector<std::string>& samples) const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> errors;   // message -> samples
+  std::map<std::string, std::vector<std::pair<std::string, int>>> notes;  // label -> note, count
+  for (const std::string& name : samples) {
+    const SampleInfo sample = reader_.read_sample(name);
+    for (const auto& p : policies_) {
+      try {
+        const std::unique_ptr<Policy> instance = create_for_sample(p, sample);
+        for (const std::string& n : instance->notes()) ++entry(notes[p.label], n);
+      } catch (const std::invalid_argument& e) {
+        entry(errors, e.what()).push_back(name);
+      }
+    }
+  }
+  if (!errors.empty()) {
+    std::string msg = std::to_string(errors.size()) + " configuration(s) cannot run:";
+    for (const auto& [what, where] : errors)
+      msg += "\n  " + what + " (sample" + (where.size() > 1 ? "s " : " ") + some_names(where) + ")";
+    throw std::invalid_argument(msg);
+  }
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [label, list] : notes)
+    for (const auto& [text, count] : list)
+      out[label].push_back(text + " (" + std::to_string(count) + " of " +
+                           std::to_string(samples.size()) + " sample(s))");
+  return out;
+}
+
+void Replayer::replay_sample(const std::string& sample_name,
+                             const std::function<void(const LayerResult&)>& on_result,
+                             const std::function<void(int)>& on_layer) {
+  const SampleInfo sample = reader_.read_sample(sample_name);
+  const TraceInfo& info = reader_.info();
+  // Policies are created per sample: their state may carry from lower to higher layers.
+  std::vector<std::unique_ptr<Policy>> instances;
+  const int question = question_length(sample);
+  for (const auto& p : policies_) {
+    try {
+      instances.push_back(create_for_sample(p, sample));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
+    }
+  }
+  SampleStats stats;
+  if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
+  // With two threads or more the layers flow through a pipeline: while the policies replay
+  // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
+  // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
+  // shows them, and no result depends on which thread computed it.
+  const bool pipelined = may_pipeline(info, sample, options_);
+  auto prepare = [&](int l, LayerTensors storage) {
+    reader_.read_layer_into(sample, l, storage);
+    return std::make_unique<LayerAttention>(info, sample, std::move(storage), needs_,
+                                            options_.threads);
+  };
+  std::unique_ptr<LayerAttention> att = prepare(0, {});
+  LayerTensors spare;  // storage recycled from layer to layer
+  std::future<void> delivered;
+  auto deliver = [&](std::vector<LayerResult> results, int l) {
+    for (const auto& r : results) on_result(r);
+    if (on_layer) on_layer(l);
+  };
+  std::map<int, LayerTensors> sources;  // q/k of layers that deeper layers inherit
+  for (int l = 0; l < info.num_layers; ++l) {
+    std::future<std::unique_ptr<LayerAttention>> next;
+    if (pipelined && l + 1 < info.num_layers)
+      next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
+    std::vector<LayerResult> results =
+        replay_policies(*att, sources, instances, stats, sample, question);
+    if (delivered.valid()) delivered.get();
+    if (pipelined)
+      delivered = std::async(std::launch::async, deliver, std::move(results), l);
+    else
+      deliver(std::move(results), l);
+    for (auto it = sources.begin(); it != sources.end();)
+      it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
+    LayerTensors released = att->release_tensors();
+    if (last_heir_[l] > l) sources[l] = LayerTensors{l, released.q, released.k, {}};
+    if (l + 1 == info.num_layers) break;
+    if (next.valid()) {
+      att = next.get();
+      spare = std::move(released);
+    } else {
+      att.reset();
+      att = prepare(l + 1, std::move(released));
+    }
+  }
+  if (delivered.valid()) delivered.get();
+}
+
+int samples_side_by_side(int threads, int samples, double largest_layer_bytes, double limit_bytes) {
+  const int most = std::min(threads, samples);
+  if (most < 2 || largest_layer_bytes > limit_bytes || !hdf5_serialises_calls()) return 1;
+  return most;
+}
+
+void Replayer::replay_samples(const std::vector<std::string>& samples,
+                              const std::function<void(const LayerResult&)>& on_result,
+                              const std::function<void(int layer)>& on_layer) {
+  const int n = static_cast<int>(samples.size());
+  double largest = 0;
+  for (const auto& name : samples)
+    largest = std::max(largest, layer_tensor_bytes(reader_.info(), reader_.read_sample(name)));
+  const int side_by_side =
+      samples_side_by_side(options_.threads, n, largest, options_.prefetch_limit_bytes);
+  if (side_by_side == 1) {
+    for (const auto& s : samples) replay_sample(s, on_result, on_layer);
+    return;
+  }
+  ReplayOptions share = options_;
+  share.threads = std::max(1, options_.threads / side_by_side);
+  std::mutex mutex, layer_mutex;
+  std::condition_variable changed;
+  int next = 0, delivered = 0;
+  bool stop = false;
+  std::vector<std::vector<LayerResult>> finished(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::uint8_t> ready(n, 0);
+  // Under `mutex`: hands every finished sample at the head of the order to on_result; a sample
+  // that failed stops everything after the layers it delivered.
+  auto deliver_ready = [&] {
+    while (!stop && delivered < n && ready[delivered]) {
+      try {
+        for (const auto& r : finished[delivered]) on_result(r);
+      } catch (...) {
+        if (!errors[delivered]) errors[delivered] = std::current_exception();
+      }
+      std::vector<LayerResult>().swap(finished[delivered]);
+      if (errors[delivered])
+        stop = true;
+      else
+        ++delivered;
+    }
+  };
+  auto worker = [&] {
+    for (;;) {
+      int i = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock,
+                     [&] { return stop || next >= n || next < delivered + 2 * side_by_side; });
+        if (stop || next >= n) return;
+        i = next++;
+      }
+      std::vector<LayerResult> results;
+      std::exception_ptr error;
+      try {
+        const TraceReader reader(reader_.path());  // readers keep staging buffers: one each
+        Replayer one(reader, policies_, share);
+        one.needs_ = needs_;
+        one.replay_sample(
+            samples[i], [&](const LayerResult& r) { results.push_back(r); },
+            [&](int l) {
+              if (!on_layer) return;
+              const std::lock_guard<std::mutex> lock(layer_mutex);
+              on_layer(l);
+            });
+      } catch (...) {
+        error = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      finished[i] = std::move(results);
+      errors[i] = error;
+      ready[i] = 1;
+      deliver_ready();
+      changed.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < side_by_side; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (stop) std::rethrow_exception(errors[delivered]);
+}
+
+std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
+                                                   const std::map<int, LayerTensors>& sources,
+                                                   std::vector<std::unique_ptr<Policy>>& instances,
+                                                   const SampleStats& stats,
+                                                   const SampleInfo& sample, int question) const {
+  const TraceInfo& info = reader_.info();
+  const int l = att.layer();
+  // Layers that inherit another layer's q/k attend with it but are measured against their own.
+  std::map<int, std::unique_ptr<LayerAttention>> heirs;
+  for (const auto& p : policies_) {
+    const int src = p.attention_source(l);
+    if (src == l || heirs.count(src)) continue;
+    LayerTensors mixed;
+    mixed.layer = l;
+    mixed.q = sources.at(src).q;
+    mixed.k = sources.at(src).k;
+    mixed.v = att.tensors().v;
+    heirs[src] =
+        std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
+  }
+  // Policies with one cache per query head replay the layer with K and V repeated per query
+  // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
+  // context only replay it split at the question, whose positions become the first decode steps:
+  // the same decode attention, the prompt statistics of the context.
+  using Shape = std::pair<bool, bool>;  // per query head, context only
+  auto shape_of = [&](const PolicyConfig& p) {
+    return Shape{att.group_size() > 1 && p.query_head_caches(),
+                 question > 0 && p.appends_question()};
+  };
+  std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
+  for (const auto& p : policies_) {
+    const Shape s = shape_of(p);
+    if (s == Shape{false, false} || shaped.count(s)) continue;
+    shaped[s] = std::make_unique<LayerAttention>(
+        s.first ? info_with_kv_heads(info, info.num_heads) : info,
+        s.second ? context_only(sample, question) : sample,
+        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), needs_,
+        options_.threads);
+  }
+  std::vector<LayerResult> results(policies_.size());
+  // Threads the policies leave idle batch their output errors, head by head.
+  const int finish_threads =
+      std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
+  parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
+    const int src = policies_[i].attention_source(l);
+    const Shape shape = shape_of(policies_[i]);
+    const bool reshaped = shape != Shape{false, false};
+    const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
+    const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
+    try {
+      results[i] =
+          replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
+                       dtype_bytes(sample.dtype),
+                       {options_.check_invariants, options_.bounds, shape.second ? question : 0},
+                       shared_step_attention(attended, measured, finish_threads));
+      if (options_.bounds)
+        results[i].theorem = check_theorem_2_1(measured, results[i], options_.bounds_epsilon);
+    } catch (const std::logic_error& e) {
+      throw std::logic_error(policies_[i].label + ", sample '" + sample.name + "': " + e.what());
+    }
+    results[i].policy_index = i;
+    results[i].sample = sample.name;
+    results[i].budget_entries =
+        budget_entries(policies_[i], sample.prompt_len - (shape.second ? question : 0));
+  });
+  set_regret(results, policies_);
+  return results;
+}
+
+}  // namespace kvsim

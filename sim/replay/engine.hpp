@@ -1,0 +1,196 @@
+// Teacher-forced replay: one sample, every policy of a run, layer by layer.
+//
+// Per layer the loop is: load q/k/v, compute the shared attention statistics once, then for each
+// policy: fill the cache with the prompt, on_prefill (evict), and for each decode step append the
+// token, attend over the retained entries, record metrics, on_decode (evict), check invariants;
+// after the last step, the batched output errors. With two threads or more, reading and the shared
+// attention of layer l + 1 overlap the policies of layer l (Replayer::replay_sample).
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policies/policy.hpp"
+#include "sim/replay/output_error.hpp"
+#include "traces/kvtrace.hpp"
+
+namespace kvsim {
+
+struct StepMetrics {
+  int position = 0;       // the decode step's query position, P + step
+  int cache_size = 0;     // entries stored (K and V), including the current token
+  int attended_size = 0;  // entries that took part in attention
+  float mass_recall = 0;  // Σ full-cache probability of attended positions, mean over the group
+  float output_rel_error = NAN;  // ‖o - ô‖ / ‖o‖ over the group's query heads; NaN without v
+  // ‖o - ô‖ / Σ_j p_j ‖v_j‖ (full-cache probabilities) over the group's query heads: the error
+  // relative to the mean norm of the attended values, which stays finite when o is small.
+  float output_value_error = NAN;
+  std::int64_t kv_bytes = 0;  // cache_size * 2 * head_dim * bytes per element of the trace
+  // Diagnostics (replay --diagnostics; NaN otherwise), on the group-mean full-cache attention:
+  float hit_top = NAN;       // share of the top 10% keys still stored
+  float hit_mass90 = NAN;    // share of the fewest keys holding 90% of the mass still stored
+  int misses_top = -1;       // top-10% keys evicted earlier: irrecoverable misses
+  float evicted_mass = NAN;  // mass on evicted (no longer stored) positions
+  float cumulative_evicted_mass = NAN;  // running sum of evicted_mass over the steps so far
+  float regret = NAN;  // recall of `oracle` at the same budget minus this policy's (set by the CLI)
+};
+
+// Everything one policy did in one layer of one sample.
+// A decode step at which a policy removed d >= 1 entries of a KV head (--bounds): the sum of the
+// policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
+// held before the removal (what a greedy evictor would have lost; entries the policy could not
+// remove score +inf). HAE Corollary 2.1 claims
+// realized <= greedy.
+struct FlushEvent {
+  int step = 0, kv_head = 0, removed = 0;
+  double realized = 0, greedy = 0;
+};
+
+// HAE Theorem 2.1 on one KV head (--bounds; sim/replay/bounds.hpp documents every quantity).
+struct TheoremCheck {
+  int kv_head = 0;
+  int evicted = 0;        // c: entries evicted at the end of the prefill
+  double lambda = NAN;    // estimated decay rate of the keys' attention over decode steps
+  double attn_max = NAN;  // min over the c evicted keys of their largest text-query attention
+  double k_bound = NAN;   // log(ε / Attn_max) / log(1 - λ)
+  double loss = NAN;      // largest full-cache attention mass on the c keys at any decode step
+};
+
+struct LayerResult {
+  int policy_index = 0;
+  std::string sample;
+  int layer = 0;
+  int prefill_kept_min = 0;  // entries kept after the prefill, min over KV heads
+  int budget_entries = -1;   // what the policy's budget resolved to for this sample; -1: none
+  std::vector<std::vector<StepMetrics>> steps;       // [kv head][step]
+  std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
+  std::vector<std::vector<MergeRecord>> merged;      // [kv head]
+  std::vector<FlushEvent> flushes;                   // --bounds only
+  std::vector<TheoremCheck> theorem;                 // --bounds only, [kv head]
+};
+
+struct ReplayOptions {
+  int threads = 1;
+  bool check_invariants = true;
+  bool diagnostics = false;  // hit rates, misses and evicted mass per step
+  bool bounds = false;       // HAE Theorem 2.1 and Corollary 2.1 checks
+  double bounds_epsilon = 0.01;
+  // With threads >= 2, layer l + 1 is read and its attention computed while the policies replay
+  // layer l, when one layer's float32 q/k/v take at most this many bytes (two layers are then
+  // held at once).
+  double prefetch_limit_bytes = 256.0 * (1 << 20);
+};
+
+// Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
+// layer, minus the result's. The oracle is one whose `match` is the result's label (it held
+// exactly what the policy held), else a plain oracle whose budget resolved to the same count
+// (LayerResult::budget_entries); either with as many cache heads.
+void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies);
+
+// `info` with `kv_heads` KV heads, and a layer's tensors with K and V repeated `group` times per
+// KV head (transformers' repeat_kv: KV head g serves query heads g*group .. g*group + group - 1):
+// the layer as a policy with one cache per query head sees it (`caches = query_head`).
+TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads);
+// The sample as a context-only compression sees it: its last `question` prompt positions become
+// the first decode steps (P - question prompt positions, G + question steps).
+SampleInfo context_only(SampleInfo sample, int question);
+LayerTensors repeat_kv_heads(const LayerTensors& tensors, int group);
+
+// Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
+double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);
+// Whether the HDF5 library serialises its own calls, so that several threads may read traces.
+bool hdf5_serialises_calls();
+// How many independent samples to replay at once on `threads`: one per thread (at most `samples`)
+// when the largest one's layer fits `limit_bytes` (the pipeline's limit) and HDF5 serialises its
+// calls, otherwise one at a time, so that long prompts need no more memory with more threads.
+int samples_side_by_side(int threads, int samples, double largest_layer_bytes, double limit_bytes);
+
+// Replays samples of one trace through a list of policies, sharing the attention work.
+class Replayer {
+ public:
+  Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies, ReplayOptions options);
+  const std::vector<PolicyConfig>& policies() const { return policies_; }
+  // Computes these statistics too, whether or not a policy asks for them (benchmarks).
+  void require(const AttentionNeeds& needs) { needs_.merge(needs); }
+
+  // Creates every policy for every sample before any work is done. Throws one error that lists
+  // every policy that cannot run and on which samples; otherwise returns, per policy label, what
+  // the policies adjusted (Policy::notes), each distinct note once with the number of samples.
+  std::map<std::string, std::vector<std::string>> validate(
+      const std::vector<std::string>& samples) const;
+
+  // Calls on_result for every (layer, policy) in that order, and on_layer after each layer.
+  void replay_sample(const std::string& sample,
+                     const std::function<void(const LayerResult&)>& on_result,
+                     const std::function<void(int layer)>& on_layer = {});
+  // replay_sample for every sample, results delivered in sample order, exactly as one after the
+  // other. With several threads and small layers, samples run side by side, each on a share of
+  // the threads and its own reader; a finished sample waits for those before it (at most twice
+  // as many samples as run at once are held), and on_result is called by one thread at a time.
+  // An error stops the replay after the results that precede it, as a serial run would.
+  void replay_samples(const std::vector<std::string>& samples,
+                      const std::function<void(const LayerResult&)>& on_result,
+                      const std::function<void(int layer)>& on_layer = {});
+
+ private:
+  // Every policy through one layer (in parallel); results in policy order.
+  std::vector<LayerResult> replay_policies(const LayerAttention& att,
+                                           const std::map<int, LayerTensors>& sources,
+                                           std::vector<std::unique_ptr<Policy>>& instances,
+                                           const SampleStats& stats, const SampleInfo& sample,
+                                           int question) const;
+
+  const TraceReader& reader_;
+  std::vector<PolicyConfig> policies_;
+  ReplayOptions options_;
+  AttentionNeeds needs_;
+  // last_heir_[l]: the deepest layer that attends with layer l's q/k, or -1.
+  std::vector<int> last_heir_;
+};
+
+// Runs one policy through one layer given precomputed statistics (shared by the engine and the
+// plain reference). step_attention computes a decode step's attention and metrics.
+// `att` is the attention the policy sees and attends with; `ref` is the layer's own full-cache
+// attention that metrics compare against. They differ only for layers that inherit another
+// layer's attention (ST3's QK heredity).
+using StepAttentionFn =
+    std::function<void(const LayerAttention& att, const LayerAttention& ref, const KvCache&,
+                       int step, StepAttention&, std::vector<StepMetrics>&)>;
+// A step function and, optionally, what completes the metrics after the layer's last step
+// (metrics that no policy reads may be computed in batches: sim/replay/output_error.hpp).
+struct StepAttentionModel {
+  StepAttentionFn step;
+  std::function<void(std::vector<std::vector<StepMetrics>>& steps)> finish;
+};
+struct LayerReplayOptions {
+  bool check_invariants = true;
+  bool record_flushes = false;
+  // The first `appended_steps` decode steps of `att` are the question of a context-only
+  // compression (`question = append`): appended without a hook and without metrics. Results then
+  // hold the later steps only, numbered from 0 (decisions too), as the whole sample numbers them.
+  int appended_steps = 0;
+};
+LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
+                         bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
+                         const LayerReplayOptions& options,
+                         const StepAttentionModel& step_attention);
+
+// Checks a cache after a policy's hook against the policy's declared capacity. Throws
+// std::logic_error naming the label, layer, head and hook. (Ordering and uniqueness are kept by
+// KvCache's edits themselves; replay_layer checks them after the prefill and the last step.)
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label);
+
+// The engine's decode-step attention for one policy in one layer whose policy attends with `att`
+// and is measured against `ref`: gathers the shared full-cache probabilities of the attended
+// entries and renormalises them (merged entries attend with their merged key); output errors are
+// completed by `finish` (sim/replay/output_error.hpp).
+// `threads`: for the output errors after the layer's last step (independent per KV head).
+StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerAttention& ref,
+                                         int threads = 1);
+
+}  // namespace kvsim

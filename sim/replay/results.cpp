@@ -1,0 +1,372 @@
+#include "sim/replay/results.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+#include "sim/core/partial_files.hpp"
+
+namespace kvsim {
+
+namespace {
+
+// Opens `<path>.partial` (tracked until published); errors name the user's path.
+std::FILE* open_partial(const std::string& path) {
+  std::FILE* f = std::fopen(partial(path).c_str(), "wb");
+  if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
+  track_partial(partial(path));
+  return f;
+}
+
+}  // namespace
+
+std::string partial(const std::string& path) {
+  return path + ".partial";
+}
+
+void check_writable(const std::string& path, const std::string& option) {
+  std::FILE* f = std::fopen(partial(path).c_str(), "wb");
+  if (!f)
+    throw std::runtime_error(option + " " + path + ": cannot write there: " + std::strerror(errno));
+  std::fclose(f);
+  std::remove(partial(path).c_str());
+}
+
+void publish(const std::string& path) {
+  if (std::rename(partial(path).c_str(), path.c_str()) != 0)
+    throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
+                             std::strerror(errno));
+  untrack_partial(partial(path));
+}
+
+void write_whole(const std::string& path, const std::string& text) {
+  std::FILE* f = open_partial(path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": write failed (disk full?)");
+  publish(path);
+}
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void append_float(std::string& out, double x) {
+  if (std::isnan(x)) return;  // empty field
+  // The characters of printf's "%.9g" (the standard defines to_chars with a precision so), at a
+  // fraction of its cost: the per-step CSV holds millions of numbers.
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 9).ptr;
+  out.append(buf, end);
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
+    : path_(path), file_(open_partial(path)) {
+  for (const auto& p : policies) labels_.push_back(p.label);
+  std::fputs(
+      "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+      "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,"
+      "evicted_mass,cumulative_evicted_mass,regret\n",
+      file_);
+}
+
+StepCsvWriter::~StepCsvWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void StepCsvWriter::write(const LayerResult& r) {
+  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
+                             std::to_string(r.layer) + ",";
+  for (std::size_t g = 0; g < r.steps.size(); ++g) {
+    for (std::size_t t = 0; t < r.steps[g].size(); ++t) {
+      const StepMetrics& m = r.steps[g][t];
+      buffer_ += prefix;
+      buffer_ += std::to_string(g) + "," + std::to_string(t) + ",";
+      buffer_ += std::to_string(m.position) + ",";
+      buffer_ += std::to_string(m.cache_size) + "," + std::to_string(m.attended_size) + ",";
+      append_float(buffer_, m.mass_recall);
+      buffer_ += ",";
+      append_float(buffer_, m.output_rel_error);
+      buffer_ += ",";
+      append_float(buffer_, m.output_value_error);
+      buffer_ += "," + std::to_string(m.kv_bytes) + ",";
+      append_float(buffer_, m.hit_top);
+      buffer_ += ",";
+      append_float(buffer_, m.hit_mass90);
+      buffer_ += ",";
+      if (m.misses_top >= 0) buffer_ += std::to_string(m.misses_top);
+      buffer_ += ",";
+      append_float(buffer_, m.evicted_mass);
+      buffer_ += ",";
+      append_float(buffer_, m.cumulative_evicted_mass);
+      buffer_ += ",";
+      append_float(buffer_, m.regret);
+      buffer_ += "\n";
+    }
+  }
+  if (buffer_.size() > (1 << 20)) {
+    std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+    buffer_.clear();
+  }
+}
+
+void StepCsvWriter::close() {
+  if (!file_) return;
+  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+  buffer_.clear();
+  const bool failed = std::ferror(file_) != 0;
+  const bool close_failed = std::fclose(file_) != 0;
+  file_ = nullptr;
+  if (failed || close_failed) throw std::runtime_error(path_ + ": write failed (disk full?)");
+  publish(path_);
+}
+
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
+                            const std::map<std::string, std::vector<std::string>>& notes) {
+  std::string stem = csv_path;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0)
+    stem.resize(stem.size() - 4);
+  std::string out = "label,policy,lookahead,params,notes\n";
+  for (const auto& p : policies) {
+    std::string joined;
+    if (const auto it = notes.find(p.label); it != notes.end())
+      for (const std::string& n : it->second) joined += (joined.empty() ? "" : "; ") + n;
+    out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
+           "," + csv_quote(p.params.str()) + "," + csv_quote(joined) + "\n";
+  }
+  write_whole(stem + ".policies.csv", out);
+}
+
+BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
+                                 double epsilon)
+    : path_(path), epsilon_(epsilon) {
+  for (const auto& p : policies) labels_.push_back(p.label);
+  out_ =
+      "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,"
+      "premise,holds\n";
+}
+
+void BoundsCsvWriter::write(const LayerResult& r) {
+  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
+                             std::to_string(r.layer) + ",";
+  for (const TheoremCheck& c : r.theorem) {
+    if (c.evicted == 0) continue;  // nothing evicted at the prefill: the theorem says nothing
+    const bool premise = !std::isnan(c.k_bound) && c.evicted <= c.k_bound;
+    const bool holds = c.loss < epsilon_;
+    out_ += "theorem_2_1," + prefix + std::to_string(c.kv_head) + ",," + std::to_string(c.evicted) +
+            ",";
+    for (double x : {c.lambda, c.attn_max, c.k_bound, epsilon_, c.loss, epsilon_}) {
+      append_float(out_, x);
+      out_ += ",";
+    }
+    out_ += std::string(premise ? "true" : "false") + "," + (holds ? "true" : "false") + "\n";
+    ++theorem_rows;
+    theorem_failures += premise && !holds;
+  }
+  for (const FlushEvent& e : r.flushes) {
+    const bool holds = e.realized <= e.greedy + 1e-12;
+    out_ += "corollary_2_1," + prefix + std::to_string(e.kv_head) + "," + std::to_string(e.step) +
+            "," + std::to_string(e.removed) + ",,,,,";
+    append_float(out_, e.realized);
+    out_ += ",";
+    append_float(out_, e.greedy);
+    out_ += std::string(",true,") + (holds ? "true" : "false") + "\n";
+    ++flushes;
+    corollary_failures += !holds;
+  }
+}
+
+void BoundsCsvWriter::close() {
+  write_whole(path_, out_);
+}
+
+void Summary::Acc::add(const StepMetrics& m) {
+  cache += m.cache_size;
+  attended += m.attended_size;
+  recall += m.mass_recall;
+  min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
+  kv_bytes += m.kv_bytes;
+  ++count;
+  if (!std::isnan(m.output_rel_error)) {
+    error += m.output_rel_error;
+    value_error += m.output_value_error;
+    ++error_count;
+  }
+}
+
+void Summary::add(const LayerResult& r) {
+  Acc& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
+  Acc& all = per_policy_[r.policy_index];
+  kv_bytes_per_step_[r.policy_index] += 0;  // present even for samples without decode steps
+  for (const auto& head : r.steps)
+    for (const auto& m : head) {
+      layer.add(m);
+      all.add(m);
+      kv_bytes_per_step_[r.policy_index] += m.kv_bytes;
+    }
+  if (r.layer == 0 && !r.steps.empty()) steps_[r.policy_index] += r.steps[0].size();
+  prefill_kept_[r.policy_index] += r.prefill_kept_min;
+  prefill_layers_[r.policy_index] += 1;
+  budget_entries_[{r.policy_index, r.sample}] = r.budget_entries;
+}
+
+std::string Summary::budget_entries(int policy) const {
+  int lo = -1, hi = -1;
+  for (const auto& [key, n] : budget_entries_) {
+    if (key.first != policy || n < 0) continue;
+    lo = lo < 0 ? n : std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  if (lo < 0) return "";
+  return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
+}
+
+void Summary::write_csv(const std::string& path) const {
+  std::string out =
+      "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
+      "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
+      "budget_entries\n";
+  auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
+                 const Acc& a, const std::string& budget) {
+    out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
+           std::to_string(a.count) + ",";
+    const double n = std::max<long>(a.count, 1);
+    append_float(out, a.cache / n);
+    out += ",";
+    append_float(out, a.attended / n);
+    out += ",";
+    append_float(out, a.recall / n);
+    out += ",";
+    append_float(out, a.count ? a.min_recall : NAN);
+    out += ",";
+    append_float(out, a.error_count ? a.error / a.error_count : NAN);
+    out += ",";
+    append_float(out, a.error_count ? a.value_error / a.error_count : NAN);
+    out += ",";
+    append_float(out, a.kv_bytes / n);
+    out += "," + budget + "\n";
+  };
+  for (const auto& [key, acc] : per_layer_) {
+    const int b = budget_entries_.at({std::get<0>(key), std::get<1>(key)});
+    row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
+        b < 0 ? "" : std::to_string(b));
+  }
+  for (const auto& [p, acc] : per_policy_)
+    row(policies_[p].label, "all", "all", acc, budget_entries(p));
+  write_whole(path, out);
+}
+
+std::string Summary::table() const {
+  std::ostringstream os;
+  char line[512];
+  int w = 14;  // label column: wide enough for preset names
+  for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
+  // The budget as given, what it resolved to in entries, and the lookahead mark.
+  std::map<int, std::string> budgets;
+  int bw = 18;
+  for (const auto& [p, a] : per_policy_) {
+    const auto& vals = policies_[p].params.values();
+    const auto it = vals.find("budget");
+    std::string& budget = budgets[p] = it == vals.end() ? "-" : it->second;
+    if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
+    if (policies_[p].info->lookahead) budget += " (lookahead)";
+    bw = std::max<int>(bw, static_cast<int>(budget.size()));
+  }
+  std::snprintf(line, sizeof line, "%-*s %-*s %8s %8s %8s %8s %10s %11s %9s %11s\n", w, "policy",
+                bw, "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
+                "out_v_err", "KV_MiB/step");
+  os << line;
+  for (const auto& [p, a] : per_policy_) {
+    const auto& cfg = policies_[p];
+    const std::string& budget = budgets.at(p);
+    const double n = std::max<long>(a.count, 1);
+    const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
+    const double mib = kv_bytes_per_step_.at(p) /
+                       std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
+    char err[32] = "-", verr[32] = "-";
+    if (a.error_count) {
+      std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+      std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
+    }
+    if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
+      std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8s %8s %8s %10s %11s %9s %11s\n", w,
+                    cfg.label.c_str(), bw, budget.c_str(), kept, "-", "-", "-", "-", "-", "-", "-");
+      os << line;
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %9s %11.2f\n",
+                  w, cfg.label.c_str(), bw, budget.c_str(), kept, a.cache / n, a.attended / n,
+                  a.recall / n, a.min_recall, err, verr, mib);
+    os << line;
+  }
+  return os.str();
+}
+
+DecisionWriter::DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
+    : path_(path), policies_(policies) {
+  silence_hdf5_errors();
+  file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC,
+                             h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
+  if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
+  track_partial(partial(path));
+  for (const auto& p : policies) {
+    H5Handle g = h5_require_group(file_.get(), p.label);
+    h5_write_string_attr(g.get(), "policy", p.info->name);
+    h5_write_string_attr(g.get(), "params", p.params.str());
+    h5_write_int_attr(g.get(), "lookahead", p.info->lookahead ? 1 : 0);
+  }
+}
+
+namespace {
+
+void write_int_matrix(hid_t group, const char* name, const std::vector<std::int32_t>& data,
+                      hsize_t cols, const std::string& path) {
+  const hsize_t dims[2] = {data.size() / cols, cols};
+  H5Handle space(H5Screate_simple(2, dims, nullptr));
+  H5Handle d(H5Dcreate2(group, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+  if (!d.valid() || (!data.empty() && H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
+                                               H5P_DEFAULT, data.data()) < 0))
+    throw TraceError(path + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+
+}  // namespace
+
+void DecisionWriter::write(const LayerResult& r) {
+  const auto& cfg = policies_[r.policy_index];
+  const std::string base =
+      cfg.label + "/samples/" + r.sample + "/layers/" + std::to_string(r.layer) + "/heads/";
+  for (std::size_t g = 0; g < r.evicted.size(); ++g) {
+    H5Handle grp = h5_require_group(file_.get(), base + std::to_string(g));
+    std::vector<std::int32_t> ev;
+    ev.reserve(r.evicted[g].size() * 2);
+    for (const auto& e : r.evicted[g]) ev.insert(ev.end(), {e.step, e.position});
+    write_int_matrix(grp.get(), "evicted", ev, 2, path_);
+    if (!cfg.merges()) continue;
+    std::vector<std::int32_t> mg;
+    for (const auto& m : r.merged[g]) mg.insert(mg.end(), {m.step, m.position, m.into_position});
+    write_int_matrix(grp.get(), "merged", mg, 3, path_);
+  }
+}
+
+void DecisionWriter::close() {
+  if (!file_.valid()) return;
+  const bool ok = H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) >= 0;
+  file_.reset();
+  if (!ok) throw TraceError(path_ + ": write failed: " + hdf5_last_error());
+  publish(path_);
+}
+
+}  // namespace kvsim

@@ -1,0 +1,116 @@
+// Replay outputs: the per-step CSV (--out), its policies sidecar, the per-layer summary
+// (--summary), the stdout comparison table, and the decisions dump (--dump-decisions).
+// Column meanings are documented in docs/outputs.md.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/replay/engine.hpp"
+#include "traces/hdf5_util.hpp"
+
+namespace kvsim {
+
+// Every result file is written to `<path>.partial` and renamed when complete (publish), so an
+// interrupted run never leaves a truncated file under the final name.
+std::string partial(const std::string& path);
+// Fails at once, before any work, when `path` (given with `option`, e.g. "--summary") cannot be
+// written: the error names the user's path and the operating system's reason.
+void check_writable(const std::string& path, const std::string& option);
+void publish(const std::string& path);
+void write_whole(const std::string& path, const std::string& text);  // via .partial
+std::string read_whole(const std::string& path);                     // throws naming the path
+
+// CSV fields: numbers print with %.9g (exact float round trip; NaN is an empty field), so
+// identical results give identical bytes; text is quoted when it holds a comma, quote or newline.
+void append_float(std::string& out, double x);
+std::string csv_quote(const std::string& s);
+
+// One row per (policy, sample, layer, KV head, decode step).
+class StepCsvWriter {
+ public:
+  StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
+  ~StepCsvWriter();
+  void write(const LayerResult& r);
+  void close();
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<std::string> labels_;
+  std::string buffer_;
+};
+
+// Writes `<csv path without .csv>.policies.csv`: label, policy, lookahead, params, notes (what the
+// policy adjusted on some samples, e.g. a window clamped to the budget; "; "-separated).
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
+                            const std::map<std::string, std::vector<std::string>>& notes = {});
+
+// Aggregates results per (policy, sample, layer) and overall.
+class Summary {
+ public:
+  explicit Summary(const std::vector<PolicyConfig>& policies) : policies_(policies) {}
+  void add(const LayerResult& r);
+  void write_csv(const std::string& path) const;
+  // The human-readable comparison table printed by `kvsim replay`.
+  std::string table() const;
+
+  struct Acc {
+    double cache = 0, attended = 0, recall = 0, error = 0, value_error = 0, kv_bytes = 0;
+    double min_recall = 1e30;
+    long count = 0, error_count = 0;
+    void add(const StepMetrics& m);
+  };
+
+ private:
+  std::vector<PolicyConfig> policies_;
+  std::map<std::tuple<int, std::string, int>, Acc> per_layer_;  // (policy, sample, layer)
+  std::map<int, Acc> per_policy_;
+  std::map<int, double> kv_bytes_per_step_;  // Σ over layers/heads/steps/samples, per policy
+  std::map<int, long> steps_;                // decode steps counted (per sample) per policy
+  std::map<int, double> prefill_kept_;       // Σ over layers of min entries kept after prefill
+  std::map<int, long> prefill_layers_;
+  std::map<std::pair<int, std::string>, int> budget_entries_;  // (policy, sample): resolved budget
+  // The resolved budget of a policy over every sample: "128", "96-128" when samples differ, ""
+  // without a budget.
+  std::string budget_entries(int policy) const;
+};
+
+// --bounds: HAE Theorem 2.1 (one row per policy, sample, layer, KV head) and Corollary 2.1 (one
+// row per decode step at which a policy with scores removed entries). Columns:
+// check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,
+// premise,holds. See sim/replay/bounds.hpp.
+class BoundsCsvWriter {
+ public:
+  BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
+                  double epsilon);
+  void write(const LayerResult& r);
+  void close();
+  long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;
+
+ private:
+  std::string path_;
+  std::vector<std::string> labels_;
+  double epsilon_;
+  std::string out_;
+};
+
+// --dump-decisions: one group per policy (named by its label, attribute `params`), then
+// samples/<name>/layers/<l>/heads/<g>/evicted int32 [N, 2] (step, position) in eviction order,
+// step -1 for the end of the prefill; merging policies add merged int32 [M, 3].
+class DecisionWriter {
+ public:
+  DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
+  void write(const LayerResult& r);
+  void close();
+
+ private:
+  std::string path_;
+  std::vector<PolicyConfig> policies_;
+  H5Handle file_;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,473 @@
+#include "sim/replay/sweep.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "sim/replay/config.hpp"
+#include "sim/replay/engine.hpp"
+#include "sim/core/parallel.hpp"
+#include "sim/replay/results.hpp"
+
+#ifdef KVSIM_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace kvsim {
+
+namespace {
+// Bounds on what one command line may ask for, so that a typo (1:1e9:1) fails at once rather than
+// after exhausting memory.
+constexpr double kMaxAxisValues = 100000;
+constexpr double kMaxConfigurations = 100000;
+}  // namespace
+
+namespace fs = std::filesystem;
+
+GridAxis parse_grid_axis(const std::string& text) {
+  const auto eq = text.find('='), dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 ||
+      eq + 1 == text.size())
+    throw std::invalid_argument("--grid '" + text +
+                                "': expected NAME.key=v1,v2,... or NAME.key=start:stop:step");
+  GridAxis a{text.substr(0, dot), text.substr(dot + 1, eq - dot - 1), {}};
+  const std::string values = text.substr(eq + 1);
+  if (std::count(values.begin(), values.end(), ':') == 2 && values.find(',') == std::string::npos) {
+    // "5%:40%:5%": a range of percentages (every part a percentage, or none).
+    const long percents = std::count(values.begin(), values.end(), '%');
+    if (percents != 0 && percents != 3)
+      throw std::invalid_argument("--grid '" + text +
+                                  "': give start, stop and step all as percentages, or none");
+    std::string numbers = values;
+    numbers.erase(std::remove(numbers.begin(), numbers.end(), '%'), numbers.end());
+    double start = 0, stop = 0, step = 0;
+    char c1 = 0, c2 = 0;
+    std::istringstream in(numbers);
+    if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start)
+      throw std::invalid_argument(
+          "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
+    const double count = std::floor((stop - start) / step + 1e-9) + 1;
+    if (!(count <= kMaxAxisValues)) {
+      char many[32];
+      std::snprintf(many, sizeof many, "%.3g", count);
+      throw std::invalid_argument("--grid '" + text + "': the range has " + many +
+                                  " values; an axis may have at most " +
+                                  std::to_string(static_cast<long long>(kMaxAxisValues)));
+    }
+    const long n = static_cast<long>(count) - 1;
+    for (long i = 0; i <= n; ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.10g%s", start + i * step, percents ? "%" : "");
+      a.values.push_back(buf);
+    }
+  } else {
+    std::stringstream ss(values);
+    std::string v;
+    const auto parts = std::count(a.key.begin(), a.key.end(), '+') + 1;
+    while (std::getline(ss, v, ',')) {
+      if (v.empty() || std::count(v.begin(), v.end(), '/') + 1 != parts)
+        throw std::invalid_argument("--grid '" + text + "': value '" + v + "' needs " +
+                                    std::to_string(parts) + " part(s) separated by '/'");
+      a.values.push_back(v);
+    }
+  }
+  return a;
+}
+
+namespace {
+// "*.key" axes become one axis per swept policy that declares every key.
+std::vector<GridAxis> expand_wildcards(const std::vector<std::string>& policies,
+                                       const std::vector<GridAxis>& axes) {
+  std::vector<GridAxis> out;
+  for (const auto& a : axes) {
+    if (a.policy != "*") {
+      out.push_back(a);
+      continue;
+    }
+    bool any = false;
+    for (const auto& name : policies) {
+      const auto declared = make_policy_config(name, {}).params.values();
+      std::stringstream keys(a.key);
+      std::string k;
+      bool all = true;
+      while (std::getline(keys, k, '+')) all = all && declared.count(k) > 0;
+      if (!all) continue;
+      out.push_back({name, a.key, a.values});
+      any = true;
+    }
+    if (!any)
+      throw std::invalid_argument("--grid *." + a.key + ": no swept policy has parameter '" +
+                                  a.key + "'");
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<PolicyConfig> expand_grid(
+    const std::vector<std::string>& policies, const std::vector<GridAxis>& given_axes,
+    const std::map<std::string, std::map<std::string, std::string>>& fixed) {
+  const std::vector<GridAxis> axes = expand_wildcards(policies, given_axes);
+  for (const auto& a : axes)
+    if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
+      throw std::invalid_argument("--grid " + a.policy + "." + a.key + ": policy '" + a.policy +
+                                  "' is not swept (add --policy " + a.policy + ")");
+  double total = 0;
+  for (const auto& name : policies) {
+    double n = 1;
+    for (const auto& a : axes) n *= a.policy == name ? static_cast<double>(a.values.size()) : 1.0;
+    total += n;
+  }
+  if (total > kMaxConfigurations) {
+    char many[32];
+    std::snprintf(many, sizeof many, "%.3g", total);
+    throw std::invalid_argument(std::string("--grid: the axes make ") + many +
+                                " configurations; a sweep may have at most " +
+                                std::to_string(static_cast<long long>(kMaxConfigurations)));
+  }
+  std::vector<PolicyConfig> out;
+  for (const auto& name : policies) {
+    std::vector<const GridAxis*> mine;
+    for (const auto& a : axes)
+      if (a.policy == name) mine.push_back(&a);
+    std::vector<std::size_t> index(mine.size(), 0);
+    while (true) {
+      auto overrides = fixed.count(name) ? fixed.at(name) : std::map<std::string, std::string>{};
+      std::string label = name;
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        std::stringstream keys(mine[i]->key), values(mine[i]->values[index[i]]);
+        std::string k, v;
+        while (std::getline(keys, k, '+') && std::getline(values, v, '/')) overrides[k] = v;
+        label += (i == 0 ? "[" : ",") + mine[i]->key + "=" + mine[i]->values[index[i]];
+      }
+      if (!mine.empty()) label += "]";
+      PolicyConfig c = make_policy_config(name, overrides);
+      c.label = label;
+      out.push_back(std::move(c));
+      std::size_t i = 0;  // odometer over the axes
+      while (i < mine.size() && ++index[i] == mine[i]->values.size()) index[i++] = 0;
+      if (i == mine.size()) break;
+    }
+  }
+  return out;
+}
+
+std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
+                                        const std::vector<std::string>& grids,
+                                        const std::vector<std::string>& sets,
+                                        const std::string& budget) {
+  std::vector<GridAxis> axes;
+  for (const auto& g : grids) axes.push_back(parse_grid_axis(g));
+  PolicyOverrides fixed;
+  for (const auto& s : sets) apply_set_option(s, fixed);
+  // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
+  for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
+  if (const std::string w = budget_ignored_warning(policies, budget); !w.empty())
+    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
+  return expand_grid(policies, axes, fixed);
+}
+
+namespace {
+
+std::uint64_t splitmix_finish(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::string file_content_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open for hashing");
+  // Four independent lanes over 8-byte words, so the multiplications overlap (a byte-serial FNV-1a
+  // chain hashed the demo's 528 MiB in ~0.7 s; this runs at the speed of reading it). The rotation
+  // carries high bits down; splitmix64's finaliser mixes the lanes and the length.
+  constexpr std::uint64_t kPrime = 1099511628211ull;
+  std::uint64_t lane[4] = {1469598103934665603ull, 1ull, 2ull, 3ull}, length = 0;
+  std::vector<char> buf(1 << 20);  // a multiple of 32: only the last read leaves a tail
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    length += n;
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+      for (int k = 0; k < 4; ++k) {
+        std::uint64_t w;
+        std::memcpy(&w, &buf[i + 8 * k], 8);
+        const std::uint64_t x = (lane[k] ^ w) * kPrime;
+        lane[k] = (x << 31) | (x >> 33);
+      }
+    for (; i < n; ++i) lane[0] = (lane[0] ^ static_cast<unsigned char>(buf[i])) * kPrime;
+  }
+  std::uint64_t h = length;
+  for (std::uint64_t l : lane) h = splitmix_finish(h ^ l);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+namespace {
+
+std::string fnv_hex(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double x) {
+  std::string out;
+  append_float(out, x);  // the result files' number format (empty for NaN)
+  return out;
+}
+
+// Item files hold the measurements only; the results file prefixes them with who made them.
+const char* kItemHeader =
+    "layer,kv_head,steps,mean_cache_size,mean_attended_size,mean_mass_recall,min_mass_recall,"
+    "mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
+const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
+
+// A parameter's column in the results file: its name, unless a fixed column has it.
+std::string parameter_column(const std::string& key) {
+  static const std::set<std::string> fixed = {
+      "trace",          "trace_hash",      "sample", "label",   "policy", "params",
+      "budget_entries", "budget_fraction", "layer",  "kv_head", "steps"};
+  return fixed.count(key) || key.rfind("mean_", 0) == 0 || key.rfind("min_", 0) == 0
+             ? "param_" + key
+             : key;
+}
+
+// Running means of one configuration's item rows (kItemHeader's columns).
+struct ConfigMeans {
+  double cache = 0, recall = 0, err = 0;
+  long rows = 0, err_rows = 0;
+  void add(const std::string& line) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (f.size() < 8) return;
+    cache += std::atof(f[3].c_str()), recall += std::atof(f[5].c_str()), ++rows;
+    if (!f[7].empty()) err += std::atof(f[7].c_str()), ++err_rows;
+  }
+};
+
+std::string means_table(const std::vector<PolicyConfig>& configs,
+                        const std::vector<ConfigMeans>& means) {
+  std::size_t width = 6;
+  for (const auto& c : configs) width = std::max(width, c.label.size());
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %10s %8s %11s\n", static_cast<int>(width), "config",
+                "mean_cache", "recall", "out_rel_err");
+  std::string out = line;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const ConfigMeans& m = means[i];
+    std::snprintf(line, sizeof line, "%-*s %10.1f %8.4f %11.4f\n", static_cast<int>(width),
+                  configs[i].label.c_str(), m.rows ? m.cache / m.rows : NAN,
+                  m.rows ? m.recall / m.rows : NAN, m.err_rows ? m.err / m.err_rows : NAN);
+    out += line;
+  }
+  return out;
+}
+
+// One configuration's rows for one layer: means over the decode steps of each KV head.
+std::string layer_rows(const LayerResult& r) {
+  std::string out;
+  for (std::size_t g = 0; g < r.steps.size(); ++g) {
+    double cache = 0, att = 0, recall = 0, err = 0, verr = 0, bytes = 0, min_recall = INFINITY;
+    long n_err = 0;
+    for (const auto& m : r.steps[g]) {
+      cache += m.cache_size, att += m.attended_size, recall += m.mass_recall, bytes += m.kv_bytes;
+      min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
+      if (!std::isnan(m.output_rel_error))
+        err += m.output_rel_error, verr += m.output_value_error, ++n_err;
+    }
+    const double n = static_cast<double>(r.steps[g].size());
+    out += std::to_string(r.layer) + "," + std::to_string(g) + "," +
+           std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
+           num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
+           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
+           num(n_err ? verr / n_err : NAN) + "," + num(n ? bytes / n : NAN) + "\n";
+  }
+  return out;
+}
+
+// Writes `text` to `path` through a unique temporary file in the same directory and a rename, so
+// readers and concurrent sweeps only ever see complete files.
+void write_atomically(const fs::path& path, const std::string& text) {
+  // Unique per process and thread (side-by-side items of one sweep write at the same time).
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+SweepReport run_sweep(const std::vector<std::string>& traces,
+                      const std::vector<PolicyConfig>& configs, const SweepOptions& o,
+                      const std::function<void(long, long)>& progress) {
+  const fs::path items_dir = fs::path(o.out_dir) / "items";
+  fs::create_directories(items_dir);
+  struct Item {
+    std::string trace, hash, sample;
+    int prompt_len = 0;
+  };
+  std::vector<Item> items;
+  for (const auto& t : traces) {
+    TraceReader reader(t);
+    const std::string hash = file_content_hash(t);
+    for (const auto& s : o.samples.empty() ? reader.sample_names() : o.samples)
+      items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
+  }
+  auto key_of = [&](const Item& it, const PolicyConfig& c) {
+    return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
+                   "\n" KVSIM_VERSION);
+  };
+  SweepReport report;
+  report.items_total = static_cast<long>(items.size() * configs.size());
+  long layers_total = 0, layers_done = 0;
+  std::vector<std::vector<std::size_t>> todo(items.size());
+  std::vector<std::size_t> pending;
+  double largest_layer = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t c = 0; c < configs.size(); ++c)
+      if (fs::exists(items_dir / (key_of(items[i], configs[c]) + ".csv")))
+        ++report.items_done_before;
+      else
+        todo[i].push_back(c);
+    if (todo[i].empty()) continue;
+    pending.push_back(i);
+    const TraceReader reader(items[i].trace);
+    layers_total += reader.info().num_layers;
+    largest_layer = std::max(
+        largest_layer, layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)));
+  }
+  // Items side by side, each on a share of the threads, as Replayer::replay_samples runs samples:
+  // they are independent, so this scales where one sample's heads and configurations run out (and
+  // on two threads beats one pipelined item at a time).
+  const int side_by_side =
+      samples_side_by_side(o.threads, static_cast<int>(pending.size()), largest_layer,
+                           ReplayOptions{}.prefetch_limit_bytes);
+  int item_threads = o.threads;  // MPI ranks run their items one at a time
+  std::mutex report_mutex;       // progress and the report, from side-by-side items
+  auto run_item = [&](std::size_t i) {
+    const Item& it = items[i];
+    TraceReader reader(it.trace);
+    std::vector<PolicyConfig> run;
+    for (std::size_t c : todo[i]) run.push_back(configs[c]);
+    std::vector<std::string> text(run.size());
+    for (std::size_t c = 0; c < run.size(); ++c) text[c] = kItemHeader;
+    Replayer(reader, run, {.threads = item_threads})
+        .replay_sample(
+            it.sample, [&](const LayerResult& r) { text[r.policy_index] += layer_rows(r); },
+            [&](int) {
+              const std::lock_guard<std::mutex> lock(report_mutex);
+              if (progress) progress(++layers_done, layers_total);
+            });
+    for (std::size_t c = 0; c < run.size(); ++c)
+      write_atomically(items_dir / (key_of(it, run[c]) + ".csv"), text[c]);
+    const std::lock_guard<std::mutex> lock(report_mutex);
+    report.items_run += static_cast<long>(run.size());
+  };
+#ifdef KVSIM_WITH_MPI
+  int ranks = 1, rank = 0, initialized = 0;
+  MPI_Initialized(&initialized);  // library callers (tests) run without MPI_Init: one process
+  if (initialized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (ranks > 1) {
+    // Rank 0 hands out (trace, sample) items one at a time (dynamic load balancing); the others
+    // replay them. Results files are keyed and atomic, so the order of completion is irrelevant.
+    enum { kRequest = 1, kAssign = 2 };
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::size_t next = 0;
+      for (int active = ranks - 1; active > 0;) {
+        int dummy = 0;
+        MPI_Status st;
+        MPI_Recv(&dummy, 1, MPI_INT, MPI_ANY_SOURCE, kRequest, MPI_COMM_WORLD, &st);
+        while (next < items.size() && todo[next].empty()) ++next;
+        int assign = next < items.size() ? static_cast<int>(next++) : -1;
+        if (assign < 0) --active;
+        if (assign >= 0 && progress) progress(assign + 1, static_cast<long>(items.size()));
+        MPI_Send(&assign, 1, MPI_INT, st.MPI_SOURCE, kAssign, MPI_COMM_WORLD);
+      }
+    } else {
+      for (;;) {
+        int dummy = 0, assign = -1;
+        MPI_Send(&dummy, 1, MPI_INT, 0, kRequest, MPI_COMM_WORLD);
+        MPI_Recv(&assign, 1, MPI_INT, 0, kAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (assign < 0) break;
+        run_item(static_cast<std::size_t>(assign));
+      }
+    }
+    long run_here = report.items_run;
+    MPI_Reduce(&run_here, &report.items_run, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);   // every item file is in place
+    if (rank != 0) return report;  // rank 0 writes the results file
+  } else
+#endif
+  {
+    item_threads = std::max(1, o.threads / side_by_side);
+    parallel_for(static_cast<int>(pending.size()), side_by_side,
+                 [&](int p) { run_item(pending[p]); });
+  }
+  // The results file: every item of this sweep, in a fixed order (trace, sample, configuration).
+  std::set<std::string> keys;  // one column per parameter of any configuration
+  for (const auto& c : configs)
+    for (const auto& kv : c.params.values()) keys.insert(kv.first);
+  std::string all = std::string(kPrefixHeader) + "budget_entries,budget_fraction,";
+  for (const auto& k : keys) all += parameter_column(k) + ",";
+  all += kItemHeader;
+  std::vector<ConfigMeans> means(configs.size());
+  for (const auto& it : items)
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+      const PolicyConfig& c = configs[ci];
+      const int entries = budget_entries(c, it.prompt_len);
+      std::string prefix =
+          csv_field(it.trace) + "," + it.hash + "," + csv_field(it.sample) + "," +
+          csv_field(c.label) + "," + c.info->name + "," + csv_field(c.params.str()) + "," +
+          (entries < 0 ? ","
+                       : std::to_string(entries) + "," +
+                             num(static_cast<double>(entries) / it.prompt_len) + ",");
+      for (const auto& k : keys) {
+        const auto v = c.params.values().find(k);
+        prefix += (v == c.params.values().end() ? "" : csv_field(v->second)) + ",";
+      }
+      std::ifstream in(items_dir / (key_of(it, c) + ".csv"));
+      std::string line;
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) {
+        all += prefix + line + "\n";
+        means[ci].add(line);
+      }
+    }
+  write_atomically(fs::path(o.out_dir) / "results.csv", all);
+  report.table = means_table(configs, means);
+  return report;
+}
+
+}  // namespace kvsim
