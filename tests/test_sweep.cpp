@@ -146,6 +146,35 @@ std::string sweep_args(const std::string& trace, const std::string& out, int thr
   return std::string(KVSIM_BINARY) + " " + sweep_options(trace, out, threads);
 }
 
+TEST(Sweep, EveryConfigurationIsCheckedBeforeAnyWork) {
+  // A configuration that cannot run stops the sweep before anything is written, naming the
+  // trace, the policy and the samples; a window clamped to a small budget is a note.
+  const std::string trace = sweep_trace("sweep_check.h5"), out = temp_path("sweep_check");
+  fs::remove_all(out);
+  const auto bad = sweep_configs({"snapkv", "streamingllm"}, {}, {"streamingllm.sinks=50"}, "5");
+  try {
+    run_sweep({trace}, bad, {out, 1});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(trace + ": 1 configuration(s) cannot run"), std::string::npos) << what;
+    EXPECT_NE(what.find("streamingllm: budget (5 entries) must exceed parameter 'sinks' = 50 "
+                        "(samples '000000', '000001', '000002' and 3 more)"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_FALSE(fs::exists(out));
+  std::vector<std::string> notes;
+  run_sweep({trace}, sweep_configs({"snapkv"}, {}, {}, "5"),
+            {out, 1, {}, [&](const std::string& n) { notes.push_back(n); }});
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("snapkv: budget (5 entries) does not exceed parameter 'window' = 32: "
+                          "window clamped to 5"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find("(6 of 6 sample(s))"), std::string::npos) << notes[0];
+}
+
 // The content hash keys resumed work: equal bytes give equal hashes, and any single flipped bit
 // (in a word's low or high half, in the 1 MiB buffer's second fill, in the tail) or an appended
 // zero byte changes it.

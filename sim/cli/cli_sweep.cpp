@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "sim/cli/cli.hpp"
+#include "sim/core/progress.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/mpi_world.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/replay/sweep.hpp"
 
 namespace kvsim::cli {
@@ -51,11 +51,17 @@ int run_sweep_command(SweepArgs a, int rank) {
   const auto configs = sweep_configs(a.policies, a.grids, a.sets, a.budget);
   const auto files = expand_globs(a.traces);
   std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
-  const SweepReport r =
-      run_sweep(files, configs, {a.out, a.threads, a.samples}, [&](long, long total) {
-        if (!progress) progress = std::make_unique<Progress>(total, "sweep", 30.0);
-        progress->advance();
-      });
+  const SweepReport r = run_sweep(files, configs,
+                                  {a.out, a.threads, a.samples,
+                                   [rank](const std::string& note) {
+                                     if (rank == 0)
+                                       std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
+                                   }},
+                                  [&](long, long total) {
+                                    if (!progress)
+                                      progress = std::make_unique<Progress>(total, "sweep", 30.0);
+                                    progress->advance();
+                                  });
   if (progress) progress->finish();
   if (rank != 0) return 0;
   std::printf("%s", r.table.c_str());

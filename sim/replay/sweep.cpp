@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
+#include "sim/core/parallel.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
-#include "sim/core/parallel.hpp"
 #include "sim/replay/results.hpp"
 
 #ifdef KVSIM_WITH_MPI
@@ -323,11 +323,33 @@ void write_atomically(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+// Replayer::validate over every trace: one error listing every offender, and the notes.
+void validate_configurations(const std::vector<std::string>& traces,
+                             const std::vector<PolicyConfig>& configs, const SweepOptions& o) {
+  std::string errors;
+  std::set<std::string> notes;
+  for (const auto& t : traces) {
+    TraceReader reader(t);
+    try {
+      for (const auto& [label, list] :
+           Replayer(reader, configs, {.threads = 1})
+               .validate(o.samples.empty() ? reader.sample_names() : o.samples))
+        for (const auto& n : list) notes.insert(t + ": " + n);
+    } catch (const std::invalid_argument& e) {
+      errors += std::string(errors.empty() ? "" : "\n") + t + ": " + e.what();
+    }
+  }
+  if (!errors.empty()) throw std::invalid_argument(errors);
+  if (o.on_note)
+    for (const auto& n : notes) o.on_note(n);
+}
+
 }  // namespace
 
 SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::vector<PolicyConfig>& configs, const SweepOptions& o,
                       const std::function<void(long, long)>& progress) {
+  validate_configurations(traces, configs, o);  // before anything is written
   const fs::path items_dir = fs::path(o.out_dir) / "items";
   fs::create_directories(items_dir);
   struct Item {

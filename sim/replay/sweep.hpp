@@ -46,6 +46,9 @@ struct SweepOptions {
   std::string out_dir;
   int threads = 1;
   std::vector<std::string> samples;  // empty: every sample
+  // Called, before any work, with what a configuration adjusts on some samples (Policy::notes,
+  // e.g. a window clamped to the budget), once per distinct note.
+  std::function<void(const std::string&)> on_note;
 };
 
 struct SweepReport {
@@ -55,6 +58,8 @@ struct SweepReport {
   std::string table;
 };
 
+// Every configuration is first created on every (trace, sample): those that cannot run are listed
+// at once, with their traces and samples, in one std::invalid_argument, before any work.
 // Runs the sweep, then writes out_dir/results.csv (every finished item, sorted): who made each row
 // (trace, its hash, sample, label, policy, params), the budget as numbers (budget_entries,
 // budget_fraction of the prompt; empty for policies without one), one column per parameter of any
