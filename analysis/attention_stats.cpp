@@ -342,12 +342,11 @@ void write_attention_stats(
     const std::string& path, const TraceReader& reader, const StatsOptions& o,
     const std::vector<std::pair<std::string, SampleAttentionStats>>& samples) {
   silence_hdf5_errors();
-  const std::string tmp = path + ".partial";
+  const std::string tmp = begin_partial(path);
   {
     H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, h5_untimed_plist(H5P_FILE_CREATE).get(),
                          H5P_DEFAULT));
     if (!f.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
-    track_partial(tmp);
     h5_write_string_attr(f.get(), "kind", "kvsim-stats");
     h5_write_string_attr(f.get(), "kvsim_version", KVSIM_VERSION);
     h5_write_string_attr(f.get(), "trace", reader.path());
@@ -368,9 +367,7 @@ void write_attention_stats(
     if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0)
       throw TraceError(tmp + ": write failed: " + hdf5_last_error());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw TraceError(path + ": cannot rename from " + tmp);
-  untrack_partial(tmp);
+  publish(path);
 }
 
 }  // namespace kvsim

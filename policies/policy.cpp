@@ -138,27 +138,37 @@ int budget_entries(const PolicyConfig& policy, int prompt_len) {
   }
 }
 
+namespace {
+// NAME@TAG: a second instance of NAME in the same run, labelled by the whole string.
+std::string untagged(const std::string& name) {
+  return name.substr(0, name.find('@'));
+}
+
+const PolicyPreset* find_preset(const std::string& untagged_name) {
+  for (const auto& p : policy_presets())
+    if (p.name == untagged_name) return &p;
+  return nullptr;
+}
+}  // namespace
+
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides) {
   PolicyConfig c;
   c.label = name;
   std::map<std::string, std::string> values;
-  // NAME@TAG: a second instance of NAME in the same run, labelled by the whole string.
-  const std::string base = name.substr(0, name.find('@'));
+  const std::string base = untagged(name);
   if (base.size() != name.size() && (base.empty() || base.size() + 1 == name.size()))
     throw std::invalid_argument("'" + name + "': expected NAME or NAME@TAG");
   std::string policy = base;
   if (base.find(':') != std::string::npos) {
-    const auto& presets = policy_presets();
-    const auto it = std::find_if(presets.begin(), presets.end(),
-                                 [&](const PolicyPreset& p) { return p.name == base; });
-    if (it == presets.end()) {
+    const PolicyPreset* preset = find_preset(base);
+    if (!preset) {
       std::string known;
-      for (const auto& p : presets) known += (known.empty() ? "" : ", ") + p.name;
+      for (const auto& p : policy_presets()) known += (known.empty() ? "" : ", ") + p.name;
       throw std::invalid_argument("unknown preset '" + base + "' (known: " + known + ")");
     }
-    policy = it->policy;
-    values = it->params;
+    policy = preset->policy;
+    values = preset->params;
   }
   for (const auto& [k, v] : overrides) values[k] = v;
   c.info = &PolicyRegistry::instance().get(policy);
@@ -170,10 +180,8 @@ PolicyConfig make_policy_config(const std::string& name,
 namespace {
 // Whether `name` (a preset, optionally NAME@TAG) fixes the budget itself, as hae:table2's 1024.
 bool preset_pins_budget(const std::string& name) {
-  const std::string base = name.substr(0, name.find('@'));
-  for (const auto& p : policy_presets())
-    if (p.name == base) return p.params.count("budget") > 0;
-  return false;
+  const PolicyPreset* preset = find_preset(untagged(name));
+  return preset && preset->params.count("budget") > 0;
 }
 }  // namespace
 

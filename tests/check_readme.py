@@ -24,8 +24,10 @@ def blocks(text):
         f = FENCE.match(lines[i])
         if f:
             j = i + 1
-            while not FENCE.match(lines[j]):
+            while j < len(lines) and not FENCE.match(lines[j]):
                 j += 1
+            if j == len(lines):
+                sys.exit(f"line {i + 1}: a code block is never closed")
             out.append((marker, f.group(1), "\n".join(lines[i + 1:j])))
             marker, i = None, j
         i += 1

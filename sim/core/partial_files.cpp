@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 namespace kvsim {
 
@@ -14,7 +17,10 @@ namespace {
 constexpr int kSlots = 32;
 constexpr std::size_t kPathMax = 4096;
 char g_paths[kSlots][kPathMax];
-std::atomic<bool> g_used[kSlots];
+// Each slot is free, being written (claimed by one thread), or holding a tracked path: threads
+// writing side by side (sweep items) track and untrack at the same time.
+enum Slot : int { kFree = 0, kWriting = 1, kTracked = 2 };
+std::atomic<int> g_slot[kSlots];
 
 extern "C" void on_interrupt(int signal_number) {
   static const char kMessage[] = "\nkvsim: interrupted\n";
@@ -25,24 +31,44 @@ extern "C" void on_interrupt(int signal_number) {
 
 }  // namespace
 
+std::string partial(const std::string& path) {
+  return path + ".partial";
+}
+
+std::string begin_partial(const std::string& path) {
+  track_partial(partial(path));
+  return partial(path);
+}
+
+void publish(const std::string& path) {
+  if (std::rename(partial(path).c_str(), path.c_str()) != 0)
+    throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
+                             std::strerror(errno));
+  untrack_partial(partial(path));
+}
+
 void track_partial(const std::string& partial_path) {
   if (partial_path.size() >= kPathMax) return;  // not tracked: the run still works
   for (int i = 0; i < kSlots; ++i) {
-    if (g_used[i].load()) continue;
+    int expected = kFree;
+    if (!g_slot[i].compare_exchange_strong(expected, kWriting)) continue;
     std::memcpy(g_paths[i], partial_path.c_str(), partial_path.size() + 1);
-    g_used[i].store(true);
+    g_slot[i].store(kTracked);
     return;
   }
 }
 
 void untrack_partial(const std::string& partial_path) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load() && partial_path == g_paths[i]) g_used[i].store(false);
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = kTracked;
+    if (g_slot[i].load() == kTracked && partial_path == g_paths[i])
+      g_slot[i].compare_exchange_strong(expected, kFree);
+  }
 }
 
 void remove_tracked_partials() noexcept {
   for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].exchange(false)) unlink(g_paths[i]);
+    if (g_slot[i].exchange(kFree) == kTracked) unlink(g_paths[i]);
 }
 
 void remove_partials_on_interrupt() {

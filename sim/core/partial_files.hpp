@@ -6,6 +6,12 @@
 
 namespace kvsim {
 
+// `<path>.partial`, where the file `path` is written until it is complete.
+std::string partial(const std::string& path);
+// partial(path), tracked from now until publish(path): the name to open for writing.
+std::string begin_partial(const std::string& path);
+// Renames partial(path) to `path` and stops tracking it; throws std::runtime_error naming both.
+void publish(const std::string& path);
 // Starts / stops tracking a file being written (the .partial path itself).
 void track_partial(const std::string& partial_path);
 void untrack_partial(const std::string& partial_path);

@@ -80,7 +80,7 @@ void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::s
   SampleInfo s = pp.sample;
   s.dtype = o.dtype;
   for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
-  TraceWriter writer(partial(path), info, wo);
+  TraceWriter writer(begin_partial(path), info, wo);
   writer.write_sample(s);
   for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
   if (o.logits) {
@@ -95,7 +95,7 @@ void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::s
 // The output trace, sample by sample from the pieces (values round-trip exactly in either dtype).
 void assemble_trace(const PieceStore& store, const std::vector<std::string>& samples,
                     const TraceInfo& info, const WriteOptions& wo, const std::string& out_path) {
-  TraceWriter writer(partial(out_path), info, wo);
+  TraceWriter writer(begin_partial(out_path), info, wo);
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const TraceReader piece(store.path(i, samples[i]));
     const SampleInfo s = piece.read_sample(samples[i]);

@@ -16,17 +16,12 @@ namespace {
 
 // Opens `<path>.partial` (tracked until published); errors name the user's path.
 std::FILE* open_partial(const std::string& path) {
-  std::FILE* f = std::fopen(partial(path).c_str(), "wb");
+  std::FILE* f = std::fopen(begin_partial(path).c_str(), "wb");
   if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
-  track_partial(partial(path));
   return f;
 }
 
 }  // namespace
-
-std::string partial(const std::string& path) {
-  return path + ".partial";
-}
 
 void check_writable(const std::string& path, const std::string& option) {
   std::FILE* f = std::fopen(partial(path).c_str(), "wb");
@@ -34,13 +29,6 @@ void check_writable(const std::string& path, const std::string& option) {
     throw std::runtime_error(option + " " + path + ": cannot write there: " + std::strerror(errno));
   std::fclose(f);
   std::remove(partial(path).c_str());
-}
-
-void publish(const std::string& path) {
-  if (std::rename(partial(path).c_str(), path.c_str()) != 0)
-    throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
-                             std::strerror(errno));
-  untrack_partial(partial(path));
 }
 
 void write_whole(const std::string& path, const std::string& text) {
@@ -317,10 +305,10 @@ std::string Summary::table() const {
 DecisionWriter::DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), policies_(policies) {
   silence_hdf5_errors();
-  file_ = H5Handle(H5Fcreate(partial(path).c_str(), H5F_ACC_TRUNC,
+  file_ = H5Handle(H5Fcreate(begin_partial(path).c_str(), H5F_ACC_TRUNC,
                              h5_untimed_plist(H5P_FILE_CREATE).get(), H5P_DEFAULT));
   if (!file_.valid()) throw TraceError(path + ": cannot create file: " + hdf5_last_error());
-  track_partial(partial(path));
+
   for (const auto& p : policies) {
     H5Handle g = h5_require_group(file_.get(), p.label);
     h5_write_string_attr(g.get(), "policy", p.info->name);

@@ -9,18 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/partial_files.hpp"
 #include "sim/replay/engine.hpp"
 #include "traces/hdf5_util.hpp"
 
 namespace kvsim {
 
-// Every result file is written to `<path>.partial` and renamed when complete (publish), so an
-// interrupted run never leaves a truncated file under the final name.
-std::string partial(const std::string& path);
+// Every result file is written to `<path>.partial` and renamed when complete (partial, publish:
+// sim/core/partial_files.hpp), so an interrupted run never leaves a truncated file under the final
+// name.
 // Fails at once, before any work, when `path` (given with `option`, e.g. "--summary") cannot be
 // written: the error names the user's path and the operating system's reason.
 void check_writable(const std::string& path, const std::string& option);
-void publish(const std::string& path);
 void write_whole(const std::string& path, const std::string& text);  // via .partial
 std::string read_whole(const std::string& path);                     // throws naming the path
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "sim/core/parallel.hpp"
+#include "sim/core/partial_files.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/results.hpp"
@@ -314,6 +315,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
   // Unique per process and thread (side-by-side items of one sweep write at the same time).
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
                        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  track_partial(tmp.string());  // an interrupted sweep leaves no temporary file
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
@@ -321,6 +323,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
     if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
   }
   fs::rename(tmp, path);
+  untrack_partial(tmp.string());
 }
 
 // Replayer::validate over every trace: one error listing every offender, and the notes.
