@@ -357,15 +357,6 @@ TEST(Engine, AViewShowsOnlyThePositionsThatExist) {
   EXPECT_TRUE(std::equal(known.modality.begin(), known.modality.end(), s.modality.begin()));
 }
 
-std::vector<std::int32_t> read_ints(hid_t f, const std::string& path, std::vector<hsize_t>& shape) {
-  H5Handle d(H5Dopen2(f, path.c_str(), H5P_DEFAULT));
-  EXPECT_TRUE(d.valid()) << path;
-  shape = h5_dataset_shape(d.get());
-  std::vector<std::int32_t> out(shape.empty() ? 0 : shape[0] * shape[1]);
-  if (!out.empty()) H5Dread(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
-  return out;
-}
-
 TEST(Engine, DecisionDumpLayout) {
   TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}, .values = {1, 2, 3, 4, 5, 6}};
   const std::string trace = t.write("dump_trace.h5");

@@ -2,9 +2,10 @@
 #include <thread>
 
 #include "sim/cli/cli.hpp"
+#include "sim/core/progress.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
-#include "sim/core/progress.hpp"
+#include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"
 
 namespace kvsim::cli {
@@ -14,7 +15,7 @@ namespace {
 struct ReplayArgs {
   std::string trace;
   std::vector<std::string> samples, policies, sets;
-  std::string config, out, summary, decisions, budget, compression_ratio;
+  std::string config, out, summary, decisions, budget, compression_ratio, checkpoint;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool diagnostics = false;
   std::string bounds;
@@ -31,6 +32,13 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
   return resolve_policy_list(a.policies, a.sets, a.config, budget, "replayed");
 }
 
+ReplayOptions replay_options(const ReplayArgs& a) {
+  return ReplayOptions{.threads = a.threads,
+                       .diagnostics = a.diagnostics,
+                       .bounds = !a.bounds.empty(),
+                       .bounds_epsilon = a.bounds_epsilon};
+}
+
 }  // namespace
 
 Runner add_replay(CLI::App& app) {
@@ -42,7 +50,8 @@ Runner add_replay(CLI::App& app) {
       "layer, KV head, decode step).");
   app.footer(
       "Examples:\n  kvsim replay demo.h5 -p h2o,snapkv:kvpress,hae --budget 20%\n  kvsim replay "
-      "demo.h5 -p h2o --set h2o.recent=25% -o results.csv --summary summary.csv");
+      "demo.h5 -p h2o --set h2o.recent=25% -o results.csv --summary summary.csv\n"
+      "  # interrupted? the same command again resumes after the last finished sample");
   auto a = std::make_shared<ReplayArgs>();
   app.add_option("trace,-t,--trace", a->trace, "kvtrace v1 file (positional, or -t)")->required();
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
@@ -70,16 +79,16 @@ Runner add_replay(CLI::App& app) {
                  "decode step where a scored policy (hae, h2o) removes entries");
   app.add_option("--bounds-epsilon", a->bounds_epsilon, "Allowed loss ε of Theorem 2.1")
       ->capture_default_str();
+  app.add_option("--checkpoint", a->checkpoint,
+                 "Directory keeping finished samples until the outputs are written, so that "
+                 "rerunning an interrupted replay resumes (default: OUTPUT.checkpoint beside the "
+                 "first output; removed when done)");
   add_threads_option(app, a->threads, "Worker threads (results do not depend on it)");
   return [a] {
     TraceReader reader(a->trace);
     std::vector<PolicyConfig> policies = resolve_policies(*a);
     std::vector<std::string> samples = a->samples.empty() ? reader.sample_names() : a->samples;
-    Replayer replayer(reader, policies,
-                      ReplayOptions{.threads = a->threads,
-                                    .diagnostics = a->diagnostics,
-                                    .bounds = !a->bounds.empty(),
-                                    .bounds_epsilon = a->bounds_epsilon});
+    const Replayer replayer(reader, policies, replay_options(*a));
     // Every policy on every sample before any output exists: all offenders at once, and what a
     // policy adjusted (a window clamped to a small budget) as warnings kept with the results.
     const auto notes = replayer.validate(samples);
@@ -90,47 +99,30 @@ Runner add_replay(CLI::App& app) {
                                        {a->decisions, "--dump-decisions"},
                                        {a->bounds, "--bounds"}})
       if (!path.empty()) check_writable(path, option);
-    std::unique_ptr<StepCsvWriter> csv;
-    if (!a->out.empty()) {
-      csv = std::make_unique<StepCsvWriter>(a->out, policies);
-    }
-    std::unique_ptr<DecisionWriter> decisions;
-    if (!a->decisions.empty()) decisions = std::make_unique<DecisionWriter>(a->decisions, policies);
-    Summary summary(policies);
-    std::unique_ptr<BoundsCsvWriter> bounds;
-    if (!a->bounds.empty())
-      bounds = std::make_unique<BoundsCsvWriter>(a->bounds, policies, a->bounds_epsilon);
+    const ReplayOutputs outputs{.steps_csv = a->out,
+                                .summary_csv = a->summary,
+                                .decisions_h5 = a->decisions,
+                                .bounds_csv = a->bounds,
+                                .checkpoint = a->checkpoint};
     Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
-    replayer.replay_samples(
-        samples,
-        [&](const LayerResult& r) {
-          summary.add(r);
-          if (csv) csv->write(r);
-          if (decisions) decisions->write(r);
-          if (bounds) bounds->write(r);
-        },
-        [&](int) { progress.advance(); });
+    const ReplayRunReport report = run_replay(a->trace, reader, policies, replay_options(*a),
+                                              samples, outputs, notes, [&] { progress.advance(); });
     progress.finish();
-    if (csv) {
-      csv->close();
-      write_policies_sidecar(a->out, policies, notes);  // only beside results that exist
-    }
-    if (decisions) decisions->close();
-    if (bounds) {
-      bounds->close();
+    if (report.samples_resumed > 0)
+      std::fprintf(stderr, "kvsim: resumed: %d of %zu sample(s) were finished in %s\n",
+                   report.samples_resumed, samples.size(), report.checkpoint_dir.c_str());
+    if (!a->bounds.empty())
       std::printf(
           "bounds (%s): Theorem 2.1 checked on %ld layer-head(s), claim failed with its "
           "premise met in %ld; Corollary 2.1 checked at %ld removal(s), failed in %ld\n",
-          a->bounds.c_str(), bounds->theorem_rows, bounds->theorem_failures, bounds->flushes,
-          bounds->corollary_failures);
-    }
-    if (!a->summary.empty()) summary.write_csv(a->summary);
+          a->bounds.c_str(), report.theorem_rows, report.theorem_failures, report.flushes,
+          report.corollary_failures);
     std::printf(
         "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
         "out_rel_err = |o - o_hat| / |o|, out_v_err = |o - o_hat| / sum_j p_j |v_j|, means over "
         "layers, heads and decode steps\n%s",
         a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
-        summary.table().c_str());
+        report.table.c_str());
     return 0;
   };
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -21,10 +22,16 @@ char g_paths[kSlots][kPathMax];
 // writing side by side (sweep items) track and untrack at the same time.
 enum Slot : int { kFree = 0, kWriting = 1, kTracked = 2 };
 std::atomic<int> g_slot[kSlots];
+char g_note[kPathMax + 256];  // printed after "interrupted"; written before the work starts
 
 extern "C" void on_interrupt(int signal_number) {
   static const char kMessage[] = "\nkvsim: interrupted\n";
-  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  if (g_note[0] != 0) {
+    n = write(STDERR_FILENO, "kvsim: ", 7);
+    n = write(STDERR_FILENO, g_note, strlen(g_note));
+    n = write(STDERR_FILENO, "\n", 1);
+  }
   remove_tracked_partials();
   _exit(128 + signal_number);
 }
@@ -69,6 +76,14 @@ void untrack_partial(const std::string& partial_path) {
 void remove_tracked_partials() noexcept {
   for (int i = 0; i < kSlots; ++i)
     if (g_slot[i].exchange(kFree) == kTracked) unlink(g_paths[i]);
+}
+
+void set_interrupt_note(const std::string& note) {
+  const std::size_t n = std::min(note.size(), sizeof g_note - 1);
+  g_note[0] = 0;  // never half a note, should a signal arrive meanwhile
+  std::memcpy(g_note + 1, note.c_str() + std::min<std::size_t>(n, 1), n > 1 ? n - 1 : 0);
+  g_note[n] = 0;
+  if (n > 0) g_note[0] = note[0];
 }
 
 void remove_partials_on_interrupt() {

@@ -17,6 +17,8 @@ void track_partial(const std::string& partial_path);
 void untrack_partial(const std::string& partial_path);
 // Removes every tracked file. Async-signal-safe (unlink only): callable from a SIGINT handler.
 void remove_tracked_partials() noexcept;
+// A line printed after "interrupted" (e.g. where finished work is kept); "" for none.
+void set_interrupt_note(const std::string& note);
 // Installs SIGINT and SIGTERM handlers that say "interrupted", remove the tracked files and exit
 // with 128 + the signal number.
 void remove_partials_on_interrupt();

@@ -60,14 +60,33 @@ std::string csv_quote(const std::string& s) {
   return q + "\"";
 }
 
+void append_file(std::FILE* to, const std::string& to_path, const std::string& from,
+                 bool skip_header) {
+  std::FILE* in = std::fopen(from.c_str(), "rb");
+  if (!in) throw std::runtime_error(from + ": cannot open: " + std::strerror(errno));
+  if (skip_header)
+    for (int c = std::fgetc(in); c != EOF && c != '\n'; c = std::fgetc(in)) {
+    }
+  std::vector<char> buf(1 << 20);
+  bool ok = true;
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), in)) > 0;)
+    ok = ok && std::fwrite(buf.data(), 1, n, to) == n;
+  const bool read_failed = std::ferror(in) != 0;
+  std::fclose(in);
+  if (read_failed) throw std::runtime_error(from + ": read failed");
+  if (!ok) throw std::runtime_error(to_path + ": write failed (disk full?)");
+}
+
+const char* StepCsvWriter::header() {
+  return "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+         "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,"
+         "misses_top10,evicted_mass,cumulative_evicted_mass,regret\n";
+}
+
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), file_(open_partial(path)) {
   for (const auto& p : policies) labels_.push_back(p.label);
-  std::fputs(
-      "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-      "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,misses_top10,"
-      "evicted_mass,cumulative_evicted_mass,regret\n",
-      file_);
+  std::fputs(header(), file_);
 }
 
 StepCsvWriter::~StepCsvWriter() {
@@ -141,9 +160,12 @@ BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<Poli
                                  double epsilon)
     : path_(path), epsilon_(epsilon) {
   for (const auto& p : policies) labels_.push_back(p.label);
-  out_ =
-      "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,"
-      "premise,holds\n";
+  out_ = header();
+}
+
+const char* BoundsCsvWriter::header() {
+  return "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,"
+         "bound,premise,holds\n";
 }
 
 void BoundsCsvWriter::write(const LayerResult& r) {
@@ -194,25 +216,85 @@ void Summary::Acc::add(const StepMetrics& m) {
   }
 }
 
+void Summary::Acc::merge(const Acc& a) {
+  cache += a.cache;
+  attended += a.attended;
+  recall += a.recall;
+  error += a.error;
+  value_error += a.value_error;
+  kv_bytes += a.kv_bytes;
+  min_recall = std::min(min_recall, a.min_recall);
+  prefill_kept += a.prefill_kept;
+  count += a.count;
+  error_count += a.error_count;
+}
+
 void Summary::add(const LayerResult& r) {
   Acc& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
-  Acc& all = per_policy_[r.policy_index];
-  kv_bytes_per_step_[r.policy_index] += 0;  // present even for samples without decode steps
   for (const auto& head : r.steps)
-    for (const auto& m : head) {
-      layer.add(m);
-      all.add(m);
-      kv_bytes_per_step_[r.policy_index] += m.kv_bytes;
+    for (const auto& m : head) layer.add(m);
+  layer.prefill_kept += r.prefill_kept_min;
+  PerSample& sample = per_sample_[{r.policy_index, r.sample}];
+  if (r.layer == 0 && !r.steps.empty()) sample.steps = static_cast<long>(r.steps[0].size());
+  sample.budget = r.budget_entries;
+}
+
+std::map<int, Summary::Total> Summary::totals() const {
+  std::map<int, Total> out;
+  for (const auto& [key, acc] : per_layer_) {
+    Total& t = out[std::get<0>(key)];
+    t.acc.merge(acc);
+    ++t.layers;
+  }
+  for (const auto& [key, s] : per_sample_) out[key.first].steps += s.steps;
+  return out;
+}
+
+std::string Summary::sample_state(const std::string& sample) const {
+  std::string out;
+  char line[512];
+  for (const auto& [key, a] : per_layer_) {
+    if (std::get<1>(key) != sample) continue;
+    std::snprintf(line, sizeof line, "layer %d %d %ld %ld %a %a %a %a %a %a %a %a\n",
+                  std::get<0>(key), std::get<2>(key), a.count, a.error_count, a.cache, a.attended,
+                  a.recall, a.error, a.value_error, a.kv_bytes, a.min_recall, a.prefill_kept);
+    out += line;
+  }
+  for (const auto& [key, s] : per_sample_) {
+    if (key.second != sample) continue;
+    std::snprintf(line, sizeof line, "sample %d %ld %d\n", key.first, s.steps, s.budget);
+    out += line;
+  }
+  return out;
+}
+
+void Summary::add_sample_state(const std::string& sample, const std::string& state,
+                               const std::string& origin) {
+  std::istringstream in(state);
+  std::string line;
+  const int policies = static_cast<int>(policies_.size());
+  while (std::getline(in, line)) {
+    int policy = -1, layer = -1, budget = -1;
+    long steps = 0;
+    Acc a;
+    if (std::sscanf(line.c_str(), "layer %d %d %ld %ld %la %la %la %la %la %la %la %la", &policy,
+                    &layer, &a.count, &a.error_count, &a.cache, &a.attended, &a.recall, &a.error,
+                    &a.value_error, &a.kv_bytes, &a.min_recall, &a.prefill_kept) == 12 &&
+        policy >= 0 && policy < policies && layer >= 0) {
+      per_layer_[{policy, sample, layer}] = a;
+    } else if (std::sscanf(line.c_str(), "sample %d %ld %d", &policy, &steps, &budget) == 3 &&
+               policy >= 0 && policy < policies) {
+      per_sample_[{policy, sample}] = PerSample{steps, budget};
+    } else {
+      throw std::runtime_error(origin + ": unreadable summary line '" + line + "'");
     }
-  if (r.layer == 0 && !r.steps.empty()) steps_[r.policy_index] += r.steps[0].size();
-  prefill_kept_[r.policy_index] += r.prefill_kept_min;
-  prefill_layers_[r.policy_index] += 1;
-  budget_entries_[{r.policy_index, r.sample}] = r.budget_entries;
+  }
 }
 
 std::string Summary::budget_entries(int policy) const {
   int lo = -1, hi = -1;
-  for (const auto& [key, n] : budget_entries_) {
+  for (const auto& [key, s] : per_sample_) {
+    const int n = s.budget;
     if (key.first != policy || n < 0) continue;
     lo = lo < 0 ? n : std::min(lo, n);
     hi = std::max(hi, n);
@@ -247,12 +329,12 @@ void Summary::write_csv(const std::string& path) const {
     out += "," + budget + "\n";
   };
   for (const auto& [key, acc] : per_layer_) {
-    const int b = budget_entries_.at({std::get<0>(key), std::get<1>(key)});
+    const int b = per_sample_.at({std::get<0>(key), std::get<1>(key)}).budget;
     row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
         b < 0 ? "" : std::to_string(b));
   }
-  for (const auto& [p, acc] : per_policy_)
-    row(policies_[p].label, "all", "all", acc, budget_entries(p));
+  for (const auto& [p, total] : totals())
+    row(policies_[p].label, "all", "all", total.acc, budget_entries(p));
   write_whole(path, out);
 }
 
@@ -264,7 +346,8 @@ std::string Summary::table() const {
   // The budget as given, what it resolved to in entries, and the lookahead mark.
   std::map<int, std::string> budgets;
   int bw = 18;
-  for (const auto& [p, a] : per_policy_) {
+  const std::map<int, Total> all = totals();
+  for (const auto& [p, total] : all) {
     const auto& vals = policies_[p].params.values();
     const auto it = vals.find("budget");
     std::string& budget = budgets[p] = it == vals.end() ? "-" : it->second;
@@ -276,13 +359,13 @@ std::string Summary::table() const {
                 bw, "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
                 "out_v_err", "KV_MiB/step");
   os << line;
-  for (const auto& [p, a] : per_policy_) {
+  for (const auto& [p, total] : all) {
+    const Acc& a = total.acc;
     const auto& cfg = policies_[p];
     const std::string& budget = budgets.at(p);
     const double n = std::max<long>(a.count, 1);
-    const double kept = prefill_kept_.at(p) / std::max<long>(prefill_layers_.at(p), 1);
-    const double mib = kv_bytes_per_step_.at(p) /
-                       std::max<long>(steps_.count(p) ? steps_.at(p) : 1, 1) / (1024.0 * 1024.0);
+    const double kept = a.prefill_kept / std::max<long>(total.layers, 1);
+    const double mib = a.kv_bytes / std::max<long>(total.steps, 1) / (1024.0 * 1024.0);
     char err[32] = "-", verr[32] = "-";
     if (a.error_count) {
       std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
@@ -346,6 +429,20 @@ void DecisionWriter::write(const LayerResult& r) {
     std::vector<std::int32_t> mg;
     for (const auto& m : r.merged[g]) mg.insert(mg.end(), {m.step, m.position, m.into_position});
     write_int_matrix(grp.get(), "merged", mg, 3, path_);
+  }
+}
+
+void DecisionWriter::copy_sample(const std::string& from, const std::string& sample) {
+  H5Handle src(H5Fopen(from.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!src.valid()) throw TraceError(from + ": cannot open: " + hdf5_last_error());
+  for (const auto& cfg : policies_) {
+    const std::string path = cfg.label + "/samples/" + sample;
+    if (!h5_path_exists(src.get(), path)) continue;
+    H5Handle parent = h5_require_group(file_.get(), cfg.label + "/samples");
+    if (H5Ocopy(src.get(), path.c_str(), parent.get(), sample.c_str(), H5P_DEFAULT, H5P_DEFAULT) <
+        0)
+      throw TraceError(path_ + ": cannot copy '" + path + "' from " + from + ": " +
+                       hdf5_last_error());
   }
 }
 

@@ -29,10 +29,16 @@ std::string read_whole(const std::string& path);                     // throws n
 void append_float(std::string& out, double x);
 std::string csv_quote(const std::string& s);
 
+// Appends the file `from` to `to`, leaving out its first line when `skip_header`; throws naming
+// `to_path` when writing fails.
+void append_file(std::FILE* to, const std::string& to_path, const std::string& from,
+                 bool skip_header);
+
 // One row per (policy, sample, layer, KV head, decode step).
 class StepCsvWriter {
  public:
   StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
+  static const char* header();
   ~StepCsvWriter();
   void write(const LayerResult& r);
   void close();
@@ -49,7 +55,9 @@ class StepCsvWriter {
 void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
                             const std::map<std::string, std::vector<std::string>>& notes = {});
 
-// Aggregates results per (policy, sample, layer) and overall.
+// Aggregates results per (policy, sample, layer) and overall. The overall figures fold the
+// per-layer sums in (sample, layer) order, so a replay resumed from finished samples
+// (add_sample_state) prints and writes the same bytes as one that ran straight through.
 class Summary {
  public:
   explicit Summary(const std::vector<PolicyConfig>& policies) : policies_(policies) {}
@@ -57,23 +65,35 @@ class Summary {
   void write_csv(const std::string& path) const;
   // The human-readable comparison table printed by `kvsim replay`.
   std::string table() const;
+  // What `sample` contributed, exactly (hexadecimal floating point): what a checkpoint keeps.
+  std::string sample_state(const std::string& sample) const;
+  // Adds a sample_state() back; throws std::runtime_error naming `origin` when it is malformed.
+  void add_sample_state(const std::string& sample, const std::string& state,
+                        const std::string& origin);
 
   struct Acc {
     double cache = 0, attended = 0, recall = 0, error = 0, value_error = 0, kv_bytes = 0;
     double min_recall = 1e30;
+    double prefill_kept = 0;  // per layer: the fewest entries a head kept after the prefill
     long count = 0, error_count = 0;
     void add(const StepMetrics& m);
+    void merge(const Acc& a);
   };
 
  private:
+  struct PerSample {
+    long steps = 0;   // decode steps of the sample
+    int budget = -1;  // resolved budget in entries; -1 without one
+  };
+  struct Total {
+    Acc acc;
+    long layers = 0, steps = 0;
+  };
   std::vector<PolicyConfig> policies_;
-  std::map<std::tuple<int, std::string, int>, Acc> per_layer_;  // (policy, sample, layer)
-  std::map<int, Acc> per_policy_;
-  std::map<int, double> kv_bytes_per_step_;  // Σ over layers/heads/steps/samples, per policy
-  std::map<int, long> steps_;                // decode steps counted (per sample) per policy
-  std::map<int, double> prefill_kept_;       // Σ over layers of min entries kept after prefill
-  std::map<int, long> prefill_layers_;
-  std::map<std::pair<int, std::string>, int> budget_entries_;  // (policy, sample): resolved budget
+  std::map<std::tuple<int, std::string, int>, Acc> per_layer_;   // (policy, sample, layer)
+  std::map<std::pair<int, std::string>, PerSample> per_sample_;  // (policy, sample)
+  // Every policy with results: the per-layer sums folded in (sample, layer) order.
+  std::map<int, Total> totals() const;
   // The resolved budget of a policy over every sample: "128", "96-128" when samples differ, ""
   // without a budget.
   std::string budget_entries(int policy) const;
@@ -89,6 +109,7 @@ class BoundsCsvWriter {
                   double epsilon);
   void write(const LayerResult& r);
   void close();
+  static const char* header();
   long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;
 
  private:
@@ -105,6 +126,8 @@ class DecisionWriter {
  public:
   DecisionWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
   void write(const LayerResult& r);
+  // Copies what the DecisionWriter file `from` holds for `sample` (every policy's group).
+  void copy_sample(const std::string& from, const std::string& sample);
   void close();
 
  private:
