@@ -24,10 +24,8 @@ import warnings
 from collections import defaultdict
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
 # Metrics that do not apply (no image tokens, no decode steps) are NaN in the result files; their
 # means are NaN too, which the plots leave blank.
@@ -47,7 +45,7 @@ def policy_colour(name):
     base = name.split(":")[0].split("@")[0]
     if base in POLICY_COLOURS:
         return POLICY_COLOURS[base]
-    palette = plt.get_cmap("tab20").colors
+    palette = matplotlib.colormaps["tab20"].colors
     return palette[sum(map(ord, base)) % len(palette)]
 
 
@@ -69,19 +67,29 @@ def layer_axis(ax):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def new_figure(rows=1, cols=1, figsize=None, **kwargs):
+    """A Figure and its axes, outside pyplot's global state: nothing accumulates over a long
+    run, and a notebook shows a returned Figure once."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(rows, cols, **kwargs)
+
+
 def save(fig, out, stem, written, context=None):
-    """PNG and PDF; `context` (trace and sample) goes above the panels' own titles."""
+    """PNG and PDF in the directory `out`, or, when `out` is a dict (kvsim.plot), the finished
+    Figure under `stem`. `context` (trace and sample) goes above the panels' own titles."""
     for ax in fig.axes:
         if ax.get_xlabel() == "layer":
             layer_axis(ax)
     if context:
         fig.suptitle(context, fontsize=9)
     fig.tight_layout()
+    if isinstance(out, dict):
+        out[stem] = fig
+        return
     for ext in ("png", "pdf"):
         path = os.path.join(out, f"{stem}.{ext}")
         fig.savefig(path, dpi=150)
         written.append(path)
-    plt.close(fig)
 
 
 def find_inputs(paths):
@@ -123,7 +131,7 @@ def stats_figures(path, out, written):
             L = g["entropy"].shape[0]
             layers = np.arange(L)
 
-            fig, ax = plt.subplots(figsize=(6, 3.5))
+            fig, ax = new_figure(figsize=(6, 3.5))
             sp = np.nanmean(g["sparsity_causal"][()], axis=1)
             for k, label in enumerate(["all keys", "text keys", "vision keys"]):
                 ax.plot(layers, 100 * sp[:, k], marker="o", ms=3, label=label)
@@ -132,7 +140,7 @@ def stats_figures(path, out, written):
             ax.legend()
             save(fig, out, f"{stem}_sparsity", written, context=f"{tag}, sample {name}")
 
-            fig, ax = plt.subplots(figsize=(6, 3.5))
+            fig, ax = new_figure(figsize=(6, 3.5))
             var = np.nanmean(g["cumulative_variance"][()], axis=1)
             ax.semilogy(layers, var[:, 0], marker="o", ms=3, label="text tokens")
             ax.semilogy(layers, var[:, 1], marker="s", ms=3, label="vision tokens")
@@ -141,7 +149,7 @@ def stats_figures(path, out, written):
             ax.legend()
             save(fig, out, f"{stem}_cumulative_variance", written, context=f"{tag}, sample {name}")
 
-            fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
+            fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
             for i, p in enumerate(ppci_p):
                 a1.plot(layers, 100 * g["ppci_layers"][i], marker="o", ms=3, label=f"{p:.0%} PPCI")
             a1.set(title="PPCI of image tokens vs layer 0", xlabel="layer", ylabel="PPCI (%)",
@@ -156,14 +164,14 @@ def stats_figures(path, out, written):
             a2.legend(fontsize=8)
             save(fig, out, f"{stem}_ppci", written, context=f"{tag}, sample {name}")
 
-            fig, ax = plt.subplots(figsize=(5, 4.2))
+            fig, ax = new_figure(figsize=(5, 4.2))
             im = ax.imshow(g["layer_cosine"][()], vmin=0, vmax=1, cmap="viridis", origin="lower")
             ax.set(title="Cosine similarity of attention between layers", xlabel="layer",
                    ylabel="layer")
             fig.colorbar(im, ax=ax, label="cosine similarity")
             save(fig, out, f"{stem}_layer_similarity", written, context=f"{tag}, sample {name}")
 
-            fig, ax = plt.subplots(figsize=(6, 3.5))
+            fig, ax = new_figure(figsize=(6, 3.5))
             ax.plot(layers, g["entropy"][()], marker="o", ms=3, label="attention entropy")
             ax.plot(layers, g["cross_modal_entropy"][()], marker="s", ms=3,
                     label="cross-modal entropy $E_{CM}$")
@@ -172,7 +180,7 @@ def stats_figures(path, out, written):
             save(fig, out, f"{stem}_entropy", written, context=f"{tag}, sample {name}")
 
             if "key_nearest_cosine" in g:
-                fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
+                fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
                 kq = [float(x) for x in str(f.attrs["key_quantiles"]).split(",")]
                 near = g["key_nearest_cosine"][()]
                 mid = int(np.argmin([abs(q - 0.5) for q in kq]))
@@ -191,7 +199,7 @@ def stats_figures(path, out, written):
                 a2.legend(fontsize=8)
                 save(fig, out, f"{stem}_key_similarity", written, context=f"{tag}, sample {name}")
 
-            fig, ax = plt.subplots(figsize=(7, 4))
+            fig, ax = new_figure(figsize=(7, 4))
             im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,
                            cmap="coolwarm", origin="lower", aspect="auto")
             ax.set(title="Per-head modality preference", xlabel="layer", ylabel="head")
@@ -200,7 +208,7 @@ def stats_figures(path, out, written):
 
             seg = g["segment_share"][()]
             if seg.shape[1] > 0:
-                fig, ax = plt.subplots(figsize=(6, 3.5))
+                fig, ax = new_figure(figsize=(6, 3.5))
                 mean = np.nanmean(seg, axis=0)
                 for k, label in enumerate(["system", "image", "user instruction", "generated"]):
                     ax.plot(100 * mean[:, k], label=label)
@@ -215,37 +223,42 @@ class ReplayMeans:
     per label, sums by layer of the plotted columns, and overall sums of what the budget figure
     needs."""
 
-    def __init__(self, path):
+    COLUMNS = ("policy", "layer", "mass_recall", "hit_rate_top10", "cache_size",
+               "output_rel_error")
+
+    def __init__(self, path=None, rows=None, params=None):
+        """From a replay CSV at `path` (and its .policies.csv), or from `rows`: tuples of
+        COLUMNS, empty strings or NaN where a value is missing, with `params` as
+        {label: (policy, {key: value})}."""
         self.by_layer = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # (label, col) -> layer
         self.total = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])  # cache, n, err, n_err, recall
         self.has_hits = False
-        with open(path, newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader)
-            col = {name: i for i, name in enumerate(header)}
-            ip, il = col["policy"], col["layer"]
-            ir, ih, ic, ie = (col["mass_recall"], col["hit_rate_top10"], col["cache_size"],
-                              col["output_rel_error"])
-            for r in reader:
-                label, layer = r[ip], int(r[il])
-                acc = self.by_layer[(label, "mass_recall")][layer]
-                acc[0] += float(r[ir]); acc[1] += 1
-                if r[ih] != "":
-                    self.has_hits = True
-                    acc = self.by_layer[(label, "hit_rate_top10")][layer]
-                    acc[0] += float(r[ih]); acc[1] += 1
-                t = self.total[label]
-                t[0] += float(r[ic]); t[1] += 1; t[4] += float(r[ir])
-                if r[ie] != "":
-                    t[2] += float(r[ie]); t[3] += 1
+        self.params = dict(params or {})
+        if path is not None:
+            with open(path, newline="") as f:
+                reader = csv.reader(f)
+                col = {name: i for i, name in enumerate(next(reader))}
+                index = [col[c] for c in self.COLUMNS]
+                for r in reader:
+                    self.add(*(r[i] for i in index))
+            self.params.update(read_policies_sidecar(path))
+        for r in rows or ():
+            self.add(*r)
         self.labels = list(self.total)
-        self.params = {}
-        side = path[:-4] + ".policies.csv" if path.endswith(".csv") else path + ".policies.csv"
-        if os.path.exists(side):
-            with open(side, newline="") as f:
-                for r in csv.DictReader(f):
-                    self.params[r["label"]] = (r["policy"], dict(
-                        kv.split("=", 1) for kv in r["params"].split(",") if "=" in kv))
+
+    def add(self, label, layer, recall, hit, cache, error):
+        missing = ("", None)
+        layer, recall = int(layer), float(recall)
+        acc = self.by_layer[(label, "mass_recall")][layer]
+        acc[0] += recall; acc[1] += 1
+        if hit not in missing and hit == hit:  # not NaN
+            self.has_hits = True
+            acc = self.by_layer[(label, "hit_rate_top10")][layer]
+            acc[0] += float(hit); acc[1] += 1
+        t = self.total[label]
+        t[0] += float(cache); t[1] += 1; t[4] += recall
+        if error not in missing and error == error:
+            t[2] += float(error); t[3] += 1
 
     def by_layer_of(self, label, column):
         per = self.by_layer[(label, column)]
@@ -253,28 +266,49 @@ class ReplayMeans:
         return layers, [per[l][0] / per[l][1] for l in layers]
 
 
-def replay_figures(paths, out, written):
+def read_policies_sidecar(path):
+    """{label: (policy, {key: value})} from the .policies.csv beside a replay CSV, if any."""
+    side = path[:-4] + ".policies.csv" if path.endswith(".csv") else path + ".policies.csv"
+    out = {}
+    if os.path.exists(side):
+        with open(side, newline="") as f:
+            for r in csv.DictReader(f):
+                out[r["label"]] = (r["policy"], dict(
+                    kv.split("=", 1) for kv in r["params"].split(",") if "=" in kv))
+    return out
+
+
+def recall_by_layer_figure(m, where):
+    """Mean mass recall (and hit rate, when the replay had --diagnostics) by layer, per label."""
+    columns = [("mass_recall", "mass recall", "recall by layer")]
+    if m.has_hits:
+        columns.append(("hit_rate_top10", "hit rate of the top 10% keys", "hit rate by layer"))
+    fig, axes = new_figure(1, len(columns), figsize=(6.5 * len(columns), 4.2), squeeze=False)
+    for ax, (column, ylabel, title) in zip(axes[0], columns):
+        for label in m.labels:
+            layers, values = m.by_layer_of(label, column)
+            ax.plot(layers, values, ms=3, label=label, **policy_style(label))
+        ax.set(title=f"{where}: mean {title}", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
+        layer_axis(ax)
+        ax.legend(fontsize=6, ncol=2)
+    return fig
+
+
+def replay_figures(paths, out, written, means=None):
+    """Per replay (a CSV path, or a (tag, ReplayMeans) pair in `means`): recall by layer; over all
+    of them, error and recall against the entries held for every policy replayed at two budgets
+    or more."""
     # (curve, budget as given) -> the sums of every file that replayed it: one point per budget
     # swept, placed at the entries it actually held.
     points = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])
     names = defaultdict(set)  # curve -> the labels it was given
-    for path in paths:
-        tag = os.path.splitext(os.path.basename(path))[0]
-        m = ReplayMeans(path)
-        columns = [("mass_recall", "mass recall", "recall by layer")]
-        if m.has_hits:
-            columns.append(("hit_rate_top10", "hit rate of the top 10% keys", "hit rate by layer"))
+    sources = [(os.path.splitext(os.path.basename(p))[0], None, p) for p in paths]
+    sources += [(tag, m, None) for tag, m in means or ()]
+    for tag, m, path in sources:
+        m = m or ReplayMeans(path)
         budgets = sorted({p.get("budget", "") for _, p in m.params.values()} - {""})
         where = f"{tag}" + (f", budget {', '.join(budgets)}" if budgets else "")
-        fig, axes = plt.subplots(1, len(columns), figsize=(6.5 * len(columns), 4.2), squeeze=False)
-        for ax, (column, ylabel, title) in zip(axes[0], columns):
-            for label in m.labels:
-                layers, values = m.by_layer_of(label, column)
-                ax.plot(layers, values, ms=3, label=label, **policy_style(label))
-            ax.set(title=f"{where}: mean {title}", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
-            layer_axis(ax)
-            ax.legend(fontsize=6, ncol=2)
-        save(fig, out, f"{tag}_recall_by_layer", written)
+        save(recall_by_layer_figure(m, where), out, f"{tag}_recall_by_layer", written)
         for label in m.labels:
             policy, p = m.params.get(label, (label, {}))
             if "budget" not in p:
@@ -299,7 +333,7 @@ def replay_figures(paths, out, written):
             name += " (" + ",".join(f"{k}={v}" for k, v in key[1]) + ")"
         multi[name] = sorted(pts)
     if multi:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
         for policy, pts in sorted(multi.items()):
             xs, errors, recalls = zip(*pts)
             a1.plot(xs, errors, label=policy, **policy_style(policy))
@@ -328,7 +362,7 @@ def live_figures(steps, summaries, replays, out, written):
         by_step = defaultdict(lambda: defaultdict(list))
         for r in read_rows(steps):
             by_step[r["policy"]][int(r["step"])].append(float(r["kl"]))
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = new_figure(figsize=(6, 4))
         for label, per in sorted(by_step.items()):
             xs = sorted(per)
             ax.plot(xs, [np.mean(per[x]) for x in xs], ms=3, label=label, **policy_style(label))
@@ -343,7 +377,7 @@ def live_figures(steps, summaries, replays, out, written):
         for k in ("top1_agreement", "answer_overlap", "kv_fraction", "mean_kl"):
             acc[r["policy"]][k].append(float(r[k]))
     labels = sorted(acc)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    fig, axes = new_figure(1, 3, figsize=(15, 3.8))
     for ax, (key, title) in zip(axes, [("top1_agreement", "top-1 agreement (teacher-forced)"),
                                         ("answer_overlap", "greedy answer overlap (LCS)"),
                                         ("kv_fraction", "peak KV memory / full cache")]):
@@ -355,7 +389,6 @@ def live_figures(steps, summaries, replays, out, written):
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set(title=f"{title}\n(mean over samples; bars: ± one standard deviation)",
                ylim=(0, 1.15))
-    fig.tight_layout()
     save(fig, out, "live_summary", written)
     if replays:
         recall = defaultdict(list)
@@ -363,7 +396,7 @@ def live_figures(steps, summaries, replays, out, written):
             recall[r["policy"]].append(float(r["mass_recall"]))
         common = [l for l in labels if l in recall]
         if common:
-            fig, ax = plt.subplots(figsize=(5, 4))
+            fig, ax = new_figure(figsize=(5, 4))
             for l in common:
                 ax.scatter(np.mean(recall[l]), np.mean(acc[l]["top1_agreement"]), label=l,
                            color=policy_colour(l))
@@ -382,6 +415,7 @@ def main(argv):
     if missing:
         print("figures: no such file or directory: " + ", ".join(missing), file=sys.stderr)
         return 1
+    matplotlib.use("Agg")
     os.makedirs(args.out, exist_ok=True)
     stats, replays, sweeps, live_steps, live_summaries = find_inputs(args.results)
     if not stats and not replays and not sweeps and not live_steps and not live_summaries:
@@ -396,7 +430,10 @@ def main(argv):
     if live_steps or live_summaries:
         live_figures(live_steps, live_summaries, replays, args.out, written)
     for sw in sweeps:  # sweep results: the recipe report (table, per-parameter figures, Pareto)
-        import sweep_report
+        try:
+            from . import sweep_report  # inside the kvsim package
+        except ImportError:
+            import sweep_report
         sub = os.path.join(args.out, os.path.basename(os.path.dirname(os.path.abspath(sw))) or "sweep")
         sweep_written = sweep_report.report(sw, sub)
         if not sweep_written:

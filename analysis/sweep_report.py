@@ -17,14 +17,13 @@ import os
 import sys
 from collections import defaultdict
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import policy_colour, save  # noqa: E402
+try:
+    from .figures import new_figure, policy_colour, save  # inside the kvsim package
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures import new_figure, policy_colour, save
 
 
 def parse_label(label):
@@ -114,7 +113,7 @@ def axis_figures(table, out, written):
             if len(groups) < 2:
                 continue
             xs = sorted(groups, key=lambda v: (isinstance(v, str), v))
-            fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+            fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.6))
             labels = [str(x) for x in xs]
             pos = np.arange(len(xs)) if any(isinstance(x, str) for x in xs) else np.array(xs, dtype=float)
             xlabel = key
@@ -155,7 +154,7 @@ def held_figure(table, out, written):
               if len(v) >= 2}
     if not curves:
         return
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
     for name, rs in sorted(curves.items()):
         x = [r["mean_cache_size"] for r in rs]
         a1.plot(x, [r["mean_mass_recall"] for r in rs], marker="o", ms=3, label=name,
@@ -170,7 +169,7 @@ def held_figure(table, out, written):
 
 
 def pareto_figure(table, out, written):
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
     by_policy = defaultdict(list)
     for r in table:
         by_policy[r["policy"]].append(r)
@@ -192,6 +191,17 @@ def pareto_figure(table, out, written):
            ylabel="mean relative output error")
     a1.legend(fontsize=7, ncol=2)
     save(fig, out, "pareto", written)
+
+
+def figures(results, out):
+    """The figures of a sweep's rows (dicts as read from results.csv) into `out`: a directory,
+    or a dict that receives them by name (kvsim.plot). Returns the paths written."""
+    table = summarise(results)
+    written = []
+    axis_figures(table, out, written)
+    held_figure(table, out, written)
+    pareto_figure(table, out, written)
+    return written
 
 
 def report(results_path, out):

@@ -1,0 +1,97 @@
+"""kvsim.plot: Figures from results in memory or on disk, their data checked against sums done
+here independently (pandas group-bys, numpy softmax)."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+import kvsim
+import kvsim.plot as kp
+
+BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+
+class Plot(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        cls.trace = os.path.join(cls.dir, "t.h5")
+        subprocess.run([BINARY, "synth", "--out", cls.trace, "--layers", "3", "--heads", "4",
+                        "--kv-heads", "2", "--head-dim", "16", "--media-tokens", "48",
+                        "--user-tokens", "8", "--gen", "12"], check=True, capture_output=True)
+
+    def test_recall_by_layer_is_the_mean_per_policy_and_layer(self):
+        res = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="25%")
+        df = pd.DataFrame(res)
+        expected = df.groupby(["policy", "layer"])["mass_recall"].mean()
+        for source in (res, df):
+            fig = kp.recall_by_layer(source)
+            self.assertIsInstance(fig, Figure)
+            lines = {l.get_label(): l for l in fig.axes[0].lines}
+            self.assertEqual(set(lines), {"h2o", "snapkv"})
+            for label, line in lines.items():
+                np.testing.assert_allclose(line.get_ydata(), expected[label].to_numpy(), rtol=1e-6)
+                self.assertEqual(list(line.get_xdata()), [0, 1, 2])
+
+    def test_budget_curves_put_each_budget_at_the_entries_held(self):
+        runs = {b: kvsim.replay(self.trace, ["h2o", "streamingllm"], budget=b)
+                for b in ("10%", "20%", "40%")}
+        fig = kp.budget_curves(runs)
+        error_axes = fig.axes[0]
+        lines = {l.get_label(): l for l in error_axes.lines}
+        self.assertEqual(set(lines), {"h2o", "streamingllm"})
+        for label, line in lines.items():
+            held = sorted(pd.DataFrame(r).groupby("policy")["cache_size"].mean()[label]
+                          for r in runs.values())
+            np.testing.assert_allclose(line.get_xdata(), held, rtol=1e-9)
+        with self.assertRaises(ValueError):
+            kp.budget_curves({"10%": runs["10%"]})
+
+    def test_sweep_figures_from_the_dict_the_frame_and_the_file(self):
+        out = os.path.join(self.dir, "sweep")
+        res = kvsim.sweep(self.trace, ["h2o"], out, grid={"h2o.budget": ["10%", "20%", "40%"]})
+        for source in (res, pd.DataFrame(res), os.path.join(out, "results.csv")):
+            figs = kp.sweep(source)
+            self.assertEqual(sorted(figs), ["h2o_budget", "held_vs_error", "pareto"])
+            fig = kp.budget_curves(source)
+            (line,) = fig.axes[0].lines
+            df = pd.DataFrame(res)
+            held = sorted(df.groupby("label")["mean_cache_size"].mean())
+            np.testing.assert_allclose(line.get_xdata(), held, rtol=1e-9)
+
+    def test_attention_map_is_the_causal_softmax_of_one_head(self):
+        t = kvsim.Trace(self.trace)
+        s = t.sample(t.samples()[0])
+        fig = kp.attention(t, s.name, layer=1, head=3, gamma=1.0)
+        shown = np.asarray(fig.axes[0].images[0].get_array(), dtype=np.float64)
+        q = s.layer(1)["q"][:, 3, :].astype(np.float64)
+        k = s.layer(1)["k"][:, 3 // 2, :].astype(np.float64)  # 4 query heads on 2 KV heads
+        T = q.shape[0]
+        expected = np.zeros((T, T))
+        for i in range(T):
+            logits = k[: i + 1] @ q[i] * t.scale
+            w = np.exp(logits - logits.max())
+            expected[i, : i + 1] = w / w.sum()
+        np.testing.assert_allclose(shown, expected, atol=1e-9)
+
+    def test_modality_shares_stack_to_one_per_head(self):
+        t = kvsim.Trace(self.trace)
+        fig = kp.modality_shares(t, t.samples()[0], layer=2)
+        bars = fig.axes[0].patches
+        heights = np.array([b.get_height() for b in bars]).reshape(4, t.num_heads)
+        np.testing.assert_allclose(heights.sum(axis=0), 1.0, atol=1e-9)
+
+    def test_bad_input_is_a_clear_error(self):
+        with self.assertRaises(TypeError):
+            kp.recall_by_layer(42)
+        with self.assertRaises(ValueError):
+            kp.recall_by_layer({"policy": ["h2o"]})
+
+
+if __name__ == "__main__":
+    unittest.main()
