@@ -176,4 +176,36 @@ std::vector<double> text_prior_priority(std::span<const double> scores,
   return out;
 }
 
+std::vector<std::vector<std::uint8_t>> keep_head_adaptive(
+    const std::vector<std::vector<double>>& scores, int keep, double alpha,
+    const std::vector<std::vector<std::uint8_t>>& forced) {
+  const int heads = static_cast<int>(scores.size());
+  const int floor_n = static_cast<int>(alpha * keep);
+  std::vector<std::vector<std::uint8_t>> kept(heads);
+  long left = static_cast<long>(heads) * keep;
+  struct Candidate {
+    double score;
+    int entry, head;
+  };
+  std::vector<Candidate> pool;
+  for (int g = 0; g < heads; ++g) {
+    const int forced_n =
+        static_cast<int>(std::count(forced[g].begin(), forced[g].end(), std::uint8_t{1}));
+    kept[g] = keep_top_scores(scores[g], forced_n + floor_n, forced[g]);
+    left -= std::count(kept[g].begin(), kept[g].end(), std::uint8_t{1});
+    for (int j = 0; j < static_cast<int>(scores[g].size()); ++j)
+      if (!kept[g][j]) pool.push_back({scores[g][j], j, g});
+  }
+  const auto better = [](const Candidate& a, const Candidate& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.entry != b.entry) return a.entry > b.entry;
+    return a.head < b.head;
+  };
+  const std::size_t take = static_cast<std::size_t>(std::max(0L, left));
+  if (take < pool.size()) std::nth_element(pool.begin(), pool.begin() + take, pool.end(), better);
+  pool.resize(std::min(take, pool.size()));
+  for (const auto& c : pool) kept[c.head][c.entry] = 1;
+  return kept;
+}
+
 }  // namespace kvsim

@@ -46,6 +46,15 @@ std::vector<std::uint8_t> keep_with_quotas(std::span<const double> scores,
                                            std::span<const std::uint8_t> is_text, int text_quota,
                                            int vision_quota);
 
+// Head-adaptive selection over the KV heads of a layer (kvpress's AdaKVPress reading,
+// kvpress/presses/adakv_press.py): every head keeps its `forced` entries and its own best
+// int(alpha · keep) others (a safeguard), and the rest of heads · keep is filled jointly by score
+// across heads (ties to the newer entry, then the lower head). scores[g] and forced[g] have one
+// value per entry of head g; a head never keeps more than it holds.
+std::vector<std::vector<std::uint8_t>> keep_head_adaptive(
+    const std::vector<std::vector<double>>& scores, int keep, double alpha,
+    const std::vector<std::vector<std::uint8_t>>& forced);
+
 // Forced mask for "the first `sinks` entries and the last `recent` entries".
 std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
 

@@ -6,10 +6,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "traces/kvtrace.hpp"
 
 namespace kvsim::python {
 
@@ -40,6 +45,41 @@ inline int thread_count(int threads) {
   return threads > 0 ? threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
+
+// A trace opened for Python: FileNotFoundError when the path does not exist (other errors, which
+// name the file and dataset, stay RuntimeError).
+inline std::shared_ptr<TraceReader> open_trace(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    PyErr_SetObject(PyExc_FileNotFoundError,
+                    py::make_tuple(2, "no such kvtrace file", path).ptr());  // errno ENOENT
+    throw py::error_already_set();
+  }
+  return std::make_shared<TraceReader>(path);
+}
+
+// KeyError naming the sample and the trace's samples, unless every name is in the trace.
+inline void check_samples(const TraceReader& reader, const std::vector<std::string>& names) {
+  const std::vector<std::string> known = reader.sample_names();
+  for (const auto& name : names) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string list;
+    for (std::size_t i = 0; i < known.size() && i < 20; ++i)
+      list += (i ? ", '" : "'") + known[i] + "'";
+    if (known.size() > 20) list += ", ... (" + std::to_string(known.size()) + " in all)";
+    throw py::key_error(reader.path() + ": no sample '" + name + "'; it has " + list);
+  }
+}
+
+// An exception raised by the user's Python code inside the engine, carried across the engine's
+// threads as a C++ error and raised again in Python as itself (its type and traceback, so that a
+// debugger lands in the user's code), with `where` added as a note.
+struct PythonError : std::runtime_error {
+  PythonError(py::error_already_set e, const std::string& where)
+      : std::runtime_error(where + ": " + e.what()), error(std::move(e)), where(where) {}
+  py::error_already_set error;
+  std::string where;
+};
 
 // Thrown (as a C++ error, to cross the engine's threads) when Ctrl-C lands in a Python hook.
 struct PythonInterrupted : std::runtime_error {

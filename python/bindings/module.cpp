@@ -2,6 +2,8 @@
 // as numpy columns, the policy registry. The pure-Python package (python/kvsim/) re-exports it.
 #include <pybind11/pybind11.h>
 
+#include "python/bindings/common.hpp"
+
 namespace py = pybind11;
 
 namespace kvsim::python {
@@ -24,4 +26,14 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_write(m);
   kvsim::python::bind_stats(m);
   kvsim::python::bind_sweep(m);
+  // The user's own exception from a Python policy, raised as itself.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (kvsim::python::PythonError& e) {
+      py::object value = e.error.value();
+      if (py::hasattr(value, "add_note")) value.attr("add_note")(e.where);
+      e.error.restore();
+    }
+  });
 }

@@ -1,8 +1,13 @@
-// kvsim.policies() / kvsim.presets(): the registry as `kvsim policies` prints it, as data.
+// kvsim.policies() / kvsim.presets(): the registry as `kvsim policies` prints it, as data; the
+// budget rule and the selectors, for policies written in Python.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
+
 #include "policies/policy.hpp"
+#include "policies/selection.hpp"
+#include "python/bindings/common.hpp"
 
 namespace py = pybind11;
 
@@ -65,6 +70,42 @@ void bind_policies(py::module_& m) {
   m.def("presets", &presets,
         "Every preset: name, the policy it configures, summary, provenance and its fully "
         "resolved parameters.");
+  m.def(
+      "_select",
+      [](const std::vector<std::vector<double>>& scores, int keep, int sinks, int window,
+         double alpha) {
+        std::vector<std::vector<std::uint8_t>> forced;
+        for (std::size_t g = 0; g < scores.size(); ++g) {
+          for (double x : scores[g])
+            if (std::isnan(x))
+              throw py::value_error("score() gave NaN for KV head " + std::to_string(g));
+          forced.push_back(sink_and_recent_mask(static_cast<int>(scores[g].size()), sinks, window));
+        }
+        std::vector<std::vector<std::uint8_t>> kept;
+        if (alpha < 0) {
+          for (std::size_t g = 0; g < scores.size(); ++g)
+            kept.push_back(keep_top_scores(scores[g], keep, forced[g]));
+        } else {
+          kept = keep_head_adaptive(scores, keep, alpha, forced);
+        }
+        py::list out;
+        for (const auto& k : kept) out.append(to_numpy(k));
+        return out;
+      },
+      py::arg("scores"), py::arg("keep"), py::arg("sinks"), py::arg("window"), py::arg("alpha"),
+      "kvsim.ScorerPolicy's selection, by the C++ selectors (policies/selection.hpp): per KV head "
+      "a keep flag per entry. alpha < 0: each head keeps its `keep` best; else head-adaptive.");
+  m.def(
+      "resolve_budget",
+      [](const std::string& budget, int prompt_len) {
+        if (prompt_len < 0) throw py::value_error("resolve_budget: prompt_len must be >= 0");
+        return Size::parse(budget).resolve(prompt_len);
+      },
+      py::arg("budget"), py::arg("prompt_len"),
+      "The entries a budget keeps on a prompt of prompt_len tokens, as every policy resolves it: "
+      "a count ('128'), a percentage rounded up ('20%' of 640 = 128), or kvpress's compression "
+      "ratio ('compression_ratio:0.8' keeps int(P * (1 - 0.8))). ValueError when it is none of "
+      "these.");
 }
 
 }  // namespace kvsim::python

@@ -123,7 +123,7 @@ class PythonPolicy final : public Policy {
       fn();
     } catch (py::error_already_set& e) {
       if (e.matches(PyExc_KeyboardInterrupt)) throw PythonInterrupted();
-      throw std::runtime_error("Python policy '" + label_ + "': " + e.what());
+      throw PythonError(std::move(e), "in Python policy '" + label_ + "'");
     } catch (const py::cast_error& e) {
       throw std::runtime_error("Python policy '" + label_ + "': " + e.what());
     }
@@ -449,7 +449,7 @@ PolicyInfo registered_python_policy(const std::string& name, py::object factory,
       try {
         instance = (*held)(**kwargs);
       } catch (py::error_already_set& e) {
-        throw std::runtime_error("Python policy '" + name + "': " + e.what());
+        throw PythonError(std::move(e), "creating Python policy '" + name + "'");
       }
       policy = std::make_unique<PythonPolicy>(name, instance);
     }

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "python/bindings/python_policy.hpp"
-#include "sim/replay/engine.hpp"
 #include "sim/core/params.hpp"
+#include "sim/replay/engine.hpp"
 
 namespace kvsim::python {
 
@@ -116,6 +116,19 @@ std::map<std::string, std::string> param_strings(const py::handle& params) {
   return values;
 }
 
+// A Python policy given without a label is labelled by its class name ("BoolKeep", then
+// "BoolKeep@2", ... for more instances).
+std::string unique_label(const PolicySet& set, const py::handle& obj) {
+  const std::string base = py::str(obj.get_type().attr("__name__"));
+  std::string label = base;
+  for (int n = 2;; ++n) {
+    bool taken = false;
+    for (const auto& c : set.configs) taken = taken || c.label == label;
+    if (!taken) return label;
+    label = base + "@" + std::to_string(n);
+  }
+}
+
 PolicySet policy_set(const py::object& policies, const std::string& budget) {
   PolicySet set;
   if (py::isinstance<py::str>(policies)) {
@@ -133,19 +146,36 @@ PolicySet policy_set(const py::object& policies, const std::string& budget) {
         throw py::type_error("kvsim.replay: policy '" + label +
                              "': expected None, a dict of parameters or a kvsim.Policy");
     }
+  } else if (is_python_policy(policies)) {
+    set.add_python(unique_label(set, policies), policies);
   } else {
-    for (const auto& name : policies) set.add(py::str(name), {}, budget);
+    for (const auto& item : policies) {
+      if (py::isinstance<py::str>(item))
+        set.add(py::str(item), {}, budget);
+      else if (is_python_policy(item))
+        set.add_python(unique_label(set, item), py::reinterpret_borrow<py::object>(item));
+      else
+        throw py::type_error(
+            "kvsim.replay: expected a policy name or a kvsim.Policy in the list, "
+            "not " +
+            std::string(py::str(item.get_type().attr("__name__"))));
+    }
   }
   if (set.configs.empty()) throw py::value_error("kvsim.replay: no policy given");
   return set;
 }
 
 py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
-                  int threads, const std::string& budget, bool diagnostics, bool decisions) {
+                  int threads, const std::string& budget, bool diagnostics, bool decisions,
+                  const py::object& progress) {
   const PolicySet set = policy_set(policies, budget);
-  const TraceReader reader(trace);
+  const auto opened = open_trace(trace);
+  const TraceReader& reader = *opened;
   std::vector<std::string> names =
       samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
+  check_samples(reader, names);
+  const long layers_total = static_cast<long>(names.size()) * reader.info().num_layers;
+  long layers_done = 0;
   Replayer replayer(reader, set.configs,
                     ReplayOptions{.threads = thread_count(threads), .diagnostics = diagnostics});
   Columns columns;
@@ -159,7 +189,16 @@ py::object replay(const std::string& trace, const py::object& policies, const py
             columns.add(label, r);
             if (decisions) log.add(label, r);
           },
-          [](int) { interruption_point(); });
+          [&](int) {
+            interruption_point();
+            if (progress.is_none()) return;
+            py::gil_scoped_acquire gil;
+            try {
+              progress(++layers_done, layers_total);
+            } catch (py::error_already_set& e) {
+              throw PythonError(std::move(e), "in the progress callback");
+            }
+          });
   });
   if (!decisions) return columns.to_dict();
   return py::make_tuple(columns.to_dict(), log.to_dict());
@@ -170,7 +209,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
 void bind_replay(py::module_& m) {
   m.def("replay", &replay, py::arg("trace"), py::arg("policies"), py::arg("samples") = py::none(),
         py::arg("threads") = 0, py::arg("budget") = "", py::arg("diagnostics") = false,
-        py::arg("decisions") = false,
+        py::arg("decisions") = false, py::arg("progress") = py::none(),
         R"doc(Replays samples of a trace through policies, as `kvsim replay --out` does.
 
 policies: a policy or preset name, a list of names, or a dict whose keys are labels (policy or
@@ -182,7 +221,8 @@ diagnostics: also fill the hit-rate, miss and evicted-mass columns (like --diagn
 Returns a dict of numpy columns named as the CSV's; pandas.DataFrame(result) is the CSV. With
 decisions=True, returns (results, decisions): decisions has one row per eviction (into_position
 -1) and per merge, with columns policy, sample, layer, kv_head, step (-1: end of prefill),
-position, into_position.)doc");
+position, into_position.
+progress: called as progress(layers_done, layers_total) after every replayed layer.)doc");
 }
 
 }  // namespace kvsim::python

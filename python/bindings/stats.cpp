@@ -19,9 +19,11 @@ py::dict stats(const std::string& trace, const py::object& samples, double epsil
   o.dap_alpha = dap_alpha;
   o.key_quantiles = std::move(key_quantiles);
   o.threads = thread_count(threads);
-  const TraceReader reader(trace);
+  const auto opened = open_trace(trace);
+  const TraceReader& reader = *opened;
   const std::vector<std::string> names =
       samples.is_none() ? reader.sample_names() : samples.cast<std::vector<std::string>>();
+  check_samples(reader, names);
   py::dict out;
   for (const auto& name : names) {
     SampleAttentionStats s;

@@ -78,8 +78,7 @@ void bind_trace(py::module_& m) {
 
   py::class_<TraceReader, std::shared_ptr<TraceReader>>(
       m, "Trace", "A kvtrace v1 file, opened and validated (errors name the file and dataset).")
-      .def(py::init([](const std::string& path) { return std::make_shared<TraceReader>(path); }),
-           py::arg("path"))
+      .def(py::init(&open_trace), py::arg("path"))
       .def_property_readonly("path", &TraceReader::path)
       .def_property_readonly("model", [](const TraceReader& r) { return r.info().model; })
       .def_property_readonly("num_layers", [](const TraceReader& r) { return r.info().num_layers; })
@@ -99,6 +98,7 @@ void bind_trace(py::module_& m) {
       .def(
           "sample",
           [](const std::shared_ptr<TraceReader>& r, const std::string& name) {
+            check_samples(*r, {name});
             return Sample{r, r->read_sample(name)};
           },
           py::arg("name"))

@@ -9,22 +9,154 @@ policies (built-in or written in Python), and list the policies.
 The C++ engine does the work (`kvsim._kvsim`, built by CMake with pybind11); see docs/python.md,
 section "Python".
 """
+import sys as _sys
+
 try:
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
-                         presets, replay, stats, write_trace)
+                         presets, resolve_budget, write_trace)
+    from ._kvsim import replay as _replay
+    from ._kvsim import stats as _stats
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
-    _why = str(_missing)
+    import glob as _glob
+    import os as _os
+
+    _built = [_os.path.basename(p) for p in
+              _glob.glob(_os.path.join(_os.path.dirname(__file__), "_kvsim*.so"))]
+    _here = (f"this interpreter is {_sys.executable} (Python {_sys.version.split()[0]}, "
+             f"ABI tag {_sys.implementation.cache_tag})")
+    if _built:
+        _why = (f"the module here was built for another interpreter ({', '.join(_built)}); "
+                f"{_here}: run `pip install .` (or CMake) with this interpreter")
+    else:
+        _why = (f"{_missing}; {_here}: build it with `pip install .` from the checkout, or with "
+                f"CMake (docs/python.md)")
 
     def __getattr__(name):
         raise ImportError(f"kvsim.{name} needs the C++ module kvsim._kvsim, which could not be "
-                          f"imported ({_why}); build it with CMake (docs/python.md)")
+                          f"imported: {_why}")
+else:
+    def _trace_len(self):
+        return len(self.samples())
+
+    def _trace_iter(self):
+        return (self.sample(name) for name in self.samples())
+
+    def _trace_contains(self, name):
+        return name in self.samples()
+
+    def _trace_enter(self):
+        return self
+
+    def _trace_exit(self, *exc):
+        return False
+
+    # A trace is a read-only mapping of sample names to Samples: len(t), iteration over its
+    # samples, t["000000"] (KeyError naming the samples), `name in t`, and `with kvsim.Trace(...)`.
+    Trace.__len__ = _trace_len
+    Trace.__iter__ = _trace_iter
+    Trace.__getitem__ = Trace.sample
+    Trace.__contains__ = _trace_contains
+    Trace.__enter__ = _trace_enter
+    Trace.__exit__ = _trace_exit
+    Trace.keys = Trace.samples
 
 
-def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0):
+def _progress_callback(progress, what):
+    """(callback, bar to close): True draws a tqdm bar (text in terminals and notebooks) when
+    tqdm is installed; a callable is called as progress(done, total); None or False: nothing."""
+    if callable(progress):
+        return progress, None
+    if progress is not True:
+        return None, None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None, None
+    bar = tqdm(total=0, desc=what, unit="layer", leave=False)
+
+    def update(done, total):
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return update, bar
+
+
+def _frame(columns, integer=(), nullable=()):
+    import pandas as pd
+
+    df = pd.DataFrame(columns)
+    for name in df.columns:
+        if name in nullable:  # counts that may be missing: pandas' nullable integers
+            df[name] = pd.array([None if v != v else int(v) for v in df[name]], dtype="Int64")
+        elif name in integer:
+            df[name] = df[name].astype("int64")
+        elif df[name].dtype == object:
+            df[name] = df[name].astype("string")
+    return df
+
+
+def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=False,
+           decisions=False, as_frame=False, progress=None):
+    """Replays samples of a trace through policies, as `kvsim replay --out` does.
+
+    policies: a policy or preset name, a kvsim.Policy object, a list of either (objects are
+    labelled by their class name), or a dict whose keys are labels and whose values are None,
+    {parameter: value} or a kvsim.Policy object. samples: names (default: every sample; KeyError
+    for one the trace lacks). threads: 0 = all cores (results do not depend on it). budget: for
+    every policy that declares one and is given none (like --budget). diagnostics: also fill the
+    hit-rate, miss and evicted-mass columns (like --diagnostics). progress: True for a tqdm bar,
+    or a callable progress(layers_done, layers_total).
+
+    Returns a dict of numpy columns named as the CSV's (pandas.DataFrame(result) is the CSV), or
+    with as_frame=True a DataFrame: text as pandas strings, counts int64, metrics float32,
+    misses_top10 as nullable Int64. With decisions=True, returns (results, decisions): one row
+    per eviction (into_position -1) and per merge. Errors: FileNotFoundError, KeyError,
+    ValueError (a parameter, naming it and the policy), and a Python policy's own exception as
+    itself, with a note naming the policy."""
+    callback, bar = _progress_callback(progress, "replay")
+    try:
+        out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not as_frame:
+        return out
+    if decisions:
+        results, log = out
+        return (_frame(results, nullable={"misses_top10"}),
+                _frame(log, integer=set(log) - {"policy", "sample"}))
+    return _frame(out, nullable={"misses_top10"})
+
+
+def stats(trace, samples=None, as_frame=False, **options):
+    """The attention statistics of `kvsim stats` ({sample: {dataset: float64 array}}), with the
+    same options (epsilon, concentration, ppci, dap_r, dap_alpha, key_quantiles, threads).
+    as_frame=True: one DataFrame of the per-layer datasets (sample, layer, then one column per
+    dataset that has one value per layer)."""
+    out = _stats(trace, samples, **options)
+    if not as_frame:
+        return out
+    import pandas as pd
+
+    frames = []
+    for name, datasets in out.items():
+        layers = {k: v for k, v in datasets.items() if v.ndim == 1}
+        n = max((len(v) for v in layers.values()), default=0)
+        columns = {"sample": [name] * n, "layer": list(range(n))}
+        columns.update({k: v for k, v in layers.items() if len(v) == n})
+        frames.append(pd.DataFrame(columns))
+    return _frame(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
+                  integer={"layer"})
+
+
+def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0,
+          as_frame=False):
     """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
     on every trace and sample; finished items are kept under `out` (a rerun skips them, an
     interrupted sweep loses only the item in flight). Returns OUT/results.csv as a dict of
-    numpy columns (numbers as float64 / int64, names as object arrays).
+    numpy columns (numbers as float64 / int64, names as object arrays), or with as_frame=True a
+    pandas DataFrame.
 
     traces: a path or a list of paths. policies: a name or a list of names (policies or presets).
     grid: {"h2o.budget": ["5%", "10%"], "st3.S+R": ["1/1.75", "7/12.25"]} or axis strings as
@@ -65,7 +197,7 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
                 columns[name] = np.array([float(c) if c else np.nan for c in cells])
             except ValueError:  # a parameter with text values ("50%", "kv_head")
                 columns[name] = np.array(cells, dtype=object)
-    return columns
+    return _frame(columns, integer=integer) if as_frame else columns
 
 
 def register(name, factory, params=(), summary="", provenance="Python"):
@@ -102,6 +234,28 @@ class Policy:
 
     needs = {}
     merges = False
+    _HOOKS = ("start", "on_prefill", "on_decode", "capacity", "score")
+
+    def __init_subclass__(cls, **kwargs):
+        # A misspelt hook would run silently as the full cache: say so when the class is made.
+        super().__init_subclass__(**kwargs)
+        import difflib
+        import warnings
+
+        for name in vars(cls):
+            if name.startswith("on_") and name not in cls._HOOKS:
+                close = difflib.get_close_matches(name, cls._HOOKS, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                warnings.warn(f"{cls.__name__}.{name} is not a kvsim.Policy hook and is never "
+                              f"called{hint}; the hooks are on_prefill and on_decode",
+                              stacklevel=2)
+        if cls.__module__ == __name__:  # kvsim's own bases
+            return
+        bases = [c for c in cls.__mro__ if c.__module__ != __name__ and c is not object]
+        if not any(h in c.__dict__ for c in bases for h in cls._HOOKS):
+            warnings.warn(f"{cls.__name__} overrides no hook of kvsim.Policy (on_prefill, "
+                          f"on_decode, or score for a ScorerPolicy): it keeps the full cache",
+                          stacklevel=2)
 
     def start(self, sample):
         """Before each sample: a dict with name, prompt_len and the prompt's modality (the generation's
@@ -114,5 +268,68 @@ class Policy:
         """After decode step att.step attended; the cache already holds its position."""
 
 
+class ScorerPolicy(Policy):
+    """A policy written the way a kvpress ScorerPress is: define score(view, cache), returning
+    one score per position for every KV head (a [num_kv_heads, view.visible_len] array; higher
+    is kept), and kvsim's C++ selectors do the rest, with the parameters of the built-in
+    policies:
+
+    budget: entries kept per KV head (a count, "20%" of the prompt, or
+        "compression_ratio:0.8" as kvpress); window: the newest entries always kept;
+        sinks: the first entries always kept; selection: "per_head" (each head its own best)
+        or "adaptive" (kvpress's AdaKVPress: a floor of int(alpha * budget) per head, the rest
+        jointly across heads); decode: False to compress at the end of the prefill only (as
+        kvpress's presses), True to select again whenever a head holds more than the budget
+        during decoding.
+
+    Scores are gathered at each head's cached positions (cache.positions(g)); ties keep the
+    newer entry, as every built-in selection does. Each call of score() costs what its numpy
+    code costs plus one gather and one selection per KV head (docs/python.md)."""
+
+    def __init__(self, budget="20%", window=0, sinks=0, selection="per_head", alpha=0.2,
+                 decode=False):
+        if selection not in ("per_head", "adaptive"):
+            raise ValueError(f"{type(self).__name__}: selection must be 'per_head' or "
+                             f"'adaptive', not {selection!r}")
+        for name, value in (("window", window), ("sinks", sinks)):
+            if int(value) < 0:
+                raise ValueError(f"{type(self).__name__}: {name} must be >= 0, not {value}")
+        resolve_budget(str(budget), 1)  # ValueError now, not at the first sample
+        self.budget, self.window, self.sinks = str(budget), int(window), int(sinks)
+        self.selection, self.alpha, self.decode = selection, float(alpha), bool(decode)
+
+    def score(self, view, cache):
+        raise NotImplementedError(f"{type(self).__name__} must define score(view, cache)")
+
+    def start(self, sample):
+        self.keep = resolve_budget(self.budget, sample["prompt_len"])
+
+    def on_prefill(self, view, cache):
+        self._select(view, cache)
+
+    def on_decode(self, view, att, cache):
+        if self.decode and any(cache.size(g) > self.keep for g in range(cache.kv_heads)):
+            self._select(view, cache)
+
+    def _select(self, view, cache):
+        import numpy as np
+
+        from ._kvsim import _select
+
+        if all(cache.size(g) <= self.keep for g in range(cache.kv_heads)):
+            return
+        scores = np.asarray(self.score(view, cache), dtype=np.float64)
+        want = (cache.kv_heads, view.visible_len)
+        if scores.shape != want:
+            raise ValueError(f"{type(self).__name__}.score returned shape {scores.shape}; "
+                             f"expected (num_kv_heads, visible_len) = {want}")
+        per_entry = [scores[g][cache.positions(g)] for g in range(cache.kv_heads)]
+        alpha = self.alpha if self.selection == "adaptive" else -1.0
+        for g, keep in enumerate(_select(per_entry, self.keep, self.sinks, self.window, alpha)):
+            if not keep.all():
+                cache.keep_only(g, keep)
+
+
 __all__ = ["Trace", "Sample", "replay", "stats", "sweep", "write_trace", "register", "policies", "presets", "Policy",
+           "ScorerPolicy", "resolve_budget",
            "LayerView", "StepAttention", "Cache", "__version__"]

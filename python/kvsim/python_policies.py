@@ -5,15 +5,7 @@ import math
 
 import numpy as np
 
-from . import Policy
-
-
-def _resolve_size(text, base):
-    """kvsim's budget reading: '20%' of base rounds up, a count is itself."""
-    text = str(text)
-    if text.endswith("%"):
-        return math.ceil(float(text[:-1]) / 100 * base - 1e-9)
-    return int(text)
+from . import Policy, resolve_budget
 
 
 class StreamingLLM(Policy):
@@ -23,7 +15,7 @@ class StreamingLLM(Policy):
         self.budget_text, self.sinks = budget, sinks
 
     def start(self, sample):
-        self.budget = _resolve_size(self.budget_text, sample["prompt_len"])
+        self.budget = resolve_budget(str(self.budget_text), sample["prompt_len"])
 
     def capacity(self, layer, kv_head):
         return self.budget
@@ -54,7 +46,7 @@ class H2O(Policy):
 
     def start(self, sample):
         P = sample["prompt_len"]
-        self.budget = _resolve_size(self.budget_text, P)
+        self.budget = resolve_budget(str(self.budget_text), P)
         r = str(self.recent_text)
         self.recent = (math.floor(float(r[:-1]) / 100 * self.budget + 1e-9) if r.endswith("%")
                        else int(r))

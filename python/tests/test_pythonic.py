@@ -1,0 +1,227 @@
+"""The Python face as Python people expect it: mapping-like traces, Python's exceptions, the
+user's own exception raised as itself, DataFrames with proper dtypes, progress, policy objects
+in lists, warnings for misspelt hooks, and kvsim.ScorerPolicy checked against numpy and against
+the built-in policies it re-states."""
+import inspect
+import os
+import subprocess
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+import pandas as pd
+
+import kvsim
+
+BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+
+def knorm_scores(view):
+    """kvpress's KnormPress: score = -||k|| (kvpress/presses/knorm_press.py)."""
+    return -np.linalg.norm([view.keys(g) for g in range(view.num_kv_heads)], axis=-1)
+
+
+def small_trace(*extra):
+    """A 2-layer GQA trace (4 query heads on 2 KV heads) in a fresh directory: (dir, path)."""
+    where = tempfile.mkdtemp()
+    path = os.path.join(where, "t.h5")
+    subprocess.run([BINARY, "synth", "--out", path, "--layers", "2", "--heads", "4",
+                    "--kv-heads", "2", "--head-dim", "16", "--media-tokens", "40",
+                    "--user-tokens", "8", "--gen", "10", *extra], check=True, capture_output=True)
+    return where, path
+
+
+class KnormPress(kvsim.ScorerPolicy):
+    def score(self, view, cache):
+        return knorm_scores(view)
+
+
+class Pythonic(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, cls.trace = small_trace("--samples", "3")
+
+    def test_a_trace_is_a_mapping_of_samples(self):
+        with kvsim.Trace(self.trace) as t:
+            self.assertEqual(len(t), 3)
+            self.assertEqual([s.name for s in t], t.samples())
+            self.assertIn("000001", t)
+            self.assertNotIn("nosuch", t)
+            self.assertEqual(t["000002"].name, "000002")
+            with self.assertRaises(KeyError) as e:
+                t["nosuch"]
+            self.assertIn("'000000', '000001', '000002'", str(e.exception))
+
+    def test_python_exceptions(self):
+        with self.assertRaises(FileNotFoundError):
+            kvsim.Trace(os.path.join(self.dir, "nosuch.h5"))
+        with self.assertRaises(FileNotFoundError):
+            kvsim.replay(os.path.join(self.dir, "nosuch.h5"), "h2o")
+        with self.assertRaises(KeyError):
+            kvsim.replay(self.trace, "h2o", samples=["nosuch"])
+        with self.assertRaises(ValueError):
+            kvsim.replay(self.trace, {"h2o": {"budget": "abc"}})
+        with self.assertRaises(ValueError):
+            kvsim.resolve_budget("abc", 10)
+
+    def test_the_users_exception_is_raised_as_itself(self):
+        class Boom(kvsim.Policy):
+            def on_prefill(self, view, cache):
+                raise ZeroDivisionError("in my policy")
+
+        try:  # not assertRaises, which drops the traceback
+            kvsim.replay(self.trace, [Boom(), "h2o"])
+            self.fail("no exception")
+        except ZeroDivisionError as e:
+            self.assertIn("in Python policy 'Boom'", getattr(e, "__notes__", []))
+            frames = [f.name for f in __import__("traceback").extract_tb(e.__traceback__)]
+            self.assertEqual(frames[-1], "on_prefill", "the traceback reaches into the policy")
+
+    def test_resolve_budget_is_the_engines_rule(self):
+        self.assertEqual(kvsim.resolve_budget("20%", 640), 128)  # ceil(0.2 * 640)
+        self.assertEqual(kvsim.resolve_budget("20%", 641), 129)  # rounds up
+        self.assertEqual(kvsim.resolve_budget("96", 640), 96)
+        self.assertEqual(kvsim.resolve_budget("compression_ratio:0.8", 640), 127)  # kvpress int()
+
+    def test_frames_have_proper_dtypes(self):
+        res = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="30%")
+        df = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="30%", as_frame=True)
+        self.assertIsInstance(df, pd.DataFrame)
+        self.assertEqual(list(df.columns), list(res))
+        self.assertEqual(df["mass_recall"].dtype, np.float32)
+        self.assertEqual(df["layer"].dtype, np.int64)
+        self.assertEqual(str(df["misses_top10"].dtype), "Int64")
+        self.assertEqual(str(df["policy"].dtype), "string")
+        np.testing.assert_array_equal(df["mass_recall"].to_numpy(), res["mass_recall"])
+        stats = kvsim.stats(self.trace, samples=["000000"], as_frame=True)
+        self.assertEqual(list(stats["layer"]), [0, 1])
+        sweep = kvsim.sweep(self.trace, "h2o", os.path.join(self.dir, "sw"),
+                            grid={"h2o.budget": ["20%", "40%"]}, as_frame=True)
+        self.assertEqual(sorted(sweep["label"].unique()),
+                         ["h2o[budget=20%]", "h2o[budget=40%]"])
+
+    def test_progress_callback_counts_every_layer(self):
+        seen = []
+        kvsim.replay(self.trace, "h2o", progress=lambda done, total: seen.append((done, total)))
+        self.assertEqual(seen, [(i, 6) for i in range(1, 7)])  # 3 samples x 2 layers
+        kvsim.replay(self.trace, "h2o", progress=True)  # a tqdm bar; must not fail
+
+    def test_signatures_are_visible(self):
+        params = inspect.signature(kvsim.replay).parameters
+        self.assertIn("as_frame", params)
+        self.assertIn("progress", params)
+
+    def test_policy_objects_in_a_list_are_labelled_by_class(self):
+        res = kvsim.replay(self.trace, [KnormPress(budget="30%"), KnormPress(budget="50%"), "h2o"],
+                           budget="30%")
+        self.assertEqual(list(dict.fromkeys(res["policy"])), ["KnormPress", "KnormPress@2", "h2o"])
+
+    def test_misspelt_hooks_and_no_hooks_warn(self):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+
+            class Typo(kvsim.Policy):
+                def on_prefil(self, view, cache):
+                    pass
+
+        messages = [str(x.message) for x in w]
+        self.assertTrue(any("did you mean on_prefill" in m for m in messages), messages)
+        self.assertTrue(any("overrides no hook" in m for m in messages), messages)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+
+            class Fine(kvsim.ScorerPolicy):
+                def score(self, view, cache):
+                    return knorm_scores(view)
+
+        self.assertEqual(w, [])
+
+
+class Scorer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, cls.trace = small_trace()
+
+    def kept_after_prefill(self, policy):
+        """Positions each (layer, head) keeps at the prefill, from the decisions log."""
+        res, dec = kvsim.replay(self.trace, {"p": policy}, decisions=True)
+        P = kvsim.Trace(self.trace)[kvsim.Trace(self.trace).samples()[0]].prompt_len
+        out = {}
+        for layer in range(2):
+            for g in range(2):
+                sel = ((dec["layer"] == layer) & (dec["kv_head"] == g) & (dec["step"] == -1))
+                out[(layer, g)] = sorted(set(range(P)) - set(dec["position"][sel].tolist()))
+        return out
+
+    def test_knorm_press_keeps_the_smallest_key_norms(self):
+        t = kvsim.Trace(self.trace)
+        s = t[t.samples()[0]]
+        P, keep = s.prompt_len, kvsim.resolve_budget("30%", s.prompt_len)
+        kept = self.kept_after_prefill(KnormPress(budget="30%"))
+        for layer in range(2):
+            k = s.layer(layer)["k"][:P]
+            for g in range(2):
+                norms = np.linalg.norm(k[:, g, :].astype(np.float64), axis=-1)
+                # numpy reference: the keep smallest norms, ties to the newer position
+                order = sorted(range(P), key=lambda j: (norms[j], -j))
+                self.assertEqual(kept[(layer, g)], sorted(order[:keep]), (layer, g))
+
+    def test_knorm_press_equals_the_built_in_knorm(self):
+        res = kvsim.replay(self.trace, {"knorm": {"budget": "30%"}, "py": KnormPress("30%")},
+                           as_frame=True)
+        a = res[res.policy == "knorm"].drop(columns="policy").reset_index(drop=True)
+        b = res[res.policy == "py"].drop(columns="policy").reset_index(drop=True)
+        pd.testing.assert_frame_equal(a, b)
+
+    def test_window_and_sinks_are_kept(self):
+        kept = self.kept_after_prefill(KnormPress(budget="30%", window=8, sinks=2))
+        P = kvsim.Trace(self.trace)[kvsim.Trace(self.trace).samples()[0]].prompt_len
+        keep = kvsim.resolve_budget("30%", P)
+        for positions in kept.values():
+            self.assertEqual(len(positions), keep)
+            self.assertTrue({0, 1} <= set(positions))
+            self.assertTrue(set(range(P - 8, P)) <= set(positions))
+
+    def test_adaptive_selection_keeps_heads_times_budget_with_a_floor(self):
+        kept = self.kept_after_prefill(KnormPress(budget="30%", selection="adaptive", alpha=0.5))
+        P = kvsim.Trace(self.trace)[kvsim.Trace(self.trace).samples()[0]].prompt_len
+        keep = kvsim.resolve_budget("30%", P)
+        t = kvsim.Trace(self.trace)
+        s = t[t.samples()[0]]
+        for layer in range(2):
+            sizes = [len(kept[(layer, g)]) for g in range(2)]
+            self.assertEqual(sum(sizes), 2 * keep)
+            self.assertTrue(all(n >= int(0.5 * keep) for n in sizes), sizes)
+            # the joint part: every kept entry beyond a head's floor outscores every dropped one
+            k = s.layer(layer)["k"][:P].astype(np.float64)
+            scores = -np.linalg.norm(k, axis=-1)  # [P, Hkv]
+            dropped = max(scores[j, g] for g in range(2) for j in range(P)
+                          if j not in kept[(layer, g)])
+            floor_n = int(0.5 * keep)
+            for g in range(2):
+                mine = sorted((scores[j, g] for j in kept[(layer, g)]), reverse=True)
+                self.assertTrue(all(x >= dropped for x in mine[floor_n:]), (layer, g))
+
+    def test_decode_selection_holds_the_budget(self):
+        res = kvsim.replay(self.trace, {"p": KnormPress(budget="30%", decode=True)}, as_frame=True)
+        P = kvsim.Trace(self.trace)[kvsim.Trace(self.trace).samples()[0]].prompt_len
+        keep = kvsim.resolve_budget("30%", P)
+        # after each step's append and selection, at most `keep` entries stay
+        self.assertLessEqual(res["cache_size"].max(), keep + 1)  # the step attends keep + 1
+
+    def test_bad_scores_and_parameters(self):
+        class Wrong(kvsim.ScorerPolicy):
+            def score(self, view, cache):
+                return np.zeros(3)
+
+        with self.assertRaises(ValueError):
+            kvsim.replay(self.trace, [Wrong()])
+        with self.assertRaises(ValueError):
+            KnormPress(selection="global")
+        with self.assertRaises(ValueError):
+            KnormPress(budget="lots")
+
+
+if __name__ == "__main__":
+    unittest.main()
