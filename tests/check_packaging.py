@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""`pip install .` as a Python user would run it: into a fresh virtual environment (seeing
+Debian's numpy, h5py, pandas and matplotlib; no package index), with Debian's setuptools
+(--no-build-isolation), reusing this CMake build. Then, from outside the checkout: import kvsim,
+replay a trace, kvsim.plot, the `kvsim` command and `python -m kvsim`. Also checks that
+pyproject.toml's version is CMakeLists.txt's.
+
+Usage: check_packaging.py SOURCE_DIR BUILD_DIR
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def main():
+    source, build = map(os.path.abspath, sys.argv[1:3])
+    cmake_version = re.search(r"project\(kvsim VERSION ([\d.]+)",
+                              open(os.path.join(source, "CMakeLists.txt")).read()).group(1)
+    py_version = re.search(r'^version = "([\d.]+)"', open(os.path.join(source, "pyproject.toml")).read(),
+                           re.M).group(1)
+    if cmake_version != py_version:
+        sys.exit(f"pyproject.toml says {py_version}, CMakeLists.txt says {cmake_version}")
+    with tempfile.TemporaryDirectory() as work:
+        venv = os.path.join(work, "venv")
+        run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+        python, pip = os.path.join(venv, "bin", "python"), os.path.join(venv, "bin", "pip")
+        env = dict(os.environ, KVSIM_BUILD_DIR=build, PIP_NO_INDEX="1",
+                   PIP_DISABLE_PIP_VERSION_CHECK="1")
+        env.pop("PYTHONPATH", None)
+        run([pip, "install", "--no-build-isolation", source], env=env)
+        env = dict(os.environ, MPLBACKEND="Agg")
+        env.pop("PYTHONPATH", None)
+        env.pop("KVSIM_BINARY", None)
+        kvsim_cmd = os.path.join(venv, "bin", "kvsim")
+        run([kvsim_cmd, "synth", "--out", "t.h5", "--layers", "2", "--heads", "4", "--kv-heads",
+             "2", "--head-dim", "16", "--media-tokens", "32", "--gen", "8"], cwd=work, env=env)
+        out = run([python, "-c", """
+import kvsim, kvsim.plot
+assert kvsim.__file__.startswith(%r), kvsim.__file__
+df = kvsim.replay("t.h5", ["h2o", "snapkv"], budget="30%%", as_frame=True)
+assert set(df.policy) == {"h2o", "snapkv"}
+kvsim.plot.recall_by_layer(df).savefig("r.png")
+print("replayed", len(df), "rows with", kvsim.__version__)
+""" % venv], cwd=work, env=env)
+        assert os.path.exists(os.path.join(work, "r.png"))
+        version = run([python, "-m", "kvsim", "--version"], cwd=work, env=env).strip()
+        if cmake_version not in version:
+            sys.exit(f"python -m kvsim --version printed {version!r}")
+        run([kvsim_cmd, "replay", "t.h5", "-p", "h2o", "-o", "r.csv"], cwd=work, env=env)
+        run([kvsim_cmd, "figures", "r.csv", "--out", "figs"], cwd=work, env=env)
+        if not os.path.exists(os.path.join(work, "figs", "r_recall_by_layer.png")):
+            sys.exit("kvsim figures from the installed package drew nothing")
+        print(out.strip() + "; `kvsim` and `python -m kvsim` run from the venv")
+
+
+if __name__ == "__main__":
+    main()
