@@ -21,6 +21,25 @@ __all__ = ["recall_by_layer", "budget_curves", "sweep", "stats", "live", "attent
 policy_style = _figures.policy_style
 
 
+def _show_figures_in_notebooks():
+    """A Figure made outside pyplot has no display of its own: in IPython (Jupyter), register
+    PNG output for Figures, so that a cell ending in kvsim.plot.something(...) shows it."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython else None
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    shell.display_formatter.formatters["image/png"].for_type(
+        Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+
+
+_show_figures_in_notebooks()
+
+
 def _columns(results):
     """A replay's rows as {column: sequence}: kvsim.replay's dict, a pandas DataFrame of it, or
     a `kvsim replay --out` CSV path (read whole; use the path form of recall_by_layer for large
