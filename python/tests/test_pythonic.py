@@ -223,5 +223,28 @@ class Scorer(unittest.TestCase):
             KnormPress(budget="lots")
 
 
+
+class Documented(unittest.TestCase):
+    def test_every_public_name_is_in_the_reference_and_has_a_docstring(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        reference = open(os.path.join(here, "..", "..", "docs", "python.md"), encoding="utf-8").read()
+        import kvsim.plot
+
+        missing_doc, missing_ref = [], []
+        for module, names in ((kvsim, kvsim.__all__), (kvsim.plot, kvsim.plot.__all__)):
+            for name in names:
+                if name.startswith("__"):
+                    continue
+                qualified = f"{module.__name__}.{name}"
+                obj = getattr(module, name)
+                if not (getattr(obj, "__doc__", None) or "").strip():
+                    missing_doc.append(qualified)
+                # the reference names it as kvsim.X, kvsim.plot.X, or (classes) `X`
+                if qualified not in reference and f"`{name}" not in reference:
+                    missing_ref.append(qualified)
+        self.assertEqual(missing_doc, [], "public names without a docstring")
+        self.assertEqual(missing_ref, [], "public names missing from docs/python.md")
+
+
 if __name__ == "__main__":
     unittest.main()
