@@ -11,14 +11,23 @@ namespace {
 py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::string>& policies,
                const std::vector<std::string>& grids, const std::vector<std::string>& sets,
                const std::string& budget, const std::string& out,
-               const std::vector<std::string>& samples, int threads) {
+               const std::vector<std::string>& samples, int threads, const py::object& progress) {
   if (traces.empty() || policies.empty())
     throw py::value_error("kvsim.sweep: give at least one trace and one policy");
   const auto configs = sweep_configs(policies, grids, sets, budget);
   SweepReport r;
   run_without_gil([&] {
     r = run_sweep(traces, configs, {out, thread_count(threads), samples},
-                  [](long, long) { interruption_point(); });
+                  [&](long done, long total) {
+                    interruption_point();
+                    if (progress.is_none()) return;
+                    py::gil_scoped_acquire gil;
+                    try {
+                      progress(done, total);
+                    } catch (py::error_already_set& e) {
+                      throw PythonError(std::move(e), "in the progress callback");
+                    }
+                  });
   });
   py::dict d;
   d["configurations"] = configs.size();
@@ -32,7 +41,8 @@ py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::st
 
 void bind_sweep(py::module_& m) {
   m.def("_sweep", &sweep, py::arg("traces"), py::arg("policies"), py::arg("grids"), py::arg("sets"),
-        py::arg("budget"), py::arg("out"), py::arg("samples"), py::arg("threads"));
+        py::arg("budget"), py::arg("out"), py::arg("samples"), py::arg("threads"),
+        py::arg("progress") = py::none());
 }
 
 }  // namespace kvsim::python

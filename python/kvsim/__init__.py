@@ -151,7 +151,7 @@ def stats(trace, samples=None, as_frame=False, **options):
 
 
 def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0,
-          as_frame=False):
+          as_frame=False, progress=None):
     """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
     on every trace and sample; finished items are kept under `out` (a rerun skips them, an
     interrupted sweep loses only the item in flight). Returns OUT/results.csv as a dict of
@@ -161,7 +161,8 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     traces: a path or a list of paths. policies: a name or a list of names (policies or presets).
     grid: {"h2o.budget": ["5%", "10%"], "st3.S+R": ["1/1.75", "7/12.25"]} or axis strings as
     `--grid` takes them ("h2o.budget=40:130:10"). set: {"h2o.recent": "25%"} (as `--set`).
-    budget: as `--budget`."""
+    budget: as `--budget`. progress: True for a tqdm bar, or a callable progress(done, total)
+    called after every replayed layer."""
     import csv
     import os
 
@@ -179,7 +180,12 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     else:
         grids = list(grid or [])
     sets = [f"{k}={text(v)}" for k, v in (set or {}).items()]
-    _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads)
+    callback, bar = _progress_callback(progress, "sweep")
+    try:
+        _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads, callback)
+    finally:
+        if bar is not None:
+            bar.close()
     with open(os.path.join(out, "results.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
     text = {"trace", "trace_hash", "sample", "label", "policy", "params"}

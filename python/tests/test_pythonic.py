@@ -106,6 +106,10 @@ class Pythonic(unittest.TestCase):
         kvsim.replay(self.trace, "h2o", progress=lambda done, total: seen.append((done, total)))
         self.assertEqual(seen, [(i, 6) for i in range(1, 7)])  # 3 samples x 2 layers
         kvsim.replay(self.trace, "h2o", progress=True)  # a tqdm bar; must not fail
+        seen.clear()
+        kvsim.sweep(self.trace, "h2o", os.path.join(self.dir, "sw_progress"),
+                    grid={"h2o.budget": ["20%", "40%"]}, progress=lambda d, t: seen.append((d, t)))
+        self.assertEqual(seen[-1], (6, 6), seen)  # 3 samples x 2 layers, both configurations at once
 
     def test_signatures_are_visible(self):
         params = inspect.signature(kvsim.replay).parameters
