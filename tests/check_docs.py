@@ -8,7 +8,7 @@ Every ```sh, ```bash or ```python block must follow a marker comment saying what
 A block after `<!-- readme-check: file NAME -->` (any language) is written to NAME, and
 `<!-- readme-check: setup: COMMAND -->` runs COMMAND unseen (small stand-ins for the demo trace).
 Each document runs in a fresh directory where `build/` is this build, with `build` on PATH (as
-`kvsim`) and `build/python` on PYTHONPATH; a plain block right after a checked shell block is
+`kvsim`), `python3` being this interpreter, and `build/python` on PYTHONPATH; a plain block right after a checked shell block is
 its printed output, and each of its lines must have been printed.
 
 Usage: check_docs.py BUILD_DIR FILE.md...
@@ -64,7 +64,13 @@ def check(path, build):
     checked = skipped = 0
     with tempfile.TemporaryDirectory() as work:
         os.symlink(build, os.path.join(work, "build"))
-        env = dict(os.environ, PATH=build + os.pathsep + os.environ["PATH"], MPLBACKEND="Agg",
+        # `python3` in a block is the interpreter kvsim was built for (this one), whatever else
+        # the PATH holds.
+        shims = os.path.join(work, ".bin")
+        os.mkdir(shims)
+        os.symlink(sys.executable, os.path.join(shims, "python3"))
+        env = dict(os.environ, PATH=os.pathsep.join([shims, build, os.environ["PATH"]]),
+                   MPLBACKEND="Agg",
                    PYTHONPATH=os.path.join(build, "python"))
         for n, item in enumerate(found):
             if item[0] == "setup":

@@ -5,6 +5,7 @@ the built-in policies it re-states."""
 import inspect
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 import warnings
@@ -248,6 +249,55 @@ class Documented(unittest.TestCase):
                     missing_ref.append(qualified)
         self.assertEqual(missing_doc, [], "public names without a docstring")
         self.assertEqual(missing_ref, [], "public names missing from docs/python.md")
+
+
+class Prompts(unittest.TestCase):
+    def test_write_checks_everything_first_and_kvsim_reads_it(self):
+        import h5py
+        from kvsim import prompts
+
+        where = tempfile.mkdtemp()
+        path = prompts.write(os.path.join(where, "p.h5"), {
+            "a": {"token_ids": [1, 5, 6, 7], "modality": [0, 1, 1, 0], "reference_ids": [9, 2],
+                  "task": "t", "question_len": 1},
+            "b": {"token_ids": [1, 8]}})
+        with h5py.File(path) as f:
+            self.assertEqual(f.attrs["kvprompt_version"], 1)
+            self.assertEqual(f["samples/a/token_ids"].dtype, np.int32)
+            self.assertEqual(list(f["samples/a/modality"][()]), [0, 1, 1, 0])
+            self.assertEqual(list(f["samples/a/reference_ids"][()]), [9, 2])
+            self.assertEqual(f["samples/a"].attrs["question_len"], 1)
+        for bad, what in (({"x": {"token_ids": []}}, "sample 'x'"),
+                          ({"x": {"token_ids": [1, 2], "modality": [0]}}, "modality has 1"),
+                          ({"x": {"tokens": [1]}}, "token_ids is required")):
+            with self.assertRaisesRegex(ValueError, what):
+                prompts.write(os.path.join(where, "bad.h5"), bad)
+            self.assertFalse(os.path.exists(os.path.join(where, "bad.h5")))
+
+    def test_from_texts_puts_the_start_token_first_once(self):
+        from kvsim import prompts
+
+        def tokenize(text):  # one id per word, as a stand-in tokenizer
+            return [10 + len(w) for w in text.split()]
+
+        s = prompts.from_texts(tokenize, ["a bb ccc"], references=["dd"], bos=1)["000000"]
+        self.assertEqual(s["token_ids"], [1, 11, 12, 13])
+        self.assertEqual(s["reference_ids"], [12])
+        self.assertEqual(prompts.from_texts(lambda t: [1, 7], ["x"], bos=1)["000000"]["token_ids"],
+                         [1, 7])  # a tokenizer that adds it already
+        self.assertEqual(prompts.from_texts(tokenize, ["a"], bos=None)["000000"]["token_ids"], [11])
+
+    def test_the_command_line(self):
+        import h5py
+
+        where = tempfile.mkdtemp()
+        out = os.path.join(where, "ids.h5")
+        r = subprocess.run([sys.executable, "-m", "kvsim.prompts", "--ids", "1,4,5", "--ids", "1,6",
+                            "-o", out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(out) as f:
+            self.assertEqual(sorted(f["samples"]), ["000000", "000001"])
+            self.assertEqual(list(f["samples/000001/token_ids"][()]), [1, 6])
 
 
 if __name__ == "__main__":

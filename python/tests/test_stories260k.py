@@ -1,0 +1,94 @@
+"""A real trained checkpoint end to end: Karpathy's stories260K (TinyStories, LLaMA-2
+architecture, 5 layers, 8 query heads on 4 KV heads), read from ../shared/models/stories260K
+beside the checkout (or $KVSIM_MODELS/stories260K), never from the repository. Skipped, with
+exit code 77 and a message saying why, when the model is absent.
+
+Checked: greedy decoding from the start token reproduces the published sample; kvsim.prompts
+writes prompts from text that capture and evaluate read; the captured real trace replays and
+its statistics compute.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import kvsim
+from kvsim import prompts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(HERE, "..", "..", "..", "shared", "models")
+MODEL = os.path.join(MODELS, "stories260K")
+BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+# The published greedy sample (temperature 0, from the start token) of karpathy/tinyllamas
+# stories260K/readme.md, as its PROVENANCE.md quotes it.
+PUBLISHED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+             "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
+             "too high.\nLily")
+
+
+def kvsim_cli(*args):
+    r = subprocess.run([BINARY, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"kvsim {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+class Stories260K(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        cls.vocab = prompts.Llama2cVocab(MODEL)
+
+    def test_greedy_decoding_reproduces_the_published_sample(self):
+        p = prompts.write(os.path.join(self.dir, "bos.h5"), [[self.vocab.bos_id]])
+        trace = os.path.join(self.dir, "bos_trace.h5")
+        kvsim_cli("live", "capture", "-m", MODEL, "--prompts", p, "--gen", "256", "-o", trace,
+                  "--backend", "cpu")
+        ids = kvsim.Trace(trace)["000000"].token_ids
+        self.assertEqual(len(ids), 257)  # the start token and 256 generated
+        text = self.vocab.decode(ids)
+        self.assertTrue(text.startswith(PUBLISHED), repr(text[:300]))
+
+    def test_the_vocabulary_round_trips_text(self):
+        text = 'Tim had a red kite. "Look!" he said, and it flew over the big tree.'
+        ids = self.vocab.encode(text)
+        self.assertNotIn(self.vocab.bos_id, ids)
+        self.assertEqual(self.vocab.decode([self.vocab.bos_id] + ids), text)
+        # merges happened: far fewer tokens than characters
+        self.assertLess(len(ids), len(text) // 2)
+
+    def test_prompts_from_text_capture_replay_and_stats_on_a_real_trace(self):
+        story = ("Once upon a time, there was a little dog named Max. Max liked to run in the "
+                 "garden. One day, he found a big stick under a tree.")
+        samples = prompts.from_texts(self.vocab, [story], references=[" He was very happy."],
+                                     bos=self.vocab.bos_id)
+        ids = samples["000000"]["token_ids"]
+        self.assertEqual(ids[0], self.vocab.bos_id)
+        # the reference is tokenized without a start token
+        self.assertEqual(samples["000000"]["reference_ids"], self.vocab.encode(" He was very happy."))
+        p = prompts.write(os.path.join(self.dir, "story.h5"), samples)
+        trace = os.path.join(self.dir, "story_trace.h5")
+        kvsim_cli("live", "capture", "-m", MODEL, "--prompts", p, "--gen", "24", "-o", trace)
+        t = kvsim.Trace(trace)
+        self.assertEqual((t.num_layers, t.num_heads, t.num_kv_heads, t.head_dim), (5, 8, 4, 8))
+        s = t["000000"]
+        np.testing.assert_array_equal(s.token_ids[: len(ids)], ids)
+        df = kvsim.replay(trace, ["full", "h2o", "streamingllm"], budget="30%", as_frame=True)
+        means = df.groupby("policy")["mass_recall"].mean()
+        self.assertEqual(means["full"], 1.0)
+        self.assertLess(means["streamingllm"], 1.0)
+        self.assertGreater(means["h2o"], 0.5)
+        stats = kvsim.stats(trace, as_frame=True)
+        self.assertEqual(list(stats["layer"]), [0, 1, 2, 3, 4])
+
+
+if __name__ == "__main__":
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        print(f"skipped: the stories260K checkpoint is not at {os.path.abspath(MODEL)} "
+              "(set KVSIM_MODELS to the folder that holds stories260K/)")
+        sys.exit(77)
+    unittest.main()
