@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "sim/replay/engine.hpp"
 #include "sim/live/evaluate.hpp"
+#include "sim/replay/engine.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -307,6 +307,23 @@ TEST_F(LiveFixture, ImageTokenIdsComeFromInputsEmbedsNotTheVocabulary) {
   prompt.inputs_embeds.clear();  // now position 4 is an ordinary token: out of range
   prompt.embed_dim = 0;
   expect_error([&] { engine.prepare(prompt, 1, {}); }, "token id 164 at position 4");
+}
+
+TEST(LiveEngineLimits, PositionsBeyondMaxPositionEmbeddingsAreRefusedUnlessAllowed) {
+  ModelConfig c = tiny_config("llama", 4, 2);
+  c.max_position_embeddings = 24;
+  const Checkpoint ck =
+      live::load_checkpoint(make_model("max_positions", c, WeightDType::kFloat32));
+  auto backend = live::make_cpu_backend();
+  live::Model model(ck, *backend);
+  live::LiveEngine engine(model, 1);
+  const PromptSample prompt = tiny_prompt(20, 4, 6, c.vocab_size, c.hidden_size);
+  engine.prepare(prompt, 4, {});  // 20 + 4 = 24 positions: within
+  expect_error([&] { engine.prepare(prompt, 5, {}); },
+               "20 prompt tokens + 5 decode steps = 25 positions exceed the model's "
+               "max_position_embeddings of 24 (--allow-beyond-max-positions runs it anyway)");
+  engine.allow_beyond_max_positions(true);
+  engine.prepare(prompt, 5, {});
 }
 
 TEST_F(LiveFixture, FullPolicyReproducesTheModelAloneExactly) {

@@ -8,11 +8,11 @@
 #include <thread>
 
 #include "sim/cli/cli.hpp"
-#include "sim/replay/config.hpp"
+#include "sim/core/progress.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
+#include "sim/replay/config.hpp"
 #include "sim/replay/mpi_world.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
 
@@ -41,7 +41,7 @@ struct RunArgs {
   std::vector<std::string> samples, policies, sets;
   int gen = 32;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool force_reference = false, no_timing = false, logits = false;
+  bool force_reference = false, no_timing = false, logits = false, beyond_positions = false;
 };
 
 live::WeightDType parse_weight_dtype(const std::string& s) {
@@ -182,6 +182,9 @@ void add_model_options(CLI::App& app, RunArgs& a) {
   app.add_option("--backend", a.backend, "Where the model runs")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_flag("--allow-beyond-max-positions", a.beyond_positions,
+               "Run prompts whose prompt + decode steps exceed the model's "
+               "max_position_embeddings (refused otherwise: the model was not trained there)");
   add_threads_option(app, a.threads, "Threads for the prompt statistics");
 }
 
@@ -198,6 +201,7 @@ struct Session {
     model = std::make_unique<live::Model>(checkpoint, *backend);
     checkpoint.tensors.clear();  // the backend holds its own copy
     engine = std::make_unique<live::LiveEngine>(*model, a.threads);
+    engine->allow_beyond_max_positions(a.beyond_positions);
     prompts = std::make_unique<PromptReader>(a.prompts);
     samples = a.samples.empty() ? prompts->sample_names() : a.samples;
   }

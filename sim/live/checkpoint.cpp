@@ -134,6 +134,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& path)
   c.head_dim = get_int(j, "head_dim", path, c.hidden_size / c.num_attention_heads);
   c.vocab_size = get_int(j, "vocab_size", path);
   c.rope_theta = get_double(j, "rope_theta", path, 10000.0);
+  // Read exactly as written; when absent, transformers' default for all three architectures:
+  // LlamaConfig, MistralConfig and Qwen2Config all declare rms_norm_eps=1e-6.
   c.rms_norm_eps = get_double(j, "rms_norm_eps", path, 1e-6);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", path, false);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", path, 0);

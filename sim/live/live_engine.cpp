@@ -52,6 +52,13 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
                                 std::to_string(prompt.embed_dim) +
                                 " columns, the model's hidden_size is " +
                                 std::to_string(c.hidden_size));
+  if (c.max_position_embeddings > 0 && T > c.max_position_embeddings && !beyond_max_positions_)
+    throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(P) +
+                                " prompt tokens + " + std::to_string(gen_len) +
+                                " decode steps = " + std::to_string(T) +
+                                " positions exceed the model's max_position_embeddings of " +
+                                std::to_string(c.max_position_embeddings) +
+                                " (--allow-beyond-max-positions runs it anyway)");
   if (c.sliding_window > 0 && T > c.sliding_window)
     throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(T) +
                                 " tokens exceed the model's sliding_window of " +

@@ -4,11 +4,11 @@
 // Each layer runs its own policy instance, which has first seen the prefill of every lower layer
 // (the state replay's single instance has on reaching that layer; policies/policy.hpp).
 // Per sample the prompt is prefilled once with a full cache (shared by every run), its attention
-// statistics computed once (sim/core/layer_attention.hpp, prompt only). A run then loads the prompt's
-// keys and values into the backend's cache, calls on_prefill for every layer, and for each decode
-// step and layer: appends the token's key and value, attends over the retained entries, calls
-// on_decode, and applies the policy's evictions and merges to the backend's cache (the evicted
-// rows are freed; merged rows are overwritten with the merged key and value).
+// statistics computed once (sim/core/layer_attention.hpp, prompt only). A run then loads the
+// prompt's keys and values into the backend's cache, calls on_prefill for every layer, and for each
+// decode step and layer: appends the token's key and value, attends over the retained entries,
+// calls on_decode, and applies the policy's evictions and merges to the backend's cache (the
+// evicted rows are freed; merged rows are overwritten with the merged key and value).
 //
 // Compression happens at the end of the prefill, as in SnapKV and kvpress: methods that prune
 // inside the prefill's forward pass (FastV, A-VL's prefill pruning) are applied there too, so
@@ -73,12 +73,15 @@ class LiveEngine {
   static AttentionNeeds live_needs(const std::vector<PolicyConfig>& policies,
                                    const ModelConfig& config);
 
+  // Runs longer than the config's max_position_embeddings are refused unless allowed.
+  void allow_beyond_max_positions(bool allow) { beyond_max_positions_ = allow; }
   PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs);
   RunResult run(PreparedPrompt& prepared, const RunOptions& options);
 
  private:
   Model& model_;
   int threads_;
+  bool beyond_max_positions_ = false;
 };
 
 // The index of the largest logit (the lowest index among ties).
