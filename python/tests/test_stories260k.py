@@ -85,6 +85,33 @@ class Stories260K(unittest.TestCase):
         stats = kvsim.stats(trace, as_frame=True)
         self.assertEqual(list(stats["layer"]), [0, 1, 2, 3, 4])
 
+    def test_stop_at_eos_where_llama2c_stops(self):
+        # llama2.c's TinyStories models separate stories with the start token (run.c stops
+        # generating at token 1); config.json's eos_token_id 2 never comes. A
+        # generation_config.json naming both makes --stop-at-eos stop where llama2.c stops.
+        model = os.path.join(self.dir, "stories260K_eos")
+        os.makedirs(model, exist_ok=True)
+        for name in ("config.json", "model.safetensors"):
+            if not os.path.exists(os.path.join(model, name)):
+                os.symlink(os.path.abspath(os.path.join(MODEL, name)), os.path.join(model, name))
+        with open(os.path.join(model, "generation_config.json"), "w") as f:
+            f.write('{"eos_token_id": [1, 2]}')
+        story = "Once upon a time, there was a cat. The cat was happy. The end."
+        p = prompts.write(os.path.join(self.dir, "end.h5"),
+                          prompts.from_texts(self.vocab, [story], bos=self.vocab.bos_id))
+        full = os.path.join(self.dir, "end_full.h5")
+        kvsim_cli("live", "capture", "-m", model, "--prompts", p, "--gen", "300", "-o", full)
+        s = kvsim.Trace(full)["000000"]
+        generated = list(s.token_ids[s.prompt_len:])
+        self.assertIn(1, generated, "the model starts a new story within 300 tokens")
+        k = generated.index(1)
+        stopped = os.path.join(self.dir, "end_stopped.h5")
+        kvsim_cli("live", "capture", "-m", model, "--prompts", p, "--gen", "300", "--stop-at-eos",
+                  "-o", stopped)
+        s = kvsim.Trace(stopped)["000000"]
+        self.assertEqual(s.gen_len, k + 1)
+        self.assertEqual(list(s.token_ids[s.prompt_len:]), generated[: k + 1])
+
 
 if __name__ == "__main__":
     if not os.path.exists(os.path.join(MODEL, "config.json")):

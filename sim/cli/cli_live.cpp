@@ -42,7 +42,19 @@ struct RunArgs {
   int gen = 32;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool force_reference = false, no_timing = false, logits = false, beyond_positions = false;
+  bool stop_at_eos = false;
 };
+
+// --stop-at-eos: the checkpoint's end-of-sequence ids (none without the flag).
+std::vector<std::int32_t> stop_tokens(const RunArgs& a) {
+  if (!a.stop_at_eos) return {};
+  std::vector<std::int32_t> ids = live::read_eos_token_ids(a.model);
+  if (ids.empty())
+    throw std::invalid_argument(
+        "--stop-at-eos: neither generation_config.json nor config.json in " + a.model +
+        " gives an eos_token_id");
+  return ids;
+}
 
 live::WeightDType parse_weight_dtype(const std::string& s) {
   if (s == "bfloat16" || s == "bf16") return live::WeightDType::kBFloat16;
@@ -182,6 +194,9 @@ void add_model_options(CLI::App& app, RunArgs& a) {
   app.add_option("--backend", a.backend, "Where the model runs")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_flag("--stop-at-eos", a.stop_at_eos,
+               "End a greedy answer at the model's end-of-sequence token (eos_token_id of "
+               "generation_config.json, else config.json), included; --gen is then the most");
   app.add_flag("--allow-beyond-max-positions", a.beyond_positions,
                "Run prompts whose prompt + decode steps exceed the model's "
                "max_position_embeddings (refused otherwise: the model was not trained there)");
@@ -242,6 +257,7 @@ std::string ranks_note(const World& world) {
 int run_capture(const RunArgs& a, const World& world) {
   live::CaptureOptions o;
   o.gen_len = a.gen;
+  o.stop_tokens = stop_tokens(a);
   o.force_reference = a.force_reference;
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
   o.logits = a.logits;
@@ -314,6 +330,7 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
   if (output.empty()) return nullptr;
   std::vector<std::string> identity = {KVSIM_VERSION, run_identity(a), std::to_string(o.gen_len),
                                        std::to_string(o.timing)};
+  for (const auto id : o.stop_tokens) identity.push_back("stop " + std::to_string(id));
   for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
   return std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
 }
@@ -330,6 +347,7 @@ int run_evaluate(const RunArgs& a, const World& world) {
         "rank 0 through files beside it");
   live::EvalOptions o;
   o.gen_len = a.gen;
+  o.stop_tokens = stop_tokens(a);
   o.timing = !a.no_timing;
   std::unique_ptr<Session> s;
   std::unique_ptr<live::PieceStore> store;

@@ -106,6 +106,31 @@ std::size_t dtype_size(WeightDType t) {
 
 }  // namespace
 
+std::vector<std::int32_t> read_eos_token_ids(const std::string& dir) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    if (!std::filesystem::exists(path)) continue;
+    const json j = read_json(path);
+    if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    const json& e = j["eos_token_id"];
+    std::vector<std::int32_t> ids;
+    if (e.is_number_integer()) {
+      ids.push_back(e.get<std::int32_t>());
+    } else if (e.is_array()) {
+      for (const json& x : e) {
+        if (!x.is_number_integer())
+          throw CheckpointError(path + ": eos_token_id holds " + x.dump() + ", not an integer");
+        ids.push_back(x.get<std::int32_t>());
+      }
+    } else {
+      throw CheckpointError(path + ": eos_token_id is " + e.dump() +
+                            ", not an integer or a list of integers");
+    }
+    return ids;
+  }
+  return {};
+}
+
 ModelConfig read_model_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw CheckpointError(path + ": cannot open (does it exist?)");

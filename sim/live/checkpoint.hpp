@@ -63,6 +63,11 @@ struct Checkpoint {
 
 Checkpoint load_checkpoint(const std::string& dir);
 
+// The end-of-sequence ids greedy generation stops at: eos_token_id (an int or a list) of the
+// directory's generation_config.json when it has one, as transformers' generate() uses it, else
+// of config.json; empty when neither says. Throws naming the file when the value is malformed.
+std::vector<std::int32_t> read_eos_token_ids(const std::string& dir);
+
 // The tensor names and shapes a decoder with this config must have.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_tensors(
     const ModelConfig& c);

@@ -1,8 +1,10 @@
 #include "sim/live/evaluate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <xtensor/xview.hpp>
 
 #include "sim/live/pieces.hpp"
 #include "sim/replay/results.hpp"
@@ -62,6 +64,41 @@ TraceInfo capture_trace_info(LiveEngine& engine, const CaptureOptions& o) {
   return info;
 }
 
+std::string ids_text(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (auto id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+// The decode steps a greedy run keeps when it stops at the first fed token in `stop`: up to and
+// including the step that fed it; all `steps` when none was fed.
+int steps_until_stop(const RunResult& r, int steps, const std::vector<std::int32_t>& stop) {
+  for (int t = 0; t < steps; ++t)
+    if (std::find(stop.begin(), stop.end(), r.steps[t].input) != stop.end()) return t + 1;
+  return steps;
+}
+
+// Drops the generated positions after the first `kept` from a sample's metadata.
+void truncate_generation(SampleInfo& s, int kept) {
+  const int T = s.prompt_len + kept;
+  s.gen_len = kept;
+  s.modality.resize(T);
+  s.segment.resize(T);
+  s.token_ids.resize(T);
+  if (!s.media_id.empty()) s.media_id.resize(T);
+}
+
+// The first T positions of a layer's tensors.
+LayerTensors first_positions(const LayerTensors& t, int T) {
+  if (static_cast<int>(t.q.shape(0)) == T) return t;
+  LayerTensors out;
+  out.layer = t.layer;
+  out.q = xt::view(t.q, xt::range(0, T), xt::all(), xt::all());
+  out.k = xt::view(t.k, xt::range(0, T), xt::all(), xt::all());
+  if (t.has_v()) out.v = xt::view(t.v, xt::range(0, T), xt::all(), xt::all());
+  return out;
+}
+
 // Generates one sample with a full cache and writes it, alone, to `path` (atomically).
 void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::string& prompts_path,
                     const TraceInfo& info, const WriteOptions& wo, const CaptureOptions& o,
@@ -80,13 +117,18 @@ void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::s
   SampleInfo s = pp.sample;
   s.dtype = o.dtype;
   for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
+  const int kept = o.force_reference ? G : steps_until_stop(r, G, o.stop_tokens);
+  if (kept < G) truncate_generation(s, kept);
   TraceWriter writer(begin_partial(path), info, wo);
   writer.write_sample(s);
-  for (const auto& layer : pp.layers) writer.write_layer(s, layer->tensors());
+  for (const auto& layer : pp.layers)
+    writer.write_layer(s, first_positions(layer->tensors(), s.total_len()));
   if (o.logits) {
     std::vector<float> all = pp.first_logits;
     for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
-    writer.write_sample_matrix(s, "logits", G + 1, engine.model().config().vocab_size, all.data());
+    all.resize(static_cast<std::size_t>(kept + 1) * engine.model().config().vocab_size);
+    writer.write_sample_matrix(s, "logits", kept + 1, engine.model().config().vocab_size,
+                               all.data());
   }
   writer.close();
   publish(path);
@@ -120,7 +162,7 @@ PieceStore capture_store(const std::string& out_path, const TraceInfo& info,
   return PieceStore(
       out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model, std::to_string(o.gen_len),
                                 std::to_string(o.force_reference), dtype_name(o.dtype),
-                                std::to_string(o.logits)}));
+                                std::to_string(o.logits), "stop " + ids_text(o.stop_tokens)}));
 }
 
 }  // namespace
@@ -175,14 +217,27 @@ double mean_ms(const RunResult& r) {
 std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample& prompt,
                                          const std::vector<PolicyConfig>& policies,
                                          const EvalOptions& o) {
-  const int G = o.gen_len, R = static_cast<int>(prompt.reference_ids.size());
+  const int R = static_cast<int>(prompt.reference_ids.size());
   const AttentionNeeds needs = LiveEngine::live_needs(policies, engine.model().config());
-  PreparedPrompt pp = engine.prepare(prompt, std::max(G, R - 1), needs);
+  PreparedPrompt pp = engine.prepare(prompt, std::max(o.gen_len, R - 1), needs);
   RunOptions base;
-  base.steps = G;
+  base.steps = o.gen_len;
   base.keep_logits = true;
   base.check_invariants = o.check_invariants;
-  const RunResult full = engine.run(pp, base);
+  RunResult full = engine.run(pp, base);
+  // With stop tokens the answer ends at the first one predicted (predicted[k], produced by step
+  // k - 1): k steps, at least one; every policy runs those steps.
+  int G = o.gen_len;
+  for (int k = 0; k <= o.gen_len && !o.stop_tokens.empty(); ++k)
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), full.predicted[k]) !=
+        o.stop_tokens.end()) {
+      G = std::max(k, 1);
+      break;
+    }
+  if (G < o.gen_len) {
+    base.steps = G;
+    full = engine.run(pp, base);
+  }
   RunOptions ref_opts = base;
   ref_opts.steps = std::max(R - 1, 0);
   ref_opts.forced = &prompt.reference_ids;

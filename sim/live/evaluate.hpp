@@ -20,6 +20,9 @@ struct CaptureOptions {
   // Also store samples/<name>/logits, float32 [G + 1, vocab]: row 0 from the prefill (the
   // distribution of position P), row t + 1 after decode step t.
   bool logits = false;
+  // Greedy generation stops once it has fed one of these tokens (the model's end of sequence):
+  // the sample then has as many generated positions as tokens up to and including it.
+  std::vector<std::int32_t> stop_tokens;
   std::function<void()> on_sample;  // called after each sample (progress)
   // Identity of the model and prompts (the CLI: the checkpoint's and prompt file's fingerprints,
   // the backend). Finished samples are kept in `<out>.parts/` under it and these options, so a
@@ -41,6 +44,9 @@ void assemble_capture(LiveEngine& engine, const std::vector<std::string>& sample
 // End-to-end accuracy of every policy against the full-cache run of the same model.
 struct EvalOptions {
   int gen_len = 32;
+  // The full cache's greedy answer ends at the first of these tokens (included): the sample is
+  // evaluated over the steps that produced it (at least one), every policy on the same steps.
+  std::vector<std::int32_t> stop_tokens;
   bool check_invariants = true;
   bool timing = true;  // latency columns (the only fields that differ between identical runs)
 };
