@@ -500,6 +500,33 @@ TEST(LiveEval, HandWorkedMetrics) {
   EXPECT_EQ(live::argmax({0.5f, 2.0f, 2.0f, -1.0f}), 1);  // ties to the lowest index
 }
 
+TEST(LiveSummary, ReferenceNllAndPerplexityPerToken) {
+  live::EvalSummary s;
+  s.label = "h2o";
+  s.sample = "x";
+  s.ref_tokens = 4;
+  s.ref_loglik = -8.0;       // 2 nats per token
+  s.ref_loglik_full = -4.0;  // 1 nat per token
+  s.full_peak_kv_bytes = 1;
+  std::string row;
+  live::append_eval_summary_csv(row, s, false);
+  const std::string header = live::eval_summary_csv_header();
+  auto split = [](const std::string& line) {  // keeps empty fields, the last one included
+    std::vector<std::string> out(1);
+    for (char c : line.substr(0, line.size() - 1)) c == ',' ? out.emplace_back() : out.back() += c;
+    return out;
+  };
+  const std::vector<std::string> names = split(header), values = split(row);
+  ASSERT_EQ(names.size(), values.size());
+  auto at = [&](const std::string& name) {
+    return values[std::find(names.begin(), names.end(), name) - names.begin()];
+  };
+  EXPECT_EQ(at("ref_nll"), "2");
+  EXPECT_EQ(at("ref_nll_full"), "1");
+  EXPECT_EQ(at("ref_ppl"), "7.3890561");        // e^2
+  EXPECT_EQ(at("ref_ppl_full"), "2.71828183");  // e^1
+}
+
 TEST_F(LiveFixture, EvaluateFullHasNoLossAndStreamingHasSome) {
   PromptSample prompt = tiny_prompt(48, 4, 24, c.vocab_size);
   prompt.reference_ids = {5, 9, 13, 2};

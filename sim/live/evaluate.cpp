@@ -340,7 +340,8 @@ void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) 
 
 std::string eval_summary_csv_header() {
   return "policy,sample,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
-         "answer_overlap,exact_match,ref_tokens,ref_loglik,ref_loglik_full,prompt_kv_bytes,"
+         "answer_overlap,exact_match,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
+         "ref_ppl,ref_ppl_full,prompt_kv_bytes,"
          "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token\n";
 }
 
@@ -357,6 +358,14 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   field(out, std::int64_t{s.ref_tokens});
   field(out, s.ref_loglik);
   field(out, s.ref_loglik_full);
+  // Per-token negative log-likelihood of the reference and its perplexity, exp(NLL), as language
+  // model papers report them.
+  const double nll = s.ref_tokens ? -s.ref_loglik / s.ref_tokens : NAN;
+  const double nll_full = s.ref_tokens ? -s.ref_loglik_full / s.ref_tokens : NAN;
+  field(out, nll);
+  field(out, nll_full);
+  field(out, std::exp(nll));
+  field(out, std::exp(nll_full));
   field(out, s.prompt_kv_bytes);
   field(out, s.peak_kv_bytes);
   field(out, s.full_peak_kv_bytes);
