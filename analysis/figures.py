@@ -390,6 +390,28 @@ def live_figures(steps, summaries, replays, out, written):
         ax.set(title=f"{title}\n(mean over samples; bars: ± one standard deviation)",
                ylim=(0, 1.15))
     save(fig, out, "live_summary", written)
+    # Reference perplexity (prompt files with reference_ids): over the samples, exp of the mean
+    # token NLL, per policy, the full cache's as a line.
+    ppl = defaultdict(lambda: [0.0, 0.0, 0])
+    for r in read_rows(summaries):
+        if r.get("ref_nll") and r.get("ref_tokens") and int(r["ref_tokens"]) > 0:
+            t = ppl[r["policy"]]
+            t[0] += float(r["ref_nll"]) * int(r["ref_tokens"])
+            t[1] += float(r["ref_nll_full"]) * int(r["ref_tokens"])
+            t[2] += int(r["ref_tokens"])
+    if ppl:
+        names = sorted(ppl)
+        values = [np.exp(ppl[l][0] / ppl[l][2]) for l in names]
+        full = np.exp(sum(t[1] for t in ppl.values()) / sum(t[2] for t in ppl.values()))
+        fig, ax = new_figure(figsize=(max(5, 0.6 * len(names) + 2), 3.8))
+        bars = ax.bar(range(len(names)), values, color=[policy_colour(l) for l in names])
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=6, padding=2)
+        ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
+        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+        ax.set(title="Live: perplexity of the reference continuations\n(exp of the mean token NLL "
+               "over samples)", ylabel="perplexity")
+        ax.legend(fontsize=7, loc="lower right")
+        save(fig, out, "live_perplexity", written)
     if replays:
         recall = defaultdict(list)
         for r in read_rows(replays):
