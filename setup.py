@@ -55,8 +55,8 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["kvsim"],
-    package_dir={"kvsim": "python/kvsim"},
+    packages=["kvsim", "kvsim.capture"],
+    package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture"},
     package_data={"kvsim": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kvsim._kvsim", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Thread scaling of replay (issue 15, goal 3): the five baselines at 20% through a one-sample and a
-# four-sample synthetic trace (by default issue 15's shape: 8 layers x 32 heads, d = 128, a
+# Thread scaling of replay: the five baselines at 20% through a one-sample and a
+# four-sample synthetic trace (by default the shape: 8 layers x 32 heads, d = 128, a
 # 2,048-token prompt, 64 generated tokens), timed with each thread count, best of REPEATS runs.
 #
 #   replay_scaling.sh KVSIM OUT_DIR [THREADS="1 2"] [REPEATS=3] [synth options...]

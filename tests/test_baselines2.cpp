@@ -1,4 +1,4 @@
-// The baselines the papers compare against (issue 4), on hand-worked tiny traces
+// The baselines the papers compare against, on hand-worked tiny traces
 // (tiny_trace.hpp: p_ij ∝ w_j).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Every registered policy on degenerate traces (issue 14): each either runs with its invariants
+// Every registered policy on degenerate traces: each either runs with its invariants
 // holding, or refuses with an error that names the policy and says why. Never a crash, a hang, a
 // recall above 1 or a cache that outgrows its capacity.
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Whole decode step: kvsim's live decoder against transformers on the same checkpoint.
 
-Builds a random LLaMA-shaped checkpoint (by default issue 13's: 8 layers of LLaMA-7B's width,
+Builds a random LLaMA-shaped checkpoint (by default 8 layers of LLaMA-7B's width,
 hidden 4096, 32 heads, bf16), writes one random prompt (2,048 tokens), then measures the mean
 greedy decode step, in ms/token:
   - kvsim (`kvsim live evaluate`): the full cache, and h2o, tova and streamingllm in the loop, with

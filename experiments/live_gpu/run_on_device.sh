@@ -13,7 +13,7 @@
 # shapes, float32 and bf16, native GQA); step.csv/.json (the whole decode step of an 8-layer
 # LLaMA-7B-width bf16 model with a 2k prompt against transformers on the same checkpoint, and the
 # cost of h2o, tova and streamingllm in the loop); compare_transformers.json (logits against
-# transformers); replay_scaling.csv (issue 15: replay with -j 1, 4 and 16 on one- and four-sample
+# transformers); replay_scaling.csv (replay with -j 1, 4 and 16 on one- and four-sample
 # traces of 2,048-token prompts); tables.md (all of it as the tables of docs/live.md); steps.csv (which
 # step failed). A failing step does not stop the others; the exit status says whether any failed.
 set -u
@@ -49,7 +49,7 @@ gpu_tests() {
     > "$out/gpu_tests.txt" 2>&1
   rc=$?
   cat "$out/gpu_tests.txt"
-  # A device is visible here, so no GPU test may skip (issue 13, item 1).
+  # A device is visible here, so no GPU test may skip.
   if grep -q '^\[  SKIPPED \]' "$out/gpu_tests.txt"; then
     echo "GPU tests skipped on a machine with a device"
     return 1
@@ -72,7 +72,10 @@ step sdpa_mha to_file "$out/sdpa_mha.csv" python3 "$here/bench_sdpa.py" --kv-hea
 step whole_step python3 "$here/bench_step.py" --kvsim "$build/kvsim" --backend cuda --out "$out"
 step compare_transformers python3 "$here/compare_transformers.py" --kvsim "$build/kvsim" \
   --backend cuda --out "$out/compare_transformers.json"
-# Issue 15's thread scaling on the machine's cores (replay is CPU work; the GPU machine has 16).
+# kvsim.capture.hf on real transformers classes (tiny random Llama, LLaVA, Qwen2-VL).
+step check_hf_capture env PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+  python3 "$here/check_hf_capture.py" --device cuda --out "$out/check_hf_capture.json"
+# Replay's thread scaling on the machine's cores (replay is CPU work; the GPU machine has 16).
 step replay_scaling "$here/../replay_scaling.sh" "$build/kvsim" "$out" "1 4 16" 1
 step tables python3 "$here/summarize.py" "$out"
 cat "$out/steps.csv"

@@ -109,7 +109,7 @@ def scaling_table(out: Path) -> list:
     if not rows:
         return []
     return markdown_table(
-        "Replay thread scaling (issue 15), five baselines at 20% on synthetic traces "
+        "Replay thread scaling, five baselines at 20% on synthetic traces "
         "(replay_scaling.sh's default shape: 8 layers x 32 heads, d = 128, 2,048-token prompts, "
         "64 generated tokens):", ["samples", "threads", "seconds", "speed-up"],
         [[r["samples"], r["threads"], f"{float(r['seconds']):.2f}",

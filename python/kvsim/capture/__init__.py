@@ -33,7 +33,10 @@ import numpy as np
 def eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                     **kwargs):
     """softmax(scaling · q kᵀ + mask) v with GQA (key/value heads repeated); [B, n, H, d] out,
-    transformers' convention for attention functions."""
+    transformers' convention for attention functions. The mask is additive (float), or boolean
+    (True: attend, as transformers' sdpa masks); without one, a causal module
+    (`module.is_causal`, default True) attends to the keys up to each query's position, the last
+    n of the cache being the queries', and a non-causal one (a vision tower) to every key."""
     import torch
 
     h, hkv = query.shape[1], key.shape[1]
@@ -44,7 +47,15 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         scaling = 1 / math.sqrt(query.shape[-1])
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
-        scores = scores + attention_mask[..., : key.shape[-2]]
+        mask = attention_mask[..., : key.shape[-2]]
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    elif getattr(module, "is_causal", True) and query.shape[2] > 1:
+        n, T = query.shape[2], key.shape[2]
+        future = torch.ones(n, T, dtype=torch.bool, device=scores.device).triu(T - n + 1)
+        scores = scores.masked_fill(future, float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
     out = torch.matmul(probs, value)
     return out.transpose(1, 2).contiguous(), probs
@@ -85,6 +96,13 @@ class Recorder:
             self.samples.append(self._finish(self._current))
         finally:
             self._current = None
+
+    def set_token_ids(self, token_ids):
+        """The token ids of every position of the sample being recorded, when they are known only
+        after generating (kvsim.capture.hf)."""
+        if self._current is None:
+            raise CaptureError("capture: set_token_ids outside a sample")
+        self._current["meta"]["token_ids"] = np.asarray(token_ids, dtype=np.int32)
 
     def attention(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                   **kwargs):

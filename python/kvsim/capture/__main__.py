@@ -1,0 +1,85 @@
+"""python -m kvsim.capture --model DIR --prompts FILE.jsonl --out trace.h5: capture a kvtrace v1
+file from a Hugging Face transformers checkpoint (kvsim.capture.hf), greedy, full cache."""
+import argparse
+import json
+import sys
+
+
+def load(model_dir, device, dtype):
+    """The model (image-text-to-text, vision-to-sequence or causal LM, in that order) and its
+    processor (else its tokenizer)."""
+    import torch
+    import transformers
+
+    torch_dtype = {"float32": torch.float32, "float16": torch.float16,
+                   "bfloat16": torch.bfloat16}[dtype]
+    model = None
+    for cls in ("AutoModelForImageTextToText", "AutoModelForVision2Seq", "AutoModelForCausalLM"):
+        auto = getattr(transformers, cls, None)
+        if auto is None:
+            continue
+        try:
+            model = auto.from_pretrained(model_dir, torch_dtype=torch_dtype)
+            break
+        except (ValueError, KeyError):
+            continue
+    if model is None:
+        sys.exit(f"python -m kvsim.capture: {model_dir}: no transformers model class loads it")
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(model_dir)
+    except (OSError, ValueError):
+        processor = transformers.AutoTokenizer.from_pretrained(model_dir)
+    return model.to(device), processor
+
+
+def read_prompts(path):
+    """JSON lines: {"name", "text" | "messages", optional "images", "videos" (paths), "task"}."""
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                p = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"python -m kvsim.capture: {path}:{n}: {e}")
+            if "images" in p:
+                from PIL import Image
+                p["images"] = [Image.open(x).convert("RGB") for x in p["images"]]
+            prompts.append(p)
+    return prompts
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m kvsim.capture", description=__doc__.split("\n")[0],
+        epilog="example:\n  python -m kvsim.capture --model llava-1.5-7b-hf --prompts p.jsonl "
+               "--out trace.h5 --gen 32 --device cuda\n"
+               "  p.jsonl: {\"name\": \"000000\", \"messages\": [...], \"images\": [\"a.jpg\"]}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint directory")
+    ap.add_argument("--prompts", required=True, help="JSON lines, one prompt each")
+    ap.add_argument("--out", required=True, help="kvtrace v1 file to write")
+    ap.add_argument("--gen", type=int, default=32, help="decode steps recorded per prompt")
+    ap.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    ap.add_argument("--model-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--dtype", default="float16", choices=["float16", "float32"],
+                    help="stored element type")
+    a = ap.parse_args(argv)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        sys.exit("python -m kvsim.capture needs transformers (and torch); neither is a "
+                 "dependency of kvsim itself")
+    from .hf import capture_pretrained
+
+    model, processor = load(a.model, a.device, a.model_dtype)
+    prompts = read_prompts(a.prompts)
+    capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
+                       progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
+                                                   file=sys.stderr))
+    print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Capture kvtrace v1 files from Hugging Face transformers models: the Recorder registered as an
+attention function (AttentionInterface), image and video positions from the processor's output
+and the model's config, greedy generation with a full cache, batch 1.
+
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from kvsim.capture import hf
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    hf.capture_pretrained(model, processor, [{"name": "000000", "text": prompt,
+                                              "images": [image]}], "trace.h5", gen=32)
+
+    python -m kvsim.capture --model DIR --prompts prompts.jsonl --out trace.h5 --gen 32
+
+Written against transformers 4.57 from its source: `modeling_utils.AttentionInterface` (a
+registry read by every attention module as ALL_ATTENTION_FUNCTIONS[config._attn_implementation],
+called as fn(module, query, key, value, attention_mask, scaling=..., dropout=..., **kwargs) with
+query [B, H, n, d] and key/value [B, Hkv, T, d] after the rotary embedding and the cache update),
+`PreTrainedModel.set_attn_implementation`, models/llama (decoder attention modules carry
+`layer_idx`), models/llava (`image_token_index`, renamed `image_token_id` in later versions) and
+models/qwen2_vl (`image_token_id`, `video_token_id`, `image_grid_thw`, `video_grid_thw`,
+`spatial_merge_size`; M-RoPE is applied before the attention function, so q and k arrive
+rotated; vision-tower attention modules have no `layer_idx` and pass through unrecorded).
+transformers cannot be installed where kvsim was developed: the parts that do not need it are
+tested against small PyTorch models with the same calling convention
+(python/tests/test_capture_hf.py), and experiments/live_gpu/check_hf_capture.py checks the whole
+on real transformers classes; it has not yet run.
+"""
+import numpy as np
+
+from . import CaptureError, Recorder, eager_attention
+
+ATTENTION_NAME = "kvsim_capture"
+
+
+def _inner_attention():
+    """transformers' own sdpa function when it exists (the model then computes exactly what it
+    computes with attn_implementation="sdpa"), else kvsim's eager attention."""
+    try:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward
+    except ImportError:
+        return eager_attention
+
+
+def register(recorder, name=ATTENTION_NAME, inner=None):
+    """Registers recorder.attention under `name` in transformers' AttentionInterface (and the
+    sdpa mask format under the same name where AttentionMaskInterface exists, so the model
+    builds the masks the inner function expects). Returns the name."""
+    import transformers
+
+    recorder.inner = inner or _inner_attention()
+    transformers.AttentionInterface.register(name, recorder.attention)
+    masks = getattr(transformers, "AttentionMaskInterface", None)
+    if masks is not None and "sdpa" in getattr(masks, "_global_mapping", {}):
+        masks.register(name, masks._global_mapping["sdpa"])
+    return name
+
+
+def use_attention(model, name=ATTENTION_NAME):
+    """Makes the model (and its sub-models: language model, vision tower) call the function
+    registered as `name`: model.set_attn_implementation where transformers has it, else the
+    configs' _attn_implementation."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+        return
+    seen, todo = set(), [model.config]
+    while todo:
+        config = todo.pop()
+        if id(config) in seen:
+            continue
+        seen.add(id(config))
+        config._attn_implementation = name
+        for key in getattr(config, "sub_configs", {}) or {}:
+            sub = getattr(config, key, None)
+            if sub is not None:
+                todo.append(sub)
+
+
+def _token_id(config, *names):
+    for owner in (config, getattr(config, "text_config", None)):
+        for n in names:
+            v = getattr(owner, n, None) if owner is not None else None
+            if v is not None:
+                return int(v)
+    return None
+
+
+def _sizes(grid_thw, merge, per_frame):
+    """Tokens per media item from (t, h, w) grids: one item per image, or one per temporal
+    patch (frame) of a video, h·w / merge² tokens each."""
+    out = []
+    for t, h, w in np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3):
+        each = int(h * w) // (merge * merge)
+        out += [each] * int(t) if per_frame else [int(t) * each]
+    return out
+
+
+def media_positions(input_ids, config, image_grid_thw=None, video_grid_thw=None, num_images=None):
+    """modality (uint8 [P]: 0 text, 1 image, 2 video) and media_id (int32 [P], -1 on text) of a
+    prompt's token ids. Image tokens carry config.image_token_id (or image_token_index, LLaVA),
+    video tokens video_token_id. Each image is one media item and each video frame (temporal
+    patch) another, numbered in the order they appear: sizes from image_grid_thw /
+    video_grid_thw and vision_config.spatial_merge_size (Qwen2-VL), else the image tokens split
+    equally over `num_images` (LLaVA: every image has the same count; default: each contiguous
+    run of image tokens is one image)."""
+    ids = np.asarray(input_ids).reshape(-1)
+    modality = np.zeros(len(ids), dtype=np.uint8)
+    media = np.full(len(ids), -1, dtype=np.int32)
+    merge = int(getattr(getattr(config, "vision_config", None), "spatial_merge_size", 1) or 1)
+    items = []  # (first position, positions) of every media item
+    for kind, names, grid, per_frame in ((1, ("image_token_id", "image_token_index"),
+                                          image_grid_thw, False),
+                                         (2, ("video_token_id",), video_grid_thw, True)):
+        token = _token_id(config, *names)
+        if token is None:
+            continue
+        where = np.flatnonzero(ids == token)
+        if len(where) == 0:
+            continue
+        modality[where] = kind
+        if grid is not None:
+            sizes = _sizes(grid, merge, per_frame)
+        elif kind == 1 and num_images:
+            if len(where) % num_images:
+                raise CaptureError(f"capture: {len(where)} image tokens do not split equally "
+                                   f"over {num_images} images")
+            sizes = [len(where) // num_images] * num_images
+        else:  # contiguous runs
+            breaks = np.flatnonzero(np.diff(where) != 1) + 1
+            sizes = [len(r) for r in np.split(where, breaks)]
+        if sum(sizes) != len(where):
+            raise CaptureError(f"capture: the grids give {sum(sizes)} "
+                               f"{'image' if kind == 1 else 'video'} tokens, the prompt has "
+                               f"{len(where)}")
+        start = 0
+        for n in sizes:
+            items.append((int(where[start]), where[start:start + n]))
+            start += n
+    for number, (_, positions) in enumerate(sorted(items, key=lambda item: item[0])):
+        media[positions] = number
+    return modality, media
+
+
+def _prompt_inputs(processor, prompt):
+    """The processor's tensors for one prompt dict: text (or chat messages through the chat
+    template), optional images and videos."""
+    text = prompt.get("text")
+    if text is None and "messages" in prompt:
+        text = processor.apply_chat_template(prompt["messages"], add_generation_prompt=True,
+                                             tokenize=False)
+    if text is None:
+        raise CaptureError(f"capture: prompt '{prompt.get('name')}' has neither text nor messages")
+    kwargs = {"text": text, "return_tensors": "pt"}
+    for key in ("images", "videos"):
+        if prompt.get(key):
+            kwargs[key] = prompt[key]
+    try:
+        return processor(**kwargs)
+    except TypeError:  # a tokenizer: text only
+        if len(kwargs) > 2:
+            raise
+        return processor(text, return_tensors="pt")
+
+
+def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
+                       progress=None):
+    """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
+    layer's q (after the rotary embedding), k and v at every position, written to `out` as a
+    kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
+    "videos", "task". `gen` decode steps are recorded per prompt: transformers' generate runs
+    gen + 1 new tokens, the last of which is never fed back. Returns the Recorder."""
+    import torch
+
+    recorder = Recorder()
+    use_attention(model, register(recorder))
+    model.eval()
+    config = model.config
+    for i, prompt in enumerate(prompts):
+        name = str(prompt.get("name", f"{i:06d}"))
+        inputs = _prompt_inputs(processor, prompt)
+        ids = inputs["input_ids"]
+        if ids.shape[0] != 1:
+            raise CaptureError(f"capture: prompt '{name}' is a batch of {ids.shape[0]}")
+        P = ids.shape[1]
+        modality, media = media_positions(
+            ids[0].tolist(), config, image_grid_thw=inputs.get("image_grid_thw"),
+            video_grid_thw=inputs.get("video_grid_thw"),
+            num_images=len(prompt.get("images") or []) or None)
+        T = P + gen
+        segment = np.r_[np.ones(P), np.full(gen, 2)].astype(np.uint8)
+        with recorder.sample(name, modality=np.r_[modality, np.zeros(gen, np.uint8)],
+                             segment=segment, media_id=np.r_[media, np.full(gen, -1, np.int32)],
+                             task=prompt.get("task")):
+            with torch.no_grad():
+                output = model.generate(**inputs, max_new_tokens=gen + 1, min_new_tokens=gen + 1,
+                                        do_sample=False, num_beams=1, use_cache=True)
+            sequence = output[0] if not hasattr(output, "sequences") else output.sequences[0]
+            recorder.set_token_ids(sequence[:T].tolist())
+        if progress:
+            progress(i + 1, len(prompts))
+    recorder.write(out, model=model_name or getattr(config, "_name_or_path", "") or "",
+                   dtype=dtype)
+    return recorder

@@ -1,0 +1,270 @@
+"""kvsim.capture.hf without transformers: a stand-in `transformers` module with the two names the
+code uses (AttentionInterface, AttentionMaskInterface) and a small Qwen2-VL-shaped PyTorch model
+that follows transformers' calling convention: every attention module looks its function up as
+ALL_ATTENTION_FUNCTIONS[config._attn_implementation] and calls it as fn(module, q, k, v, mask,
+scaling=..., dropout=...), q and k after the rotary embedding, k and v the whole cache; decoder
+attention modules carry layer_idx, the vision tower's do not. The recorded q/k/v are compared
+with the same model's tensors computed independently in float64 from one full-sequence pass, the
+token ids with the model's own greedy generate, and the media ids with the image grid."""
+import math
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+import numpy as np
+import torch
+
+VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS = 50, 32, 2, 4, 2
+D = HIDDEN // HEADS
+IMAGE_TOKEN, VIDEO_TOKEN, MERGE = 48, 49, 2
+
+
+class Registry(dict):
+    """transformers' GeneralInterface in miniature: register(name, fn) and lookup by name."""
+
+    _global_mapping = {"sdpa": "sdpa-mask"}
+
+    def register(self, name, fn):
+        self[name] = fn
+
+
+def install_fake_transformers():
+    fake = types.ModuleType("transformers")
+    fake.AttentionInterface = Registry()
+    fake.AttentionMaskInterface = Registry()
+    sys.modules["transformers"] = fake
+    return fake
+
+
+def rope(x, positions):
+    half = x.shape[-1] // 2
+    inv = 10000.0 ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / x.shape[-1])
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat((ang.cos(), ang.cos()), -1).to(x.dtype)
+    sin = torch.cat((ang.sin(), ang.sin()), -1).to(x.dtype)
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+class Config:
+    def __init__(self):
+        self._attn_implementation = "eager"
+        self.image_token_id = IMAGE_TOKEN
+        self.video_token_id = VIDEO_TOKEN
+        self.vision_config = types.SimpleNamespace(spatial_merge_size=MERGE)
+        self._name_or_path = "tiny-qwen2-vl-shaped"
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, layer_idx, causal=True):
+        super().__init__()
+        if layer_idx is not None:
+            self.layer_idx = layer_idx
+        self.is_causal = causal
+        self.q = torch.nn.Linear(HIDDEN, HEADS * D)
+        self.k = torch.nn.Linear(HIDDEN, KV_HEADS * D)
+        self.v = torch.nn.Linear(HIDDEN, KV_HEADS * D)
+        self.o = torch.nn.Linear(HEADS * D, HIDDEN)
+
+
+def eager(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):
+    kk = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    vv = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    s = q @ kk.transpose(2, 3) * scaling
+    if mask is not None:
+        s = s + mask
+    return (torch.softmax(s, -1) @ vv).transpose(1, 2), None
+
+
+class TinyVL(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.config = Config()
+        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
+        self.patch = torch.nn.Linear(4, HIDDEN)
+        self.vision_attn = Attention(None, causal=False)
+        self.layers = torch.nn.ModuleList(Attention(i) for i in range(LAYERS))
+        self.mlps = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(LAYERS))
+        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def attention(self, module, q, k, v, mask):
+        name = self.config._attn_implementation
+        fn = eager if name == "eager" else sys.modules["transformers"].AttentionInterface[name]
+        return fn(module, q, k, v, mask, scaling=D ** -0.5, dropout=0.0)[0]
+
+    def embed_tokens(self, ids, pixel_values):
+        x = self.embed(ids.clamp(max=VOCAB - 1))
+        if pixel_values is not None:  # a vision tower: bidirectional attention, no layer_idx
+            p = self.patch(pixel_values)[None]  # [1, patches, HIDDEN]
+            a = self.vision_attn
+            n = p.shape[1]
+            q = a.q(p).view(1, n, HEADS, D).transpose(1, 2)
+            k = a.k(p).view(1, n, KV_HEADS, D).transpose(1, 2)
+            v = a.v(p).view(1, n, KV_HEADS, D).transpose(1, 2)
+            p = a.o(self.attention(a, q, k, v, None).reshape(1, n, HEADS * D))
+            merged = p.view(1, n // (MERGE * MERGE), MERGE * MERGE, HIDDEN).mean(2)
+            x = x.clone()
+            x[ids == IMAGE_TOKEN] = merged[0]
+        return x
+
+    def forward(self, x, start, cache, causal_mask):
+        n = x.shape[1]
+        pos = torch.arange(start, start + n)
+        new = []
+        for i, (a, mlp) in enumerate(zip(self.layers, self.mlps)):
+            q = rope(a.q(x).view(1, n, HEADS, D).transpose(1, 2), pos)
+            k = rope(a.k(x).view(1, n, KV_HEADS, D).transpose(1, 2), pos)
+            v = a.v(x).view(1, n, KV_HEADS, D).transpose(1, 2)
+            if cache is not None:
+                k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
+            new.append((k, v))
+            x = x + a.o(self.attention(a, q, k, v, causal_mask).reshape(1, n, HEADS * D))
+            x = x + torch.tanh(mlp(x))
+        return self.head(x), new
+
+    def set_attn_implementation(self, name):
+        self.config._attn_implementation = name
+
+    def generate(self, input_ids, pixel_values=None, image_grid_thw=None, max_new_tokens=1,
+                 min_new_tokens=0, do_sample=False, num_beams=1, use_cache=True):
+        assert not do_sample and num_beams == 1 and use_cache and min_new_tokens == max_new_tokens
+        ids = input_ids
+        P = ids.shape[1]
+        mask = torch.full((P, P), float("-inf")).triu(1)[None, None]
+        logits, cache = self.forward(self.embed_tokens(ids, pixel_values), 0, cache=None,
+                                     causal_mask=mask)
+        out = ids[0].tolist()
+        for _ in range(max_new_tokens):
+            nxt = int(torch.argmax(logits[0, -1]))
+            out.append(nxt)
+            if len(out) == P + max_new_tokens:
+                break
+            logits, cache = self.forward(self.embed(torch.tensor([[nxt]])), len(out) - 1, cache,
+                                         None)
+        return torch.tensor([out])
+
+
+class Processor:
+    """A processor's output for one prompt: token ids with the image's merged patches, pixel
+    values, image_grid_thw."""
+
+    def __call__(self, text, images=None, return_tensors="pt"):
+        ids = [1, 2, 3]
+        out = {}
+        if images:
+            t, h, w = 1, 4, 4  # 16 patches -> 4 image tokens after a 2x2 merge
+            ids += [IMAGE_TOKEN] * (t * h * w // (MERGE * MERGE))
+            torch.manual_seed(11)
+            out["pixel_values"] = torch.randn(t * h * w, 4)
+            out["image_grid_thw"] = torch.tensor([[t, h, w]])
+        ids += [5 + (ord(c) % 40) for c in text]
+        out["input_ids"] = torch.tensor([ids])
+        return out
+
+
+def reference_qkv(model, ids, pixel_values):
+    """q (after RoPE), k, v of every decoder layer for the whole sequence, one causal pass in
+    float64, without the attention interface or the recorder."""
+    m = TinyVL()
+    m.load_state_dict(model.state_dict())
+    m = m.double()
+    m.config._attn_implementation = "eager"
+    T = len(ids)
+    with torch.no_grad():
+        x = m.embed_tokens(torch.tensor([ids]), pixel_values.double())
+        pos = torch.arange(T)
+        mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+        out = []
+        for a, mlp in zip(m.layers, m.mlps):
+            q = rope(a.q(x).view(1, T, HEADS, D).transpose(1, 2), pos)
+            k = rope(a.k(x).view(1, T, KV_HEADS, D).transpose(1, 2), pos)
+            v = a.v(x).view(1, T, KV_HEADS, D).transpose(1, 2)
+            out.append({name: t[0].transpose(0, 1).numpy() for name, t in
+                        (("q", q), ("k", k), ("v", v))})
+            x = x + a.o(eager(a, q, k, v, mask, D ** -0.5)[0].reshape(1, T, HEADS * D))
+            x = x + torch.tanh(mlp(x))
+    return out
+
+
+class CaptureHF(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.saved = sys.modules.get("transformers")
+        cls.fake = install_fake_transformers()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.saved is None:
+            sys.modules.pop("transformers", None)
+        else:
+            sys.modules["transformers"] = cls.saved
+
+    def test_capture_records_the_decoder_as_the_model_computes_it(self):
+        import h5py
+
+        from kvsim.capture import hf
+
+        model = TinyVL()
+        processor = Processor()
+        out = os.path.join(tempfile.mkdtemp(), "hf.h5")
+        G = 6
+        hf.capture_pretrained(model, processor, [{"name": "a", "text": "a cat", "images": ["x"]},
+                                                 {"name": "b", "text": "hello there"}], out, gen=G,
+                              dtype="float32")
+        self.assertEqual(self.fake.AttentionInterface, {"kvsim_capture": self.fake.AttentionInterface
+                                                        ["kvsim_capture"]})
+        self.assertEqual(self.fake.AttentionMaskInterface["kvsim_capture"], "sdpa-mask")
+        self.assertEqual(model.config._attn_implementation, "kvsim_capture")
+        inputs = processor("a cat", images=["x"])
+        P = inputs["input_ids"].shape[1]
+        # what generate gives, with the model's own attention
+        plain = TinyVL()
+        plain.load_state_dict(model.state_dict())
+        expected = plain.generate(inputs["input_ids"], inputs["pixel_values"],
+                                  max_new_tokens=G + 1, min_new_tokens=G + 1)[0].tolist()
+        ref = reference_qkv(model, expected[: P + G], inputs["pixel_values"])
+        with h5py.File(out) as f:
+            g = f["samples/a"]
+            self.assertEqual(g.attrs["prompt_len"], P)
+            self.assertEqual(g.attrs["gen_len"], G)
+            self.assertEqual(list(g["token_ids"][()]), expected[: P + G])
+            self.assertEqual(sorted(g["layers"]), [str(l) for l in range(LAYERS)])  # no vision
+            modality = g["modality"][()]
+            self.assertEqual(list(np.flatnonzero(modality == 1)), [3, 4, 5, 6])
+            self.assertEqual(list(g["media_id"][()][:8]), [-1, -1, -1, 0, 0, 0, 0, -1])
+            self.assertEqual(list(g["segment"][()]), [1] * P + [2] * G)
+            for l in range(LAYERS):
+                for name in ("q", "k", "v"):
+                    np.testing.assert_allclose(g[f"layers/{l}/{name}"][()], ref[l][name],
+                                               rtol=1e-4, atol=1e-5, err_msg=f"{l} {name}")
+            self.assertAlmostEqual(f.attrs["scale"], D ** -0.5)
+            self.assertEqual(f["samples/b"].attrs["gen_len"], G)
+            self.assertEqual(int((f["samples/b/modality"][()] != 0).sum()), 0)
+
+    def test_media_positions_from_grids_and_runs(self):
+        from kvsim.capture.hf import media_positions
+
+        config = Config()
+        ids = [1, IMAGE_TOKEN, IMAGE_TOKEN, 2, VIDEO_TOKEN, VIDEO_TOKEN, VIDEO_TOKEN, VIDEO_TOKEN,
+               IMAGE_TOKEN, 3]
+        # one 2-token image and one 1-token image; a video of two frames of 2 tokens each
+        modality, media = media_positions(ids, config, image_grid_thw=[[1, 2, 4], [1, 2, 2]],
+                                          video_grid_thw=[[2, 2, 4]])
+        self.assertEqual(list(modality), [0, 1, 1, 0, 2, 2, 2, 2, 1, 0])
+        self.assertEqual(list(media), [-1, 0, 0, -1, 1, 1, 2, 2, 3, -1])
+        # LLaVA: image_token_index, images of equal size, adjacent
+        llava = types.SimpleNamespace(image_token_index=7)
+        modality, media = media_positions([1, 7, 7, 7, 7, 2], llava, num_images=2)
+        self.assertEqual(list(media), [-1, 0, 0, 1, 1, -1])
+        modality, media = media_positions([1, 7, 7, 2, 7, 3], llava)  # runs
+        self.assertEqual(list(media), [-1, 0, 0, -1, 1, -1])
+        from kvsim.capture import CaptureError
+
+        with self.assertRaises(CaptureError):
+            media_positions([7, 7, 7], llava, num_images=2)
+
+
+if __name__ == "__main__":
+    unittest.main()
