@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["write", "from_texts", "Llama2cVocab", "main"]
+__all__ = ["write", "from_texts", "Llama2cVocab", "load_tokenizer", "main"]
 
 _OPTIONAL = {"modality": np.uint8, "segment": np.uint8, "media_id": np.int32,
              "reference_ids": np.int32}
@@ -188,6 +188,27 @@ class Llama2cVocab:
         return out.decode("utf-8", errors="replace")
 
 
+def load_tokenizer(path):
+    """A tokenizer callable (text -> ids) for a checkpoint directory: its llama2.c vocabulary
+    (vocab.json in that format, as stories260K has), else transformers' AutoTokenizer when
+    transformers is installed (its encode, which adds the model's start token itself). Returns
+    (tokenize, bos_id)."""
+    vocab_json = os.path.join(path, "vocab.json") if os.path.isdir(path) else path
+    if os.path.exists(vocab_json):
+        try:
+            vocab = Llama2cVocab(vocab_json)
+            return vocab.encode, vocab.bos_id
+        except (ValueError, KeyError, json.JSONDecodeError):
+            pass  # a transformers tokenizer's vocab.json: another format
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ValueError(f"{path}: no llama2.c vocab.json, and transformers (for AutoTokenizer) "
+                         "is not installed") from None
+    tok = AutoTokenizer.from_pretrained(path)
+    return tok.encode, tok.bos_token_id
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m kvsim.prompts",
@@ -201,7 +222,9 @@ def main(argv=None):
                "  python -m kvsim.prompts --ids 1,403,407 -o p.h5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--out", required=True, help="kvprompt file to write")
-    ap.add_argument("--vocab", help="llama2.c vocabulary (vocab.json, or its directory)")
+    ap.add_argument("--vocab", "--tokenizer", dest="vocab",
+                    help="the model's tokenizer: a llama2.c vocab.json (or its directory), else a "
+                         "directory transformers' AutoTokenizer loads")
     ap.add_argument("--text", action="append", default=[], help="a prompt (repeatable)")
     ap.add_argument("--jsonl", help="one JSON object per line: prompt, optional name, reference")
     ap.add_argument("--ids", action="append", default=[], help="comma-separated token ids")
@@ -213,8 +236,11 @@ def main(argv=None):
     if a.text or a.jsonl:
         if not a.vocab:
             ap.error("--text and --jsonl need --vocab")
-        vocab = Llama2cVocab(a.vocab)
-        bos = None if a.no_bos else vocab.bos_id
+        try:
+            tokenize, bos_id = load_tokenizer(a.vocab)
+        except ValueError as e:
+            sys.exit(f"python -m kvsim.prompts: {e}")
+        bos = None if a.no_bos else bos_id
         rows = [{"prompt": t} for t in a.text]
         if a.jsonl:
             with open(a.jsonl, encoding="utf-8") as f:
@@ -226,7 +252,7 @@ def main(argv=None):
                             ap.error(f"{a.jsonl}:{n}: {e}")
         names = [r.get("name", f"{len(samples) + i:06d}") for i, r in enumerate(rows)]
         refs = [r.get("reference", "") for r in rows]
-        samples.update(from_texts(vocab.encode, [r["prompt"] for r in rows],
+        samples.update(from_texts(tokenize, [r["prompt"] for r in rows],
                                   references=refs if any(refs) else None, bos=bos, names=names))
     if not samples:
         ap.error("give --text, --jsonl or --ids")

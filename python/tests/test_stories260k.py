@@ -53,6 +53,11 @@ class Stories260K(unittest.TestCase):
         text = self.vocab.decode(ids)
         self.assertTrue(text.startswith(PUBLISHED), repr(text[:300]))
 
+    def test_load_tokenizer_finds_the_llama2c_vocabulary(self):
+        tokenize, bos = prompts.load_tokenizer(MODEL)
+        self.assertEqual(bos, 1)
+        self.assertEqual(tokenize("Once upon a time"), self.vocab.encode("Once upon a time"))
+
     def test_the_vocabulary_round_trips_text(self):
         text = 'Tim had a red kite. "Look!" he said, and it flew over the big tree.'
         ids = self.vocab.encode(text)
