@@ -44,8 +44,6 @@ def _columns(results):
     """A replay's rows as {column: sequence}: kvsim.replay's dict, a pandas DataFrame of it, or
     a `kvsim replay --out` CSV path (read whole; use the path form of recall_by_layer for large
     files)."""
-    if isinstance(results, str):
-        raise TypeError("a path is read by _means, not _columns")
     if hasattr(results, "to_dict") and hasattr(results, "columns"):  # pandas.DataFrame
         return {c: results[c].to_numpy() for c in results.columns}
     if isinstance(results, dict):

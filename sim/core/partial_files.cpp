@@ -47,6 +47,12 @@ std::string begin_partial(const std::string& path) {
   return partial(path);
 }
 
+std::FILE* open_partial(const std::string& path) {
+  std::FILE* f = std::fopen(begin_partial(path).c_str(), "wb");
+  if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
+  return f;
+}
+
 void publish(const std::string& path) {
   if (std::rename(partial(path).c_str(), path.c_str()) != 0)
     throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
@@ -79,11 +85,13 @@ void remove_tracked_partials() noexcept {
 }
 
 void set_interrupt_note(const std::string& note) {
+  // The note is empty while the rest is written, so a signal meanwhile prints no half note.
+  g_note[0] = 0;
   const std::size_t n = std::min(note.size(), sizeof g_note - 1);
-  g_note[0] = 0;  // never half a note, should a signal arrive meanwhile
-  std::memcpy(g_note + 1, note.c_str() + std::min<std::size_t>(n, 1), n > 1 ? n - 1 : 0);
+  if (n == 0) return;
+  std::memcpy(g_note + 1, note.data() + 1, n - 1);
   g_note[n] = 0;
-  if (n > 0) g_note[0] = note[0];
+  g_note[0] = note[0];
 }
 
 void remove_partials_on_interrupt() {

@@ -2,6 +2,7 @@
 // are tracked so that an interrupted or failed run removes them and leaves no half file behind.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 namespace kvsim {
@@ -10,6 +11,9 @@ namespace kvsim {
 std::string partial(const std::string& path);
 // partial(path), tracked from now until publish(path): the name to open for writing.
 std::string begin_partial(const std::string& path);
+// Opens begin_partial(path) for writing ("wb"); throws std::runtime_error naming the user's
+// path and the operating system's reason.
+std::FILE* open_partial(const std::string& path);
 // Renames partial(path) to `path` and stops tracking it; throws std::runtime_error naming both.
 void publish(const std::string& path);
 // Starts / stops tracking a file being written (the .partial path itself).

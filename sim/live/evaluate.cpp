@@ -234,9 +234,14 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       G = std::max(k, 1);
       break;
     }
-  if (G < o.gen_len) {
+  if (G < o.gen_len) {  // the first G steps of a greedy run are those of a G-step run
     base.steps = G;
-    full = engine.run(pp, base);
+    full.predicted.resize(G + 1);
+    full.logits.resize(G);
+    full.steps.resize(G);
+    full.peak_kv_entries = 0;
+    for (const auto& st : full.steps)
+      full.peak_kv_entries = std::max(full.peak_kv_entries, st.kv_entries);
   }
   RunOptions ref_opts = base;
   ref_opts.steps = std::max(R - 1, 0);

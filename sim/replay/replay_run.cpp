@@ -87,8 +87,7 @@ struct SampleSink {
 class Concatenation {
  public:
   Concatenation(const std::string& path, const char* header)
-      : path_(path), file_(std::fopen(begin_partial(path).c_str(), "wb")) {
-    if (!file_) throw std::runtime_error(path + ": cannot open for writing");
+      : path_(path), file_(open_partial(path)) {
     std::fputs(header, file_);
   }
   ~Concatenation() {

@@ -12,17 +12,6 @@
 
 namespace kvsim {
 
-namespace {
-
-// Opens `<path>.partial` (tracked until published); errors name the user's path.
-std::FILE* open_partial(const std::string& path) {
-  std::FILE* f = std::fopen(begin_partial(path).c_str(), "wb");
-  if (!f) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
-  return f;
-}
-
-}  // namespace
-
 void check_writable(const std::string& path, const std::string& option) {
   std::FILE* f = std::fopen(partial(path).c_str(), "wb");
   if (!f)
