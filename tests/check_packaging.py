@@ -44,7 +44,7 @@ def main():
         run([kvsim_cmd, "synth", "--out", "t.h5", "--layers", "2", "--heads", "4", "--kv-heads",
              "2", "--head-dim", "16", "--media-tokens", "32", "--gen", "8"], cwd=work, env=env)
         out = run([python, "-c", """
-import kvsim, kvsim.plot
+import kvsim, kvsim.plot, kvsim.prompts, kvsim.capture, kvsim.capture.hf
 assert kvsim.__file__.startswith(%r), kvsim.__file__
 df = kvsim.replay("t.h5", ["h2o", "snapkv"], budget="30%%", as_frame=True)
 assert set(df.policy) == {"h2o", "snapkv"}

@@ -10,8 +10,8 @@ built from configs. Each is captured with capture_pretrained; then
     get_rope_index for Qwen2-VL);
   * the vision towers' attention calls must not be recorded (as many layers as the decoder has).
 
-Needs torch, transformers (written against 4.57), h5py, numpy and Pillow. Not yet run: the
-machines kvsim was written on have no transformers. Prints a JSON report; exit status 1 on any
+Needs torch, transformers (written against 4.57; run on the GPU machine with 5.17), h5py and
+numpy. Prints a JSON report; exit status 1 on any
 mismatch.
 
     check_hf_capture.py [--device cuda] [--out report.json]
@@ -77,7 +77,11 @@ def inputs_for(kind, model):
                           [c.vision_end_token_id]])
     ids = torch.cat((ids[:, :4], image, ids[:, 4:]), 1)
     patch = 3 * c.vision_config.temporal_patch_size * c.vision_config.patch_size ** 2
-    return {"input_ids": ids, "pixel_values": torch.randn(16, patch), "image_grid_thw": grid}, 1
+    # transformers 5's processors also return mm_token_type_ids (1 on image tokens), which M-RoPE
+    # needs there; earlier versions ignore it.
+    types = (ids == c.image_token_id).int()
+    return {"input_ids": ids, "pixel_values": torch.randn(16, patch), "image_grid_thw": grid,
+            "mm_token_type_ids": types}, 1
 
 
 class FixedProcessor:
@@ -101,8 +105,18 @@ def decoder_layers(model):
     raise RuntimeError("cannot find the decoder layers")
 
 
+def text_rotary(model):
+    """The decoder's rotary embedding module (not the vision tower's)."""
+    for name, module in model.named_modules():
+        if name.endswith("rotary_emb") and "visual" not in name and "vision" not in name:
+            return module
+    raise RuntimeError("cannot find the decoder's rotary embedding")
+
+
 def independent_qkv(kind, model, inputs, sequence):
-    """q/k (rotated here) and v of every decoder layer over `sequence`, from forward hooks."""
+    """q/k (rotated here) and v of every decoder layer over `sequence`, from forward hooks on the
+    projections and on the rotary embedding (its cos and sin, M-RoPE sections included), rotated
+    with the modeling module's own function."""
     raw = {}
     hooks = []
     for l, layer in enumerate(decoder_layers(model)):
@@ -110,38 +124,35 @@ def independent_qkv(kind, model, inputs, sequence):
             def hook(module, args, output, l=l, name=name):
                 raw[(l, name)] = output.detach()
             hooks.append(getattr(layer.self_attn, name).register_forward_hook(hook))
+    rotary = text_rotary(model)
+    hooks.append(rotary.register_forward_hook(
+        lambda module, args, output: raw.__setitem__("cos_sin", output)))
     full = dict(inputs, input_ids=sequence)
+    T = sequence.shape[1]
+    if "mm_token_type_ids" in full:  # the generated tokens are text
+        types = full["mm_token_type_ids"]
+        full["mm_token_type_ids"] = torch.cat(
+            (types, torch.zeros(1, T - types.shape[1], dtype=types.dtype, device=types.device)), 1)
     with torch.no_grad():
         model(**full, use_cache=False)
     for h in hooks:
         h.remove()
-    T = sequence.shape[1]
-    modeling = importlib.import_module(type(model).__module__)
+    modeling = importlib.import_module(type(rotary).__module__)
     text = getattr(model.config, "text_config", model.config)
     H, Hkv = text.num_attention_heads, text.num_key_value_heads
     d = text.hidden_size // H
-    if kind == "qwen2_vl":
-        get_rope_index = getattr(model.model, "get_rope_index", None) or model.get_rope_index
-        position_ids, _ = get_rope_index(sequence, inputs.get("image_grid_thw"), None,
-                                         torch.ones_like(sequence))
-        rotary = getattr(model.model, "rotary_emb", None) or model.model.language_model.rotary_emb
-    else:
-        position_ids = torch.arange(T)[None]
-        rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-        if rotary is None:
-            rotary = model.model.language_model.rotary_emb
+    cos, sin = raw["cos_sin"]
     out = []
     for l in range(len(decoder_layers(model))):
         q = raw[(l, "q_proj")].view(1, T, H, d).transpose(1, 2)
         k = raw[(l, "k_proj")].view(1, T, Hkv, d).transpose(1, 2)
         v = raw[(l, "v_proj")].view(1, T, Hkv, d).transpose(1, 2)
-        cos, sin = rotary(v, position_ids)
-        if kind == "qwen2_vl":
-            q, k = modeling.apply_multimodal_rotary_pos_emb(q, k, cos, sin,
-                                                            text.rope_scaling["mrope_section"])
-        else:
-            llama = importlib.import_module("transformers.models.llama.modeling_llama")
-            q, k = llama.apply_rotary_pos_emb(q, k, cos, sin)
+        if kind == "qwen2_vl" and hasattr(modeling, "apply_multimodal_rotary_pos_emb"):
+            section = (getattr(text, "rope_scaling", None) or
+                       getattr(text, "rope_parameters", None) or {})["mrope_section"]
+            q, k = modeling.apply_multimodal_rotary_pos_emb(q, k, cos, sin, section)
+        else:  # transformers 5: the rotary module already interleaves the M-RoPE sections
+            q, k = modeling.apply_rotary_pos_emb(q, k, cos, sin)
         out.append({n: t[0].transpose(0, 1).float().cpu().numpy()
                     for n, t in (("q", q), ("k", k), ("v", v))})
     return out
@@ -196,7 +207,9 @@ def main():
             try:
                 reports.append(check(name, build, a.device, a.gen, Path(work)))
             except Exception as e:  # report every model, then fail
-                reports.append({"model": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
+                import traceback
+                reports.append({"model": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                                "where": traceback.format_exc().splitlines()[-8:]})
     report = {"transformers": transformers.__version__, "torch": torch.__version__,
               "device": a.device, "models": reports}
     text = json.dumps(report, indent=2)

@@ -254,6 +254,10 @@ class CaptureHF(unittest.TestCase):
                                           video_grid_thw=[[2, 2, 4]])
         self.assertEqual(list(modality), [0, 1, 1, 0, 2, 2, 2, 2, 1, 0])
         self.assertEqual(list(media), [-1, 0, 0, -1, 1, 1, 2, 2, 3, -1])
+        # grids as the processor gives them: tensors (on the GPU there; tolist, never numpy)
+        _, media_t = media_positions(ids, config, image_grid_thw=torch.tensor([[1, 2, 4], [1, 2, 2]]),
+                                     video_grid_thw=torch.tensor([[2, 2, 4]]))
+        self.assertEqual(list(media_t), list(media))
         # LLaVA: image_token_index, images of equal size, adjacent
         llava = types.SimpleNamespace(image_token_index=7)
         modality, media = media_positions([1, 7, 7, 7, 7, 2], llava, num_images=2)
