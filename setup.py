@@ -55,8 +55,9 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["kvsim", "kvsim.capture"],
-    package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture"},
+    packages=["kvsim", "kvsim.capture", "kvsim.vlm"],
+    package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture",
+                 "kvsim.vlm": "python/kvsim/vlm"},
     package_data={"kvsim": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kvsim._kvsim", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

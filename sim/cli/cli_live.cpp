@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -38,6 +39,7 @@ struct PromptArgs {
 
 struct RunArgs {
   std::string model, prompts, backend = "cpu", out, summary, config, budget, dtype = "float32";
+  std::string tokenizer;  // evaluate: the vocabulary that decodes answers (default: the model's)
   std::vector<std::string> samples, policies, sets;
   int gen = 32;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -312,10 +314,11 @@ EvalText evaluate_sample(Session& s, const std::string& name,
   for (const auto& r : live::evaluate_prompt(*s.engine, s.prompts->read(name), policies, o)) {
     live::append_eval_steps_csv(out.steps, r, o.timing);
     live::append_eval_summary_csv(out.summary, r, o.timing);
-    std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f\n",
+    std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f %7s\n",
                   r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
                   r.first_divergence, r.answer_overlap,
-                  static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token);
+                  static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token,
+                  !r.has_reference ? "-" : r.score.contains ? "yes" : "no");
     out.table += line;
   }
   return out;
@@ -331,6 +334,7 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
   std::vector<std::string> identity = {KVSIM_VERSION, run_identity(a), std::to_string(o.gen_len),
                                        std::to_string(o.timing)};
   for (const auto id : o.stop_tokens) identity.push_back("stop " + std::to_string(id));
+  if (o.vocabulary) identity.push_back("vocabulary " + o.vocabulary->path());
   for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
   return std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
 }
@@ -349,6 +353,9 @@ int run_evaluate(const RunArgs& a, const World& world) {
   o.gen_len = a.gen;
   o.stop_tokens = stop_tokens(a);
   o.timing = !a.no_timing;
+  const std::optional<live::Vocabulary> vocabulary =
+      a.tokenizer.empty() ? live::Vocabulary::find(a.model) : live::Vocabulary::load(a.tokenizer);
+  if (vocabulary) o.vocabulary = &*vocabulary;
   std::unique_ptr<Session> s;
   std::unique_ptr<live::PieceStore> store;
   std::map<std::size_t, EvalText> in_memory;
@@ -378,8 +385,8 @@ int run_evaluate(const RunArgs& a, const World& world) {
   if (world.rank() != 0) return 0;
   EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
   char line[256];
-  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s\n", "policy", "sample",
-                "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token");
+  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s %7s\n", "policy",
+                "sample", "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token", "right");
   all.table += line;
   for (std::size_t i = 0; i < s->samples.size(); ++i) {
     const std::string& name = s->samples[i];
@@ -395,7 +402,8 @@ int run_evaluate(const RunArgs& a, const World& world) {
   if (store) store->clear();
   std::printf(
       "%s on %s (%s backend%s), %d decode steps; mean_kl and top1 teacher-forced on the "
-      "full-cache answer, diverge = first differing greedy token\n%s",
+      "full-cache answer, diverge = first differing greedy token, right = the answer contains "
+      "the reference\n%s",
       a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen,
       all.table.c_str());
   return 0;
@@ -457,6 +465,10 @@ Runner add_live(CLI::App& app) {
                  "Budget for every policy that has one and no explicit budget");
   ev->add_option("-o,--out", run->out, "Per-step results CSV (and NAME.policies.csv beside it)");
   ev->add_option("--summary", run->summary, "Per-(policy, sample) summary CSV");
+  ev->add_option("--tokenizer", run->tokenizer,
+                 "Vocabulary that decodes the answers for answer accuracy: a llama2.c vocab.json "
+                 "or a tokenizer.json (default: the one in the model directory, if any)")
+      ->check(CLI::ExistingFile);
   ev->add_flag("--no-timing", run->no_timing,
                "Leave the latency columns empty (byte-identical files across runs)");
   return [=, &app]() {

@@ -198,11 +198,37 @@ void capture(LiveEngine& engine, const PromptReader& prompts,
 
 namespace {
 
+// The first G steps of a greedy run are those of a G-step run: keeps them.
+void keep_first_steps(RunResult& r, int G) {
+  if (static_cast<int>(r.steps.size()) <= G) return;
+  r.predicted.resize(G + 1);
+  if (!r.logits.empty()) r.logits.resize(G);
+  r.steps.resize(G);
+  r.peak_kv_entries = 0;
+  for (const auto& st : r.steps) r.peak_kv_entries = std::max(r.peak_kv_entries, st.kv_entries);
+}
+
 double loglik(const std::vector<float>& first_logits, const RunResult& r,
               const std::vector<std::int32_t>& ref) {
   double sum = log_softmax_at(first_logits, ref[0]);
   for (std::size_t t = 0; t + 1 < ref.size(); ++t) sum += log_softmax_at(r.logits[t], ref[t + 1]);
   return sum;
+}
+
+// Decodes both greedy answers (each up to its own first stop token) and scores them against the
+// reference answer, when there is one.
+void score_answers(const Vocabulary& vocabulary, const std::string& reference,
+                   const std::vector<std::int32_t>& policy_ids,
+                   const std::vector<std::int32_t>& full_ids,
+                   const std::vector<std::int32_t>& stop, EvalSummary& s) {
+  s.has_answers = true;
+  s.answer = vocabulary.decode(answer_until_stop(policy_ids, stop));
+  s.full_answer = vocabulary.decode(answer_until_stop(full_ids, stop));
+  s.reference = reference;
+  s.has_reference = !reference.empty();
+  if (!s.has_reference) return;
+  s.score = score_answer(s.answer, reference);
+  s.full_score = score_answer(s.full_answer, reference);
 }
 
 double mean_ms(const RunResult& r) {
@@ -234,14 +260,9 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       G = std::max(k, 1);
       break;
     }
-  if (G < o.gen_len) {  // the first G steps of a greedy run are those of a G-step run
+  if (G < o.gen_len) {
     base.steps = G;
-    full.predicted.resize(G + 1);
-    full.logits.resize(G);
-    full.steps.resize(G);
-    full.peak_kv_entries = 0;
-    for (const auto& st : full.steps)
-      full.peak_kv_entries = std::max(full.peak_kv_entries, st.kv_entries);
+    keep_first_steps(full, G);
   }
   RunOptions ref_opts = base;
   ref_opts.steps = std::max(R - 1, 0);
@@ -255,10 +276,15 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     forced.policy = &policy;
     forced.forced = &full.predicted;
     const RunResult tf = engine.run(pp, forced);
+    // The policy's own answer may end later than the full cache's: with stop tokens its greedy
+    // run goes on to --gen steps, and the step columns keep the first G.
     RunOptions greedy = base;
     greedy.policy = &policy;
     greedy.keep_logits = false;
-    const RunResult gr = engine.run(pp, greedy);
+    if (!o.stop_tokens.empty()) greedy.steps = o.gen_len;
+    RunResult gr = engine.run(pp, greedy);
+    const std::vector<std::int32_t> policy_answer = gr.predicted;
+    keep_first_steps(gr, G);
 
     EvalSummary s;
     s.label = policy.label;
@@ -292,6 +318,9 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       }
     s.answer_overlap =
         static_cast<double>(longest_common_subsequence(gr.predicted, full.predicted)) / answer;
+    s.token_match = token_match_rate(gr.predicted, full.predicted);
+    if (o.vocabulary) score_answers(*o.vocabulary, prompt.info.reference, policy_answer,
+                                    full.predicted, o.stop_tokens, s);
     if (R > 0) {
       RunOptions ref = ref_opts;
       ref.policy = &policy;
@@ -345,9 +374,11 @@ void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) 
 
 std::string eval_summary_csv_header() {
   return "policy,sample,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
-         "answer_overlap,exact_match,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
+         "answer_overlap,exact_match,token_match,answer_exact,answer_contains,full_answer_exact,"
+         "full_answer_contains,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
          "ref_ppl,ref_ppl_full,prompt_kv_bytes,"
-         "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token\n";
+         "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token,answer,"
+         "full_answer,reference\n";
 }
 
 void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing) {
@@ -360,6 +391,12 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   field(out, std::int64_t{s.first_divergence});
   field(out, s.answer_overlap);
   field(out, std::int64_t{s.first_divergence == s.gen_len + 1});
+  field(out, s.token_match);
+  const double none = NAN;  // empty: no vocabulary or no reference answer
+  field(out, s.has_reference ? (s.score.exact ? 1.0 : 0.0) : none);
+  field(out, s.has_reference ? (s.score.contains ? 1.0 : 0.0) : none);
+  field(out, s.has_reference ? (s.full_score.exact ? 1.0 : 0.0) : none);
+  field(out, s.has_reference ? (s.full_score.contains ? 1.0 : 0.0) : none);
   field(out, std::int64_t{s.ref_tokens});
   field(out, s.ref_loglik);
   field(out, s.ref_loglik_full);
@@ -377,6 +414,9 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   field(out, static_cast<double>(s.peak_kv_bytes) / s.full_peak_kv_bytes);
   field(out, timing ? s.ms_per_token : NAN);
   field(out, timing ? s.full_ms_per_token : NAN);
+  out += ',' + (s.has_answers ? csv_quote(s.answer) : std::string());
+  out += ',' + (s.has_answers ? csv_quote(s.full_answer) : std::string());
+  out += ',' + (s.has_reference ? csv_quote(s.reference) : std::string());
   out += '\n';
 }
 

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "sim/live/answers.hpp"
 #include "sim/live/live_engine.hpp"
+#include "sim/live/vocabulary.hpp"
 #include "traces/kvtrace_writer.hpp"
 
 namespace kvsim::live {
@@ -49,6 +51,9 @@ struct EvalOptions {
   std::vector<std::int32_t> stop_tokens;
   bool check_invariants = true;
   bool timing = true;  // latency columns (the only fields that differ between identical runs)
+  // Decodes the greedy answers for answer-level accuracy against each prompt's `reference`
+  // attribute; without it the answer columns stay empty.
+  const Vocabulary* vocabulary = nullptr;
 };
 
 struct EvalStep {  // one decode step of one policy on one sample
@@ -66,6 +71,12 @@ struct EvalSummary {  // one policy on one sample
   double mean_kl = 0, max_kl = 0, top1_agreement = 0;
   int first_divergence = 0;   // first index where the greedy answers differ; answer length if none
   double answer_overlap = 0;  // LCS(policy answer, full answer) / answer length
+  double token_match = 0;     // token_match_rate of the two greedy answers (sim/live/answers.hpp)
+  // Answer-level accuracy (needs a vocabulary; the scores also a reference answer): the greedy
+  // answers up to their first stop token, decoded, scored as lmms-eval scores VQA answers.
+  bool has_answers = false, has_reference = false;
+  std::string answer, full_answer, reference;
+  AnswerScore score, full_score;
   int ref_tokens = 0;
   double ref_loglik = NAN, ref_loglik_full = NAN;
   std::int64_t prompt_kv_bytes = 0, peak_kv_bytes = 0, full_peak_kv_bytes = 0;

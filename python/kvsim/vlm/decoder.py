@@ -1,0 +1,132 @@
+"""A LLaMA decoder in PyTorch for checkpoints in transformers' LlamaForCausalLM layout (config.json
++ model.safetensors, as `kvsim live` loads them): what the assembled VLM trains through. It is
+written from transformers' modeling_llama.py conventions (RMSNorm, rotate-half RoPE, grouped-query
+attention, SwiGLU, tied embeddings), so a checkpoint it saves runs unchanged in `kvsim live`.
+
+    dec = LlamaDecoder.load("models/stories260K")
+    logits = dec(dec.embed(ids))                     # [N, T, vocab]
+    logits = dec(torch.cat([dec.embed(bos), image_rows, dec.embed(text)], 1))
+"""
+import json
+import os
+
+import numpy as np
+
+from kvsim.vlm.encoder import read_safetensors
+
+__all__ = ["LlamaDecoder"]
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class LlamaDecoder:
+    """Parameters are plain tensors in `params` (names as in the checkpoint); `trainable(names)`
+    marks which ones require gradients."""
+
+    def __init__(self, config, params):
+        torch = _torch()
+        self.config = config
+        self.params = params
+        self.layers = int(config["num_hidden_layers"])
+        self.heads = int(config["num_attention_heads"])
+        self.kv_heads = int(config.get("num_key_value_heads", self.heads))
+        self.hidden = int(config["hidden_size"])
+        self.head_dim = int(config.get("head_dim", self.hidden // self.heads))
+        self.eps = float(config.get("rms_norm_eps", 1e-6))
+        theta = float(config.get("rope_theta", 10000.0))
+        if config.get("rope_scaling"):
+            raise ValueError("LlamaDecoder: rope_scaling is not supported")
+        self.inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64)
+                                        / self.head_dim)
+        self.tied = bool(config.get("tie_word_embeddings", False))
+
+    @classmethod
+    def load(cls, directory):
+        torch = _torch()
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        if config.get("model_type") != "llama":
+            raise ValueError(f"{directory}: model_type {config.get('model_type')!r} is not llama")
+        arrays = read_safetensors(os.path.join(directory, "model.safetensors"))
+        return cls(config, {k: torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items()})
+
+    def save(self, directory):
+        """config.json + model.safetensors (float32) in the layout it was loaded from."""
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(self.config, f, indent=2)
+            f.write("\n")
+        write_safetensors(os.path.join(directory, "model.safetensors"),
+                          {k: v.detach().numpy() for k, v in self.params.items()})
+
+    def trainable(self, names):
+        for k, v in self.params.items():
+            v.requires_grad_(k in names)
+        return [self.params[k] for k in names]
+
+    def embed(self, ids):
+        return self.params["model.embed_tokens.weight"][ids]
+
+    def _norm(self, x, w):
+        return x * (x.pow(2).mean(-1, keepdim=True) + self.eps).rsqrt() * w
+
+    def _rope(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = _torch().cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def __call__(self, inputs, positions=None):
+        """inputs: [N, T, hidden] input embeddings; causal attention over positions 0..T-1 (or
+        `positions` [T]). Returns the logits [N, T, vocab]."""
+        torch = _torch()
+        p = self.params
+        n, t, _ = inputs.shape
+        pos = torch.arange(t, dtype=torch.float64) if positions is None else positions.double()
+        angles = pos[:, None] * self.inv_freq[None, :]
+        cos = torch.cat([angles.cos(), angles.cos()], -1).float()
+        sin = torch.cat([angles.sin(), angles.sin()], -1).float()
+        mask = torch.full((t, t), float("-inf")).triu(1)
+        group = self.heads // self.kv_heads
+        x = inputs
+        for layer in range(self.layers):
+            pre = f"model.layers.{layer}."
+            h = self._norm(x, p[pre + "input_layernorm.weight"])
+            q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(n, t, self.heads, self.head_dim)
+            k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
+            v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
+            q = self._rope(q.transpose(1, 2), cos, sin)
+            k = self._rope(k.transpose(1, 2), cos, sin).repeat_interleave(group, dim=1)
+            v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+            scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + mask
+            att = torch.softmax(scores, dim=-1) @ v
+            x = x + att.transpose(1, 2).reshape(n, t, -1) @ p[pre + "self_attn.o_proj.weight"].T
+            h = self._norm(x, p[pre + "post_attention_layernorm.weight"])
+            gate = torch.nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].T)
+            x = x + (gate * (h @ p[pre + "mlp.up_proj.weight"].T)) @ p[pre + "mlp.down_proj.weight"].T
+        x = self._norm(x, p["model.norm.weight"])
+        head = p["model.embed_tokens.weight"] if self.tied else p["lm_head.weight"]
+        return x @ head.T
+
+
+def write_safetensors(path, arrays):
+    """Writes {name: float32 numpy array} as one safetensors file (names sorted, header padded to
+    8 bytes as the format's writers do)."""
+    header, offset, blobs = {}, 0, []
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name], dtype=np.float32)
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - (8 + len(text)) % 8) % 8)
+    tmp = path + ".partial"
+    with open(tmp, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text.encode())
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
