@@ -1,0 +1,74 @@
+"""python -m kvsim.vlm: build (or find in the cache) the assembled VLM and print where it is."""
+import argparse
+import json
+import os
+import sys
+
+
+def default_models():
+    """$KVSIM_MODELS, else the shared/models folder beside the checkout this file is in."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in (3, 4):  # python/kvsim/vlm in the source tree; build/python/kvsim/vlm in a build
+        root = os.path.abspath(os.path.join(here, *[".."] * up))
+        candidate = os.path.join(os.path.dirname(root), "shared", "models")
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def main(argv=None):
+    from kvsim.vlm import assemble
+
+    ap = argparse.ArgumentParser(
+        prog="python -m kvsim.vlm",
+        description="Build the assembled VLM (MobileNetV2 -> trained projector -> stories260K, on "
+                    "Fashion-MNIST; an assembled toy, not a production VLM), or find it in the "
+                    "cache, and print its directory on the last line.",
+        epilog="examples:\n"
+               "  python -m kvsim.vlm build --models ../shared/models\n"
+               "  python -m kvsim.vlm build --small            # the CI setting, seconds\n"
+               "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
+               "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
+               "kvsim live), prompts.h5, prompts_noimage.h5, prompts_swapped.h5, "
+               "projector.safetensors, build.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build or find the model")
+    b.add_argument("--models", default=os.environ.get("KVSIM_MODELS") or default_models(),
+                   help="folder holding mobilenet_v2/ and stories260K/ (default: $KVSIM_MODELS, "
+                        "else shared/models beside the checkout)")
+    b.add_argument("--small", action="store_true", help="the small CI setting (kvsim.vlm.SMALL)")
+    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"a build setting (repeatable); keys: {', '.join(assemble.DEFAULTS)}")
+    b.add_argument("--out", help="directory to write (default: the cache, "
+                                 f"{assemble.cache_root()}/<key>)")
+    b.add_argument("--force", action="store_true", help="rebuild even when cached")
+    b.add_argument("--quiet", action="store_true", help="print only the directory")
+    a = ap.parse_args(argv)
+    if not a.models:
+        ap.error("no --models and no shared/models beside the checkout (set KVSIM_MODELS)")
+    settings = dict(assemble.SMALL if a.small else {})
+    for item in a.set:
+        key, _, value = item.partition("=")
+        if key not in assemble.DEFAULTS or not value:
+            ap.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {list(assemble.DEFAULTS)}")
+        try:
+            settings[key] = type(assemble.DEFAULTS[key])(value)
+        except ValueError:
+            ap.error(f"--set {item!r}: {value!r} is not a {type(assemble.DEFAULTS[key]).__name__}")
+    log = (lambda *_: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        out = assemble.build(a.models, settings, out=a.out, log=log, force=a.force)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"python -m kvsim.vlm: {e}")
+    if not a.quiet:
+        with open(os.path.join(out, "build.json"), encoding="utf-8") as f:
+            r = json.load(f)
+        print(f"held-out accuracy {r['full']['accuracy']:.3f} over {r['test_images']} images; "
+              f"controls: no image {r['no_image']['accuracy']:.3f}, another image's "
+              f"{r['swapped']['accuracy']:.3f}", file=sys.stderr)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
