@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-h5py python3-matplotlib python3-pandas python3-dev pybind11-dev
   python3-torch
+  python3-pil dataset-fashion-mnist  # the assembled VLM (kvsim.vlm): image loading, its images
   python3-pip python3-venv python3-setuptools python3-wheel  # pip install . (pyproject.toml)
   python3-tqdm python3-nbclient python3-nbformat python3-ipykernel  # progress bars, the notebook
   qemu-user  # tests/run_on_old_cpu.sh: the default build must run on a CPU without AVX

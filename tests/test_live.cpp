@@ -555,6 +555,55 @@ TEST_F(LiveFixture, EvaluateFullHasNoLossAndStreamingHasSome) {
   EXPECT_GE(sl.first_divergence, 1);  // the prefill's token never differs
 }
 
+TEST_F(LiveFixture, EvaluateDecodesAndScoresTheAnswers) {
+  // A llama2.c vocabulary for the model's 64 ids: piece i is " w<i>".
+  const std::string dir = temp_path("answer_vocab");
+  std::filesystem::create_directories(dir);
+  nlohmann::json vocab = {{"bos_id", 62}, {"eos_id", 63}, {"pieces", nlohmann::json::array()}};
+  for (int i = 0; i < c.vocab_size; ++i) vocab["pieces"].push_back(" w" + std::to_string(i));
+  std::ofstream(dir + "/vocab.json") << vocab.dump();
+  const auto v = live::Vocabulary::find(dir);
+  ASSERT_TRUE(v.has_value());
+  PromptSample prompt = tiny_prompt(48, 4, 24, c.vocab_size);
+  const std::vector<PolicyConfig> policies = {
+      make_policy_config("full", {}), make_policy_config("streamingllm", {{"budget", "8"}})};
+  live::EvalOptions o;
+  o.gen_len = 5;
+  o.vocabulary = &*v;
+  auto piece = [](std::int32_t id) { return id >= 62 ? std::string() : " w" + std::to_string(id); };
+  auto rows = live::evaluate_prompt(engine, prompt, policies, o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].has_answers);
+  EXPECT_FALSE(rows[0].has_reference);  // no reference attribute: no scores
+  // The answer is the prefill's token and one per step: its text ends with the steps' pieces.
+  std::string full_steps, policy_steps;
+  int same = 1;  // predicted[0] comes from the uncompressed prefill in both runs
+  for (const auto& st : rows[1].steps) {
+    full_steps += piece(st.full_token);
+    policy_steps += piece(st.policy_token);
+    same += st.full_token == st.policy_token;
+  }
+  EXPECT_EQ(rows[0].answer, rows[0].full_answer);
+  EXPECT_EQ(rows[1].full_answer, rows[0].full_answer);
+  ASSERT_GE(rows[0].full_answer.size(), full_steps.size());
+  EXPECT_EQ(rows[0].full_answer.substr(rows[0].full_answer.size() - full_steps.size()), full_steps);
+  EXPECT_EQ(rows[1].answer.substr(rows[1].answer.size() - policy_steps.size()), policy_steps);
+  EXPECT_DOUBLE_EQ(rows[0].token_match, 1.0);
+  EXPECT_DOUBLE_EQ(rows[1].token_match, same / 6.0);
+  // With the full cache's answer as the reference, the full cache is exactly right.
+  prompt.info.reference = rows[0].full_answer;
+  rows = live::evaluate_prompt(engine, prompt, policies, o);
+  EXPECT_TRUE(rows[0].has_reference);
+  EXPECT_TRUE(rows[0].score.exact);
+  EXPECT_TRUE(rows[0].full_score.exact);
+  EXPECT_TRUE(rows[1].full_score.exact);
+  EXPECT_EQ(rows[1].score.exact,
+            live::normalize_vqa_answer(rows[1].answer) == live::normalize_vqa_answer(rows[0].answer));
+  std::string csv;
+  live::append_eval_summary_csv(csv, rows[0], false);
+  EXPECT_NE(csv.find(",1,1,1,1,"), std::string::npos) << csv;  // the four answer scores
+}
+
 TEST(PromptFile, RoundTripAndErrors) {
   PromptSample s = tiny_prompt(10, 2, 4, 50, 6);
   s.reference_ids = {1, 2, 3};

@@ -1,0 +1,198 @@
+"""The assembled VLM (kvsim.vlm) on its real parts, read from $KVSIM_MODELS (by default the
+shared/models folder next to the checkout), never from the repository; skipped with exit code 77
+and a message when they are absent.
+
+Checked: the encoder reproduces reference_outputs.json on the real photos; the PyTorch decoder the
+projector is trained through is the model kvsim live runs (logits); a small build is
+deterministic, writes valid prompts and controls, and kvsim live's greedy answers on its prompts
+are the answers the build measured; the experiment's pieces run end to end on it; the report's
+image/text retention is worked out by hand on a made-up decisions file.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import kvsim
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(REPO, "..", "shared", "models")
+BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+
+def kvsim_cli(*args):
+    r = subprocess.run([BINARY, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"kvsim {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+class Encoder(unittest.TestCase):
+    def test_reproduces_the_reference_outputs_on_real_photos(self):
+        from PIL import Image
+        from kvsim.vlm.encoder import MobileNetV2
+
+        directory = os.path.join(MODELS, "mobilenet_v2")
+        enc = MobileNetV2(directory)
+        with open(os.path.join(directory, "reference_outputs.json")) as f:
+            refs = json.load(f)
+        images = np.stack([enc.preprocess(Image.open(os.path.join(directory, "images",
+                                                                  r["image"]))) for r in refs])
+        probs, grid = enc(images)
+        self.assertEqual(tuple(grid.shape), (len(refs), 1280, 7, 7))
+        for r, p, g in zip(refs, probs.numpy(), grid.numpy()):
+            top = np.argsort(-p, kind="stable")[:5]
+            self.assertEqual(top.tolist(), [t[0] for t in r["top5"]], r["image"])
+            # the reference rounds probabilities to 5 decimals, the mean to 6, the norm to 4
+            np.testing.assert_allclose(p[top], [t[2] for t in r["top5"]], atol=6e-6)
+            self.assertAlmostEqual(float(g.mean()), r["features"]["mean"], delta=1e-6)
+            self.assertAlmostEqual(float(np.linalg.norm(g)), r["features"]["l2"], delta=2e-3)
+
+
+class Decoder(unittest.TestCase):
+    def test_the_training_decoder_is_the_model_kvsim_live_runs(self):
+        import torch
+        from kvsim import prompts
+        from kvsim.vlm.decoder import LlamaDecoder
+
+        model = os.path.join(MODELS, "stories260K")
+        d = tempfile.mkdtemp()
+        vocab = prompts.Llama2cVocab(model)
+        ids = [1] + vocab.encode("Lily saw a big red ball in the park.")
+        p = prompts.write(os.path.join(d, "p.h5"), [ids])
+        trace = os.path.join(d, "t.h5")
+        kvsim_cli("live", "capture", "-m", model, "--prompts", p, "--gen", "4", "--logits",
+                  "-o", trace)
+        import h5py
+        with h5py.File(trace, "r") as f:
+            logits = f["samples/000000/logits"][:]
+            generated = f["samples/000000/token_ids"][:]
+        dec = LlamaDecoder.load(model)
+        with torch.no_grad():
+            ours = dec(dec.embed(torch.tensor([generated.tolist()])))[0].numpy()
+        # rows P-1 .. T-1 of a pass over all T tokens are kvsim's prefill row and its G decode rows
+        np.testing.assert_allclose(ours[len(ids) - 1:], logits, rtol=1e-4, atol=1e-4)
+
+
+class SmallBuild(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from kvsim.vlm import assemble
+
+        cls.tmp = tempfile.mkdtemp()
+        log = lambda *_: None  # noqa: E731
+        cls.dir = assemble.build(MODELS, assemble.SMALL, out=os.path.join(cls.tmp, "a"), log=log)
+        with open(os.path.join(cls.dir, "build.json")) as f:
+            cls.report = json.load(f)
+
+    def test_the_build_is_deterministic(self):
+        from kvsim.vlm import assemble
+
+        again = assemble.build(MODELS, assemble.SMALL, out=os.path.join(self.tmp, "b"),
+                               log=lambda *_: None)
+        for name in ("projector.safetensors", "prompts.h5", "prompts_swapped.h5",
+                     "prompts_noimage.h5", "model/model.safetensors"):
+            with open(os.path.join(self.dir, name), "rb") as a, \
+                    open(os.path.join(again, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+
+    def test_prompts_hold_the_image_rows_the_question_and_the_reference(self):
+        import h5py
+        from kvsim.vlm import data
+
+        with h5py.File(os.path.join(self.dir, "prompts.h5"), "r") as f:
+            names = list(f["samples"])
+            self.assertEqual(len(names), 20)  # 2 held-out images per class
+            g = f["samples"][names[0]]
+            modality = g["modality"][:]
+            self.assertEqual(int((modality == 1).sum()), 49)
+            self.assertEqual(g["inputs_embeds"].shape, (49, 64))
+            self.assertIn(g.attrs["reference"], data.CLASS_WORDS)
+            self.assertEqual(int(g.attrs["question_len"]), len(modality) - 50)
+        with h5py.File(os.path.join(self.dir, "prompts_noimage.h5"), "r") as f:
+            g = f["samples"][names[0]]
+            self.assertNotIn("inputs_embeds", g)
+            self.assertEqual(int((g["modality"][:] != 0).sum()), 0)
+        self.assertEqual(self.report["test_images"], 20)
+
+    def test_kvsim_live_gives_the_answers_the_build_measured(self):
+        from kvsim import prompts
+
+        trace = os.path.join(self.tmp, "trace.h5")
+        kvsim_cli("live", "capture", "-m", os.path.join(self.dir, "model"), "--prompts",
+                  os.path.join(self.dir, "prompts.h5"), "--gen", "8", "--stop-at-eos",
+                  "-o", trace)
+        vocab = prompts.Llama2cVocab(os.path.join(self.dir, "model"))
+        t = kvsim.Trace(trace)
+        answers = []
+        for s in t:  # samples in file order, as the build's answers
+            ids = [i for i in s.token_ids[s.prompt_len:] if i not in (1, 2)]
+            text = vocab.decode(ids).strip().lower()
+            answers.append(text[:-1].strip() if text.endswith(".") else text)
+        self.assertEqual(answers, self.report["full"]["answers"])
+
+    def test_the_experiment_runs_on_the_small_model(self):
+        out = os.path.join(self.tmp, "eval")
+        env = dict(os.environ, VLM_EVAL_SMALL="1", KVSIM_MODELS=MODELS,
+                   KVSIM_CACHE=os.path.join(self.tmp, "cache"))
+        # the build directory that holds the kvsim under test (ctest gives its full path)
+        build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
+        r = subprocess.run([os.path.join(REPO, "experiments", "vlm_eval.sh"), out, MODELS, build],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "vlm_eval.csv")) as f:
+            rows = list(csv.DictReader(f))
+        policies = {row["policy"] for row in rows}
+        for p in ("full", "h2o", "snapkv", "hae", "madakv", "avl", "st3", "meda", "fastv", "vtw",
+                  "lookm", "snapkv:kvpress"):
+            self.assertIn(p, policies)
+        full = [row for row in rows if row["policy"] == "full"][0]
+        self.assertEqual(float(full["accuracy_loss"]), 0.0)
+        self.assertEqual(float(full["image_kept"]), 1.0)
+        with open(os.path.join(out, "vlm_eval.md")) as f:
+            md = f.read()
+        self.assertIn("Spearman", md)
+        self.assertIn("control `no_image`", md)
+        for stem in ("vlm_accuracy_vs_budget", "vlm_accuracy_vs_memory",
+                     "vlm_accuracy_vs_image_kept", "vlm_replay_vs_accuracy"):
+            for ext in ("png", "pdf"):
+                self.assertTrue(os.path.exists(os.path.join(out, f"{stem}.{ext}")), stem)
+
+
+class ReportRetention(unittest.TestCase):
+    def test_image_and_text_entries_kept_by_hand(self):
+        import h5py
+
+        sys.path.insert(0, os.path.join(REPO, "analysis"))
+        from vlm_eval_report import read_kept
+
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "dec.h5")
+        with h5py.File(path, "w") as f:
+            base = "p/samples/s/layers/0/heads/"
+            f[base + "0/evicted"] = np.array([[-1, 1], [-1, 4], [2, 2]], dtype=np.int32)
+            f[base + "1/evicted"] = np.zeros((0, 2), dtype=np.int32)
+            f[base + "1/merged"] = np.array([[0, 3, 1]], dtype=np.int32)
+        # prompt: 0 text, 1-3 image, 4-5 text; one layer, two KV heads
+        modality = {"s": ({1, 2, 3}, {0, 4, 5})}
+        kept = read_kept([("20%", path)], modality, 2)[("p", "20%")]
+        # image: head 0 lost 1 and 2, head 1 lost 3 (merged away): 3 of 6 gone
+        self.assertAlmostEqual(kept["image_kept"], 0.5)
+        # text: head 0 lost 4: 1 of 6 gone
+        self.assertAlmostEqual(kept["text_kept"], 5 / 6)
+
+
+if __name__ == "__main__":
+    missing = [p for p in ("mobilenet_v2/graph.json", "stories260K/config.json")
+               if not os.path.exists(os.path.join(MODELS, p))]
+    if missing:
+        print(f"skipped: the VLM's parts are not in {os.path.abspath(MODELS)} (missing "
+              f"{', '.join(missing)}; set KVSIM_MODELS to the folder that holds them)")
+        sys.exit(77)
+    unittest.main()
