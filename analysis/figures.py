@@ -108,7 +108,8 @@ def find_inputs(paths):
                     sweeps.append(f)
                 elif header.startswith("policy,sample,step,position,kl,top1_agree"):
                     live_steps.append(f)
-                elif header.startswith("policy,sample,prompt_len,gen_len,mean_kl"):
+                elif header.startswith(("policy,sample,budget,prompt_len,gen_len,mean_kl",
+                                        "policy,sample,prompt_len,gen_len,mean_kl")):
                     live_summaries.append(f)
             elif f.endswith(".h5"):
                 import h5py
@@ -355,6 +356,52 @@ def read_rows(paths):
     return rows
 
 
+def budget_number(text):
+    """'20%' -> 20.0, '64' -> 64.0; None when empty or not a number."""
+    try:
+        return float(text.rstrip("%"))
+    except (AttributeError, ValueError):
+        return None
+
+
+def accuracy_figure(rows, out, written):
+    """Answer accuracy (the answer contains the reference, `answer_contains`) per policy against
+    its budget and against the KV memory it held (`kv_fraction`), one point per (policy, budget)
+    over the summaries given (several `live evaluate --summary` files: one per budget); drawn when
+    the summaries carry answer scores."""
+    scored = [r for r in rows if r.get("answer_contains") not in (None, "")]
+    if not scored:
+        return
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in scored:
+        g = groups[(r["policy"], r.get("budget", ""))]
+        for k in ("answer_contains", "full_answer_contains", "kv_fraction"):
+            g[k].append(float(r[k]))
+    by_policy = defaultdict(list)
+    for (policy, budget), g in groups.items():
+        by_policy[policy].append((budget_number(budget), np.mean(g["kv_fraction"]),
+                                  np.mean(g["answer_contains"])))
+    full = np.mean([np.mean(g["full_answer_contains"]) for g in groups.values()])
+    fig, axes = new_figure(1, 2, figsize=(13, 4.6))
+    for policy, points in sorted(by_policy.items()):
+        style = policy_style(policy)
+        points.sort(key=lambda p: (p[0] is None, p[0] or 0, p[1]))
+        with_budget = [p for p in points if p[0] is not None]
+        if with_budget:
+            axes[0].plot([p[0] for p in with_budget], [p[2] for p in with_budget], label=policy,
+                         **style)
+        axes[1].plot([p[1] for p in points], [p[2] for p in points], label=policy, **style)
+    for ax, xlabel in zip(axes, ("budget (the policy's own: % of the prompt, or entries)",
+                                 "peak KV memory held / full cache")):
+        ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
+        ax.set(xlabel=xlabel, ylabel="accuracy (answer contains the reference)",
+               ylim=(-0.02, 1.02))
+    axes[0].set_title("Live answer accuracy against budget")
+    axes[1].set_title("Live answer accuracy against memory held")
+    axes[1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    save(fig, out, "live_accuracy", written)
+
+
 def live_figures(steps, summaries, replays, out, written):
     """`kvsim live evaluate` results: KL per decode step, agreement and memory per policy, and,
     with replay results of the same policies, replay's mass recall against live top-1 agreement."""
@@ -412,6 +459,7 @@ def live_figures(steps, summaries, replays, out, written):
                "over samples)", ylabel="perplexity")
         ax.legend(fontsize=7, loc="lower right")
         save(fig, out, "live_perplexity", written)
+    accuracy_figure(read_rows(summaries), out, written)
     if replays:
         recall = defaultdict(list)
         for r in read_rows(replays):

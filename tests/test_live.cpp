@@ -660,7 +660,7 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
   ASSERT_EQ(fig.code, 0) << fig.output;
   for (const char* f : {"live_kl_by_step.png", "live_summary.pdf"})
     EXPECT_TRUE(std::filesystem::exists(figs + "/" + f)) << f;
-  EXPECT_NE(bytes[0].find("snapkv,000000,64,5,"), std::string::npos);
+  EXPECT_NE(bytes[0].find("snapkv,000000,75%,64,5,"), std::string::npos);  // budget, P, G
   const CliRun oracle =
       kvsim("live evaluate -m " + dir + " --prompts " + prompts + " -p oracle --gen 3");
   EXPECT_NE(oracle.code, 0);

@@ -86,8 +86,8 @@ TEST(LiveEos, CaptureAndEvaluateStopAtTheFirstEndOfSequenceToken) {
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string summary = slurp(dir + "/summary.csv");
   const std::string row = summary.substr(summary.find('\n') + 1);
-  // policy,sample,prompt_len,gen_len,...
-  EXPECT_EQ(row.rfind("h2o,000000,24," + std::to_string(k) + ",", 0), 0u) << summary;
+  // policy,sample,budget,prompt_len,gen_len,...
+  EXPECT_EQ(row.rfind("h2o,000000,50%,24," + std::to_string(k) + ",", 0), 0u) << summary;
 
   config.erase("eos_token_id");
   write_json(model + "/config.json", config);

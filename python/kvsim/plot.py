@@ -144,7 +144,9 @@ def stats(path):
 
 def live(steps=None, summary=None, replay=None):
     """The figures of `kvsim live evaluate` result CSVs by name ('live_kl_by_step',
-    'live_summary', and 'replay_vs_live' with a replay CSV of the same policies)."""
+    'live_summary', 'live_perplexity' with reference answers, 'live_accuracy' (answer accuracy
+    against budget and against memory held; give one summary per budget) when the summaries carry
+    answer scores, and 'replay_vs_live' with a replay CSV of the same policies)."""
     def paths(p):
         return [] if p is None else [p] if isinstance(p, str) else list(p)
 

@@ -289,6 +289,8 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     EvalSummary s;
     s.label = policy.label;
     s.sample = prompt.info.name;
+    if (const auto b = policy.params.values().find("budget"); b != policy.params.values().end())
+      s.budget = b->second;
     s.prompt_len = prompt.info.prompt_len;
     s.gen_len = G;
     for (int t = 0; t < G; ++t) {
@@ -373,7 +375,7 @@ void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) 
 }
 
 std::string eval_summary_csv_header() {
-  return "policy,sample,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
+  return "policy,sample,budget,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
          "answer_overlap,exact_match,token_match,answer_exact,answer_contains,full_answer_exact,"
          "full_answer_contains,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
          "ref_ppl,ref_ppl_full,prompt_kv_bytes,"
@@ -382,7 +384,7 @@ std::string eval_summary_csv_header() {
 }
 
 void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing) {
-  out += csv_quote(s.label) + ',' + csv_quote(s.sample);
+  out += csv_quote(s.label) + ',' + csv_quote(s.sample) + ',' + csv_quote(s.budget);
   field(out, std::int64_t{s.prompt_len});
   field(out, std::int64_t{s.gen_len});
   field(out, s.mean_kl);

@@ -67,6 +67,7 @@ struct EvalStep {  // one decode step of one policy on one sample
 
 struct EvalSummary {  // one policy on one sample
   std::string label, sample;
+  std::string budget;  // the policy's budget parameter as resolved ("20%", "64"); empty: none
   int prompt_len = 0, gen_len = 0;
   double mean_kl = 0, max_kl = 0, top1_agreement = 0;
   int first_divergence = 0;   // first index where the greedy answers differ; answer length if none
