@@ -99,10 +99,14 @@ class CudaBackend final : public Backend {
         "linear");
     if (bias) gpu::launch_add_bias(y, bias, rows, n, 0);
   }
-  void rope(float* x, int rows, int heads, int d, const std::int32_t* positions,
-            const float* inv_freq) override {
+  void rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
+            const std::int32_t* axis, const float* inv_freq) override {
     float* freq = floats_.upload(inv_freq, d / 2);
-    gpu::launch_rope(x, rows, heads, d, ints_.upload(positions, rows), freq, 0);
+    // One upload of positions and axis (the staging buffer is reused per call).
+    std::vector<std::int32_t> ints(positions, positions + static_cast<std::size_t>(rows) * axes);
+    if (axis) ints.insert(ints.end(), axis, axis + d / 2);
+    const std::int32_t* dev = ints_.upload(ints.data(), ints.size());
+    gpu::launch_rope(x, rows, heads, d, dev, axes, axis ? dev + rows * axes : nullptr, freq, 0);
   }
   void swiglu(const float* gate, const float* up, std::size_t n, float* out) override {
     gpu::launch_swiglu(gate, up, n, out, 0);

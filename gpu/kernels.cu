@@ -73,7 +73,7 @@ __global__ void add_bias_kernel(float* y, const float* bias, int rows, int n) {
 }
 
 __global__ void rope_kernel(float* x, int rows, int heads, int d, const std::int32_t* positions,
-                            const float* inv_freq) {
+                            int axes, const std::int32_t* axis, const float* inv_freq) {
   const int half = d / 2;
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<std::size_t>(rows) * heads * half) return;
@@ -81,7 +81,7 @@ __global__ void rope_kernel(float* x, int rows, int heads, int d, const std::int
   const std::size_t rh = i / half;  // row * heads + head
   const int r = rh / heads;
   float s, c;
-  sincosf(static_cast<float>(positions[r]) * inv_freq[f], &s, &c);
+  sincosf(static_cast<float>(positions[r * axes + (axis ? axis[f] : 0)]) * inv_freq[f], &s, &c);
   float* v = x + rh * d;
   const float a = v[f], b = v[f + half];
   v[f] = a * c - b * s;
@@ -327,10 +327,10 @@ void launch_add_bias(float* y, const float* bias, int rows, int n, cudaStream_t 
   check_launch("add_bias");
 }
 
-void launch_rope(float* x, int rows, int heads, int d, const std::int32_t* positions,
-                 const float* inv_freq, cudaStream_t s) {
+void launch_rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
+                 const std::int32_t* axis, const float* inv_freq, cudaStream_t s) {
   rope_kernel<<<blocks(static_cast<std::size_t>(rows) * heads * (d / 2), 256), 256, 0, s>>>(
-      x, rows, heads, d, positions, inv_freq);
+      x, rows, heads, d, positions, axes, axis, inv_freq);
   check_launch("rope");
 }
 

@@ -17,8 +17,9 @@ void launch_rms_norm(const float* x, const float* w, int rows, int dim, float ep
 // y[r, j] += bias[j]
 void launch_add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s);
 // Rotate-half RoPE in place on x[rows, heads, d].
-void launch_rope(float* x, int rows, int heads, int d, const std::int32_t* positions,
-                 const float* inv_freq, cudaStream_t s);
+// positions[r * axes + axis[f]] (axis null: axes = 1, plain RoPE; see Backend::rope).
+void launch_rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
+                 const std::int32_t* axis, const float* inv_freq, cudaStream_t s);
 void launch_swiglu(const float* gate, const float* up, std::size_t n, float* out, cudaStream_t s);
 void launch_add(float* x, const float* y, std::size_t n, cudaStream_t s);
 // Row softmax of scores[rows, cols] (row i keeps columns 0..i: causal), in place.

@@ -70,9 +70,16 @@ TEST_F(GpuVsCpu, ElementwiseAndNormKernels) {
   std::vector<std::int32_t> pos = {0, 7, 100, 4095, 16000};
   std::vector<float> inv(d / 2);
   for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / d);
-  cpu->rope(x.first, rows, heads, d, pos.data(), inv.data());
-  gpu->rope(x.second, rows, heads, d, pos.data(), inv.data());
+  cpu->rope(x.first, rows, heads, d, pos.data(), 1, nullptr, inv.data());
+  gpu->rope(x.second, rows, heads, d, pos.data(), 1, nullptr, inv.data());
   expect_close(x, rows * heads * d, 1e-4, "rope");
+  // M-RoPE: three ids per row, frequencies split 4 / 6 / 6 over them (Qwen2-VL's layout).
+  std::vector<std::int32_t> pos3 = {0, 0, 0, 5, 1, 2, 5, 3, 9, 40, 40, 40, 7000, 12, 31};
+  std::vector<std::int32_t> axis(d / 2);
+  for (int i = 0; i < d / 2; ++i) axis[i] = i < 4 ? 0 : i < 10 ? 1 : 2;
+  cpu->rope(x.first, rows, heads, d, pos3.data(), 3, axis.data(), inv.data());
+  gpu->rope(x.second, rows, heads, d, pos3.data(), 3, axis.data(), inv.data());
+  expect_close(x, rows * heads * d, 1e-4, "rope (M-RoPE)");
   std::vector<std::int32_t> ids = {3, 0, 3, 1, 2};
   auto table = both(random(4 * dim));
   cpu->embed(table.first, ids.data(), rows, dim, out.first);

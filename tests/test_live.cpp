@@ -2,6 +2,7 @@
 // in the loop, capture -> replay, and the end-to-end metrics.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -73,21 +74,38 @@ struct Naive {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w(name)[i];
     return y;
   }
-  void rope(std::vector<double>& x, int heads, int pos) const {
+  // The angle of every dimension of a head, as transformers builds cos/sin: per axis
+  // emb = cat(freqs, freqs) with freqs = position * inv_freq; under M-RoPE
+  // (apply_multimodal_rotary_pos_emb) emb is cut into chunks of mrope_section * 2 =
+  // [s0, s1, s2, s0, s1, s2] and chunk j is taken from axis j % 3.
+  std::vector<double> angles(const std::array<int, 3>& pos) const {
     const int d = c.head_dim, half = d / 2;
-    for (int h = 0; h < heads; ++h)
-      for (int i = 0; i < half; ++i) {
-        const double a = pos * std::pow(c.rope_theta, -2.0 * i / d);
-        double& x1 = x[h * d + i];
-        double& x2 = x[h * d + i + half];
-        const double u = x1 * std::cos(a) - x2 * std::sin(a),
-                     v = x2 * std::cos(a) + x1 * std::sin(a);
-        x1 = u, x2 = v;
-      }
+    std::vector<std::vector<double>> emb(3, std::vector<double>(d));
+    for (int a = 0; a < 3; ++a)
+      for (int i = 0; i < d; ++i) emb[a][i] = pos[a] * std::pow(c.rope_theta, -2.0 * (i % half) / d);
+    if (c.mrope_section.empty()) return emb[0];
+    std::vector<double> out;
+    for (int j = 0; j < 6; ++j) {
+      const int start = static_cast<int>(out.size());
+      out.insert(out.end(), emb[j % 3].begin() + start,
+                 emb[j % 3].begin() + start + c.mrope_section[j % 3]);
+    }
+    return out;
   }
-  // Logits after the last of `ids`; rows of `embeds` replace the embeddings at `at`.
+  void rope(std::vector<double>& x, int heads, const std::array<int, 3>& pos) const {
+    const int d = c.head_dim, half = d / 2;
+    const std::vector<double> a = angles(pos);
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> v(x.begin() + h * d, x.begin() + (h + 1) * d), rotated(d);
+      for (int i = 0; i < half; ++i) rotated[i] = -v[i + half], rotated[i + half] = v[i];
+      for (int i = 0; i < d; ++i) x[h * d + i] = v[i] * std::cos(a[i]) + rotated[i] * std::sin(a[i]);
+    }
+  }
+  // Logits after the last of `ids`; rows of `embeds` replace the embeddings at `at`; token t
+  // sits at pos3[t] (three ids) or, without pos3, at t.
   std::vector<double> logits(const std::vector<std::int32_t>& ids, const std::vector<int>& at = {},
-                             const std::vector<float>& embeds = {}) const {
+                             const std::vector<float>& embeds = {},
+                             const std::vector<std::array<int, 3>>& pos3 = {}) const {
     const int T = ids.size(), D = c.hidden_size, H = c.num_attention_heads,
               Hkv = c.num_key_value_heads, d = c.head_dim, I = c.intermediate_size;
     std::vector<std::vector<double>> x(T, std::vector<double>(D));
@@ -103,8 +121,9 @@ struct Naive {
         q[t] = matvec(p + "self_attn.q_proj.weight", h, H * d, p + "self_attn.q_proj.bias");
         k[t] = matvec(p + "self_attn.k_proj.weight", h, Hkv * d, p + "self_attn.k_proj.bias");
         v[t] = matvec(p + "self_attn.v_proj.weight", h, Hkv * d, p + "self_attn.v_proj.bias");
-        rope(q[t], H, t);
-        rope(k[t], Hkv, t);
+        const std::array<int, 3> pos = pos3.empty() ? std::array<int, 3>{t, t, t} : pos3[t];
+        rope(q[t], H, pos);
+        rope(k[t], Hkv, pos);
       }
       std::vector<std::vector<double>> next = x;
       for (int t = 0; t < T; ++t) {
@@ -289,6 +308,208 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"qwen2", 4, 2, true, WeightDType::kBFloat16, 2},
                       ModelCase{"mistral", 8, 2, false, WeightDType::kFloat16, 1}),
     [](const auto& info) { return std::string(info.param.type); });
+
+// --- vision-language checkpoints: the language model read in place ---
+
+// A vision-language checkpoint: the tensors of the decoder checkpoint `plain` renamed under
+// `prefix` (and lm_head.weight as `head`), a vision tower tensor beside them, and `config`.
+std::string vlm_checkpoint(const std::string& name, const std::string& plain,
+                           const nlohmann::json& config, const std::string& prefix,
+                           const std::string& head) {
+  std::map<std::string, live::HostTensor> tensors, renamed;
+  live::read_safetensors(plain + "/model.safetensors", tensors);
+  for (auto& [n, t] : tensors) renamed[n == "lm_head.weight" ? head : prefix + n.substr(6)] = t;
+  renamed["vision_tower.patch_embed.weight"] = {{2, 3}, {1, 2, 3, 4, 5, 6}};
+  const std::string dir = temp_path(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::vector<std::pair<std::string, const live::HostTensor*>> list;
+  for (const auto& [n, t] : renamed) list.push_back({n, &t});
+  live::write_safetensors(dir + "/model.safetensors", list, WeightDType::kFloat32);
+  return dir;
+}
+
+nlohmann::json decoder_json(const ModelConfig& c) {
+  return nlohmann::json::parse(live::model_config_json(c, WeightDType::kFloat32));
+}
+
+TEST(VlmCheckpoint, LlavaLayoutsLoadTheLanguageModel) {
+  const ModelConfig c = tiny_config("llama", 4, 2);
+  const std::string plain = make_model("llava_plain", c, WeightDType::kFloat32);
+  const nlohmann::json config = {{"model_type", "llava"},
+                                 {"text_config", decoder_json(c)},
+                                 {"vision_config", {{"model_type", "clip_vision_model"}}},
+                                 {"image_token_index", 32000}};
+  auto backend = live::make_cpu_backend();
+  const Checkpoint ref_ck = live::load_checkpoint(plain);
+  live::Model ref_model(ref_ck, *backend);
+  const PromptSample prompt = tiny_prompt(10, 2, 4, c.vocab_size, c.hidden_size);
+  const auto at = prompt.embed_positions();
+  const auto ref = ref_model.prefill(prompt.info.token_ids, at, prompt.inputs_embeds).logits;
+  // transformers before 4.52, and since (and 5)
+  for (const auto& [prefix, head] :
+       {std::pair<std::string, std::string>{"language_model.model.", "language_model.lm_head.weight"},
+        {"model.language_model.", "lm_head.weight"}}) {
+    const Checkpoint ck = live::load_checkpoint(
+        vlm_checkpoint("llava_" + std::to_string(prefix.size()), plain, config, prefix, head));
+    EXPECT_EQ(ck.config.vlm_type, "llava");
+    EXPECT_EQ(ck.tensors.count("vision_tower.patch_embed.weight"), 0u);
+    live::Model model(ck, *backend);
+    EXPECT_EQ(model.prefill(prompt.info.token_ids, at, prompt.inputs_embeds).logits, ref) << prefix;
+  }
+}
+
+TEST(VlmCheckpoint, ConfigReadings) {
+  // llava-1.5-7b-hf's text_config names only these keys; the rest are LlamaConfig's defaults.
+  const ModelConfig c = live::parse_model_config(
+      R"({"model_type": "llava", "text_config": {"model_type": "llama", "vocab_size": 32064,
+          "rms_norm_eps": 1e-05, "max_position_embeddings": 4096}})",
+      "config.json");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 11008);
+  EXPECT_EQ(c.num_hidden_layers, 32);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 32);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 32064);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_FALSE(c.mrope());
+  // Qwen2-VL as transformers 4 writes it: the keys at the top, rope_scaling type mrope.
+  const ModelConfig q = live::parse_model_config(
+      R"({"model_type": "qwen2_vl", "hidden_size": 64, "intermediate_size": 96,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 100, "rope_theta": 1000000.0,
+          "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}})",
+      "config.json");
+  EXPECT_EQ(q.model_type, "qwen2");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(q.mrope_section, (std::vector<int>{2, 3, 3}));
+  EXPECT_EQ(q.rope_theta, 1e6);
+  expect_error([] { live::parse_model_config(R"({"model_type": "llava"})", "c.json"); },
+               "without a text_config");
+  expect_error(
+      [] {
+        live::parse_model_config(
+            R"({"model_type": "qwen2_vl", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+                "rope_scaling": {"type": "mrope", "mrope_section": [2, 2, 2]}})",
+            "c.json");
+      },
+      "mrope_section [2,2,2] sums to 6, not head_dim / 2 = 8");
+  expect_error(
+      [] {
+        live::parse_model_config(
+            R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+                "rope_scaling": {"type": "linear", "factor": 2.0}})",
+            "c.json");
+      },
+      "only plain RoPE");
+}
+
+// Token positions as Qwen2-VL's get_rope_index gives them for text, a 2 x 3 image grid, text:
+// text ids count on from the previous largest id + 1 on all three axes; an image's tokens share
+// the temporal id and take row and column offsets as height and width ids.
+std::vector<std::array<int, 3>> qwen2_vl_positions(int before, int rows, int cols, int after) {
+  std::vector<std::array<int, 3>> pos;
+  for (int i = 0; i < before; ++i) pos.push_back({i, i, i});
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < cols; ++k) pos.push_back({before, before + r, before + k});
+  const int next = before + std::max(rows, cols);
+  for (int i = 0; i < after; ++i) pos.push_back({next + i, next + i, next + i});
+  return pos;
+}
+
+TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
+  ModelConfig c = tiny_config("qwen2", 4, 2);  // head_dim 8: 4 frequencies
+  const std::string plain = make_model("qwen2vl_plain", c, WeightDType::kFloat32);
+  nlohmann::json text = decoder_json(c);
+  text["model_type"] = "qwen2_vl_text";
+  text.erase("rope_scaling");
+  text["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0},
+                             {"mrope_section", {2, 1, 1}}};
+  // transformers 5's layout: text_config and model.language_model.*
+  const Checkpoint ck = live::load_checkpoint(
+      vlm_checkpoint("qwen2vl", plain, {{"model_type", "qwen2_vl"}, {"text_config", text}},
+                     "model.language_model.", "lm_head.weight"));
+  ASSERT_EQ(ck.config.mrope_section, (std::vector<int>{2, 1, 1}));
+  auto backend = live::make_cpu_backend();
+  live::Model model(ck, *backend);
+  live::LiveEngine engine(model, 1);
+  PromptSample prompt = tiny_prompt(12, 3, 6, c.vocab_size, c.hidden_size);
+  const auto pos3 = qwen2_vl_positions(3, 2, 3, 3);
+  for (const auto& p : pos3) prompt.position_ids.insert(prompt.position_ids.end(), p.begin(), p.end());
+  live::PreparedPrompt pp = engine.prepare(prompt, 3, {});
+  const Naive naive(ck);
+  std::vector<std::int32_t> ids = prompt.info.token_ids;
+  const auto at = prompt.embed_positions();
+  EXPECT_LT(rel_error(pp.first_logits, naive.logits(ids, at, prompt.inputs_embeds, pos3)), 1e-5);
+  // transformers 4's layout (the keys at the top, rope_scaling type mrope, model.* beside the
+  // vision tower) is the same model.
+  nlohmann::json v4 = text;
+  v4["model_type"] = "qwen2_vl";
+  v4.erase("rope_parameters");
+  v4["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {2, 1, 1}}};
+  const Checkpoint ck4 =
+      live::load_checkpoint(vlm_checkpoint("qwen2vl_v4", plain, v4, "model.", "lm_head.weight"));
+  live::Model model4(ck4, *backend);
+  EXPECT_EQ(model4.prefill(prompt.info.token_ids, prompt.embed_positions(), prompt.inputs_embeds,
+                           prompt.position_ids)
+                .logits,
+            pp.first_logits);
+  // Plain RoPE at 0..P-1 gives other logits: the test can tell M-RoPE from RoPE.
+  EXPECT_GT(rel_error(pp.first_logits, naive.logits(ids, at, prompt.inputs_embeds)), 1e-4);
+  live::RunOptions o;
+  o.steps = 3;
+  o.keep_logits = true;
+  const live::RunResult r = engine.run(pp, o);
+  std::vector<std::array<int, 3>> pos = pos3;
+  for (int t = 0; t < 3; ++t) {
+    ids.push_back(r.steps[t].input);
+    const int next = 9 + t;  // the prompt's largest id (8) + 1 + t, on all three axes
+    pos.push_back({next, next, next});
+    EXPECT_LT(rel_error(r.logits[t], naive.logits(ids, at, prompt.inputs_embeds, pos)), 1e-5) << t;
+  }
+  // Errors name the sample and what is wrong.
+  PromptSample none = prompt;
+  none.position_ids.clear();
+  expect_error([&] { engine.prepare(none, 1, {}); },
+               "sample 's3': the model uses M-RoPE (rope_scaling.mrope_section) and the prompt has "
+               "no position_ids");
+  PromptSample short_ids = prompt;
+  short_ids.position_ids.resize(3 * 11);
+  expect_error([&] { engine.prepare(short_ids, 1, {}); },
+               "sample 's3': position_ids hold 33 ids, expected [12, 3]");
+  PromptSample wide = prompt;
+  wide.embed_dim = 16;
+  wide.inputs_embeds.resize(6 * 16);
+  expect_error([&] { engine.prepare(wide, 1, {}); },
+               "sample 's3': inputs_embeds rows have 16 columns, the model's hidden_size is 32");
+}
+
+TEST(VlmCheckpoint, PositionIdsInPromptFiles) {
+  PromptSample s = tiny_prompt(12, 3, 6, 64);
+  for (const auto& p : qwen2_vl_positions(3, 2, 3, 3))
+    s.position_ids.insert(s.position_ids.end(), p.begin(), p.end());
+  const std::string path = temp_path("mrope_prompts.h5");
+  write_prompt_file(path, {s});
+  EXPECT_EQ(PromptReader(path).read(s.info.name).position_ids, s.position_ids);
+  s.position_ids.resize(3 * 11);  // written as [11, 3]
+  write_prompt_file(path, {s});
+  expect_error([&] { PromptReader(path).read(s.info.name); },
+               "sample 's3', dataset 'position_ids': shape [11, 3], expected [12, 3]");
+  // A plain-RoPE model refuses M-RoPE ids.
+  const ModelConfig c = tiny_config("llama", 4, 2);
+  const Checkpoint ck = live::load_checkpoint(make_model("plain_rope", c, WeightDType::kFloat32));
+  auto backend = live::make_cpu_backend();
+  live::Model model(ck, *backend);
+  live::LiveEngine engine(model, 1);
+  s.position_ids.resize(3 * 12);
+  expect_error([&] { engine.prepare(s, 1, {}); },
+               "sample 's3': the prompt has M-RoPE position_ids, but the model uses plain RoPE");
+}
 
 struct LiveFixture : ::testing::Test {
   ModelConfig c = tiny_config("llama", 4, 2);

@@ -28,6 +28,25 @@ std::vector<T> read_ints(hid_t group, const char* name, const std::string& where
   return h5_read_ints<T>(d.get(), shape[0], sizeof(T) == 1 ? "uint8" : "int32", where);
 }
 
+// position_ids: int32 [P, 3], non-negative.
+void read_position_ids(hid_t g, PromptSample& s, const std::string& where) {
+  H5Handle d(H5Dopen2(g, "position_ids", H5P_DEFAULT));
+  if (!d.valid()) throw TraceError(where + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(d.get());
+  const int P = s.info.prompt_len;
+  if (shape.size() != 2 || shape[0] != static_cast<hsize_t>(P) || shape[1] != 3) {
+    std::string got;
+    for (auto x : shape) got += (got.empty() ? "" : ", ") + std::to_string(x);
+    throw TraceError(where + ": shape [" + got + "], expected [" + std::to_string(P) +
+                     ", 3] (temporal, height, width ids of each prompt token)");
+  }
+  s.position_ids = h5_read_ints<std::int32_t>(d.get(), shape[0] * 3, "int32", where);
+  for (std::size_t i = 0; i < s.position_ids.size(); ++i)
+    if (s.position_ids[i] < 0)
+      throw TraceError(where + ": negative id " + std::to_string(s.position_ids[i]) +
+                       " at token " + std::to_string(i / 3));
+}
+
 void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
   H5Handle d(H5Dopen2(g, "inputs_embeds", H5P_DEFAULT));
   const auto shape = h5_dataset_shape(d.get());
@@ -135,6 +154,8 @@ PromptSample PromptReader::read(const std::string& name) const {
   if (h5_path_exists(g.get(), "reference_ids"))
     s.reference_ids =
         read_ints<std::int32_t>(g.get(), "reference_ids", where + ", dataset 'reference_ids'");
+  if (h5_path_exists(g.get(), "position_ids"))
+    read_position_ids(g.get(), s, where + ", dataset 'position_ids'");
   return s;
 }
 
@@ -174,6 +195,15 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     if (!s.reference_ids.empty())
       h5_write_1d(g.get(), "reference_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.reference_ids,
                   where);
+    if (!s.position_ids.empty()) {
+      const hsize_t dims[2] = {s.position_ids.size() / 3, 3};
+      H5Handle space(H5Screate_simple(2, dims, nullptr));
+      H5Handle d(H5Dcreate2(g.get(), "position_ids", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                            h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+      if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                 s.position_ids.data()) < 0)
+        throw TraceError(where + ": cannot write 'position_ids': " + hdf5_last_error());
+    }
     if (!s.inputs_embeds.empty()) {
       const hsize_t dims[2] = {s.inputs_embeds.size() / s.embed_dim,
                                static_cast<hsize_t>(s.embed_dim)};

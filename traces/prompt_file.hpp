@@ -23,6 +23,9 @@ struct PromptSample {
   std::vector<float> inputs_embeds;  // [Nv, hidden] or empty
   int embed_dim = 0;                 // hidden size of inputs_embeds (0 when absent)
   std::vector<std::int32_t> reference_ids;
+  // M-RoPE models (Qwen2-VL): [P, 3] row-major, the temporal, height and width position ids of
+  // each prompt token, as transformers' get_rope_index computes them; empty otherwise.
+  std::vector<std::int32_t> position_ids;
   // Positions whose embedding comes from inputs_embeds (the vision positions), or empty.
   std::vector<int> embed_positions() const;
 };

@@ -36,10 +36,12 @@ class Backend {
   // y[rows, n] = x[rows, k] · W[n, k]^T + bias[n] (bias may be null).
   virtual void linear(const float* x, int rows, int k, const float* w, int n, const float* bias,
                       float* y) = 0;
-  // Rotary embedding in place, rotate-half convention (transformers' LLaMA): x[rows, heads, d]
-  // at positions[rows] (host), inv_freq[d/2] (host).
-  virtual void rope(float* x, int rows, int heads, int d, const std::int32_t* positions,
-                    const float* inv_freq) = 0;
+  // Rotary embedding in place, rotate-half convention (transformers' LLaMA): x[rows, heads, d].
+  // Frequency i of row r turns by positions[r * axes + axis[i]] * inv_freq[i]: axes = 1 is plain
+  // RoPE (axis null), axes = 3 is M-RoPE (temporal, height, width ids per token; axis[d/2] says
+  // which one each frequency reads). positions, axis and inv_freq[d/2] are host arrays.
+  virtual void rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
+                    const std::int32_t* axis, const float* inv_freq) = 0;
   // out = silu(gate) * up, elementwise.
   virtual void swiglu(const float* gate, const float* up, std::size_t n, float* out) = 0;
   virtual void add(float* x, const float* y, std::size_t n) = 0;  // x += y

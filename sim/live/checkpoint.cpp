@@ -137,20 +137,55 @@ ModelConfig read_model_config(const std::string& path) {
   return parse_model_config(std::string(std::istreambuf_iterator<char>(in), {}), path);
 }
 
-ModelConfig parse_model_config(const std::string& text, const std::string& path) {
-  const json j = parse_json(text, path);
+namespace {
+
+// transformers' LlamaConfig defaults, which LLaVA's config.json leaves out of its text_config
+// (llava-1.5-7b-hf gives only the vocabulary, positions and rms_norm_eps).
+const std::map<std::string, json> kLlamaDefaults = {
+    {"hidden_size", 4096},      {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+    {"num_attention_heads", 32}, {"vocab_size", 32000},        {"max_position_embeddings", 2048}};
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5): plain RoPE, or M-RoPE when it
+// has mrope_section. Anything else is refused.
+void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const json& r = j[key];
+    if (!r.is_object())
+      throw CheckpointError(path + ": " + key + " " + r.dump() + " is not an object");
+    const std::string type =
+        r.contains("rope_type") ? r["rope_type"].dump() : r.contains("type") ? r["type"].dump() : "";
+    if (r.contains("rope_theta")) c.rope_theta = get_double(r, "rope_theta", path, c.rope_theta);
+    if (r.contains("mrope_section")) {
+      const json& m = r["mrope_section"];
+      if (!m.is_array() || m.size() != 3)
+        throw CheckpointError(path + ": " + key + ".mrope_section must be three integers");
+      int sum = 0;
+      for (const json& x : m) {
+        if (!x.is_number_integer() || x.get<int>() < 0)
+          throw CheckpointError(path + ": " + key + ".mrope_section must be three integers >= 0");
+        c.mrope_section.push_back(x.get<int>());
+        sum += x.get<int>();
+      }
+      if (2 * sum != c.head_dim)
+        throw CheckpointError(path + ": " + key + ".mrope_section " + m.dump() + " sums to " +
+                              std::to_string(sum) + ", not head_dim / 2 = " +
+                              std::to_string(c.head_dim / 2));
+      continue;
+    }
+    if (type != "\"default\"")
+      throw CheckpointError(path + ": " + key + " " + r.dump() +
+                            " is not supported (only plain RoPE, and Qwen2-VL's M-RoPE)");
+  }
+}
+
+// One decoder's keys (a config.json, or the text_config of a vision-language one).
+ModelConfig parse_decoder(const json& j, const std::string& path, const std::string& type) {
   ModelConfig c;
-  if (!j.contains("model_type")) throw CheckpointError(path + ": missing key 'model_type'");
-  c.model_type = get_string(j, "model_type", path, "");
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    throw CheckpointError(path + ": model_type '" + c.model_type +
-                          "' is not supported (llama, mistral, qwen2)");
+  c.model_type = type;
   const std::string act = get_string(j, "hidden_act", path, "silu");
   if (act != "silu")
     throw CheckpointError(path + ": hidden_act '" + act + "' is not supported (silu)");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw CheckpointError(path + ": rope_scaling " + j["rope_scaling"].dump() +
-                          " is not supported (only plain RoPE)");
   c.hidden_size = get_int(j, "hidden_size", path);
   c.intermediate_size = get_int(j, "intermediate_size", path);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", path);
@@ -183,7 +218,49 @@ ModelConfig parse_model_config(const std::string& text, const std::string& path)
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     throw CheckpointError(path + ": head_dim = " + std::to_string(c.head_dim) +
                           " must be positive and even for RoPE");
+  parse_rope(j, path, c);
   return c;
+}
+
+bool is_decoder_type(const std::string& t) {
+  return t == "llama" || t == "mistral" || t == "qwen2";
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& text, const std::string& path) {
+  const json j = parse_json(text, path);
+  if (!j.contains("model_type")) throw CheckpointError(path + ": missing key 'model_type'");
+  const std::string type = get_string(j, "model_type", path, "");
+  if (is_decoder_type(type)) return parse_decoder(j, path, type);
+  if (type == "llava" || type == "llava_next" || type == "llava_onevision") {
+    const std::string where = path + " (text_config)";
+    if (!j.contains("text_config") || !j["text_config"].is_object())
+      throw CheckpointError(path + ": a " + type + " config without a text_config object");
+    json text_config = j["text_config"];
+    const std::string text_type = get_string(text_config, "model_type", where, "llama");
+    if (!is_decoder_type(text_type))
+      throw CheckpointError(where + ": model_type '" + text_type +
+                            "' is not supported (llama, mistral, qwen2)");
+    if (text_type == "llama")
+      for (const auto& [key, value] : kLlamaDefaults)
+        if (!text_config.contains(key) || text_config[key].is_null()) text_config[key] = value;
+    ModelConfig c = parse_decoder(text_config, where, text_type);
+    c.vlm_type = type;
+    return c;
+  }
+  if (type == "qwen2_vl" || type == "qwen2_5_vl") {
+    // transformers 5 nests the language model's keys in text_config; 4.x keeps them at the top.
+    const bool nested = j.contains("text_config") && j["text_config"].is_object() &&
+                        j["text_config"].contains("hidden_size");
+    ModelConfig c = parse_decoder(nested ? j["text_config"] : j,
+                                  nested ? path + " (text_config)" : path, "qwen2");
+    c.vlm_type = type;
+    return c;
+  }
+  throw CheckpointError(path + ": model_type '" + type +
+                        "' is not supported (llama, mistral, qwen2; the language models of llava, "
+                        "llava_next, llava_onevision, qwen2_vl, qwen2_5_vl)");
 }
 
 std::string model_config_json(const ModelConfig& c, WeightDType dtype) {
@@ -402,6 +479,40 @@ const HostTensor& Checkpoint::get(const std::string& name, std::vector<std::int6
   return it->second;
 }
 
+namespace {
+
+// A vision-language checkpoint's language model under the decoder's own names ("model.",
+// "lm_head.weight"); the vision tower and projector are dropped. Layouts, as transformers saves
+// them: LlavaForConditionalGeneration before 4.52 (language_model.model.*,
+// language_model.lm_head.weight), since 4.52 and in 5 (model.language_model.*, lm_head.weight);
+// Qwen2VLForConditionalGeneration before 4.52 (model.*, lm_head.weight, beside visual.*) and
+// since (model.language_model.*, lm_head.weight).
+void keep_language_model(Checkpoint& ck) {
+  if (ck.config.vlm_type.empty()) return;
+  static const std::pair<const char*, const char*> kLayouts[] = {
+      {"model.language_model.", "lm_head.weight"},
+      {"language_model.model.", "language_model.lm_head.weight"},
+      {"model.", "lm_head.weight"}};
+  for (const auto& [prefix, head] : kLayouts) {
+    if (!ck.tensors.count(std::string(prefix) + "embed_tokens.weight")) continue;
+    std::map<std::string, HostTensor> kept;
+    for (auto& [name, t] : ck.tensors) {
+      if (name.rfind(prefix, 0) == 0)
+        kept["model." + name.substr(std::strlen(prefix))] = std::move(t);
+      else if (name == head)
+        kept["lm_head.weight"] = std::move(t);
+    }
+    ck.tensors = std::move(kept);
+    return;
+  }
+  throw CheckpointError(ck.dir + ": a " + ck.config.vlm_type +
+                        " checkpoint without its language model's embeddings (looked for "
+                        "model.language_model.embed_tokens.weight, "
+                        "language_model.model.embed_tokens.weight and model.embed_tokens.weight)");
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const std::string& dir) {
   Checkpoint ck;
   ck.dir = dir;
@@ -430,6 +541,7 @@ Checkpoint load_checkpoint(const std::string& dir) {
   } else {
     throw CheckpointError(dir + ": neither model.safetensors nor model.safetensors.index.json");
   }
+  keep_language_model(ck);
   for (const auto& [name, shape] : expected_tensors(ck.config)) ck.get(name, shape);
   return ck;
 }

@@ -1,6 +1,9 @@
 // Hugging Face decoder checkpoints: config.json plus model.safetensors, or shards listed by
 // model.safetensors.index.json. LLaMA family (LLaMA, Vicuna, LLaVA-1.5's language model),
-// Mistral and Qwen2, stored in bf16, fp16 or fp32; weights are held as float32.
+// Mistral and Qwen2, stored in bf16, fp16 or fp32; weights are held as float32. Vision-language
+// checkpoints as transformers saves them are read for their language model alone: LLaVA
+// (`text_config`; tensors under `language_model.` or, since transformers 4.52,
+// `model.language_model.`) and Qwen2-VL / Qwen2.5-VL (Qwen2 with M-RoPE).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +41,14 @@ struct ModelConfig {
   int sliding_window = 0;  // 0: none; otherwise runs longer than this are refused
   int max_position_embeddings = 0;
   std::string torch_dtype;  // as written, informational
+  // The checkpoint's own model_type when the decoder is the language model of a vision-language
+  // model (llava, llava_next, llava_onevision, qwen2_vl, qwen2_5_vl); empty for a decoder alone.
+  std::string vlm_type;
+  // M-RoPE (Qwen2-VL): frequencies [0, s0) rotate by a token's temporal position id, the next s1
+  // by its height id, the last s2 by its width id (rope_scaling.mrope_section = [s0, s1, s2],
+  // s0 + s1 + s2 = head_dim / 2). Empty: plain RoPE, one position per token.
+  std::vector<int> mrope_section;
+  bool mrope() const { return !mrope_section.empty(); }
 };
 
 // Parses and checks config.json; unsupported architectures, activations or rope scalings are

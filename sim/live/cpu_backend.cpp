@@ -67,13 +67,14 @@ class CpuBackend final : public Backend {
         for (int j = 0; j < n; ++j) y[static_cast<std::size_t>(r) * n + j] += bias[j];
   }
 
-  void rope(float* x, int rows, int heads, int d, const std::int32_t* positions,
-            const float* inv_freq) override {
+  void rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
+            const std::int32_t* axis, const float* inv_freq) override {
     const int half = d / 2;
     for (int r = 0; r < rows; ++r)
       for (int i = 0; i < half; ++i) {
         // transformers computes the angle in float32; so does this.
-        const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+        const std::int32_t position = positions[r * axes + (axis ? axis[i] : 0)];
+        const float angle = static_cast<float>(position) * inv_freq[i];
         const float c = std::cos(angle), s = std::sin(angle);
         for (int h = 0; h < heads; ++h) {
           float* v = x + (static_cast<std::size_t>(r) * heads + h) * d;

@@ -52,6 +52,18 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
                                 std::to_string(prompt.embed_dim) +
                                 " columns, the model's hidden_size is " +
                                 std::to_string(c.hidden_size));
+  if (c.mrope() && prompt.position_ids.empty())
+    throw std::invalid_argument("sample '" + prompt.info.name +
+                                "': the model uses M-RoPE (rope_scaling.mrope_section) and the "
+                                "prompt has no position_ids [P, 3] (kvsim.capture.hf writes them)");
+  if (!c.mrope() && !prompt.position_ids.empty())
+    throw std::invalid_argument("sample '" + prompt.info.name +
+                                "': the prompt has M-RoPE position_ids, but the model uses plain "
+                                "RoPE (no rope_scaling.mrope_section)");
+  if (prompt.position_ids.size() != (c.mrope() ? 3u * P : 0u))
+    throw std::invalid_argument("sample '" + prompt.info.name + "': position_ids hold " +
+                                std::to_string(prompt.position_ids.size()) + " ids, expected [" +
+                                std::to_string(P) + ", 3]");
   if (c.max_position_embeddings > 0 && T > c.max_position_embeddings && !beyond_max_positions_)
     throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(P) +
                                 " prompt tokens + " + std::to_string(gen_len) +
@@ -83,8 +95,13 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
   s.has_v = true;
   s.dtype = DType::kFloat32;
 
-  PrefillResult pre =
-      model_.prefill(prompt.info.token_ids, prompt.embed_positions(), prompt.inputs_embeds);
+  PrefillResult pre = model_.prefill(prompt.info.token_ids, prompt.embed_positions(),
+                                     prompt.inputs_embeds, prompt.position_ids);
+  // Decode step t feeds position P + t, or, under M-RoPE, the prompt's largest id + 1 + t on all
+  // three axes (transformers' rope_deltas).
+  if (c.mrope())
+    pp.decode_position_offset =
+        *std::max_element(prompt.position_ids.begin(), prompt.position_ids.end()) + 1 - P;
   pp.first_logits = std::move(pre.logits);
   for (auto& t : pre.layers) {
     LayerTensors full;
@@ -295,7 +312,8 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
       b.decode_attention(l, q, H, model_.scale(), {}, out, probs);
       for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
     };
-    std::vector<float> logits = model_.decode(rec.input, rec.position, attend);
+    std::vector<float> logits =
+        model_.decode(rec.input, rec.position + pp.decode_position_offset, attend);
     b.synchronize();
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.peak_kv_entries = std::max(r.peak_kv_entries, rec.kv_entries);

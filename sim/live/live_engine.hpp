@@ -31,6 +31,7 @@ struct PreparedPrompt {
   SampleInfo sample;  // P, G and metadata over T = P + G (generated positions: text, segment 2)
   std::vector<std::unique_ptr<LayerAttention>> layers;
   std::vector<float> first_logits;  // the prefill's next-token distribution
+  int decode_position_offset = 0;   // M-RoPE: the rotary position of step t is P + t + this
   SampleStats stats;                // when some policy needs sample entropies
 };
 

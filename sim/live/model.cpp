@@ -61,6 +61,11 @@ Model::Model(const Checkpoint& ck, Backend& backend) : config_(ck.config), backe
   for (int i = 0; i < c.head_dim / 2; ++i)
     inv_freq_.push_back(
         static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / c.head_dim)));
+  // M-RoPE (transformers' apply_multimodal_rotary_pos_emb): the cos/sin halves are split by
+  // mrope_section and chunk j takes axis j % 3, so frequency i reads the axis whose section
+  // holds it.
+  for (int axis = 0; axis < static_cast<int>(c.mrope_section.size()); ++axis)
+    mrope_axis_.insert(mrope_axis_.end(), c.mrope_section[axis], axis);
 }
 
 Model::~Model() {
@@ -91,8 +96,10 @@ void Model::attention_block(
   backend_.linear(s.h, rows, D, w.wq, H * d, w.bq, s.q);
   backend_.linear(s.h, rows, D, w.wk, Hkv * d, w.bk, s.k);
   backend_.linear(s.h, rows, D, w.wv, Hkv * d, w.bv, s.v);
-  backend_.rope(s.q, rows, H, d, positions, inv_freq_.data());
-  backend_.rope(s.k, rows, Hkv, d, positions, inv_freq_.data());
+  const int axes = c.mrope() ? 3 : 1;
+  const std::int32_t* axis = c.mrope() ? mrope_axis_.data() : nullptr;
+  backend_.rope(s.q, rows, H, d, positions, axes, axis, inv_freq_.data());
+  backend_.rope(s.k, rows, Hkv, d, positions, axes, axis, inv_freq_.data());
   attend(s.q, s.k, s.v, s.att);
   backend_.linear(s.att, rows, H * d, w.wo, D, w.bo, s.o);
   backend_.add(s.x, s.o, static_cast<std::size_t>(rows) * D);
@@ -126,7 +133,8 @@ std::vector<float> Model::logits(const float* hidden_row) {
 
 PrefillResult Model::prefill(const std::vector<std::int32_t>& prompt_ids,
                              const std::vector<int>& embed_positions,
-                             const std::vector<float>& embeds) {
+                             const std::vector<float>& embeds,
+                             const std::vector<std::int32_t>& position_ids) {
   // Positions with precomputed embeddings may carry an id outside the language model's
   // vocabulary (LLaVA's image token): they are embedded as token 0, then overwritten.
   std::vector<std::int32_t> ids = prompt_ids;
@@ -144,8 +152,15 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& prompt_ids,
   backend_.embed(embed_, ids.data(), P, D, s.x);
   for (std::size_t r = 0; r < embed_positions.size(); ++r)
     backend_.upload(s.x + static_cast<std::size_t>(embed_positions[r]) * D, &embeds[r * D], D);
-  std::vector<std::int32_t> positions(P);
-  for (int i = 0; i < P; ++i) positions[i] = i;
+  const std::size_t axes = c.mrope() ? 3 : 1;
+  if (position_ids.size() != (c.mrope() ? axes * P : 0))
+    throw std::invalid_argument(
+        c.mrope() ? "the model uses M-RoPE and needs position_ids [" + std::to_string(P) +
+                        ", 3], got " + std::to_string(position_ids.size()) + " values"
+                  : std::string("position_ids are for M-RoPE models; this one uses plain RoPE"));
+  std::vector<std::int32_t> positions = position_ids;
+  if (!c.mrope())
+    for (int i = 0; i < P; ++i) positions.push_back(i);
   PrefillResult result;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     LayerTensors t;
@@ -173,8 +188,9 @@ std::vector<float> Model::decode(std::int32_t token, int position, const AttendF
   if (!decode_scratch_) decode_scratch_ = std::make_unique<Scratch>(backend_, config_, 1);
   Scratch& s = *decode_scratch_;
   backend_.embed(embed_, &token, 1, config_.hidden_size, s.x);
+  const std::int32_t positions[3] = {position, position, position};
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
-    attention_block(l, 1, &position, s,
+    attention_block(l, 1, positions, s,
                     [&](const float* q, const float* k, const float* v, float* out) {
                       attend(l, q, k, v, out);
                     });

@@ -31,12 +31,17 @@ class Model {
 
   // Runs the prompt with full causal attention. embeds: [rows, hidden] host rows that replace
   // the token embeddings at positions embed_positions (precomputed image features).
+  // position_ids: for an M-RoPE model, [P, 3] (temporal, height, width per token, row-major);
+  // otherwise empty (token i is at position i).
   PrefillResult prefill(const std::vector<std::int32_t>& token_ids,
                         const std::vector<int>& embed_positions = {},
-                        const std::vector<float>& embeds = {});
+                        const std::vector<float>& embeds = {},
+                        const std::vector<std::int32_t>& position_ids = {});
 
-  // One decode token at `position`. For every layer, attend(layer, q, k, v, out) receives the
-  // token's q[H, d], k and v [Hkv, d] (backend memory, after RoPE) and must write out[H, d].
+  // One decode token at `position` (an M-RoPE model: all three ids equal it, as transformers'
+  // Qwen2-VL continues after the prompt's largest id). For every layer,
+  // attend(layer, q, k, v, out) receives the token's q[H, d], k and v [Hkv, d] (backend memory,
+  // after RoPE) and must write out[H, d].
   using AttendFn =
       std::function<void(int layer, const float* q, const float* k, const float* v, float* out)>;
   std::vector<float> decode(std::int32_t token, int position, const AttendFn& attend);
@@ -49,6 +54,7 @@ class Model {
   };
   float* upload(const HostTensor& t);
   struct Scratch;  // activation buffers for `rows` tokens
+  // positions: `rows` ids, or 3 per row for an M-RoPE model.
   void attention_block(
       int layer, int rows, const std::int32_t* positions, Scratch& s,
       const std::function<void(const float*, const float*, const float*, float*)>& attend);
@@ -62,6 +68,7 @@ class Model {
   float *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
+  std::vector<std::int32_t> mrope_axis_;  // [d/2]: the position id each frequency reads; M-RoPE
   std::unique_ptr<Scratch> decode_scratch_;
   float *norm_row_ = nullptr, *logits_ = nullptr;
 };
