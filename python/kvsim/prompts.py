@@ -34,8 +34,8 @@ def _check(name, sample):
         raise ValueError(f"sample '{name}': token_ids must be a non-empty 1-D array of integers")
     if ids.min() < 0:
         raise ValueError(f"sample '{name}': token_ids holds a negative id")
-    unknown = set(sample) - set(_OPTIONAL) - {"token_ids", "inputs_embeds", "task", "reference",
-                                              "question_len"}
+    unknown = set(sample) - set(_OPTIONAL) - {"token_ids", "inputs_embeds", "position_ids",
+                                              "task", "reference", "question_len"}
     if unknown:
         raise ValueError(f"sample '{name}': unknown field(s) {sorted(unknown)}")
     for key in ("modality", "segment", "media_id"):
@@ -48,6 +48,12 @@ def _check(name, sample):
         if embeds.ndim != 2 or embeds.shape[0] != rows:
             raise ValueError(f"sample '{name}': inputs_embeds needs one row per non-text "
                              f"position ({rows}), has shape {embeds.shape}")
+    if sample.get("position_ids") is not None:
+        pos = np.asarray(sample["position_ids"])
+        if pos.shape != (len(ids), 3) or not np.issubdtype(pos.dtype, np.integer) or \
+                (pos.size and pos.min() < 0):
+            raise ValueError(f"sample '{name}': position_ids must be non-negative integers of "
+                             f"shape [{len(ids)}, 3] (M-RoPE), has shape {pos.shape}")
     q = sample.get("question_len")
     if q is not None and not 0 <= int(q) <= len(ids):
         raise ValueError(f"sample '{name}': question_len {q} is not in [0, {len(ids)}]")
@@ -56,7 +62,7 @@ def _check(name, sample):
 def write(path, samples, model=""):
     """Writes a kvprompt v1 file. samples: {name: {"token_ids": [...], optional "modality",
     "segment", "media_id" (one per prompt token), "inputs_embeds" [non-text positions, hidden],
-    "reference_ids", "task", "reference", "question_len"}}, or a list of such dicts (or of
+    "position_ids" [P, 3] (M-RoPE), "reference_ids", "task", "reference", "question_len"}}, or a list of such dicts (or of
     token-id lists), named 000000, 000001, ... Everything is checked before anything is written;
     errors name the sample. The file appears under its name only when complete."""
     import h5py
@@ -82,6 +88,8 @@ def write(path, samples, model=""):
                 for key, dtype in _OPTIONAL.items():
                     if key in sample and sample[key] is not None:
                         g[key] = np.asarray(sample[key], dtype=dtype)
+                if sample.get("position_ids") is not None:
+                    g["position_ids"] = np.asarray(sample["position_ids"], dtype=np.int32)
                 if "inputs_embeds" in sample:
                     embeds = np.asarray(sample["inputs_embeds"])
                     g["inputs_embeds"] = embeds.astype(

@@ -19,6 +19,7 @@ import torch
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS = 50, 32, 2, 4, 2
 D = HIDDEN // HEADS
 IMAGE_TOKEN, VIDEO_TOKEN, MERGE = 48, 49, 2
+GRID = 2  # the processor's 4 x 4 patches, merged 2 x 2: a 2 x 2 grid of image tokens
 
 
 class Registry(dict):
@@ -38,13 +39,38 @@ def install_fake_transformers():
     return fake
 
 
+MROPE_SECTION = [2, 1, 1]  # D / 2 = 4 rotary frequencies: temporal, height, width
+
+
 def rope(x, positions):
+    """M-RoPE as Qwen2-VL applies it: positions [3, n] (temporal, height, width); frequencies
+    split by MROPE_SECTION over the three axes."""
     half = x.shape[-1] // 2
     inv = 10000.0 ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / x.shape[-1])
-    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    axis = torch.repeat_interleave(torch.arange(3), torch.tensor(MROPE_SECTION))
+    ang = positions.to(torch.float64)[axis].T * inv[None, :]  # [n, half]
     cos = torch.cat((ang.cos(), ang.cos()), -1).to(x.dtype)
     sin = torch.cat((ang.sin(), ang.sin()), -1).to(x.dtype)
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def rope_index(ids):
+    """get_rope_index in miniature: [3, P] ids; text counts on from the previous largest id + 1,
+    an image's merged grid (GRID x GRID tokens here) shares one temporal id and takes row and
+    column offsets."""
+    pos, nxt, i = [], 0, 0
+    while i < len(ids):
+        if ids[i] == IMAGE_TOKEN:
+            for r in range(GRID):
+                for c in range(GRID):
+                    pos.append((nxt, nxt + r, nxt + c))
+            nxt += GRID
+            i += GRID * GRID
+        else:
+            pos.append((nxt, nxt, nxt))
+            nxt += 1
+            i += 1
+    return torch.tensor(pos).T
 
 
 class Config:
@@ -77,6 +103,40 @@ def eager(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):
     return (torch.softmax(s, -1) @ vv).transpose(1, 2), None
 
 
+def attention(config, module, q, k, v, mask):
+    name = config._attn_implementation
+    fn = eager if name == "eager" else sys.modules["transformers"].AttentionInterface[name]
+    return fn(module, q, k, v, mask, scaling=D ** -0.5, dropout=0.0)[0]
+
+
+class TinyText(torch.nn.Module):
+    """The language model: called with inputs_embeds and M-RoPE position_ids [3, 1, n], as
+    Qwen2-VL's text model is."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.layers = torch.nn.ModuleList(Attention(i) for i in range(LAYERS))
+        self.mlps = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(LAYERS))
+        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, input_ids=None, inputs_embeds=None, position_ids=None, cache=None,
+                causal_mask=None):
+        x, n = inputs_embeds, inputs_embeds.shape[1]
+        pos = position_ids[:, 0, :]
+        new = []
+        for i, (a, mlp) in enumerate(zip(self.layers, self.mlps)):
+            q = rope(a.q(x).view(1, n, HEADS, D).transpose(1, 2), pos)
+            k = rope(a.k(x).view(1, n, KV_HEADS, D).transpose(1, 2), pos)
+            v = a.v(x).view(1, n, KV_HEADS, D).transpose(1, 2)
+            if cache is not None:
+                k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
+            new.append((k, v))
+            x = x + a.o(attention(self.config, a, q, k, v, causal_mask).reshape(1, n, HEADS * D))
+            x = x + torch.tanh(mlp(x))
+        return self.head(x), new
+
+
 class TinyVL(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -85,14 +145,12 @@ class TinyVL(torch.nn.Module):
         self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
         self.patch = torch.nn.Linear(4, HIDDEN)
         self.vision_attn = Attention(None, causal=False)
-        self.layers = torch.nn.ModuleList(Attention(i) for i in range(LAYERS))
-        self.mlps = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(LAYERS))
-        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+        # transformers >= 4.52 keeps the text model at model.language_model
+        self.model = torch.nn.Module()
+        self.model.language_model = TinyText(self.config)
 
     def attention(self, module, q, k, v, mask):
-        name = self.config._attn_implementation
-        fn = eager if name == "eager" else sys.modules["transformers"].AttentionInterface[name]
-        return fn(module, q, k, v, mask, scaling=D ** -0.5, dropout=0.0)[0]
+        return attention(self.config, module, q, k, v, mask)
 
     def embed_tokens(self, ids, pixel_values):
         x = self.embed(ids.clamp(max=VOCAB - 1))
@@ -109,21 +167,6 @@ class TinyVL(torch.nn.Module):
             x[ids == IMAGE_TOKEN] = merged[0]
         return x
 
-    def forward(self, x, start, cache, causal_mask):
-        n = x.shape[1]
-        pos = torch.arange(start, start + n)
-        new = []
-        for i, (a, mlp) in enumerate(zip(self.layers, self.mlps)):
-            q = rope(a.q(x).view(1, n, HEADS, D).transpose(1, 2), pos)
-            k = rope(a.k(x).view(1, n, KV_HEADS, D).transpose(1, 2), pos)
-            v = a.v(x).view(1, n, KV_HEADS, D).transpose(1, 2)
-            if cache is not None:
-                k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
-            new.append((k, v))
-            x = x + a.o(self.attention(a, q, k, v, causal_mask).reshape(1, n, HEADS * D))
-            x = x + torch.tanh(mlp(x))
-        return self.head(x), new
-
     def set_attn_implementation(self, name):
         self.config._attn_implementation = name
 
@@ -132,17 +175,21 @@ class TinyVL(torch.nn.Module):
         assert not do_sample and num_beams == 1 and use_cache and min_new_tokens == max_new_tokens
         ids = input_ids
         P = ids.shape[1]
+        lm = self.model.language_model
         mask = torch.full((P, P), float("-inf")).triu(1)[None, None]
-        logits, cache = self.forward(self.embed_tokens(ids, pixel_values), 0, cache=None,
-                                     causal_mask=mask)
+        pos = rope_index(ids[0].tolist())
+        delta = int(pos.max()) + 1 - P  # transformers' rope_deltas
+        logits, cache = lm(input_ids=None, inputs_embeds=self.embed_tokens(ids, pixel_values),
+                           position_ids=pos[:, None, :], cache=None, causal_mask=mask)
         out = ids[0].tolist()
         for _ in range(max_new_tokens):
             nxt = int(torch.argmax(logits[0, -1]))
             out.append(nxt)
             if len(out) == P + max_new_tokens:
                 break
-            logits, cache = self.forward(self.embed(torch.tensor([[nxt]])), len(out) - 1, cache,
-                                         None)
+            step = torch.full((3, 1, 1), len(out) - 1 + delta)
+            logits, cache = lm(input_ids=None, inputs_embeds=self.embed(torch.tensor([[nxt]])),
+                               position_ids=step, cache=cache)
         return torch.tensor([out])
 
 
@@ -164,7 +211,7 @@ class Processor:
         return out
 
 
-def reference_qkv(model, ids, pixel_values):
+def reference_qkv(model, ids, pixel_values, P):
     """q (after RoPE), k, v of every decoder layer for the whole sequence, one causal pass in
     float64, without the attention interface or the recorder."""
     m = TinyVL()
@@ -174,10 +221,13 @@ def reference_qkv(model, ids, pixel_values):
     T = len(ids)
     with torch.no_grad():
         x = m.embed_tokens(torch.tensor([ids]), pixel_values.double())
-        pos = torch.arange(T)
+        prompt = rope_index(ids[:P])
+        nxt = int(prompt.max()) + 1
+        pos = torch.cat((prompt, torch.arange(nxt, nxt + T - P).expand(3, -1)), 1)
         mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)[None, None]
         out = []
-        for a, mlp in zip(m.layers, m.mlps):
+        lm = m.model.language_model
+        for a, mlp in zip(lm.layers, lm.mlps):
             q = rope(a.q(x).view(1, T, HEADS, D).transpose(1, 2), pos)
             k = rope(a.k(x).view(1, T, KV_HEADS, D).transpose(1, 2), pos)
             v = a.v(x).view(1, T, KV_HEADS, D).transpose(1, 2)
@@ -224,7 +274,7 @@ class CaptureHF(unittest.TestCase):
         plain.load_state_dict(model.state_dict())
         expected = plain.generate(inputs["input_ids"], inputs["pixel_values"],
                                   max_new_tokens=G + 1, min_new_tokens=G + 1)[0].tolist()
-        ref = reference_qkv(model, expected[: P + G], inputs["pixel_values"])
+        ref = reference_qkv(model, expected[: P + G], inputs["pixel_values"], P)
         with h5py.File(out) as f:
             g = f["samples/a"]
             self.assertEqual(g.attrs["prompt_len"], P)
@@ -242,6 +292,40 @@ class CaptureHF(unittest.TestCase):
             self.assertAlmostEqual(f.attrs["scale"], D ** -0.5)
             self.assertEqual(f["samples/b"].attrs["gen_len"], G)
             self.assertEqual(int((f["samples/b/modality"][()] != 0).sum()), 0)
+
+    def test_prompts_out_holds_what_the_language_model_received(self):
+        import h5py
+
+        from kvsim.capture import hf
+
+        model = TinyVL()
+        processor = Processor()
+        d = tempfile.mkdtemp()
+        trace, prompts = os.path.join(d, "t.h5"), os.path.join(d, "p.h5")
+        hf.capture_pretrained(model, processor, [{"name": "a", "text": "a cat", "images": ["x"]},
+                                                 {"name": "b", "text": "hello"}], trace, gen=3,
+                              dtype="float32", prompts_out=prompts)
+        self.assertFalse("forward" in vars(model.model.language_model))  # the wrapper is gone
+        inputs = processor("a cat", images=["x"])
+        ids = inputs["input_ids"][0].tolist()
+        with torch.no_grad():
+            embeds = model.embed_tokens(inputs["input_ids"], inputs["pixel_values"])[0].numpy()
+        with h5py.File(prompts) as f:
+            g = f["samples/a"]
+            self.assertEqual(list(g["token_ids"][()]), ids)
+            image = np.flatnonzero(np.asarray(ids) == IMAGE_TOKEN)
+            self.assertEqual(list(np.flatnonzero(g["modality"][()] == 1)), list(image))
+            # the vision tower's merged rows, exactly as the language model received them
+            np.testing.assert_array_equal(g["inputs_embeds"][()], embeds[image])
+            # M-RoPE ids [P, 3]: text 0..2, the 2 x 2 grid at temporal 3, then text from 5
+            pos = g["position_ids"][()]
+            self.assertEqual(pos.shape, (len(ids), 3))
+            self.assertEqual(pos[:8].tolist(), [[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3],
+                                                [3, 3, 4], [3, 4, 3], [3, 4, 4], [5, 5, 5]])
+            b = f["samples/b"]
+            self.assertNotIn("inputs_embeds", b)
+            P = len(b["token_ids"][()])
+            self.assertEqual(b["position_ids"][()].tolist(), [[i, i, i] for i in range(P)])
 
     def test_media_positions_from_grids_and_runs(self):
         from kvsim.capture.hf import media_positions

@@ -65,6 +65,9 @@ def main(argv=None):
     ap.add_argument("--model-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                     help="stored element type")
+    ap.add_argument("--prompts-out", help="also write the prompts as a kvprompt file (token ids, "
+                                          "the language model's input embeddings at the image "
+                                          "positions, M-RoPE position ids) for kvsim live")
     a = ap.parse_args(argv)
     try:
         import transformers  # noqa: F401
@@ -76,6 +79,7 @@ def main(argv=None):
     model, processor = load(a.model, a.device, a.model_dtype)
     prompts = read_prompts(a.prompts)
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
+                       prompts_out=a.prompts_out,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))
     print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)

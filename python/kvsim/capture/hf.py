@@ -164,18 +164,108 @@ def _prompt_inputs(processor, prompt):
         return processor(text, return_tensors="pt")
 
 
+def language_model(model):
+    """The decoder stack a vision-language model hands its input embeddings to: model.model.
+    language_model (LLaVA and Qwen2-VL since transformers 4.52), model.language_model (LLaVA
+    before), model.model (Qwen2-VL before); None when the model has none of them."""
+    inner = getattr(model, "model", None)
+    for candidate in (getattr(inner, "language_model", None), getattr(model, "language_model", None),
+                      inner):
+        if candidate is not None and callable(getattr(candidate, "forward", None)):
+            return candidate
+    return None
+
+
+class DecoderInputs:
+    """Keeps what the language model receives in its first call of a sample (the prefill): the
+    `inputs_embeds` [1, P, hidden] (token embeddings with the vision tower's rows merged in) and
+    the `position_ids` ([3, 1, P] under M-RoPE; transformers 5 may prepend the text positions as
+    a fourth row). It wraps the module's forward for as long as it is installed."""
+
+    def __init__(self, module):
+        self.module, self.first = module, None
+        self.original = module.forward
+        module.forward = self
+
+    def __call__(self, *args, **kwargs):
+        if self.first is None:
+            self.first = (kwargs.get("inputs_embeds"), kwargs.get("position_ids"))
+        return self.original(*args, **kwargs)
+
+    def take(self):
+        first, self.first = self.first, None
+        return first or (None, None)
+
+    def remove(self):
+        del self.module.forward
+
+
+def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, task=None):
+    """A kvprompt sample (kvsim.prompts.write) of what the language model received: the token
+    ids, the input embeddings at the media positions, and for M-RoPE the three position ids of
+    each token ([P, 3]). Raises CaptureError naming the sample when media positions have no
+    embeddings."""
+    P = len(token_ids)
+    sample = {"token_ids": [int(i) for i in token_ids], "modality": modality,
+              "media_id": media_id, "segment": np.ones(P, dtype=np.uint8)}
+    if task:
+        sample["task"] = task
+    media = np.flatnonzero(np.asarray(modality) != 0)
+    if len(media):
+        if embeds is None:
+            raise CaptureError(f"capture: sample '{name}': the language model received no "
+                               "inputs_embeds, so the image rows cannot be written")
+        rows = embeds.detach().float().cpu().numpy().reshape(-1, embeds.shape[-1])
+        if rows.shape[0] != P:
+            raise CaptureError(f"capture: sample '{name}': inputs_embeds has {rows.shape[0]} rows "
+                               f"for {P} prompt tokens")
+        sample["inputs_embeds"] = rows[media].astype(np.float32)
+    if position_ids is not None and position_ids.dim() == 3:
+        ids = position_ids.detach().cpu().numpy()[-3:, 0, :P]  # drop a leading text row
+        sample["position_ids"] = ids.T.astype(np.int32)
+    return sample
+
+
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
-                       progress=None):
+                       progress=None, prompts_out=None):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
     kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
     "videos", "task". `gen` decode steps are recorded per prompt: transformers' generate runs
-    gen + 1 new tokens, the last of which is never fed back. Returns the Recorder."""
+    gen + 1 new tokens, the last of which is never fed back. With `prompts_out`, also writes the
+    prompts as a kvprompt file (the token ids, the language model's input embeddings at the
+    media positions, M-RoPE position ids), so that `kvsim live` runs the very same inputs on the
+    checkpoint. Returns the Recorder."""
     import torch
 
     recorder = Recorder()
     use_attention(model, register(recorder))
     model.eval()
+    config = model.config
+    decoder = None
+    if prompts_out:
+        lm = language_model(model)
+        if lm is None:
+            raise CaptureError("capture: prompts_out needs the model's language model (found none "
+                               "of model.model.language_model, model.language_model, model.model)")
+        decoder = DecoderInputs(lm)
+    samples = {}
+    try:
+        _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress)
+    finally:
+        if decoder is not None:
+            decoder.remove()
+    recorder.write(out, model=model_name or getattr(config, "_name_or_path", "") or "",
+                   dtype=dtype)
+    if prompts_out:
+        from kvsim.prompts import write
+        write(prompts_out, samples, model=model_name or getattr(config, "_name_or_path", "") or "")
+    return recorder
+
+
+def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress):
+    import torch
+
     config = model.config
     for i, prompt in enumerate(prompts):
         name = str(prompt.get("name", f"{i:06d}"))
@@ -198,8 +288,9 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
                                         do_sample=False, num_beams=1, use_cache=True)
             sequence = output[0] if not hasattr(output, "sequences") else output.sequences[0]
             recorder.set_token_ids(sequence[:T].tolist())
+        if decoder is not None:
+            embeds, position_ids = decoder.take()
+            samples[name] = prompt_sample(name, ids[0].tolist(), modality, media, embeds,
+                                          position_ids, task=prompt.get("task"))
         if progress:
             progress(i + 1, len(prompts))
-    recorder.write(out, model=model_name or getattr(config, "_name_or_path", "") or "",
-                   dtype=dtype)
-    return recorder

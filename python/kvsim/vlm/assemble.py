@@ -227,8 +227,9 @@ def build(models, settings=None, out=None, log=print, force=False):
     """Builds (or finds in the cache) the assembled VLM from the parts in `models` (a folder with
     mobilenet_v2/ and stories260K/). Returns the directory that holds it."""
     import torch
-    from kvsim import prompts
+    # The submodule itself: kvsim.vlm runs where the C++ module is not built (a GPU machine).
     from kvsim.prompts import Llama2cVocab
+    from kvsim.prompts import write as write_prompts
 
     settings = dict(DEFAULTS, **(settings or {}))
     unknown = set(settings) - set(DEFAULTS)
@@ -289,11 +290,11 @@ def build(models, settings=None, out=None, log=print, force=False):
                       {k: v.detach().numpy() for k, v in proj.state_dict().items()})
     names = [f"fmnist{int(i):05d}" for i in test_idx]
     emb = rows.numpy().astype(np.float32)
-    prompts.write(os.path.join(tmp, "prompts.h5"), _prompt_samples(task, names, labels, emb),
+    write_prompts(os.path.join(tmp, "prompts.h5"), _prompt_samples(task, names, labels, emb),
                   model="assembled VLM (MobileNetV2 + projector + stories260K)")
-    prompts.write(os.path.join(tmp, "prompts_swapped.h5"),
+    write_prompts(os.path.join(tmp, "prompts_swapped.h5"),
                   _prompt_samples(task, names, labels, emb[swap]))
-    prompts.write(os.path.join(tmp, "prompts_noimage.h5"),
+    write_prompts(os.path.join(tmp, "prompts_noimage.h5"),
                   _prompt_samples(task, names, labels, None, with_image=False))
     report["seconds"]["total"] = round(time.time() - t0, 1)
     with open(os.path.join(tmp, "build.json"), "w", encoding="utf-8") as f:
