@@ -8,13 +8,18 @@ built from configs. Each is captured with capture_pretrained; then
     taken independently: forward hooks on q_proj/k_proj/v_proj during one full-sequence forward
     pass, rotated here with the modeling module's own rotary functions (M-RoPE position ids from
     get_rope_index for Qwen2-VL);
-  * the vision towers' attention calls must not be recorded (as many layers as the decoder has).
+  * the vision towers' attention calls must not be recorded (as many layers as the decoder has);
+  * with --kvsim: the checkpoint saved by save_pretrained (float32) runs in `kvsim live capture`
+    on the prompt file capture_pretrained wrote beside the trace (prompts_out: the language
+    model's input embeddings at the image positions, M-RoPE position ids), with no export step;
+    kvsim's greedy tokens must equal generate's and its logits (the prefill's row and one per
+    step) transformers' over the same sequence within 1e-5 of the largest logit.
 
 Needs torch, transformers (written against 4.57; run on the GPU machine with 5.17), h5py and
 numpy. Prints a JSON report; exit status 1 on any
 mismatch.
 
-    check_hf_capture.py [--device cuda] [--out report.json]
+    check_hf_capture.py [--device cuda] [--kvsim build/kvsim --backend cuda] [--out report.json]
 """
 import argparse
 import importlib
@@ -158,7 +163,42 @@ def independent_qkv(kind, model, inputs, sequence):
     return out
 
 
-def check(name, build, device, gen, work):
+def transformers_logits(model, inputs, sequence, P):
+    """The model's logits at positions P-1 .. T-1 of one full forward pass over `sequence`."""
+    full = dict(inputs, input_ids=sequence)
+    T = sequence.shape[1]
+    if "mm_token_type_ids" in full:  # the generated tokens are text
+        types = full["mm_token_type_ids"]
+        full["mm_token_type_ids"] = torch.cat(
+            (types, torch.zeros(1, T - types.shape[1], dtype=types.dtype, device=types.device)), 1)
+    with torch.no_grad():
+        return model(**full, use_cache=False).logits[0, P - 1:].float().cpu().numpy()
+
+
+def check_live(name, model, inputs, expected, P, gen, prompts, work, kvsim, backend):
+    """kvsim live on the saved checkpoint and the captured prompt file, against transformers."""
+    import subprocess
+
+    ckpt = work / f"{name}_checkpoint"
+    model.save_pretrained(str(ckpt), safe_serialization=True)
+    trace = work / f"{name}_live.h5"
+    r = subprocess.run([kvsim, "live", "capture", "-m", str(ckpt), "--prompts", str(prompts),
+                        "--gen", str(gen), "--logits", "--backend", backend, "-o", str(trace)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"live_error": (r.stdout + r.stderr)[-2000:], "live_ok": False}
+    with h5py.File(trace) as f:
+        tokens = list(f["samples/000000/token_ids"][()])
+        logits = f["samples/000000/logits"][()]
+    ref = transformers_logits(model, inputs, expected[None], P)
+    rel = float(np.abs(logits - ref).max() / np.abs(ref).max())
+    report = {"live_tokens_equal_generate": tokens == expected.tolist(),
+              "live_max_rel_error_logits": rel}
+    report["live_ok"] = report["live_tokens_equal_generate"] and rel <= 1e-5
+    return report
+
+
+def check(name, build, device, gen, work, kvsim=None, backend="cpu"):
     torch.manual_seed(0)
     model, kind = build()
     model = model.to(device).eval()
@@ -169,10 +209,10 @@ def check(name, build, device, gen, work):
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=gen + 1, min_new_tokens=gen + 1,
                                   do_sample=False, num_beams=1)[0, : P + gen]
-    trace = work / f"{name}.h5"
+    trace, prompts = work / f"{name}.h5", work / f"{name}_prompts.h5"
     hf.capture_pretrained(model, FixedProcessor(inputs),
                           [{"name": "000000", "text": "", "images": ["x"] * images}], str(trace),
-                          gen=gen, dtype="float32")
+                          gen=gen, dtype="float32", prompts_out=str(prompts))
     reference = independent_qkv(kind, model, inputs, expected[None])
     report = {"model": name, "prompt_len": P, "gen": gen}
     with h5py.File(trace) as f:
@@ -191,6 +231,10 @@ def check(name, build, device, gen, work):
     report["ok"] = (report["tokens_equal_generate"] and report["layers_recorded"] ==
                     report["decoder_layers"] and worst < 1e-4 and
                     (images == 0 or report["image_tokens"] > 0))
+    if kvsim:
+        report.update(check_live(name, model, inputs, expected, P, gen, prompts, work, kvsim,
+                                 backend))
+        report["ok"] = report["ok"] and report["live_ok"]
     return report
 
 
@@ -199,13 +243,17 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--gen", type=int, default=8)
     ap.add_argument("--out", help="JSON report")
+    ap.add_argument("--kvsim", help="the kvsim binary: also run kvsim live on each checkpoint")
+    ap.add_argument("--backend", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="kvsim live's backend")
     a = ap.parse_args()
     reports = []
     with tempfile.TemporaryDirectory() as work:
         for name, build in (("llama", tiny_llama), ("llava", tiny_llava),
                             ("qwen2_vl", tiny_qwen2_vl)):
             try:
-                reports.append(check(name, build, a.device, a.gen, Path(work)))
+                reports.append(check(name, build, a.device, a.gen, Path(work), a.kvsim,
+                                     a.backend))
             except Exception as e:  # report every model, then fail
                 import traceback
                 reports.append({"model": name, "ok": False, "error": f"{type(e).__name__}: {e}",

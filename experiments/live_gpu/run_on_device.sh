@@ -72,9 +72,11 @@ step sdpa_mha to_file "$out/sdpa_mha.csv" python3 "$here/bench_sdpa.py" --kv-hea
 step whole_step python3 "$here/bench_step.py" --kvsim "$build/kvsim" --backend cuda --out "$out"
 step compare_transformers python3 "$here/compare_transformers.py" --kvsim "$build/kvsim" \
   --backend cuda --out "$out/compare_transformers.json"
-# kvsim.capture.hf on real transformers classes (tiny random Llama, LLaVA, Qwen2-VL).
+# kvsim.capture.hf on real transformers classes (tiny random Llama, LLaVA, Qwen2-VL), and kvsim
+# live on their saved checkpoints and captured prompts against transformers' logits.
 step check_hf_capture env PYTHONPATH="$here/../../python${PYTHONPATH:+:$PYTHONPATH}" \
-  python3 "$here/check_hf_capture.py" --device cuda --out "$out/check_hf_capture.json"
+  python3 "$here/check_hf_capture.py" --device cuda --kvsim "$build/kvsim" --backend cuda \
+  --out "$out/check_hf_capture.json"
 # Replay's thread scaling on the machine's cores (replay is CPU work; the GPU machine has 16).
 step replay_scaling "$here/../replay_scaling.sh" "$build/kvsim" "$out" "1 4 16" 1
 step tables python3 "$here/summarize.py" "$out"
