@@ -118,6 +118,18 @@ def text_rotary(model):
     raise RuntimeError("cannot find the decoder's rotary embedding")
 
 
+def sequence_inputs(inputs, sequence):
+    """The prompt's inputs with the whole sequence as input_ids (mm_token_type_ids extended: the
+    generated tokens are text)."""
+    full = dict(inputs, input_ids=sequence)
+    if "mm_token_type_ids" in full:
+        types = full["mm_token_type_ids"]
+        pad = sequence.shape[1] - types.shape[1]
+        full["mm_token_type_ids"] = torch.cat(
+            (types, torch.zeros(1, pad, dtype=types.dtype, device=types.device)), 1)
+    return full
+
+
 def independent_qkv(kind, model, inputs, sequence):
     """q/k (rotated here) and v of every decoder layer over `sequence`, from forward hooks on the
     projections and on the rotary embedding (its cos and sin, M-RoPE sections included), rotated
@@ -132,12 +144,8 @@ def independent_qkv(kind, model, inputs, sequence):
     rotary = text_rotary(model)
     hooks.append(rotary.register_forward_hook(
         lambda module, args, output: raw.__setitem__("cos_sin", output)))
-    full = dict(inputs, input_ids=sequence)
+    full = sequence_inputs(inputs, sequence)
     T = sequence.shape[1]
-    if "mm_token_type_ids" in full:  # the generated tokens are text
-        types = full["mm_token_type_ids"]
-        full["mm_token_type_ids"] = torch.cat(
-            (types, torch.zeros(1, T - types.shape[1], dtype=types.dtype, device=types.device)), 1)
     with torch.no_grad():
         model(**full, use_cache=False)
     for h in hooks:
@@ -165,14 +173,9 @@ def independent_qkv(kind, model, inputs, sequence):
 
 def transformers_logits(model, inputs, sequence, P):
     """The model's logits at positions P-1 .. T-1 of one full forward pass over `sequence`."""
-    full = dict(inputs, input_ids=sequence)
-    T = sequence.shape[1]
-    if "mm_token_type_ids" in full:  # the generated tokens are text
-        types = full["mm_token_type_ids"]
-        full["mm_token_type_ids"] = torch.cat(
-            (types, torch.zeros(1, T - types.shape[1], dtype=types.dtype, device=types.device)), 1)
     with torch.no_grad():
-        return model(**full, use_cache=False).logits[0, P - 1:].float().cpu().numpy()
+        return model(**sequence_inputs(inputs, sequence),
+                     use_cache=False).logits[0, P - 1:].float().cpu().numpy()
 
 
 def check_live(name, model, inputs, expected, P, gen, prompts, work, kvsim, backend):

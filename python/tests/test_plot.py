@@ -86,6 +86,34 @@ class Plot(unittest.TestCase):
         heights = np.array([b.get_height() for b in bars]).reshape(4, t.num_heads)
         np.testing.assert_allclose(heights.sum(axis=0), 1.0, atol=1e-9)
 
+    def test_live_accuracy_against_budget_and_memory(self):
+        # two `live evaluate --summary` files, one per budget, with answer scores
+        rows = []
+        for budget, held in (("20%", 0.25), ("60%", 0.65)):
+            for policy, right in (("h2o", [1, 0, 0]), ("tova", [1, 1, 0])):
+                for i, r in enumerate(right):
+                    rows.append({"policy": policy, "sample": f"s{i}", "budget": budget,
+                                 "mean_kl": 0.1, "top1_agreement": 0.9, "answer_overlap": 0.9,
+                                 "kv_fraction": held + 0.01 * i, "answer_contains": r,
+                                 "full_answer_contains": 1, "ref_tokens": "", "ref_nll": ""})
+        df = pd.DataFrame(rows)
+        paths = []
+        for budget, part in df.groupby("budget"):
+            paths.append(os.path.join(self.dir, f"live_{budget[:-1]}.csv"))
+            part.to_csv(paths[-1], index=False)
+        figs = kp.live(summary=paths)
+        self.assertIn("live_accuracy", figs)
+        by_budget, by_memory = figs["live_accuracy"].axes[:2]
+        expected = df.groupby(["policy", "budget"])[["answer_contains", "kv_fraction"]].mean()
+        for ax, column in ((by_budget, None), (by_memory, "kv_fraction")):
+            lines = {l.get_label(): l for l in ax.lines if not l.get_label().startswith("full")}
+            self.assertEqual(set(lines), {"h2o", "tova"})
+            for policy, line in lines.items():
+                e = expected.loc[policy]
+                np.testing.assert_allclose(line.get_ydata(), e["answer_contains"].to_numpy())
+                x = [20, 60] if column is None else e[column].to_numpy()
+                np.testing.assert_allclose(line.get_xdata(), x)
+
     def test_bad_input_is_a_clear_error(self):
         with self.assertRaises(TypeError):
             kp.recall_by_layer(42)
