@@ -125,7 +125,7 @@ class Avl final : public Policy {
   };
 
   void trim_text(const Layer& st, KvCache& cache, int g,
-                 const std::vector<std::uint8_t>& mod) const {
+                 const VisibleModality& mod) const {
     std::vector<int> text;  // entry indices, oldest first
     for (int e = 0; e < cache.size(g); ++e)
       if (mod[cache.position(g, e)] == 0) text.push_back(e);
@@ -142,7 +142,7 @@ class Avl final : public Policy {
     cache.evict(g, evict);
   }
 
-  static void set_attended(const Layer& st, KvCache& cache, const std::vector<std::uint8_t>& mod,
+  static void set_attended(const Layer& st, KvCache& cache, const VisibleModality& mod,
                            bool all_secondary) {
     for (int g = 0; g < cache.kv_heads(); ++g)
       for (int e = 0; e < cache.size(g); ++e) {

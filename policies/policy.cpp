@@ -13,6 +13,12 @@ void LayerView::check_visible(int pos, const char* what) const {
                          std::to_string(horizon_) + " positions exist at this hook)");
 }
 
+void VisibleModality::out_of_range(int pos) const {
+  throw std::logic_error("a policy without `lookahead` read the modality of position " +
+                         std::to_string(pos) + ", which does not exist yet (" +
+                         std::to_string(size_) + " positions exist at this hook)");
+}
+
 const float* LayerView::key(int pos, int g) const {
   check_visible(pos, "key");
   return &att_.tensors().k(pos, g, 0);

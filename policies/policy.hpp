@@ -48,6 +48,25 @@ struct StepAttention {
   }
 };
 
+// The modality of the positions that exist at a hook (0 text, 1 image, 2 video), indexed by
+// position: size() is the number visible, and reading past it throws as reading a key does, so a
+// policy learns nothing of the generation's length from it.
+class VisibleModality {
+ public:
+  VisibleModality(const std::uint8_t* data, int size) : data_(data), size_(size) {}
+  std::uint8_t operator[](int pos) const {
+    if (pos < 0 || pos >= size_) out_of_range(pos);
+    return data_[pos];
+  }
+  int size() const { return size_; }
+  const std::uint8_t* data() const { return data_; }
+
+ private:
+  [[noreturn]] void out_of_range(int pos) const;
+  const std::uint8_t* data_;
+  int size_;
+};
+
 // What a policy may read at a hook: the layer's shared statistics, gated by its declared needs,
 // and the q/k/v rows of the positions that exist at that hook — positions < P at the prefill,
 // positions <= P + t at decode step t (the horizon). Reading past the horizon throws, unless the
@@ -66,7 +85,12 @@ class LayerView {
   float scale() const { return att_.scale(); }
   double rope_theta() const { return att_.rope_theta(); }
   bool has_values() const { return att_.tensors().has_v(); }
-  const std::vector<std::uint8_t>& modality() const { return att_.sample().modality; }
+  // Positional like the rest of the view: the first visible_len() positions (all of them with
+  // `lookahead`).
+  VisibleModality modality() const {
+    const auto& m = att_.sample().modality;
+    return {m.data(), lookahead_ ? static_cast<int>(m.size()) : std::min<int>(horizon_, m.size())};
+  }
   // Positions that exist at this hook: P at the prefill, P + t + 1 at decode step t.
   int visible_len() const { return horizon_; }
   void set_horizon(int positions) { horizon_ = positions; }

@@ -348,6 +348,14 @@ TEST(Engine, AViewShowsOnlyThePositionsThatExist) {
   EXPECT_THROW(view.decode_probs(3, 0), std::logic_error);
   EXPECT_EQ(view.causal().visible_len(), P + 3);
   EXPECT_NO_THROW(LayerView(att, true).key(P + 5, 0));
+  // The modality is positional too: its size is what exists, not the generation's length.
+  LayerView at_prefill(att, false);
+  EXPECT_EQ(at_prefill.modality().size(), P);
+  EXPECT_EQ(at_prefill.modality()[P - 1], s.modality[P - 1]);
+  EXPECT_THROW(at_prefill.modality()[P], std::logic_error);
+  EXPECT_EQ(view.modality().size(), P + 3);
+  EXPECT_THROW(view.modality()[P + 3], std::logic_error);
+  EXPECT_EQ(LayerView(att, true).modality().size(), P + s.gen_len);
   // What a policy is created with: the prompt, not the generation.
   const SampleInfo known = known_before_decoding(s);
   EXPECT_EQ(known.gen_len, 0);

@@ -169,10 +169,8 @@ void bind_handles(py::module_& m) {
                              [](const ViewHandle& v) { return v.view().num_kv_heads(); })
       .def_property_readonly("modality",
                              [](const ViewHandle& v) {
-                               const auto& m = v.view().modality();
-                               const auto n = std::min<py::ssize_t>(
-                                   static_cast<py::ssize_t>(m.size()), v.view().visible_len());
-                               return view(m.data(), {n}, {1});
+                               const VisibleModality m = v.view().modality();
+                               return view(m.data(), {static_cast<py::ssize_t>(m.size())}, {1});
                              })
       .def(
           "prefill_column_sums",
