@@ -83,11 +83,27 @@ TEST(St3, EveryLayerAnnealsWhenAsked) {
   EXPECT_EQ(evicted_at(r[4], -1), (V{2, 3, 4, 1}));
 }
 
-TEST(St3, TauDefaultsAboveTheGenerationLimit) {
+TEST(St3, TauDefaultsToTheAblationsBestAndAutoGoesAboveTheGenerationLimit) {
+  // The default τ is Tables 6 and 9's best, 50: the same decisions as an explicit τ = 50, others
+  // than τ = auto's.
+  const std::map<std::string, std::string> base = {
+      {"S", "1"}, {"pvtp", "false"}, {"schedule", "linear"}, {"max_new_tokens", "3"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(base.begin(), base.end());
+    return extra;
+  };
+  const auto by_default = run_policy(st3_trace("st3_default_tau.h5"), "st3", base);
+  const auto fifty = run_policy(st3_trace("st3_tau50.h5"), "st3", with({{"tau", "50"}}));
+  for (std::size_t l = 0; l < by_default.size(); ++l)
+    for (int step = -1; step < 3; ++step)
+      EXPECT_EQ(evicted_at(by_default[l], step), evicted_at(fifty[l], step)) << l << " " << step;
+  // linear τ = 50 on layer 3's 4 image entries: floor(4 (1 - O/50)) = 3 for O = 1 (annealed at
+  // the end of the prefill), O = 2 and O = 3: one entry goes, then none.
+  EXPECT_EQ(evicted_at(by_default[3], -1).size(), 1u);
+  EXPECT_EQ(evicted_at(by_default[3], 0).size(), 0u);
+  EXPECT_EQ(evicted_at(by_default[3], 1).size(), 0u);
   // tau = auto is max_new_tokens + 1: a limit of 3 gives τ = 4, as the explicit run above.
-  const auto a =
-      run_policy(st3_trace("st3_auto.h5"), "st3",
-                 {{"S", "1"}, {"pvtp", "false"}, {"schedule", "linear"}, {"max_new_tokens", "3"}});
+  const auto a = run_policy(st3_trace("st3_auto.h5"), "st3", with({{"tau", "auto"}}));
   EXPECT_EQ(evicted_at(a[3], -1), (V{3}));
   EXPECT_EQ(evicted_at(a[3], 0), (V{4}));
   EXPECT_EQ(evicted_at(a[3], 1), (V{2}));
