@@ -9,11 +9,24 @@ const std::vector<PolicyPreset>& policy_presets() {
   static const std::vector<PolicyPreset> presets = {
       {"snapkv:original",
        "snapkv",
+       {{"window", "32"}, {"kernel", "7"}, {"pooling", "max"}, {"caches", "query_head"}},
+       "FasterDecoding/SnapKV experiments/LongBench: pred_snap.py sets each layer's window_size, "
+       "kernel_size and pooling from --compress_args_path, and scripts/run_longbench.sh runs "
+       "ablation_c4096_w32_k7_maxpool.json, the repository's only published LongBench "
+       "configuration (window 32, kernel 7, maxpool; capacities 1024-4096); snapkv_utils.py "
+       "SnapKVCluster pools with F.max_pool1d(kernel, padding kernel // 2, stride 1); "
+       "mistral_hijack_4_37.py repeats K and V per query head before update_kv",
+       "window 32, max-pool 7 (the published LongBench runs), window votes summed, one cache per "
+       "query head"},
+      {"snapkv:quickstart",
+       "snapkv",
        {{"window", "32"}, {"kernel", "5"}, {"pooling", "avg"}, {"caches", "query_head"}},
        "FasterDecoding/SnapKV snapkv/monkeypatch/snapkv_utils.py, init_snapkv (the config "
-       "defaults: window_size 32, kernel_size 5, avgpool); mistral_hijack_4_37.py repeats K and V "
-       "per query head before update_kv (\"[SnapKV] move to ahead\")",
-       "window 32, average-pool 5, window votes summed, one cache per query head"},
+       "defaults a model gets without compress args, as in the README's quick start: "
+       "window_size 32, kernel_size 5, avgpool); mistral_hijack_4_37.py repeats K and V per "
+       "query head before update_kv (\"[SnapKV] move to ahead\")",
+       "window 32, average-pool 5 (init_snapkv's defaults), window votes summed, one cache per "
+       "query head"},
       {"snapkv:kvpress",
        "snapkv",
        {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"question", "append"}},

@@ -158,10 +158,16 @@ TEST(Presets, ABudgetWithinTheWindowKeepsTheNewestEntries) {
 
 TEST(Presets, SnapKVReadingsMatchTheirRepositories) {
   const std::string trace = mha_trace("presets_snapkv.h5");
-  // FasterDecoding/SnapKV init_snapkv defaults: window 32, avgpool 5; per query head (on the GQA
-  // trace each of the 4 query heads keeps its own 40).
+  // FasterDecoding/SnapKV's published LongBench runs (ablation_c*_w32_k7_maxpool.json): window
+  // 32, maxpool 7; per query head (on the GQA trace each of the 4 query heads keeps its own 40).
   for (const std::string& t : {trace, gqa_trace("presets_snapkv_gqa.h5")})
     expect_kept(t, "snapkv:original", {{"budget", "40"}},
+                [](const TraceReader& r, const SampleInfo& s, int l, int h) {
+                  return snapkv_kept(prompt_attention(r, s, l, h), 40, 32, 7, true);
+                });
+  // init_snapkv's defaults (a model patched without compress args): window 32, avgpool 5.
+  for (const std::string& t : {trace, gqa_trace("presets_snapkv_quick_gqa.h5")})
+    expect_kept(t, "snapkv:quickstart", {{"budget", "40"}},
                 [](const TraceReader& r, const SampleInfo& s, int l, int h) {
                   return snapkv_kept(prompt_attention(r, s, l, h), 40, 32, 5, false);
                 });
