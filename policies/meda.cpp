@@ -15,10 +15,14 @@
 // default is the released code's (Dynamic-MLLMs/.../v433_modeling_dynamic_llama.py,
 // LlamaModel.forward: torch.clamp(weights * layer_nums * rho, min=0.01, max=1.0)): each layer's
 // ratio is clamped to [1%, 100%] of the prompt and a capped layer's surplus is dropped; sizes are
-// rounded down, as its int(len · ratio), and a layer keeps at least one entry. `surplus =
-// redistribute` is kvsim's earlier rule: the share a capped layer cannot take goes to the other
-// layers in proportion to their softmax weights, whole entries by largest remainder, so that
-// Σ_l S_l = L · budget exactly (allocate_layer_budgets in selection.hpp); it has no floor.
+// rounded down, as its int(len · ratio), and a layer keeps at least one entry. The 1% floor can
+// lift the layers' total above L · budget (the released code lets it); kvsim holds the budget:
+// the excess comes out of the layers above the floor, in proportion to what each holds above it
+// (hold_layer_total in selection.hpp). `surplus = redistribute` is kvsim's earlier rule: the
+// share a capped layer cannot take goes to the other layers in proportion to their softmax
+// weights, whole entries by largest remainder, so that Σ_l S_l = L · budget exactly
+// (allocate_layer_budgets); a layer whose share falls below one entry is held at one, so none is
+// emptied.
 // Selection (Eq. 8-10): A_s = column sums of the prompt attention (summed over the KV head's
 // query heads); text entries get + max(A_s) (Eq. 9); keep the M most recent entries and the top
 // N of the others, M : N = 3 : 1 (Sec. 4.4, following LOOK-M), M = floor(recent_ratio · S_l).
@@ -86,10 +90,20 @@ class Meda final : public Policy {
     double sum = 0;
     for (double x : e) sum += weight.emplace_back(std::exp(x - mx));
     const long total = static_cast<long>(e.size()) * budget_;
-    if (redistribute_) return allocate_layer_budgets(weight, total, P)[view.layer()];
+    // Every layer keeps at least one entry (redistribute), or the released clamp's 1% of the
+    // prompt and at least one (drop).
+    if (redistribute_) return allocate_layer_budgets(weight, total, P, 1)[view.layer()];
     const double rho = static_cast<double>(budget_) / P;
-    const double ratio = std::clamp(weight[view.layer()] / sum * e.size() * rho, 0.01, 1.0);
-    return std::max(1, static_cast<int>(std::floor(ratio * P + 1e-9)));
+    const int floor = std::max(1, static_cast<int>(std::floor(0.01 * P + 1e-9)));
+    std::vector<int> sizes;
+    for (double w : weight) {
+      const double ratio = std::clamp(w / sum * e.size() * rho, 0.01, 1.0);
+      sizes.push_back(std::max(floor, static_cast<int>(std::floor(ratio * P + 1e-9))));
+    }
+    // The floor can lift the layers above L · budget: the budget holds, the excess taken from
+    // the layers above the floor (hold_layer_total).
+    hold_layer_total(sizes, total, floor);
+    return sizes[view.layer()];
   }
 
   double allocation_entropy(const LayerEntropies& le) const {

@@ -133,25 +133,12 @@ std::vector<double> pool_avg(std::span<const double> x, int kernel) {
   return out;
 }
 
-std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap) {
-  const int L = static_cast<int>(weights.size());
-  total = std::min<long>(total, static_cast<long>(cap) * L);
-  std::vector<double> share(L, 0.0);
-  std::vector<std::uint8_t> capped(L, 0);
-  double left = static_cast<double>(total);
-  for (bool changed = true; changed;) {  // each round caps at least one layer or ends
-    changed = false;
-    double wsum = 0;
-    for (int l = 0; l < L; ++l)
-      if (!capped[l]) wsum += weights[l];
-    for (int l = 0; l < L; ++l)
-      if (!capped[l]) share[l] = wsum > 0 ? weights[l] / wsum * left : left / L;
-    for (int l = 0; l < L; ++l)
-      if (!capped[l] && share[l] > cap) {
-        capped[l] = 1, share[l] = cap, left -= cap;
-        changed = true;
-      }
-  }
+namespace {
+
+// Hands `need` whole entries to the layers by the largest fractional part of `share`, on top of
+// its floor (ties to the lower layer), up to `cap` each; returns the floors with them.
+std::vector<int> round_by_largest_remainder(const std::vector<double>& share, long need, int cap) {
+  const int L = static_cast<int>(share.size());
   std::vector<int> out(L);
   long given = 0;
   for (int l = 0; l < L; ++l) given += out[l] = static_cast<int>(std::floor(share[l] + 1e-9));
@@ -160,10 +147,55 @@ std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return share[a] - out[a] > share[b] - out[b]; });
   for (int l : order) {
-    if (given >= total) break;
+    if (given >= need) break;
     if (out[l] < cap) ++out[l], ++given;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap,
+                                        int floor) {
+  const int L = static_cast<int>(weights.size());
+  total = std::min<long>(total, static_cast<long>(cap) * L);
+  floor = static_cast<int>(std::min<long>({floor, cap, L > 0 ? total / L : 0}));
+  std::vector<double> share(L, 0.0);
+  std::vector<std::uint8_t> fixed(L, 0);  // held at the cap or at the floor
+  double left = static_cast<double>(total);
+  for (bool changed = true; changed;) {  // each round fixes at least one layer or ends
+    changed = false;
+    double wsum = 0;
+    for (int l = 0; l < L; ++l)
+      if (!fixed[l]) wsum += weights[l];
+    int free_layers = 0;
+    for (int l = 0; l < L; ++l) free_layers += !fixed[l];
+    for (int l = 0; l < L; ++l)
+      if (!fixed[l]) share[l] = wsum > 0 ? weights[l] / wsum * left : left / free_layers;
+    for (int l = 0; l < L; ++l)
+      if (!fixed[l] && (share[l] > cap || share[l] < floor)) {
+        share[l] = share[l] > cap ? cap : floor;
+        fixed[l] = 1, left -= share[l];
+        changed = true;
+      }
+  }
+  return round_by_largest_remainder(share, total, cap);
+}
+
+void hold_layer_total(std::vector<int>& sizes, long total, int floor) {
+  const int L = static_cast<int>(sizes.size());
+  long sum = 0;
+  for (int x : sizes) sum += x;
+  if (sum <= total || L == 0) return;
+  floor = std::max<long>(1, std::min<long>(floor, total / L));
+  long room = 0;  // what the layers hold above the floor
+  for (int x : sizes) room += std::max(0, x - floor);
+  const long keep = std::max(0L, room - (sum - total));  // of the room, what stays
+  std::vector<double> share(L);
+  for (int l = 0; l < L; ++l)
+    share[l] = room > 0 ? static_cast<double>(std::max(0, sizes[l] - floor)) * keep / room : 0.0;
+  const std::vector<int> above = round_by_largest_remainder(share, keep, total);
+  for (int l = 0; l < L; ++l) sizes[l] = std::min(sizes[l], floor + above[l]);
 }
 
 std::vector<double> text_prior_priority(std::span<const double> scores,

@@ -66,7 +66,16 @@ std::vector<double> pool_avg(std::span<const double> x, int kernel);
 // Splits `total` entries over layers in proportion to `weights`, at most `cap` per layer: the
 // share a capped layer cannot take goes to the others, again in proportion to their weights
 // (water-filling), and whole entries are handed out by largest remainder (ties to the lower
-// layer), so the result sums to min(total, cap · layers) exactly.
-std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap);
+// layer), so the result sums to min(total, cap · layers) exactly. A layer whose share falls
+// below `floor` is held there the same way, the others sharing the rest (floor 1: no layer is
+// emptied); with no layer below it the result is the same as without.
+std::vector<int> allocate_layer_budgets(const std::vector<double>& weights, long total, int cap,
+                                        int floor = 0);
+
+// Holds per-layer sizes to `total`: an excess (sizes raised to a floor) is taken from the layers
+// holding more than `floor`, in proportion to what each holds above it, whole entries by largest
+// remainder (ties to the lower layer); no layer goes below `floor` (itself lowered to total / L
+// when the total cannot give every layer that much, and never below 1).
+void hold_layer_total(std::vector<int>& sizes, long total, int floor);
 
 }  // namespace kvsim

@@ -146,6 +146,33 @@ TEST(Meda, CappedLayerSurplusIsRedistributed) {
   // Uncapped: (2.4, 1.2, 2.4) of 6 by largest remainder -> 2, 1, 2 and one more to layer 0 (.4,
   // ties to the lower layer).
   EXPECT_EQ(allocate_layer_budgets({2, 1, 2}, 6, 10), (std::vector<int>{3, 1, 2}));
+  // A floor of one entry: (10, 1, 0) of 12, cap 10 gives layer 0 10.9 -> 10 and (2, 0) to the
+  // others without it, emptying layer 2; with it layer 2 is held at 1 and layers 0 and 1 share
+  // 11 as (10, 1) -> 10 (capped), 1.
+  EXPECT_EQ(allocate_layer_budgets({10, 1, 0}, 12, 10), (std::vector<int>{10, 2, 0}));
+  EXPECT_EQ(allocate_layer_budgets({10, 1, 0}, 12, 10, 1), (std::vector<int>{10, 1, 1}));
+  // No layer below the floor: the same as without it.
+  EXPECT_EQ(allocate_layer_budgets({2, 1, 2}, 6, 10, 1), (std::vector<int>{3, 1, 2}));
+}
+
+TEST(Meda, TheFloorNeverLiftsTheLayersAboveTheBudget) {
+  // (20, 6, 6, 6) against 4 layers of 8 = 32 with a floor of 6: the excess 6 comes out of layer
+  // 0, the only one above the floor.
+  std::vector<int> sizes = {20, 6, 6, 6};
+  hold_layer_total(sizes, 32, 6);
+  EXPECT_EQ(sizes, (std::vector<int>{14, 6, 6, 6}));
+  // (10, 10, 2, 2) against 20, floor 2: 4 too many, taken 2 and 2 (8 above the floor each).
+  sizes = {10, 10, 2, 2};
+  hold_layer_total(sizes, 20, 2);
+  EXPECT_EQ(sizes, (std::vector<int>{8, 8, 2, 2}));
+  // A floor the total cannot give every layer (3 x 5 > 6) is lowered to 6 / 3 = 2.
+  sizes = {5, 5, 5};
+  hold_layer_total(sizes, 6, 5);
+  EXPECT_EQ(sizes, (std::vector<int>{2, 2, 2}));
+  // Within the total: unchanged.
+  sizes = {3, 1};
+  hold_layer_total(sizes, 10, 1);
+  EXPECT_EQ(sizes, (std::vector<int>{3, 1}));
 }
 
 TEST(Meda, RedistributedLayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
@@ -165,10 +192,12 @@ TEST(Meda, RedistributedLayerBudgetsFollowTheEntropySoftmaxAndSumToTheTotal) {
       for (const auto& e : st.layers)
         w.push_back(
             std::exp(reading == "attention" ? e.cross_modal_of_mean : e.cross_modal_mean_of_heads));
-      const auto want = allocate_layer_budgets(w, 3L * B, s.prompt_len);
+      // every layer keeps at least one entry
+      const auto want = allocate_layer_budgets(w, 3L * B, s.prompt_len, 1);
       int total = 0;
       for (int l = 0; l < 3; ++l) {
         EXPECT_EQ(r[l].prefill_kept_min, want[l]) << reading << " B " << B << " layer " << l;
+        EXPECT_GE(r[l].prefill_kept_min, 1) << reading << " B " << B << " layer " << l;
         total += r[l].prefill_kept_min;
       }
       EXPECT_EQ(total, 3 * B) << reading << " B " << B;
@@ -186,17 +215,46 @@ TEST(Meda, ReleasedCodeClampsEachLayerAndDropsTheSurplus) {
   std::vector<double> w;
   double sum = 0;
   for (const auto& e : st.layers) sum += w.emplace_back(std::exp(e.cross_modal_unmasked_of_mean));
-  int clamped = 0;
+  int clamped = 0, held = 0;
+  const int floor = std::max(1, static_cast<int>(0.01 * P));
   for (int B : {1, 8, 40, P - 1}) {
     const auto r = run_policy(path, "meda", {{"budget", std::to_string(B)}, {"merge", "false"}});
+    std::vector<int> want(3);
     for (int l = 0; l < 3; ++l) {
       const double raw = w[l] / sum * 3 * B / P;
       clamped += raw < 0.01 || raw > 1;
       const double ratio = std::clamp(raw, 0.01, 1.0);
-      const int want = std::max(1, static_cast<int>(std::floor(ratio * P + 1e-9)));
-      EXPECT_EQ(r[l].prefill_kept_min, want) << "B " << B << " layer " << l;
+      want[l] = std::max(floor, static_cast<int>(std::floor(ratio * P + 1e-9)));
     }
+    // The budget holds: an excess over 3 B (the floor lifting layers) leaves the layers above the
+    // floor in proportion to what they hold above it, whole entries by largest remainder.
+    const int excess = want[0] + want[1] + want[2] - 3 * B;
+    if (excess > 0) {
+      ++held;
+      const int f = std::max(1, std::min(floor, B));
+      double room = 0;
+      for (int x : want) room += std::max(0, x - f);
+      const double keep = std::max(0.0, room - excess);
+      std::vector<double> part(3);
+      int given = 0;
+      for (int l = 0; l < 3; ++l) {
+        part[l] = std::max(0, want[l] - f) * keep / room;
+        given += static_cast<int>(part[l]);
+      }
+      std::vector<int> order = {0, 1, 2};
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return part[a] - std::floor(part[a]) > part[b] - std::floor(part[b]);
+      });
+      std::vector<int> extra(3, 0);
+      for (int l : order)
+        if (given < keep) ++extra[l], ++given;
+      for (int l = 0; l < 3; ++l)
+        want[l] = std::min(want[l], f + static_cast<int>(part[l]) + extra[l]);
+    }
+    for (int l = 0; l < 3; ++l)
+      EXPECT_EQ(r[l].prefill_kept_min, want[l]) << "B " << B << " layer " << l;
   }
+  EXPECT_GT(held, 0);  // B = 1: every layer lifted to one entry exceeds 3 entries
   EXPECT_GT(clamped, 0);  // the clamp was exercised (B = 1 falls below 1%, B = P - 1 above 100%)
 }
 
