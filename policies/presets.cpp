@@ -126,6 +126,34 @@ const std::vector<PolicyPreset>& policy_presets() {
        "defaults); kvpress/pipeline.py compresses the context and appends the question "
        "uncompressed",
        "expected attention of the next 512 positions over the context, the question appended"},
+      // kvpress's evaluation registry (evaluation/evaluate_registry.py, PRESS_REGISTRY):
+      // "adakv_expected_attention" and "adakv_expected_attention_e2", the configurations its
+      // leaderboard reports for expected attention.
+      {"adakv:kvpress-expected-attention",
+       "adakv",
+       {{"alpha", "0.2"},
+        {"scorer", "expected_attention"},
+        {"safeguard", "kvpress"},
+        {"window", "0"},
+        {"epsilon", "0"},
+        {"question", "append"}},
+       "NVIDIA/kvpress evaluation/evaluate_registry.py (\"adakv_expected_attention\": "
+       "AdaKVPress(ExpectedAttentionPress())); kvpress/presses/adakv_press.py; "
+       "kvpress/pipeline.py appends the question uncompressed",
+       "AdaKVPress around ExpectedAttentionPress's defaults, the question appended"},
+      {"adakv:kvpress-expected-attention-e2",
+       "adakv",
+       {{"alpha", "0.2"},
+        {"scorer", "expected_attention"},
+        {"safeguard", "kvpress"},
+        {"window", "0"},
+        {"epsilon", "0.01"},
+        {"question", "append"}},
+       "NVIDIA/kvpress evaluation/evaluate_registry.py (\"adakv_expected_attention_e2\": "
+       "AdaKVPress(ExpectedAttentionPress(epsilon=1e-2)), the leaderboard's expected-attention "
+       "entry); kvpress/presses/adakv_press.py; kvpress/pipeline.py appends the question "
+       "uncompressed",
+       "AdaKVPress around ExpectedAttentionPress with epsilon 0.01, the question appended"},
       {"fastv:paper",
        "fastv",
        {{"K", "2"}, {"R", "50"}},

@@ -735,6 +735,45 @@ TEST(Presets, AdaKVOfKvpressAroundAnyScorer) {
   EXPECT_THROW(run_policy(rt.path, "adakv", {{"window", "0"}, {"budget", "20"}}), std::logic_error);
 }
 
+// kvpress's evaluation registry: AdaKVPress(ExpectedAttentionPress(epsilon=e)) with AdaKVPress's
+// alpha 0.2; ExpectedAttentionPress adds epsilon to the group-mean scores before the value norms,
+// (s + ε)·‖v‖, and the sinks then score the maximum. The bare press's preset keeps other sets.
+TEST(Presets, KvpressRegistryAdaKVAroundExpectedAttention) {
+  const RotaryTrace rt("adakv_registry.h5");
+  TraceReader reader(rt.path);
+  const LayerTensors t = reader.read_layer(reader.read_sample("s0"), 0);
+  const auto plain = expected_attention_restated(rt, t, 4, 512);
+  // (On this small trace epsilon does not change the kept sets, even at 1: the value norms rank
+  // as the scores do; the preset's epsilon is checked as resolved below.)
+  const std::vector<std::pair<std::string, double>> runs = {
+      {"adakv:kvpress-expected-attention", 0.0}, {"adakv:kvpress-expected-attention-e2", 0.01}};
+  for (const auto& [preset, eps] : runs) {
+    std::vector<std::vector<double>> score = plain;
+    double top = -INFINITY;
+    for (int g = 0; g < RotaryTrace::Hkv; ++g)
+      for (int j = 4; j < RotaryTrace::P; ++j) {
+        double v2 = 0;
+        for (int c = 0; c < RotaryTrace::d; ++c) v2 += double(t.v(j, g, c)) * t.v(j, g, c);
+        // restated scores are s·‖v‖; (s + ε)·‖v‖ = s·‖v‖ + ε‖v‖
+        score[g][j] += eps * std::sqrt(v2);
+        top = std::max(top, score[g][j]);
+      }
+    for (auto& s : score) std::fill(s.begin(), s.begin() + 4, top);
+    const auto kept = adakv_kvpress_select(score, 0.2, 24);
+    expect_kept(rt.path, preset, {{"compression_ratio", "0.4"}, {"question", "compress"}},
+                [&](const TraceReader&, const SampleInfo&, int, int g) { return kept[g]; });
+  }
+  for (const auto& [key, value] : std::map<std::string, std::string>{
+           {"scorer", "expected_attention"}, {"window", "0"}, {"safeguard", "kvpress"},
+           {"alpha", "0.2"}, {"question", "append"}})
+    EXPECT_EQ(make_policy_config("adakv:kvpress-expected-attention-e2", {}).params.values().at(key),
+              value)
+        << key;
+  EXPECT_EQ(make_policy_config("adakv:kvpress-expected-attention-e2", {}).params.values().at(
+                "epsilon"),
+            "0.01");
+}
+
 }  // namespace
 }  // namespace kvsim::test
 
