@@ -66,7 +66,14 @@ class Hae final : public Policy {
         all_candidates_(p.get_string("candidates") == "all"),
         auto_budget_(p.get_string("budget") == "auto"),
         visual_keep_(static_cast<int>(p.get_int("visual_keep"))),
-        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")) {}
+        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")) {
+    // Table 2/3's sizes are absolute, for ~2.4k-token prompts: on a shorter one they cut nothing
+    // at the prefill, which a user should hear rather than infer.
+    if (!auto_budget_ && budget_ >= s.prompt_len)
+      note("hae: budget = " + std::to_string(budget_) +
+           " entries is not below the prompt length, so the prefill evicts nothing (only DAP "
+           "and the decoding eviction act)");
+  }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     if (dap_ && view.layer() == 0) choose_pruned(view);

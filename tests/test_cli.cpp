@@ -328,6 +328,21 @@ TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("hae:table3     956 "), std::string::npos) << r.output;
+  // Table 3's 956 entries exceed this 10-token prompt: the prefill cuts nothing, and it says so.
+  EXPECT_NE(r.output.find("hae: budget = 956 entries is not below the prompt length"),
+            std::string::npos)
+      << r.output;
+
+  // --budget replaces HAE's own reading (budget = auto, the cache DAP leaves), and says so;
+  // --set hae.budget=auto keeps it, silently.
+  r = kvsim("replay --trace " + trace + " -p hae -p h2o --budget 25%");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --budget 25% replaces the default budget = auto of hae "),
+            std::string::npos)
+      << r.output;
+  r = kvsim("replay --trace " + trace + " -p hae -p h2o --budget 25% --set hae.budget=auto");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("replaces the default budget"), std::string::npos) << r.output;
 
   r = kvsim("replay --trace " + trace + " -p h2o --compression-ratio 0.75");
   ASSERT_EQ(r.code, 0) << r.output;
