@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -110,12 +109,11 @@ def _projector(settings, hidden):
                                torch.nn.GELU(), torch.nn.Linear(settings["projector_hidden"], hidden))
 
 
-def _inputs(dec, task, image_rows, answers=None):
-    """Input embeddings [N, T, hidden]: start token, image rows (or none), question, and the
+def _inputs(dec, task, n, image_rows, answers=None):
+    """Input embeddings [n, T, hidden]: start token, image rows (or none), question, and the
     teacher-forced answer tokens when given."""
     import torch
 
-    n = len(image_rows) if image_rows is not None else len(answers)
     parts = [dec.embed(torch.ones(n, 1, dtype=torch.long))]
     if image_rows is not None:
         parts.append(image_rows)
@@ -147,7 +145,7 @@ def _train(settings, dec, task, feats, labels, log):
             for r, c in enumerate(labels[pick]):
                 tgt[r, :len(targets[c])] = torch.tensor(targets[c])
                 mask[r, :len(targets[c])] = True
-            logits = dec(_inputs(dec, task, proj(feats[pick]), tgt[:, :-1]))
+            logits = dec(_inputs(dec, task, len(pick), proj(feats[pick]), tgt[:, :-1]))
             window = logits[:, start:start + width]
             loss = torch.nn.functional.cross_entropy(window[mask], tgt[mask])
             opt.zero_grad()
@@ -163,8 +161,7 @@ def _greedy(dec, task, image_rows, n, max_tokens):
     """Greedy answers (token ids, the end token included when reached) of n prompts."""
     import torch
 
-    x = _inputs(dec, task, image_rows, answers=None) if image_rows is not None else \
-        _inputs(dec, task, None, answers=torch.zeros((n, 0), dtype=torch.long))
+    x = _inputs(dec, task, n, image_rows)
     out = [[] for _ in range(n)]
     done = np.zeros(n, dtype=bool)
     with torch.no_grad():

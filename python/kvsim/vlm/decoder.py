@@ -24,7 +24,7 @@ def _torch():
 
 class LlamaDecoder:
     """Parameters are plain tensors in `params` (names as in the checkpoint); `trainable(names)`
-    marks which ones require gradients."""
+    marks which ones require gradients (none: the decoder stays frozen, as in LLaVA's stage 1)."""
 
     def __init__(self, config, params):
         torch = _torch()
@@ -52,15 +52,6 @@ class LlamaDecoder:
             raise ValueError(f"{directory}: model_type {config.get('model_type')!r} is not llama")
         arrays = read_safetensors(os.path.join(directory, "model.safetensors"))
         return cls(config, {k: torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items()})
-
-    def save(self, directory):
-        """config.json + model.safetensors (float32) in the layout it was loaded from."""
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(self.config, f, indent=2)
-            f.write("\n")
-        write_safetensors(os.path.join(directory, "model.safetensors"),
-                          {k: v.detach().numpy() for k, v in self.params.items()})
 
     def trainable(self, names):
         for k, v in self.params.items():
