@@ -130,7 +130,8 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
     const bool explicit_budget = ov.count("budget") || ov.count("compression_ratio");
     apply_default_budget(name, budget, ov);
     out.push_back(make_policy_config(name, ov));
-    const auto& defaults = make_policy_config(name, {}).params.values();
+    const PolicyConfig plain = make_policy_config(name, {});
+    const auto& defaults = plain.params.values();
     const auto own = defaults.find("budget");
     if (!budget.empty() && !explicit_budget && own != defaults.end() && own->second == "auto" &&
         out.back().params.values().at("budget") == budget)
