@@ -12,8 +12,9 @@ kvsim="$repo/build/kvsim"
 mkdir -p "$out"
 [ -f "$out/demo.h5" ] || "$kvsim" synth --out "$out/demo.h5"
 "$kvsim" inspect "$out/demo.h5"
-# The demo's generation limit is 64 tokens (what the synthetic trace generates): A-VL sizes its text
-# window from it (ST3 would set τ = 65 from it with tau=auto; its default is the ablation's τ = 50).
+# The demo's generation limit is 64 tokens (what the synthetic trace generates): A-VL would size its
+# text window from it with text_window=limit (its default is the text seen so far), and ST3 would
+# set τ = 65 from it with tau=auto (its default is the ablation's τ = 50).
 # HAE sizes its cache itself (l = |S_1|, what DAP leaves); with Table 5's RC_size = 64 = G the
 # recycle bin would flush once, at the last step, so the demo uses 16 (four flushes).
 "$kvsim" replay --trace "$out/demo.h5" \

@@ -9,10 +9,17 @@
 // attention.
 // Prefill: from the third layer on (index >= 2), only the top P% of the image tokens by the
 // second layer's (index 1) last-token attention are kept, as in FastV.
-// Text (Adaptive Text Attention): H2O-style cumulative scores inside a text window of T% of the
-// maximum text length (prompt text + max_new_tokens, the run's generation limit: 128 in LLaVA-1.5's
-// evaluation scripts); when the window overflows, the lowest-scoring entry of its older half is
-// evicted.
+// Text (Adaptive Text Attention): H2O-style cumulative scores inside a text window of T% of "the
+// maximum text token length"; when the window overflows, the lowest-scoring entries of its older
+// half are evicted. Which length the text means is not said, and it decides whether T acts:
+// - `text_window = seen` (default): T% of the text that exists at the hook, the prompt's text
+//   plus the tokens generated so far, rounded up. It is causal, it is how H2O's own code sizes
+//   its budgets (a ratio of the current length), and T then acts on short answers as Table 3's
+//   T = 50 row shows (the stored cache falls from 50% to 48% and three scores move).
+// - `limit`: T% of the prompt's text + max_new_tokens (the run's generation limit, 128 in
+//   LLaVA-1.5's evaluation scripts): kvsim's earlier default. On a prompt with little text and a
+//   short answer the window is never reached, so T = 50 gives exactly T = 100's results.
+// - `prompt`: T% of the prompt's text, fixed at the prefill.
 // Defaults: the last LLaVA-1.5-7B row of Table 3 (S 45, C 30, K 3, P 90, T 50); C = S, P = 100
 // and T = 100 switch the components off as the table's other rows do.
 //
@@ -43,15 +50,15 @@ class Avl final : public Policy {
         update_every_(static_cast<int>(p.get_int("K"))),
         prefill_pct_(p.get_float("P")),
         text_pct_(p.get_float("T")),
+        window_reading_(p.get_string("text_window")),
         prompt_len_(s.prompt_len) {
     if (core_pct_ > secondary_pct_)
       throw std::invalid_argument("avl: parameter 'C' = " + p.get_string("C") +
                                   " must not exceed 'S' = " + p.get_string("S"));
-    int text = 0;
-    for (int i = 0; i < s.prompt_len; ++i) text += s.modality[i] == 0;
-    // The maximum text length is the prompt's text plus the most tokens the run may generate: a
-    // configuration value, not the trace's realised generation length (the future).
-    text_window_ = percent_of(text_pct_, text + static_cast<int>(p.get_int("max_new_tokens")));
+    for (int i = 0; i < s.prompt_len; ++i) prompt_text_ += s.modality[i] == 0;
+    // `limit`: the prompt's text plus the most tokens the run may generate, a configuration value
+    // known before decoding (not the trace's realised generation length, the future).
+    if (window_reading_ == "limit") generation_limit_ = static_cast<int>(p.get_int("max_new_tokens"));
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -83,7 +90,7 @@ class Avl final : public Policy {
         const float* col = view.prefill_column_sums(g * group + r);
         for (int j = 0; j < P; ++j) st.text_scores[g][j] += col[j];
       }
-      trim_text(st, cache, g, mod);
+      trim_text(st, cache, g, mod, text_window(-1));
     }
     set_attended(st, cache, mod, /*all_secondary=*/false);
   }
@@ -112,7 +119,7 @@ class Avl final : public Policy {
         for (int e = 0; e < n; ++e)
           if (mod[cache.position(g, e)] == 0) st.text_scores[g][cache.position(g, e)] += p[e];
       }
-      trim_text(st, cache, g, mod);
+      trim_text(st, cache, g, mod, text_window(att.step));
     }
     const bool next_is_update = (att.step + 1) % update_every_ == 0;
     set_attended(st, cache, mod, next_is_update);
@@ -124,15 +131,24 @@ class Avl final : public Policy {
     std::vector<std::vector<double>> text_scores;  // [kv head][position]
   };
 
-  void trim_text(const Layer& st, KvCache& cache, int g,
-                 const VisibleModality& mod) const {
+  // The text entries the window holds after decode step `step` (-1: the prefill). `seen`: T% of
+  // the text that exists, the prompt's and the step + 1 generated tokens; `limit`: of the prompt's
+  // text + max_new_tokens; `prompt`: of the prompt's text. Computed per hook, so one instance
+  // replaying layer after layer carries nothing from one layer's decoding to the next's prefill.
+  int text_window(int step) const {
+    const int generated = window_reading_ == "seen" ? step + 1 : generation_limit_;
+    return percent_of(text_pct_, prompt_text_ + generated);
+  }
+
+  void trim_text(const Layer& st, KvCache& cache, int g, const VisibleModality& mod,
+                 int window) const {
     std::vector<int> text;  // entry indices, oldest first
     for (int e = 0; e < cache.size(g); ++e)
       if (mod[cache.position(g, e)] == 0) text.push_back(e);
-    const int excess = static_cast<int>(text.size()) - text_window_;
+    const int excess = static_cast<int>(text.size()) - window;
     if (excess <= 0) return;
     // Evict from the older half of the window: the newest floor(W/2) text entries are protected.
-    const int candidates = static_cast<int>(text.size()) - text_window_ / 2;
+    const int candidates = static_cast<int>(text.size()) - window / 2;
     std::vector<double> s(candidates);
     for (int i = 0; i < candidates; ++i) s[i] = st.text_scores[g][cache.position(g, text[i])];
     const auto keep = keep_top_scores(s, candidates - excess);
@@ -156,8 +172,9 @@ class Avl final : public Policy {
   double secondary_pct_, core_pct_;
   int update_every_;
   double prefill_pct_, text_pct_;
-  int prompt_len_;
-  int text_window_ = 0;
+  std::string window_reading_;
+  int prompt_len_, prompt_text_ = 0;
+  int generation_limit_ = 0;  // max_new_tokens with `limit`
   std::vector<int> prefill_kept_;  // image positions kept for layers >= 2
   std::map<int, Layer> layers_;
 };
@@ -174,10 +191,20 @@ const PolicyRegistration reg({
                {"P", ParamType::kFloat, "90",
                 "image tokens kept from the third layer on, % (100: off)", 0, 100},
                {"T", ParamType::kFloat, "50",
-                "text cache window, % of prompt text + max_new_tokens (100: off)", 0, 100},
+                "text cache window, % of the text length `text_window` names (100: off)", 0, 100},
+               {"text_window",
+                ParamType::kChoice,
+                "seen",
+                "the text length T is a share of: seen (the text that exists at the hook: "
+                "prompt text + tokens generated so far), limit (prompt text + max_new_tokens) or "
+                "prompt (the prompt's text)",
+                0,
+                0,
+                {"seen", "limit", "prompt"}},
                {"max_new_tokens", ParamType::kInt, "128",
                 "the run's maximum generation length, known before decoding (LLaVA-1.5's "
-                "llava/eval/model_vqa_loader.py default); sizes the text window",
+                "llava/eval/model_vqa_loader.py default); sizes the text window with "
+                "text_window = limit",
                 1, 1e9}},
     .needs = {.prefill_column_sums = true, .prefill_window = 1},
     .lookahead = false,

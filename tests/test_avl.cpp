@@ -46,17 +46,41 @@ TEST(Avl, CoreSecondaryAndUpdateDecode) {
 }
 
 TEST(Avl, TextWindowEvictsFromItsOlderHalf) {
-  // Text: 2 prompt tokens + a generation limit (max_new_tokens) of 4, T = 50% -> a window of 3
-  // (the limit, not the trace's own generation length, which a deployed run cannot know; here
-  // both are 4). Step 1 holds text {0 5 6 7};
-  // the newest floor(3 / 2) = 1 is protected; scores (prompt column sums + renormalised decode
-  // attention): s0 = 1.878, s5 = .351, s6 = .268 -> evict 6.
+  // text_window = limit: 2 prompt text tokens + a generation limit (max_new_tokens) of 4,
+  // T = 50% -> a window of 3 (the limit, not the trace's own generation length, which a deployed
+  // run cannot know; here both are 4). Step 1 holds text {0 5 6 7}; the newest floor(3 / 2) = 1
+  // is protected; scores (prompt column sums + renormalised decode attention): s0 = 1.878,
+  // s5 = .351, s6 = .268 -> evict 6.
   auto p = kNoText;
   p["T"] = "50";
   p["max_new_tokens"] = "4";
+  p["text_window"] = "limit";
   const auto r = run_policy(avl_trace().write("avl_text.h5"), "avl", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{3, 4}));
   EXPECT_TRUE(evicted_at(r[0], 0).empty());
   EXPECT_EQ(evicted_at(r[0], 1), (V{6}));
+}
+
+TEST(Avl, TextWindowOfTheTextSeenSoFar) {
+  // text_window = seen (the default): T = 50% of the text that exists, rounded up. Prefill: text
+  // {0, 5}, window ceil(1) = 1, nothing protected (floor(1 / 2) = 0): 5 (column sum 1/12) goes
+  // and 0 (1 + 1/5 + 1/8 + 1/9 + 1/11 + 1/12) stays. Step 0: text {0, 6}, window ceil(1.5) = 2:
+  // nothing. Step 1: {0, 6, 7}, window 2, the newest one protected: 6 (.27) goes, not 0 (1.88).
+  // Step 2: {0, 7, 8}, window ceil(2.5) = 3: nothing.
+  auto p = kNoText;
+  p["T"] = "50";
+  const auto r = run_policy(avl_trace().write("avl_text_seen.h5"), "avl", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{3, 4, 5}));
+  EXPECT_TRUE(evicted_at(r[0], 0).empty());
+  EXPECT_EQ(evicted_at(r[0], 1), (V{6}));
+  EXPECT_TRUE(evicted_at(r[0], 2).empty());
+  // text_window = prompt: a fixed window of ceil(50% of 2) = 1 text entry: 5 goes at the
+  // prefill, then each step's new token, the lower-scored of the two (6, then 7).
+  p["text_window"] = "prompt";
+  const auto q = run_policy(avl_trace().write("avl_text_prompt.h5"), "avl", p);
+  EXPECT_EQ(evicted_at(q[0], -1), (V{3, 4, 5}));
+  EXPECT_EQ(evicted_at(q[0], 0), (V{6}));
+  EXPECT_EQ(evicted_at(q[0], 1), (V{7}));
 }
 
 TEST(Avl, PrefillPruningFromTheThirdLayer) {
