@@ -14,8 +14,9 @@
 // half are evicted. Which length the text means is not said, and it decides whether T acts:
 // - `text_window = seen` (default): T% of the text that exists at the hook, the prompt's text
 //   plus the tokens generated so far, rounded up. It is causal, it is how H2O's own code sizes
-//   its budgets (a ratio of the current length), and T then acts on short answers as Table 3's
-//   T = 50 row shows (the stored cache falls from 50% to 48% and three scores move).
+//   its budgets (FMInference/H2O h2o_hf/utils_hh/modify_llama.py: a ratio of the current key
+//   length), and T then acts on short answers as Table 3's T = 50 row shows (the stored cache
+//   falls from 50% to 48% and three scores move).
 // - `limit`: T% of the prompt's text + max_new_tokens (the run's generation limit, 128 in
 //   LLaVA-1.5's evaluation scripts): kvsim's earlier default. On a prompt with little text and a
 //   short answer the window is never reached, so T = 50 gives exactly T = 100's results.
