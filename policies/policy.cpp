@@ -223,6 +223,28 @@ std::string budget_ignored_warning(const std::vector<std::string>& names,
   return out;
 }
 
+std::string budget_replaced_warning(
+    const std::vector<std::string>& names,
+    const std::map<std::string, std::map<std::string, std::string>>& overrides,
+    const std::string& budget) {
+  if (budget.empty()) return "";
+  std::string replaced;
+  for (const auto& n : names) {
+    const auto it = overrides.find(n);
+    if (it != overrides.end() && (it->second.count("budget") || it->second.count("compression_ratio")))
+      continue;
+    if (preset_pins_budget(n)) continue;
+    const PolicyConfig plain = make_policy_config(n, {});
+    const auto own = plain.params.values().find("budget");
+    if (own != plain.params.values().end() && own->second == "auto")
+      replaced += (replaced.empty() ? "" : ", ") + n;
+  }
+  if (replaced.empty()) return "";
+  return "warning: --budget " + budget + " replaces the default budget = auto of " + replaced +
+         " (a cache the policy sizes itself, its paper's reading); --set NAME.budget=auto keeps "
+         "it";
+}
+
 ParamSpec compress_when_param() {
   return {"compress",
           ParamType::kChoice,

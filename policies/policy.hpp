@@ -256,6 +256,13 @@ bool apply_default_budget(const std::string& name, const std::string& budget,
 // no budget parameter), naming them; "" when there are none or no budget was given.
 std::string budget_ignored_warning(const std::vector<std::string>& names,
                                    const std::string& budget);
+// The warning to print when a command line's budget replaces a policy's own default reading of
+// it (`budget = auto`: a cache the policy sizes itself, as hae's), naming the policies among
+// `names` whose `overrides` do not set a budget; "" when there are none or no budget was given.
+std::string budget_replaced_warning(
+    const std::vector<std::string>& names,
+    const std::map<std::string, std::map<std::string, std::string>>& overrides,
+    const std::string& budget);
 
 // `decode` (policies/decode_mode.cpp): grow | cap | every:N, what a policy that compresses only
 // the prompt does while decoding. A policy that declares it is wrapped by the registry, so every

@@ -151,30 +151,29 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     const json& r = j[key];
-    if (!r.is_object())
-      throw CheckpointError(path + ": " + key + " " + r.dump() + " is not an object");
-    const std::string type =
-        r.contains("rope_type") ? r["rope_type"].dump() : r.contains("type") ? r["type"].dump() : "";
-    if (r.contains("rope_theta")) c.rope_theta = get_double(r, "rope_theta", path, c.rope_theta);
+    const std::string where = path + ": " + key;
+    if (!r.is_object()) throw CheckpointError(where + " " + r.dump() + " is not an object");
+    const std::string type = get_string(r, "rope_type", where, get_string(r, "type", where, ""));
+    if (r.contains("rope_theta")) c.rope_theta = get_double(r, "rope_theta", where, c.rope_theta);
     if (r.contains("mrope_section")) {
       const json& m = r["mrope_section"];
       if (!m.is_array() || m.size() != 3)
-        throw CheckpointError(path + ": " + key + ".mrope_section must be three integers");
+        throw CheckpointError(where + ".mrope_section must be three integers");
       int sum = 0;
       for (const json& x : m) {
         if (!x.is_number_integer() || x.get<int>() < 0)
-          throw CheckpointError(path + ": " + key + ".mrope_section must be three integers >= 0");
+          throw CheckpointError(where + ".mrope_section must be three integers >= 0");
         c.mrope_section.push_back(x.get<int>());
         sum += x.get<int>();
       }
       if (2 * sum != c.head_dim)
-        throw CheckpointError(path + ": " + key + ".mrope_section " + m.dump() + " sums to " +
+        throw CheckpointError(where + ".mrope_section " + m.dump() + " sums to " +
                               std::to_string(sum) + ", not head_dim / 2 = " +
                               std::to_string(c.head_dim / 2));
       continue;
     }
-    if (type != "\"default\"")
-      throw CheckpointError(path + ": " + key + " " + r.dump() +
+    if (type != "default")
+      throw CheckpointError(where + " " + r.dump() +
                             " is not supported (only plain RoPE, and Qwen2-VL's M-RoPE)");
   }
 }

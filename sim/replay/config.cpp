@@ -119,30 +119,17 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
                                   " (add --policy " + name + ")");
     for (const auto& [k, v] : kv) overrides[name][k] = v;
   }
-  if (const std::string w = budget_ignored_warning(policies, budget); !w.empty())
-    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
+  for (const std::string& w : {budget_ignored_warning(policies, budget),
+                               budget_replaced_warning(policies, overrides, budget)})
+    if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   std::vector<PolicyConfig> out;
-  std::string replaced;  // policies whose own default reading of the budget --budget replaces
   for (const auto& name : policies) {
     if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
       throw std::invalid_argument("--policy " + name + " given twice");
     auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    const bool explicit_budget = ov.count("budget") || ov.count("compression_ratio");
     apply_default_budget(name, budget, ov);
     out.push_back(make_policy_config(name, ov));
-    const PolicyConfig plain = make_policy_config(name, {});
-    const auto& defaults = plain.params.values();
-    const auto own = defaults.find("budget");
-    if (!budget.empty() && !explicit_budget && own != defaults.end() && own->second == "auto" &&
-        out.back().params.values().at("budget") == budget)
-      replaced += (replaced.empty() ? "" : ", ") + name;
   }
-  if (!replaced.empty())
-    std::fprintf(stderr,
-                 "kvsim: warning: --budget %s replaces the default budget = auto of %s (a cache "
-                 "the policy sizes itself, its paper's reading); --set NAME.budget=auto keeps "
-                 "it\n",
-                 budget.c_str(), replaced.c_str());
   return out;
 }
 

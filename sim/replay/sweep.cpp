@@ -169,10 +169,13 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
   for (const auto& g : grids) axes.push_back(parse_grid_axis(g));
   PolicyOverrides fixed;
   for (const auto& s : sets) apply_set_option(s, fixed);
+  PolicyOverrides chosen = fixed;  // what --set and the grid give, before --budget
+  for (const auto& axis : axes) chosen[axis.policy][axis.key] = "";
+  for (const std::string& w : {budget_ignored_warning(policies, budget),
+                               budget_replaced_warning(policies, chosen, budget)})
+    if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
   for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
-  if (const std::string w = budget_ignored_warning(policies, budget); !w.empty())
-    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   return expand_grid(policies, axes, fixed);
 }
 
