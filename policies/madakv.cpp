@@ -8,32 +8,36 @@
 // The head keeps b^{l,h} entries, split by Eq. 8 — the top round(w_v/(w_v+w_t)·b) visual and the
 // rest text tokens by ψ (MPA) — and decoding appends without eviction.
 //
-// HCC, default reading (`hcc_reading = conserve`): the paper says HCC "ensures that the overall
-// cache budget is maintained", that a positive K^l means "the current layer has exceeded its
-// budget" and a negative one that it "has a saved budget". So a head spends what Eq. 9 says it
-// needs, b^{l,h} = k_v + k_t (more or less than φ^l), and K^l is what the layer spent beyond its
-// budget, normalised per head:
+// HCC, default reading (`hcc_reading = scaled`). The paper says HCC "ensures that the overall
+// cache budget is maintained" while it "dynamically adjusts the eviction ratio based on the
+// complexity of modality information", that a positive K^l means "the current layer has exceeded
+// its budget" and a negative one that it "has a saved budget"; its results show HCC helping
+// (Table 3), MadaKV ahead most below 10% (Sec. 4.3, Fig. 4) and memory in step with the budget
+// (Table 2: 0.41 GiB at 20%, 0.16 GiB at 5%). So Eq. 9's needs set the *shape* of the allocation
+// and the budget its *level*: every head's need n^{l,h} = k_v + k_t is scaled by one factor s
+// for the whole sample so that the heads keep b^{l,h} = s·n^{l,h}, Σ b = L·H·B (in whole entries,
+// each in [1, P]: a head at a bound is held there and s recomputed for the rest; the fractions go
+// by largest remainder, ties to the lower layer and head). Eq. 10-11 are then applied unchanged
+// with b^{l,h} as what a head spends:
 //   K^l = (1/H) Σ_h (b^{l,h} - φ^l)                                                   (Eq. 10)
 //   φ^{l+1} = φ^l - K^l / (L - l)   (l 1-based: the number of layers left after this one)  (Eq. 11)
-// This is the one reading under which Eq. 11 keeps the total: with φ^1 = B, φ^l is exactly the
-// budget not yet spent, L·H·B minus what layers 1..l-1 kept, shared evenly by layers l..L (so
-// kvsim computes it that way, in whole entries). It needs no cap: a layer spends its need out of
-// what is left, whatever is left is φ of the layers after it, and the last layer's φ^L is the
-// whole remainder, of which it too spends its need. The total never exceeds L·H·B and is below it
-// when the layers need less. Two bounds follow from the budget itself, not from a tuning
-// constant: a head keeps at most P entries, and one entry per head of every later layer is set
-// aside (Eq. 9's need is at least one entry per modality present), so when what is left cannot
-// cover a layer's needs the layer keeps what is left and its heads share the shortfall evenly.
-// Where the need exceeds the budget on average, early layers spend it all: θ = 0.9 asks 37% of the
-// prompt on the synthetic demo (72% in layer 0, 5% in layer 31), against the 6-15% a trained
-// model's heads ask (stories260K) and Sec. 3.2's "20% of tokens capture nearly 90%": that is the
-// synthetic trace's diffuse attention, and any trace whose needs exceed the budget does the same.
+// φ^1 = B, so φ^l is the budget not yet spent shared evenly by layers l..L, K^l what layer l spent
+// beyond it, and the ledger never runs dry: layers with concentrated attention give entries to
+// diffuse ones, and the total is the budget at every θ. θ only shapes the allocation (which
+// layers and heads are diffuse); under `conserve` it also sets the total (docs/methods.md).
+// The needs of every layer must be known before the first is cut: they come from the column sums
+// of every layer's last `proxy` prompt rows (SampleStats::window_sums), which replay computes in a
+// first pass and a live model has once its prefill has run; ψ is read from the same sums.
 // With GQA, ψ sums the query heads of a KV head and the h of Eq. 10 runs over KV heads.
 //
 // Other readings of Eq. 10-11 (`hcc_reading`), kept because each changes results:
-//   conserve_capped  kvsim's earlier rules on top of conserve: a head keeps at most
-//                 (1 + max_overspend)·φ^l entries, and the last layer spends everything left
-//                 (at small θ it then keeps several times the budget, or the whole prompt);
+//   conserve      a head spends its unscaled need out of the budget not yet spent (L·H·B at layer
+//                 0; one entry per later head set aside); when what is left cannot cover a
+//                 layer's needs its heads share the shortfall. θ then sets the total: at θ = 0.9
+//                 the synthetic demo's needs are 1.85x the 20% budget, layers 0-9 spend them and
+//                 layers 11-31 keep 1 entry per head (a note says where the budget ran dry);
+//   conserve_capped  conserve with a head capped at (1 + max_overspend)·φ^l entries and the last
+//                 layer spending everything left (at small θ several times the budget);
 //   literal       the layer keeps φ^l per head (Eq. 8 as printed), K^l = Σ_h (k_v + k_t - φ^l)
 //                 charges the need, H times a per-head quantity, to later layers: budgets
 //                 collapse towards one entry whenever θ-sparsity exceeds the budget (the layer
@@ -67,16 +71,20 @@ class MadaKV final : public Policy {
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len(), heads = cache.kv_heads();
-    if (hcc_ && reading_.rfind("conserve", 0) == 0 && view.layer() == 0)
+    if (ledger() && view.layer() == 0) {
       unspent_ = static_cast<long>(view.num_layers()) * heads * std::min(budget_, P);
+      if (reading_ == "scaled") scaled_ = scaled_spending(view, heads, unspent_);
+    }
     std::vector<Head> hs(heads);
-    for (int g = 0; g < heads; ++g) hs[g] = analyse_head(view, g);
+    for (int g = 0; g < heads; ++g)
+      hs[g] = analyse_head(view, proxy_importance(view, view.layer(), g));
     const std::vector<int> keep = kept_per_head(view, hs);
     psi_.resize(heads);
     for (int g = 0; g < heads; ++g) {
       if (keep[g] < P) cache.keep_only(g, select(hs[g], keep[g]));
       psi_[g] = std::move(hs[g].psi);
     }
+    if (view.layer() == view.num_layers() - 1) note_dry_layers(view.num_layers());
   }
 
   void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
@@ -97,9 +105,16 @@ class MadaKV final : public Policy {
     int need() const { return kv + kt; }
   };
 
-  Head analyse_head(const LayerView& view, int g) const {
+  // The readings that spend out of a ledger of unspent entries (Eq. 11 as a running balance).
+  bool ledger() const {
+    return hcc_ && (reading_ == "scaled" || reading_.rfind("conserve", 0) == 0);
+  }
+  // The scaled reading reads ψ of every layer from the sample statistics, before any cut.
+  bool reads_sample_stats() const { return hcc_ && reading_ == "scaled"; }
+
+  Head analyse_head(const LayerView& view, std::vector<double> psi) const {
     Head h;
-    h.psi = proxy_importance(view, g);
+    h.psi = std::move(psi);
     h.is_text.resize(view.prompt_len());
     for (int j = 0; j < view.prompt_len(); ++j) {
       h.is_text[j] = view.modality()[j] == 0;
@@ -116,8 +131,12 @@ class MadaKV final : public Policy {
   std::vector<int> kept_per_head(const LayerView& view, const std::vector<Head>& hs) {
     const int P = view.prompt_len(), heads = static_cast<int>(hs.size());
     if (!hcc_) return std::vector<int>(heads, std::min(P, budget_));
-    if (reading_ == "conserve" || reading_ == "conserve_capped")
-      return conserving_budgets(view, hs);
+    if (ledger()) {
+      std::vector<int> spend(heads);
+      for (int g = 0; g < heads; ++g)
+        spend[g] = reading_ == "scaled" ? scaled_[view.layer()][g] : hs[g].need();
+      return conserving_budgets(view, spend);
+    }
     const int phi = std::clamp(static_cast<int>(std::lround(phi_)), 1, P);
     double overflow = 0;  // Σ_h (k_v + k_t - φ^l)
     std::vector<int> keep(heads, phi);
@@ -131,10 +150,57 @@ class MadaKV final : public Policy {
     return keep;
   }
 
-  // The conserving readings: heads spend their Eq. 9 need out of the budget not yet spent (L·H·B
-  // at layer 0); φ^l = unspent / (H · layers left including this one) is Eq. 11's φ^l.
-  std::vector<int> conserving_budgets(const LayerView& view, const std::vector<Head>& hs) {
-    const int P = view.prompt_len(), heads = static_cast<int>(hs.size());
+  // scaled: every layer's Eq. 9 needs, scaled by one factor to the sample's budget `total`.
+  std::vector<std::vector<int>> scaled_spending(const LayerView& view, int heads,
+                                                long total) const {
+    const int L = view.num_layers();
+    std::vector<int> need;
+    for (int l = 0; l < L; ++l)
+      for (int g = 0; g < heads; ++g)
+        need.push_back(analyse_head(view, proxy_importance(view, l, g)).need());
+    const std::vector<int> flat = scale_to_total(need, total, view.prompt_len());
+    std::vector<std::vector<int>> out(L);
+    for (int l = 0; l < L; ++l)
+      out[l].assign(flat.begin() + l * heads, flat.begin() + (l + 1) * heads);
+    return out;
+  }
+
+  // b_i = s·need_i in whole entries with Σ b = total and 1 <= b <= P: a head beyond a bound is
+  // held there and s recomputed for the others (one bound binds: s < 1 can only reach 1, s > 1
+  // only P, as 1 <= need <= P); the fractions go by largest remainder, ties to the lower index.
+  static std::vector<int> scale_to_total(const std::vector<int>& need, long total, int P) {
+    const std::size_t n = need.size();
+    std::vector<double> share(n);
+    std::vector<int> bound(n, 0);  // 0: scaled, else the bound it is held at
+    for (bool changed = true; changed;) {
+      changed = false;
+      double free_need = 0, free_total = static_cast<double>(total);
+      for (std::size_t i = 0; i < n; ++i) bound[i] ? free_total -= bound[i] : free_need += need[i];
+      const double s = free_need > 0 ? free_total / free_need : 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (bound[i]) continue;
+        share[i] = s * need[i];
+        if (share[i] > P || share[i] < 1) bound[i] = share[i] > P ? P : 1, changed = true;
+      }
+    }
+    std::vector<int> out(n);
+    long given = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      given += out[i] = bound[i] ? bound[i] : static_cast<int>(std::floor(share[i] + 1e-9));
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    const auto frac = [&](std::size_t i) { return bound[i] ? -1.0 : share[i] - out[i]; };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return frac(a) > frac(b); });
+    for (std::size_t k = 0; given < total && k < n; ++k)
+      if (out[order[k]] < P) ++out[order[k]], ++given;
+    return out;
+  }
+
+  // The ledger readings: heads spend `spend` out of the budget not yet spent (L·H·B at layer 0);
+  // φ^l = unspent / (H · layers left including this one) is Eq. 11's φ^l.
+  std::vector<int> conserving_budgets(const LayerView& view, const std::vector<int>& spend) {
+    const int P = view.prompt_len(), heads = static_cast<int>(spend.size());
     const long later = static_cast<long>(view.num_layers() - view.layer() - 1) * heads;
     const bool capped = reading_ == "conserve_capped";
     int cap = P;
@@ -145,16 +211,27 @@ class MadaKV final : public Policy {
     }
     std::vector<int> keep(heads);
     long total = 0;
-    for (int g = 0; g < heads; ++g) total += keep[g] = std::clamp(hs[g].need(), 1, cap);
+    for (int g = 0; g < heads; ++g) total += keep[g] = std::clamp(spend[g], 1, cap);
     // One entry is set aside for every head of every later layer; conserve_capped also makes the
     // later layers able to spend what is left (at most P each), so its last layer spends it all.
     const long most = unspent_ - later;
     const long least = capped ? std::max<long>(unspent_ - later * P, heads) : heads;
     const long target =
         std::clamp(total, least, std::min<long>(most, static_cast<long>(heads) * P));
+    if (target < total) dry_layers_.push_back(view.layer());
     share_difference(keep, target - total, P);
     for (int k : keep) unspent_ -= k;
     return keep;
+  }
+
+  // Says where a ledger ran dry: the layers that kept less than their Eq. 9 needs.
+  void note_dry_layers(int layers) {
+    if (dry_layers_.empty()) return;
+    note("madakv: with hcc_reading = " + reading_ + " the budget ran dry at layer " +
+         std::to_string(dry_layers_.front()) + ": " + std::to_string(dry_layers_.size()) + " of " +
+         std::to_string(layers) +
+         " layers kept less than their Eq. 9 needs (hcc_reading = scaled keeps every layer's "
+         "share of the budget)");
   }
 
   // Adds `diff` entries (or removes -diff) as evenly as possible over the heads, within [1, P].
@@ -182,14 +259,23 @@ class MadaKV final : public Policy {
     return modality_split(h.psi, h.is_text, h.vis, h.txt, h.wv, h.wt, n);
   }
 
-  // Eq. 7, per KV head: attention from the proxy rows, summed over its query heads.
-  std::vector<double> proxy_importance(const LayerView& view, int g) const {
-    const int rows = std::min(proxy_, view.prefill_window()), group = view.group_size();
-    std::vector<double> psi(view.prompt_len(), 0.0);
+  // Eq. 7, per KV head of layer l: attention from the proxy rows, summed over its query heads —
+  // from the layer's view, or from the sample statistics (every layer) under `scaled`.
+  std::vector<double> proxy_importance(const LayerView& view, int l, int g) const {
+    const int P = view.prompt_len(), group = view.group_size();
+    std::vector<double> psi(P, 0.0);
+    if (reads_sample_stats()) {
+      for (int r = 0; r < group; ++r) {
+        const double* sums = view.sample_stats().window_column_sums(proxy_, l, g * group + r, P);
+        for (int j = 0; j < P; ++j) psi[j] += sums[j];
+      }
+      return psi;
+    }
+    const int rows = std::min(proxy_, view.prefill_window());
     for (int r = 0; r < group; ++r)
       for (int w = view.prefill_window() - rows; w < view.prefill_window(); ++w) {
         const float* row = view.prefill_window_row(g * group + r, w);
-        for (int j = 0; j < view.prompt_len(); ++j) psi[j] += row[j];
+        for (int j = 0; j < P; ++j) psi[j] += row[j];
       }
     return psi;
   }
@@ -231,7 +317,9 @@ class MadaKV final : public Policy {
   bool mpa_, hcc_;
   std::string reading_;
   double phi_;        // φ^l of the next layer to prefill (literal readings)
-  long unspent_ = 0;  // entries not yet kept, summed over layers and heads (conserve)
+  long unspent_ = 0;  // entries not yet kept, summed over layers and heads (ledger readings)
+  std::vector<std::vector<int>> scaled_;  // [layer][kv head]: b^{l,h} (scaled)
+  std::vector<int> dry_layers_;           // layers that kept less than their needs
 };
 
 const PolicyRegistration reg({
@@ -248,15 +336,17 @@ const PolicyRegistration reg({
          {"hcc", ParamType::kBool, "true", "hierarchical compression compensation (Eq. 9-11)"},
          {"hcc_reading",
           ParamType::kChoice,
-          "conserve",
-          "reading of Eq. 10-11: conserve (heads keep their Eq. 9 need out of what is left, "
-          "later layers pay or gain, the total is at most L*H*B), conserve_capped (the same "
+          "scaled",
+          "reading of Eq. 10-11: scaled (every layer's Eq. 9 needs scaled by one factor to "
+          "the budget, L*H*B in all, then Eq. 10-11 as a ledger), conserve (heads keep their "
+          "unscaled need out of what is left, later layers pay or gain, the total is at most "
+          "L*H*B), conserve_capped (the same "
           "with a head capped at (1 + max_overspend) * phi^l and the last layer spending "
           "all that is left), literal (keep phi, charge the sum of the needs), literal_mean "
           "(the same divided by H), need (keep the Eq. 9 sets, no budget)",
           0,
           0,
-          {"conserve", "conserve_capped", "literal", "literal_mean", "need"}},
+          {"scaled", "conserve", "conserve_capped", "literal", "literal_mean", "need"}},
          {"max_overspend", ParamType::kFloat, "1",
           "conserve_capped: a head keeps at most (1 + max_overspend) * phi^l entries", 0, 1e9}},
     .needs = {},
@@ -264,8 +354,10 @@ const PolicyRegistration reg({
     .merges = false,
     .needs_for =
         [](const ParamSet& p) {
-          return AttentionNeeds{.prefill_column_sums = false,
-                                .prefill_window = static_cast<int>(p.get_int("proxy"))};
+          const int proxy = static_cast<int>(p.get_int("proxy"));
+          if (p.get_bool("hcc") && p.get_string("hcc_reading") == "scaled")
+            return AttentionNeeds{.sample_window_sums = {proxy}};
+          return AttentionNeeds{.prefill_column_sums = false, .prefill_window = proxy};
         },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<MadaKV>(p, s);

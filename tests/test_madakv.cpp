@@ -4,6 +4,8 @@
 // w_v = (4 + 1 + 1 + 2) / 14.5, w_t = (3 + 2.5 + 1) / 14.5: the visual share is 8 / 14.5 = .552.
 // θ = 0.8: k_v = 3 (4 + 2 = 6 < 6.4 <= 7: images 1, 4 and, of the tied 2 and 3, the newer 3),
 // k_t = 2 (3 < 5.2 <= 5.5: texts 0, 5); every head of every layer needs k_v + k_t = 5 entries.
+// A layer with layer_power 0 attends uniformly: ψ = 1/7 each, w_v = 4/7, w_t = 3/7, and θ = 0.8
+// needs k_v = 4 (3 < 3.2) and k_t = 3 (2 < 2.4): 7 entries, the whole prompt.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -16,16 +18,55 @@ namespace {
 
 using V = std::vector<int>;
 
-std::string madakv_trace(const std::string& name, int layers = 2) {
+std::string madakv_trace(const std::string& name, int layers = 2,
+                         std::vector<double> layer_power = {}) {
   return TinyTrace{.prompt_len = 7,
                    .weights = {3, 4, 1, 1, 2, 2.5, 1, 1},
                    .modality = {0, 1, 1, 1, 1, 0, 0, 0},
-                   .layers = layers}
+                   .layers = layers,
+                   .layer_power = std::move(layer_power)}
       .write(name);
 }
 
+// The ledger reading without scaling, which most of the hand-worked cases below follow.
 const std::map<std::string, std::string> kParams = {
-    {"budget", "3"}, {"proxy", "1"}, {"theta", "0.8"}};
+    {"budget", "3"}, {"proxy", "1"}, {"theta", "0.8"}, {"hcc_reading", "conserve"}};
+
+TEST(MadaKV, DefaultScalesEveryLayersNeedsToTheBudget) {
+  // Default reading (scaled), B = 4 on 2 layers: 8 entries. Layer 0 (ψ ∝ w) needs 5, layer 1
+  // (uniform) needs 7: s = 8 / 12, shares 3.33 and 4.67 -> 3 + 4 and the one left to the larger
+  // fraction: 3 and 5. Layer 0: round(.552 · 3) = 2 visual {1, 4} + 1 text {0}. Layer 1: round(4/7
+  // · 5) = 3 visual of the tied 1-4, the newest {2, 3, 4}, and 2 text of the tied 0, 5, 6: {5, 6}.
+  const std::map<std::string, std::string> p = {{"budget", "4"}, {"proxy", "1"}, {"theta", "0.8"}};
+  const std::string path = madakv_trace("madakv_scaled.h5", 2, {1, 0});
+  auto r = run_policy(path, "madakv", p);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 3, 5, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{0, 1}));
+  EXPECT_TRUE(r[1].notes.empty());
+  // conserve spends layer 0's need first (5 of 8, 1 set aside) and leaves layer 1 the 3 left
+  // (round(4/7 · 3) = 2 visual {3, 4} + 1 text {6}), and says the budget ran dry there.
+  auto q = p;
+  q["hcc_reading"] = "conserve";
+  r = run_policy(path, "madakv", q);
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
+  EXPECT_EQ(evicted_at(r[1], -1), (V{0, 1, 2, 5}));
+  ASSERT_EQ(r[1].notes.size(), 1u);
+  EXPECT_NE(r[1].notes[0].find("ran dry at layer 1: 1 of 2 layers"), std::string::npos)
+      << r[1].notes[0];
+}
+
+TEST(MadaKV, ScaledHoldsAtTheBoundsOfAHead) {
+  // B = 6 on 2 layers: 12 entries, needs 5 and 7, s = 1: each keeps its need exactly. B = 7 (the
+  // whole prompt): 14 entries, s = 14/12 would give layer 1 8.2 > P = 7: it is held at 7 and
+  // layer 0 gets the other 7. Neither evicts.
+  const std::string path = madakv_trace("madakv_scaled_bounds.h5", 2, {1, 0});
+  auto r = run_policy(path, "madakv", {{"budget", "6"}, {"proxy", "1"}, {"theta", "0.8"}});
+  EXPECT_EQ(evicted_at(r[0], -1), (V{2, 6}));
+  EXPECT_TRUE(evicted_at(r[1], -1).empty());
+  r = run_policy(path, "madakv", {{"budget", "7"}, {"proxy", "1"}, {"theta", "0.8"}});
+  EXPECT_TRUE(evicted_at(r[0], -1).empty());
+  EXPECT_TRUE(evicted_at(r[1], -1).empty());
+}
 
 TEST(MadaKV, LayersSpendTheirNeedAndLaterLayersPay) {
   // Default reading (conserve), B = 3 on 2 layers: 6 entries in all. Layer 0: φ^0 = 6 / 2 = 3, the
@@ -84,10 +125,10 @@ TEST(MadaKV, ConserveCappedBoundsOverspendAndTheLastLayerSpendsWhatIsLeft) {
 
 TEST(MadaKV, KeptEntriesNeverExceedTheBudgetOfEveryLayerAndHead) {
   // On a GQA synthetic trace, at several budgets: Σ over layers and KV heads of the entries kept
-  // after the prefill is at most L · Hkv · B (conserve) and exactly that with conserve_capped,
-  // whose last layer spends what is left; in both, layers differ.
+  // after the prefill is at most L · Hkv · B (conserve) and exactly that with scaled and
+  // conserve_capped (whose last layer spends what is left); in all, layers differ.
   const std::string path = small_synthetic_trace("madakv_total.h5", 6);
-  for (const std::string reading : {"conserve", "conserve_capped"})
+  for (const std::string reading : {"scaled", "conserve", "conserve_capped"})
     for (int B : {3, 10, 25}) {
       const auto r =
           run_policy(path, "madakv",
@@ -103,7 +144,7 @@ TEST(MadaKV, KeptEntriesNeverExceedTheBudgetOfEveryLayerAndHead) {
       const long budget = static_cast<long>(r.size()) * r[0].steps.size() * B;
       if (reading == "conserve")
         EXPECT_LE(kept, budget) << "budget " << B;
-      else
+      else  // scaled holds every layer's share, conserve_capped's last layer spends the rest
         EXPECT_EQ(kept, budget) << "budget " << B;
       EXPECT_GT(sizes.size(), 1u) << reading << ": HCC moved no budget at " << B;
     }

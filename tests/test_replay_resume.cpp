@@ -193,5 +193,38 @@ TEST(Cli, ReplayResumesAfterAnInterruptionAndSaysSo) {
   EXPECT_FALSE(fs::exists(ckpt));
 }
 
+TEST(ReplayResume, WhatPoliciesNoteWhileReplayingIsReportedAndSurvivesAResume) {
+  // madakv's conserve reading notes where its budget ran dry, during the prefill hooks: the note
+  // reaches the report and the policies sidecar once, counted over samples, also for samples
+  // finished before an interruption.
+  const std::string trace = four_sample_trace();
+  TraceReader reader(trace);
+  const auto samples = reader.sample_names();
+  const std::vector<PolicyConfig> dry = {
+      make_policy_config("madakv", {{"budget", "2"}, {"hcc_reading", "conserve"}})};
+  const std::string dir = temp_path("notes_resume");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const ReplayOutputs out{.steps_csv = dir + "/steps.csv"};
+  int layers = 0;
+  EXPECT_THROW(run_replay(trace, reader, dry, {.threads = 1}, samples, out, {},
+                          [&] {
+                            if (++layers == 2 * kLayers + 1) throw std::runtime_error("stop");
+                          }),
+               std::runtime_error);
+  const ReplayRunReport r = run_replay(trace, reader, dry, {.threads = 1}, samples, out, {});
+  EXPECT_EQ(r.samples_resumed, 2);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("madakv: with hcc_reading = conserve the budget ran dry at layer"),
+            std::string::npos)
+      << r.notes[0];
+  EXPECT_NE(r.notes[0].find("(4 of 4 sample(s))"), std::string::npos) << r.notes[0];
+  EXPECT_NE(slurp(dir + "/steps.policies.csv").find(r.notes[0]), std::string::npos);
+  // The default reading spends the budget in proportion to the needs and notes nothing.
+  const ReplayRunReport scaled = run_replay(
+      trace, reader, {make_policy_config("madakv", {{"budget", "2"}})}, {}, samples, {}, {});
+  EXPECT_TRUE(scaled.notes.empty());
+}
+
 }  // namespace
 }  // namespace kvsim::test

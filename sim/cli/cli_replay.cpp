@@ -108,6 +108,8 @@ Runner add_replay(CLI::App& app) {
     const ReplayRunReport report = run_replay(a->trace, reader, policies, replay_options(*a),
                                               samples, outputs, notes, [&] { progress.advance(); });
     progress.finish();
+    for (const std::string& n : report.notes)
+      std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
     if (report.samples_resumed > 0)
       std::fprintf(stderr, "kvsim: resumed: %d of %zu sample(s) were finished in %s\n",
                    report.samples_resumed, samples.size(), report.checkpoint_dir.c_str());

@@ -15,6 +15,11 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   prefill_column_sums |= o.prefill_column_sums;
   text_query_layers = std::max(text_query_layers, o.text_query_layers);
   sample_entropies |= o.sample_entropies;
+  std::vector<int> windows = sample_window_sums;
+  windows.insert(windows.end(), o.sample_window_sums.begin(), o.sample_window_sums.end());
+  std::sort(windows.begin(), windows.end());
+  windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
+  sample_window_sums = std::move(windows);
   if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
   key_ranking |= o.key_ranking;
   prefill_window = std::max(prefill_window, o.prefill_window);

@@ -18,6 +18,9 @@ struct AttentionNeeds {
   int text_query_layers = 0;
   // Per-layer entropies of every layer before the first is compressed (sim/core/sample_stats.hpp).
   bool sample_entropies = false;
+  // Windows W: the column sums of every layer's last W prompt rows, before the first layer is
+  // compressed (SampleStats::window_sums; MadaKV's Eq. 9 needs of all layers). Sorted, unique.
+  std::vector<int> sample_window_sums;
   // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality
   // (HAE Eq. 7). Implies a pass over every prompt row.
   double sparsity_epsilon = 0;

@@ -180,12 +180,60 @@ LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& s
 
 SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
                                  bool naive) {
+  return compute_sample_stats(reader, sample, AttentionNeeds{.sample_entropies = true}, threads,
+                              naive);
+}
+
+std::vector<double> window_column_sums(const LayerAttention& att, int window) {
+  const int P = att.prompt_len(), H = att.num_heads(), rows = std::min(window, P);
+  if (att.prefill_window() < rows)
+    throw std::logic_error("window column sums: the layer keeps " +
+                           std::to_string(att.prefill_window()) + " prefill rows, not " +
+                           std::to_string(rows));
+  std::vector<double> sums(static_cast<std::size_t>(H) * P, 0.0);
+  for (int h = 0; h < H; ++h)
+    for (int r = att.prefill_window() - rows; r < att.prefill_window(); ++r) {
+      const float* row = att.prefill_window_row(h, r);
+      double* out = &sums[static_cast<std::size_t>(h) * P];
+      for (int j = 0; j < P; ++j) out[j] += row[j];
+    }
+  return sums;
+}
+
+const double* SampleStats::window_column_sums(int window, int layer, int h, int prompt_len) const {
+  const auto it = window_sums.find(window);
+  if (it == window_sums.end() || layer < 0 || layer >= static_cast<int>(it->second.size()))
+    throw std::logic_error("sample statistics: the column sums of the last " +
+                           std::to_string(window) + " prompt rows of layer " +
+                           std::to_string(layer) + " were not requested");
+  return &it->second[layer][static_cast<std::size_t>(h) * prompt_len];
+}
+
+void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInfo& sample,
+                     LayerTensors tensors, const AttentionNeeds& needs, int threads, bool naive) {
+  if (needs.sample_entropies)
+    stats.layers.push_back(naive ? layer_entropies_naive(trace, sample, tensors)
+                                 : layer_entropies(trace, sample, tensors, threads));
+  if (needs.sample_window_sums.empty()) return;
+  // Only the window rows, whatever else the run computes, so replay and live sum the same floats.
+  AttentionNeeds rows_only;
+  for (int w : needs.sample_window_sums)
+    rows_only.prefill_window = std::max(rows_only.prefill_window, w);
+  const LayerAttention att =
+      naive ? LayerAttention(LayerAttention::Naive{}, trace, sample, std::move(tensors), rows_only)
+            : LayerAttention(LayerAttention::PromptOnly{}, trace, sample, std::move(tensors),
+                             rows_only, threads);
+  for (int w : needs.sample_window_sums) stats.window_sums[w].push_back(window_column_sums(att, w));
+}
+
+SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample,
+                                 const AttentionNeeds& needs, int threads, bool naive) {
   SampleStats stats;
   LayerTensors t;
   for (int l = 0; l < reader.info().num_layers; ++l) {
     reader.read_layer_into(sample, l, t);
-    stats.layers.push_back(naive ? layer_entropies_naive(reader.info(), sample, t)
-                                 : layer_entropies(reader.info(), sample, t, threads));
+    add_layer_stats(stats, reader.info(), sample, std::move(t), needs, threads, naive);
+    t = LayerTensors{};
   }
   return stats;
 }

@@ -3,8 +3,10 @@
 // first pass over the layers; in a live model they are available once the prefill has run.
 #pragma once
 
+#include <map>
 #include <vector>
 
+#include "sim/core/layer_attention.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim {
@@ -26,8 +28,18 @@ struct LayerEntropies {
 };
 
 struct SampleStats {
-  std::vector<LayerEntropies> layers;  // [L]
+  std::vector<LayerEntropies> layers;  // [L], with AttentionNeeds::sample_entropies
+  // With AttentionNeeds::sample_window_sums: for each window W, layer l and query head h, the
+  // column sums Σ_r p_{P-W+r, j} of the last min(W, P) prompt rows (summed in double, in row
+  // order), [L][h * P + j]. The same numbers in replay and live.
+  std::map<int, std::vector<std::vector<double>>> window_sums;
+  // The [P] sums of window W, layer l, query head h; throws when W was not requested.
+  const double* window_column_sums(int window, int layer, int h, int prompt_len) const;
 };
+
+// Σ of the last min(W, P) prefill rows of each query head, [H * P]; `att` must keep at least
+// that many rows (AttentionNeeds::prefill_window).
+std::vector<double> window_column_sums(const LayerAttention& att, int window);
 
 // One layer's entropies, computed with blocked GEMMs (threads over row blocks, deterministic).
 LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
@@ -40,5 +52,14 @@ LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& s
 // Reads every layer of a sample and computes its entropies.
 SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
                                  bool naive = false);
+
+// Appends one layer's share of what `needs` asks of the whole sample (layers in order).
+void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInfo& sample,
+                     LayerTensors tensors, const AttentionNeeds& needs, int threads, bool naive);
+
+// Reads every layer of a sample and computes what `needs` asks of the whole sample (its
+// sample_entropies and sample_window_sums); `naive` uses the plain reference computations.
+SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample,
+                                 const AttentionNeeds& needs, int threads, bool naive = false);
 
 }  // namespace kvsim

@@ -118,11 +118,9 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
     pp.layers.push_back(std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, pp.trace, s,
                                                          std::move(full), needs, threads_));
   }
-  if (needs.sample_entropies) {
-    const int L = c.num_hidden_layers;
-    for (int l = 0; l < L; ++l)
-      pp.stats.layers.push_back(layer_entropies(pp.trace, s, pp.layers[l]->tensors(), threads_));
-  }
+  if (needs.sample_entropies || !needs.sample_window_sums.empty())
+    for (const auto& layer : pp.layers)
+      add_layer_stats(pp.stats, pp.trace, s, layer->tensors(), needs, threads_, false);
   return pp;
 }
 
@@ -177,7 +175,7 @@ class PolicyLoop {
  public:
   PolicyLoop(Backend& b, PreparedPrompt& pp, const PolicyConfig& config, bool check)
       : b_(b), pp_(pp), config_(config), check_(check) {
-    if (!pp.stats.layers.empty()) stats_ = &pp.stats;
+    if (!pp.stats.layers.empty() || !pp.stats.window_sums.empty()) stats_ = &pp.stats;
     // The live prefill runs the whole prompt at once; a question appended after a compressed
     // context would need a second prefill pass.
     if (config.appends_question() && question_length(pp.sample) > 0)

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "sim/replay/bounds.hpp"
 #include "sim/core/kernels/kernels.hpp"
 #include "sim/core/parallel.hpp"
+#include "sim/replay/bounds.hpp"
 
 namespace kvsim {
 
@@ -96,6 +96,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
                          const StepAttentionModel& step_attention) {
   const bool check_invariants = options.check_invariants;
   const int P = att.prompt_len(), G = att.gen_len(), Hkv = att.num_kv_heads();
+  const std::size_t noted = policy.notes().size();  // notes from before this layer are not its
   LayerView view(att, lookahead, stats);
   KvCache cache(Hkv, att.head_dim());
   cache.fill_prompt(P);
@@ -147,6 +148,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     r.merged[g] = cache.merges(g);
   }
   if (first > 0) renumber_after_question(r, first);
+  r.notes.assign(policy.notes().begin() + noted, policy.notes().end());
   return r;
 }
 
@@ -583,7 +585,8 @@ void Replayer::replay_sample(const std::string& sample_name,
     }
   }
   SampleStats stats;
-  if (needs_.sample_entropies) stats = compute_sample_stats(reader_, sample, options_.threads);
+  if (needs_.sample_entropies || !needs_.sample_window_sums.empty())
+    stats = compute_sample_stats(reader_, sample, needs_, options_.threads);
   // With two threads or more the layers flow through a pipeline: while the policies replay
   // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
   // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run

@@ -71,6 +71,7 @@ struct LayerResult {
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
   std::vector<FlushEvent> flushes;                   // --bounds only
   std::vector<TheoremCheck> theorem;                 // --bounds only, [kv head]
+  std::vector<std::string> notes;  // what the policy noted during this layer's hooks
 };
 
 struct ReplayOptions {

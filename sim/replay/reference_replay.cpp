@@ -149,7 +149,9 @@ std::vector<LayerResult> reference_replay(const TraceReader& reader, const std::
   auto instance = policy.info->create(policy.params, known_before_decoding(sample));
   const int L = layers < 0 ? info.num_layers : std::min(layers, info.num_layers);
   SampleStats stats;
-  if (policy.needs().sample_entropies) stats = compute_sample_stats(reader, sample, 1, true);
+  const AttentionNeeds needs = policy.needs();
+  if (needs.sample_entropies || !needs.sample_window_sums.empty())
+    stats = compute_sample_stats(reader, sample, needs, 1, true);
   std::vector<LayerResult> out;
   for (int l = 0; l < L; ++l) {
     const LayerAttention att(LayerAttention::Naive{}, info, sample, reader.read_layer(sample, l),

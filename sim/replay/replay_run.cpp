@@ -1,5 +1,6 @@
 #include "sim/replay/replay_run.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -40,6 +41,7 @@ std::string replay_manifest(const std::string& trace_hash,
 namespace {
 
 constexpr const char* kBoundsLine = "bounds ";
+constexpr const char* kNoteLine = "note ";  // a policy's note while replaying: index, then text
 
 // One sample's results while it is replayed: files in the checkpoint, its summary in memory.
 struct SampleSink {
@@ -57,6 +59,8 @@ struct SampleSink {
           std::make_unique<DecisionWriter>(checkpoint->file(index, "decisions.h5"), policies);
   }
   void add(const LayerResult& r) {
+    for (const std::string& n : r.notes)
+      notes += kNoteLine + std::to_string(r.policy_index) + " " + one_line(n) + "\n";
     summary.add(r);
     if (steps) steps->write(r);
     if (bounds) bounds->write(r);
@@ -64,7 +68,7 @@ struct SampleSink {
   }
   // Closes the files and returns what the checkpoint keeps besides them.
   std::string finish() {
-    std::string state = summary.sample_state(name);
+    std::string state = summary.sample_state(name) + notes;
     if (steps) steps->close();
     if (decisions) decisions->close();
     if (bounds) {
@@ -75,8 +79,14 @@ struct SampleSink {
     }
     return state;
   }
+  static std::string one_line(std::string text) {
+    for (char& c : text)
+      if (c == '\n') c = ' ';
+    return text;
+  }
   std::string name;
   int index;
+  std::string notes;  // kNoteLine lines
   Summary summary;
   std::unique_ptr<StepCsvWriter> steps;
   std::unique_ptr<BoundsCsvWriter> bounds;
@@ -133,6 +143,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
   }
   std::map<int, std::string> states;  // without a checkpoint: each sample's state, in memory
   std::vector<std::string> todo;
+  std::map<int, std::vector<std::pair<std::string, int>>> noted;  // policy -> note, samples
   for (const auto& s : samples) {
     if (checkpoint && checkpoint->finished(index.at(s)))
       ++report.samples_resumed;
@@ -181,7 +192,25 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
     const std::string origin = checkpoint ? checkpoint->file(i, "done") : s;
     std::istringstream state(checkpoint ? checkpoint->state(i) : states.at(i));
     std::string line, summary_lines;
+    std::set<std::pair<int, std::string>> sample_notes;
     while (std::getline(state, line)) {
+      if (line.rfind(kNoteLine, 0) == 0) {
+        std::istringstream in(line.substr(std::char_traits<char>::length(kNoteLine)));
+        int policy = -1;
+        std::string text;
+        in >> policy;
+        std::getline(in >> std::ws, text);
+        if (sample_notes.insert({policy, text}).second) {
+          auto& list = noted[policy];
+          auto it = std::find_if(list.begin(), list.end(),
+                                 [&](const auto& e) { return e.first == text; });
+          if (it == list.end())
+            list.emplace_back(text, 1);
+          else
+            ++it->second;
+        }
+        continue;
+      }
       if (line.rfind(kBoundsLine, 0) != 0) {
         summary_lines += line + "\n";
         continue;
@@ -199,9 +228,18 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
     if (bounds) bounds->append(checkpoint->file(i, "bounds.csv"));
     if (decisions) decisions->copy_sample(checkpoint->file(i, "decisions.h5"), s);
   }
+  auto all_notes = notes;
+  for (const auto& [policy, list] : noted)
+    for (const auto& [text, count] : list) {
+      const std::string note = text + " (" + std::to_string(count) + " of " +
+                               std::to_string(samples.size()) + " sample(s))";
+      report.notes.push_back(note);
+      if (policy >= 0 && policy < static_cast<int>(policies.size()))
+        all_notes[policies[policy].label].push_back(note);
+    }
   if (steps) {
     steps->close();
-    write_policies_sidecar(outputs.steps_csv, policies, notes);  // only beside results that exist
+    write_policies_sidecar(outputs.steps_csv, policies, all_notes);  // beside results that exist
   }
   if (bounds) bounds->close();
   if (decisions) decisions->close();

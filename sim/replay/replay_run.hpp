@@ -28,6 +28,9 @@ struct ReplayRunReport {
   int samples_resumed = 0;
   std::string checkpoint_dir;  // empty when nothing was kept
   long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;
+  // What policies noted while replaying (e.g. a budget that ran dry), each once with the number
+  // of samples; also in the policies sidecar of --out.
+  std::vector<std::string> notes;
 };
 
 // Replays `samples` (names of the trace at `trace_path`, each at most once) through `policies`.
