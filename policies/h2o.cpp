@@ -24,7 +24,8 @@ namespace {
 class H2O final : public Policy {
  public:
   H2O(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "h2o")),
+      : split_(resolve_budget_split(p, s.prompt_len, "h2o")),
+        budget_(split_.total),
         oneshot_(p.get_string("mode") == "oneshot"),
         per_query_(p.get_string("normalize") == "queries"),
         merge_(read_prompt_merge(p, "h2o", oneshot_ ? nullptr : "mode = oneshot")) {
@@ -32,6 +33,7 @@ class H2O final : public Policy {
     const Size r = p.get_size("recent");
     recent_ = r.percent ? static_cast<int>(std::floor(r.value / 100.0 * budget_ + 1e-9))
                         : static_cast<int>(r.value);
+    if (split_.recent >= 0) recent_ = split_.recent;  // budget_rounding = parts
     recent_ = std::min(recent_, budget_);
   }
 
@@ -85,6 +87,7 @@ class H2O final : public Policy {
         cache.keep_only(g, keep);
     }
   }
+  BudgetSplit split_;  // declared before budget_, which it initialises
   int budget_;
   bool oneshot_;
   bool per_query_;
@@ -99,6 +102,7 @@ const PolicyRegistration reg({
                "a recent window.",
     .provenance = "Zhang et al. 2023, H2O, Sec. 4 / Algorithm 1",
     .params = {budget_param(),
+               budget_rounding_param(true),
                caches_param(),
                prompt_merge_param(),
                question_param(),

@@ -30,8 +30,11 @@ namespace {
 class LookM final : public Policy {
  public:
   LookM(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "lookm")),
-        recent_(static_cast<int>(std::floor(p.get_float("recent_ratio") * budget_ + 1e-9))),
+      : split_(resolve_budget_split(p, s.prompt_len, "lookm")),
+        budget_(split_.total),
+        recent_(split_.recent >= 0
+                    ? split_.recent  // budget_rounding = parts
+                    : static_cast<int>(std::floor(p.get_float("recent_ratio") * budget_ + 1e-9))),
         sinks_(static_cast<int>(p.get_int("sinks"))),
         keep_all_text_(p.get_string("text") == "all"),
         merge_(p.get_string("merge")) {}
@@ -66,6 +69,7 @@ class LookM final : public Policy {
   }
 
  private:
+  BudgetSplit split_;  // declared before budget_ and recent_, which it initialises
   int budget_, recent_, sinks_;
   bool keep_all_text_;
   std::string merge_;
@@ -78,6 +82,7 @@ const PolicyRegistration reg({
                "evicted entries into their most similar kept key.",
     .provenance = "Wan et al. 2024, LOOK-M, Sec. 3 (text-prior, A/P/W-merge)",
     .params = {budget_param(),
+               budget_rounding_param(true),
                decode_mode_param(),
                {"recent_ratio", ParamType::kFloat, "0.75", "share of B kept as the recent window",
                 0, 1},

@@ -84,10 +84,18 @@ void wrap_decode_mode(PolicyInfo& info) {
     return apply_decode_mode(create(p, s), p);
   };
 }
+
+// Every budgeted policy says how its percentages become entries (h2o and lookm declare their own
+// `budget_rounding`, with the split into parts their reference code uses).
+void add_budget_rounding(PolicyInfo& info) {
+  if (declares(info, "budget") && !declares(info, "budget_rounding"))
+    info.params.push_back(budget_rounding_param(false));
+}
 }  // namespace
 
 void PolicyRegistry::add(PolicyInfo info) {
   wrap_decode_mode(info);
+  add_budget_rounding(info);
   const std::string name = info.name;
   if (!policies_.emplace(name, std::move(info)).second)
     throw std::logic_error("policy '" + name + "' registered twice");
@@ -97,6 +105,7 @@ void PolicyRegistry::replace(PolicyInfo info) {
   const auto it = policies_.find(info.name);
   if (it == policies_.end()) throw std::logic_error("policy '" + info.name + "' is not registered");
   wrap_decode_mode(info);
+  add_budget_rounding(info);
   it->second = std::move(info);
 }
 
@@ -138,10 +147,11 @@ int budget_entries(const PolicyConfig& policy, int prompt_len) {
   const auto it = v.find("budget");
   if (it == v.end()) return -1;
   try {
-    return Size::parse(it->second).resolve(prompt_len);
+    Size::parse(it->second);
   } catch (const std::invalid_argument&) {
     return -1;  // a special value such as hae's "auto"
   }
+  return resolve_budget(policy.params, prompt_len, policy.info->name);
 }
 
 namespace {
@@ -290,18 +300,72 @@ ParamSpec budget_param(const std::string& default_value) {
           ParamType::kSize,
           default_value,
           "KV entries kept per (layer, KV head): a count, or a percentage of the prompt length "
-          "(20% -> ceil(0.2 P))",
+          "(rounded by budget_rounding: 20% -> ceil(0.2 P))",
           1,
           1e9};
 }
 
-int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy) {
-  const int b = params.get_size("budget").resolve(prompt_len);
-  if (b < 1)
+ParamSpec budget_rounding_param(bool parts) {
+  std::vector<std::string> choices = {"ceil", "floor", "round", "kvpress"};
+  std::string help =
+      "how a percentage budget becomes entries (r = percent / 100, in double): ceil (kvsim's, "
+      "ceil(r P)), floor (int(r P)), round (Python's round(P r), half to even: "
+      "KVCache-Factory), kvpress (int(P (1 - R)) with R = 1 - r: kvpress's compression ratio)";
+  if (parts) {
+    choices.push_back("parts");
+    help += ", parts (the heavy and the recent part each int(P r share), as H2O's and LOOK-M's "
+            "code size them)";
+  }
+  return {"budget_rounding", ParamType::kChoice, "ceil", help, 0, 0, choices};
+}
+
+namespace {
+// The recent part's share of the budget, for budget_rounding = parts: lookm's recent_ratio, or
+// h2o's recent as a percentage of the budget.
+double recent_share(const ParamSet& params, const std::string& policy) {
+  const auto& v = params.values();
+  if (v.count("recent_ratio")) return params.get_float("recent_ratio");
+  if (v.count("recent")) {
+    const Size r = params.get_size("recent");
+    if (r.percent) return r.value / 100.0;
+    throw std::invalid_argument(policy +
+                                ": budget_rounding = parts needs 'recent' as a percentage of the "
+                                "budget (the reference code sizes both parts as ratios of the "
+                                "prompt), not '" +
+                                params.get_string("recent") + "'");
+  }
+  throw std::invalid_argument(policy + ": budget_rounding = parts needs a recent part");
+}
+}  // namespace
+
+BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len,
+                                 const std::string& policy) {
+  const Size size = params.get_size("budget");
+  const std::string rounding = params.values().count("budget_rounding")
+                                   ? params.get_string("budget_rounding")
+                                   : std::string("ceil");
+  BudgetSplit out;
+  if (rounding == "parts" && size.percent) {
+    // H2O: heavy_budget = int(heavy_budget_ratio * P), recent_budget = int(recent_budget_ratio *
+    // P); LOOK-M the same with hh_ratio and recent_ratio. The ratios are r * (1 - share) and
+    // r * share, the literals' doubles for the halves the presets use.
+    const double r = size.value / 100.0, share = recent_share(params, policy);
+    out.recent = static_cast<int>(prompt_len * (r * share));
+    out.total = out.recent + static_cast<int>(prompt_len * (r * (1.0 - share)));
+  } else {
+    out.total = size.resolve(prompt_len,
+                             rounding == "parts" ? Rounding::kCeil : parse_rounding(rounding));
+  }
+  if (out.total < 1)
     throw std::invalid_argument(policy + ": parameter 'budget' = '" + params.get_string("budget") +
-                                "' resolves to " + std::to_string(b) + " entries for a " +
-                                std::to_string(prompt_len) + "-token prompt; need at least 1");
-  return b;
+                                "' resolves to " + std::to_string(out.total) + " entries for a " +
+                                std::to_string(prompt_len) + "-token prompt (budget_rounding = " +
+                                rounding + "); need at least 1");
+  return out;
+}
+
+int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy) {
+  return resolve_budget_split(params, prompt_len, policy).total;
 }
 
 }  // namespace kvsim

@@ -37,7 +37,8 @@ class PyramidKV final : public Policy {
         beta_(static_cast<int>(p.get_int("beta"))),
         reference_rounding_(p.get_string("rounding") == "reference"),
         kvpress_rounding_(p.get_string("rounding") == "kvpress"),
-        real_budget_(p.get_size("budget").unrounded(s.prompt_len)),
+        real_budget_(p.get_size("budget").unrounded(
+            s.prompt_len, parse_rounding(p.get_string("budget_rounding")))),
         scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)),
         merge_(read_prompt_merge(p)) {
     if (!scoring_.clamped.empty()) note(scoring_.clamped);

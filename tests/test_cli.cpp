@@ -120,7 +120,8 @@ TEST(Cli, PoliciesListsParametersAndProvenance) {
         "lookm",
         "snapkv:kvpress",
         "resolved: "
-        "budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,merge=none,pooling=avg",
+        "budget=20%,budget_rounding=kvpress,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,"
+        "merge=none,pooling=avg",
         "Zhang et al. 2023",
         "window",
         "kernel",
@@ -160,8 +161,9 @@ TEST(Cli, SynthInspectReplay) {
   // 5 policies x 2 layers x 2 KV heads x 6 steps + header.
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 5 * 2 * 2 * 6 + 1);
   const std::string sidecar = slurp(temp_path("r1.policies.csv"));
-  EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,caches=kv_head,decode=grow,group_reduce="
-                         "mean,kernel=7,merge=none,pooling=max,question=compress,window=4\""),
+  EXPECT_NE(sidecar.find("snapkv,snapkv,false,\"budget=40%,budget_rounding=ceil,caches=kv_head,"
+                         "decode=grow,group_reduce=mean,kernel=7,merge=none,pooling=max,question="
+                         "compress,window=4\""),
             std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
@@ -261,7 +263,7 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   const std::string trace = t.write("cli_tiny.h5");
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, caches, merge, question, "
+  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, budget_rounding, caches, merge, question, "
                           "recent, mode, normalize)"),
             std::string::npos)
       << r.output;

@@ -36,14 +36,14 @@ TEST(Params, DefaultsAndOverrides) {
   EXPECT_EQ(c.params.get_string("pooling"), "max");
   EXPECT_EQ(c.params.get_string("budget"), "20%");
   EXPECT_EQ(c.params.str(),
-            "budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,merge=none,pooling="
-            "max,question=compress,window=8");
+            "budget=20%,budget_rounding=ceil,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,"
+            "merge=none,pooling=max,question=compress,window=8");
   EXPECT_EQ(c.needs().prefill_window, 8);
 }
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
-  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, caches, merge, question, "
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, budget_rounding, caches, merge, question, "
                          "recent, mode, normalize)"),
             std::string::npos)
       << unknown;
@@ -93,6 +93,55 @@ TEST(Size, CompressionRatioRoundsDownAsKvpress) {
   EXPECT_THROW(Size::parse("compression_ratio:"), std::invalid_argument);
 }
 
+TEST(Size, EachRepositorysRounding) {
+  // Python's own results (CPython 3.11): int(0.29 * 100) = 28, round(100 * 0.29) = 29,
+  // int(100 * (1 - (1 - 0.29))) = 29; int(0.29 * 640) = 185, round(640 * 0.29) = 186,
+  // int(640 * (1 - 0.71)) = 185; int(255 * (1 - 0.8)) = 50; round(2.5) = 2, round(3.5) = 4.
+  const Size p29 = Size::parse("29%"), p20 = Size::parse("20%"), half = Size::parse("50%");
+  EXPECT_EQ(p29.resolve(100, Rounding::kFloor), 28);  // 28.999999999999996, truncated
+  EXPECT_EQ(p29.resolve(100, Rounding::kCeil), 29);
+  EXPECT_EQ(p29.resolve(100, Rounding::kRound), 29);
+  EXPECT_EQ(p29.resolve(100, Rounding::kKvpress), 29);
+  EXPECT_EQ(p29.resolve(640, Rounding::kFloor), 185);
+  EXPECT_EQ(p29.resolve(640, Rounding::kRound), 186);
+  EXPECT_EQ(p29.resolve(640, Rounding::kKvpress), 185);
+  EXPECT_EQ(p20.resolve(255, Rounding::kKvpress), 50);
+  EXPECT_EQ(p20.resolve(255, Rounding::kCeil), 51);
+  EXPECT_EQ(p20.resolve(640, Rounding::kKvpress), 127);
+  EXPECT_EQ(half.resolve(5, Rounding::kRound), 2);  // half to even
+  EXPECT_EQ(half.resolve(7, Rounding::kRound), 4);
+  EXPECT_EQ(half.resolve(5, Rounding::kCeil), 3);
+  // Counts are counts, whatever the rounding.
+  EXPECT_EQ(Size::parse("33").resolve(100, Rounding::kKvpress), 33);
+  EXPECT_THROW(parse_rounding("up"), std::invalid_argument);
+}
+
+TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
+  auto entries = [](const std::string& name, const std::string& budget, int P) {
+    return budget_entries(make_policy_config(name, {{"budget", budget}}), P);
+  };
+  EXPECT_EQ(entries("snapkv", "20%", 640), 128);          // kvsim: ceil
+  EXPECT_EQ(entries("snapkv:kvpress", "20%", 640), 127);  // compression_ratio 0.8
+  EXPECT_EQ(entries("snapkv:kvcache-factory", "50%", 5), 2);  // round(2.5)
+  EXPECT_EQ(entries("snapkv:original", "50%", 5), 3);  // its repository sizes in entries
+  // H2O and LOOK-M: int(255 * 0.1) = 25 heavy + 25 recent, one fewer than ceil(51).
+  for (const std::string name : {"h2o:paper", "lookm:released"}) {
+    const PolicyConfig c = make_policy_config(name, {});
+    const BudgetSplit split = resolve_budget_split(c.params, 255, name);
+    EXPECT_EQ(split.total, 50) << name;
+    EXPECT_EQ(split.recent, 25) << name;
+    EXPECT_EQ(budget_entries(c, 255), 50) << name;
+  }
+  const PolicyConfig absolute =
+      make_policy_config("h2o", {{"budget_rounding", "parts"}, {"recent", "8"}});
+  EXPECT_NE(error_of([&] { resolve_budget_split(absolute.params, 100, "h2o"); })
+                .find("h2o: budget_rounding = parts needs 'recent' as a percentage"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_policy_config("snapkv", {{"budget_rounding", "parts"}}); })
+                .find("'budget_rounding' = 'parts' is not one of"),
+            std::string::npos);
+}
+
 TEST(Params, CompressionRatioIsAnAliasOfTheBudget) {
   const PolicyConfig c = make_policy_config("snapkv:kvpress", {{"compression_ratio", "0.8"}});
   EXPECT_EQ(c.params.get_string("budget"), "compression_ratio:0.8");
@@ -116,8 +165,8 @@ TEST(Presets, PinAReferenceReading) {
   EXPECT_EQ(c.label, "snapkv:kvpress");
   EXPECT_EQ(c.info->name, "snapkv");
   EXPECT_EQ(c.params.str(),
-            "budget=20%,caches=kv_head,decode=grow,group_reduce=mean,kernel=5,merge=none,pooling="
-            "avg,question=append,window=64");
+            "budget=20%,budget_rounding=kvpress,caches=kv_head,decode=grow,group_reduce=mean,"
+            "kernel=5,merge=none,pooling=avg,question=append,window=64");
   EXPECT_EQ(c.needs().prefill_window, 64);
   // User overrides apply on top of the preset.
   EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);

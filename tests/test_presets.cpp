@@ -503,12 +503,34 @@ TEST(Presets, KVCacheFactoryMergeAsMergeKv) {
 // the non-recent prefix are chosen; every entry whose shifted score is >= 0 is kept (so every text
 // entry) with the chosen and the window; every other entry pivot-merges into its most
 // cosine-similar kept key. Budget 10 on P = 52: recent 5, heavy 5; the 7 text entries outside the
-// window all stay, so 12 are kept (more than the budget, as the released code does).
-TEST(Presets, LookMOfItsReleasedCode) {
+// window all stay, so 12 are kept (more than the budget, as the released code does). 20% is the
+// released code's hh_ratio = recent_ratio = 0.1: int(5.2) = 5 each (ceil(10.4) = 11 would make it
+// 6 heavy, text that is kept anyway here; the all-image trace below tells the two apart).
+class LookMReleased : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Budgets, LookMReleased, ::testing::Values("10", "20%"));
+
+TEST(Presets, H2OAndLookMSizeEachPartAsTheirCode) {
+  // 255 image tokens at 20%: H2O's heavy_budget = int(0.1 * 255) = 25 and recent_budget = 25,
+  // LOOK-M's hh and recent the same: 50 held after the prompt, where ceil(51) held 51.
+  const std::string path = TinyTrace{.prompt_len = 255,
+                                     .weights = std::vector<double>(256, 1.0),
+                                     .values = std::vector<double>(256, 1.0),
+                                     .modality = std::vector<std::uint8_t>(256, 1)}
+                               .write("presets_parts.h5");
+  for (const std::string name : {"lookm:released", "h2o:paper"}) {
+    const auto r = run_policy(path, name, {{"budget", "20%"}});
+    EXPECT_EQ(r[0].steps[0][0].cache_size, 50 + 1) << name;  // + step 0's own token
+    const auto ceil = run_policy(path, name, {{"budget", "20%"}, {"budget_rounding", "ceil"}});
+    EXPECT_EQ(ceil[0].steps[0][0].cache_size, 51 + 1) << name;
+  }
+}
+
+TEST_P(LookMReleased, KeepsWhatItsReleasedCodeKeeps) {
   TraceReader reader(mha_trace("presets_lookm.h5"));
   const SampleInfo s = reader.read_sample(reader.sample_names()[0]);
   const int P = s.prompt_len, recent = 5, heavy = 5, layer = 1;
-  const PolicyConfig cfg = make_policy_config("lookm:released", {{"budget", "10"}});
+  ASSERT_EQ(P, 52);
+  const PolicyConfig cfg = make_policy_config("lookm:released", {{"budget", GetParam()}});
   const LayerTensors t = reader.read_layer(s, layer);
   const LayerAttention att(reader.info(), s, reader.read_layer(s, layer), cfg.needs(), 1);
   KvCache cache(reader.info().num_kv_heads, reader.info().head_dim);

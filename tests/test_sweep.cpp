@@ -44,7 +44,8 @@ TEST(Sweep, GridAxesAndRanges) {
   EXPECT_EQ(configs[3].label, "h2o[budget=3,recent=1]");
   EXPECT_EQ(
       configs[3].params.str(),
-      "budget=3,caches=kv_head,merge=none,mode=oneshot,normalize=none,question=compress,recent=1");
+      "budget=3,budget_rounding=ceil,caches=kv_head,merge=none,mode=oneshot,normalize=none,"
+      "question=compress,recent=1");
   EXPECT_EQ(configs[4].label, "full");
   // A coupled axis moves its parameters together.
   const auto pairs = expand_grid({"st3"}, {parse_grid_axis("st3.S+R=1/1.75,7/12.25")}, {});
@@ -82,9 +83,9 @@ TEST(Sweep, ResultsHaveAColumnPerParameterAndNumericBudgets) {
   std::getline(in, header);
   EXPECT_EQ(header.substr(0, header.find(",layer,")),
             "trace,trace_hash,sample,label,policy,params,budget_entries,budget_fraction,budget,"
-            "caches,merge,mode,normalize,question,recent");
+            "budget_rounding,caches,merge,mode,normalize,question,recent");
   std::getline(in, row);  // h2o[budget=10%], layer 0, KV head 0: ceil(2.0) = 2 entries of 20
-  EXPECT_NE(row.find("\",2,0.1,10%,kv_head,none,cumulative,none,compress,50%,0,0,"),
+  EXPECT_NE(row.find("\",2,0.1,10%,ceil,kv_head,none,cumulative,none,compress,50%,0,0,"),
             std::string::npos)
       << row;
   // The table printed at the end: one line per configuration.

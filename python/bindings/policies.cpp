@@ -97,15 +97,15 @@ void bind_policies(py::module_& m) {
       "a keep flag per entry. alpha < 0: each head keeps its `keep` best; else head-adaptive.");
   m.def(
       "resolve_budget",
-      [](const std::string& budget, int prompt_len) {
+      [](const std::string& budget, int prompt_len, const std::string& rounding) {
         if (prompt_len < 0) throw py::value_error("resolve_budget: prompt_len must be >= 0");
-        return Size::parse(budget).resolve(prompt_len);
+        return Size::parse(budget).resolve(prompt_len, parse_rounding(rounding));
       },
-      py::arg("budget"), py::arg("prompt_len"),
+      py::arg("budget"), py::arg("prompt_len"), py::arg("rounding") = "ceil",
       "The entries a budget keeps on a prompt of prompt_len tokens, as every policy resolves it: "
-      "a count ('128'), a percentage rounded up ('20%' of 640 = 128), or kvpress's compression "
-      "ratio ('compression_ratio:0.8' keeps int(P * (1 - 0.8))). ValueError when it is none of "
-      "these.");
+      "a count ('128'), a percentage rounded by `rounding` (a policy's budget_rounding: ceil, "
+      "'20%' of 640 = 128; floor; round; kvpress, 127), or kvpress's compression ratio "
+      "('compression_ratio:0.8' keeps int(P * (1 - 0.8))). ValueError when it is none of these.");
 }
 
 }  // namespace kvsim::python

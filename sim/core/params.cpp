@@ -30,15 +30,36 @@ std::string fmt(double v) {
 
 }  // namespace
 
-double Size::unrounded(int base) const {
-  if (removed) return base * (1.0 - value);
-  return percent ? value / 100.0 * base : value;
+Rounding parse_rounding(const std::string& name) {
+  if (name == "ceil") return Rounding::kCeil;
+  if (name == "floor") return Rounding::kFloor;
+  if (name == "round") return Rounding::kRound;
+  if (name == "kvpress") return Rounding::kKvpress;
+  throw std::invalid_argument("unknown budget rounding '" + name +
+                              "' (known: ceil, floor, round, kvpress)");
 }
 
-int Size::resolve(int base) const {
-  if (removed || !percent) return static_cast<int>(unrounded(base));
+double Size::unrounded(int base, Rounding rounding) const {
+  if (removed) return base * (1.0 - value);
+  if (!percent) return value;
+  const double r = value / 100.0;  // correctly rounded: the double Python parses from "0.2"
+  return rounding == Rounding::kKvpress ? base * (1.0 - (1.0 - r)) : base * r;
+}
+
+int Size::resolve(int base, Rounding rounding) const {
+  const double x = unrounded(base, rounding);
+  if (removed || !percent) return static_cast<int>(x);
+  switch (rounding) {
+    case Rounding::kFloor:
+    case Rounding::kKvpress:
+      return static_cast<int>(x);  // Python's int(): truncation, no tolerance
+    case Rounding::kRound:
+      return static_cast<int>(std::nearbyint(x));  // the default mode rounds half to even
+    case Rounding::kCeil:
+      break;
+  }
   // Subtract a hair before ceil so that 20% of 640 is 128, not 129 through rounding noise.
-  return static_cast<int>(std::ceil(unrounded(base) - 1e-9));
+  return static_cast<int>(std::ceil(x - 1e-9));
 }
 
 std::string Size::str() const {

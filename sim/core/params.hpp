@@ -33,6 +33,15 @@ struct ParamSpec {
 // A count, a percentage, or kvpress's compression ratio (the fraction removed), resolved against a
 // base (the prompt length for budgets).
 inline constexpr const char* kCompressionRatioPrefix = "compression_ratio:";
+// How a percentage becomes whole entries; each reference repository has its own (policies'
+// `budget_rounding`). r = the percentage / 100 and P the base, all in double as Python computes:
+//   ceil     kvsim's: ceil(r·P) (a hair below, so that 20% of 640 is 128)
+//   floor    int(r·P), as H2O's and LOOK-M's code size each of their parts
+//   round    Python's round(P·r), half to even (KVCache-Factory run_longbench.py)
+//   kvpress  int(P·(1 − R)) with R = 1 − r, the compression ratio that keeps r: 0.2 of 640
+//            keeps 127 (kvpress/presses/scorer_press.py)
+enum class Rounding { kCeil, kFloor, kRound, kKvpress };
+Rounding parse_rounding(const std::string& name);  // throws std::invalid_argument
 struct Size {
   bool percent = false;
   bool removed = false;  // "compression_ratio:R": keeps int(base · (1 − R)), as kvpress does
@@ -40,9 +49,10 @@ struct Size {
   // Percentages round up: 20% of P keeps ceil(0.2 P) entries. A compression ratio rounds down in
   // double arithmetic exactly as kvpress's ScorerPress (kvpress/presses/scorer_press.py,
   // n_kept = int(k_len * (1 - compression_ratio))): 0.8 of 640 keeps 127.
-  int resolve(int base) const;
-  // The entries before any rounding (kvpress's PyramidKVPress sizes layers from it).
-  double unrounded(int base) const;
+  int resolve(int base, Rounding rounding = Rounding::kCeil) const;
+  // The entries before any rounding (kvpress's PyramidKVPress sizes layers from it); under
+  // kKvpress a percentage goes through its compression ratio as kvpress's arithmetic does.
+  double unrounded(int base, Rounding rounding = Rounding::kCeil) const;
   std::string str() const;
   static Size parse(const std::string& text);  // throws std::invalid_argument
 };
