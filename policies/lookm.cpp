@@ -17,6 +17,7 @@
 // then every entry whose shifted score is >= 0 kept -- every text entry, so the cache exceeds the
 // budget when the prompt holds more text than the heavy-hitter share; no sinks; heavy and recent
 // int(P * ratio) each (the `lookm:released` preset: recent_ratio 0.5, sinks 0, merge pivotal).
+#include <algorithm>
 #include <cmath>
 
 #include "policies/merging.hpp"
@@ -37,6 +38,7 @@ class LookM final : public Policy {
                     : static_cast<int>(std::floor(p.get_float("recent_ratio") * budget_ + 1e-9))),
         sinks_(static_cast<int>(p.get_int("sinks"))),
         keep_all_text_(p.get_string("text") == "all"),
+        released_arithmetic_(p.get_string("arithmetic") == "released"),
         merge_(p.get_string("merge")) {}
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -46,9 +48,12 @@ class LookM final : public Policy {
     std::vector<std::uint8_t> is_text(P);
     for (int j = 0; j < P; ++j) is_text[j] = view.modality()[j] == 0;
     for (int g = 0; g < cache.kv_heads(); ++g) {
-      const std::vector<double> score = prompt_column_scores(view, g);
       const auto forced = sink_and_recent_mask(P, sinks_, recent_);
-      auto keep = keep_text_prior(score, is_text, budget_, forced);
+      const std::vector<double> score = released_arithmetic_
+                                            ? released_scores(view, g, is_text, forced)
+                                            : prompt_column_scores(view, g);
+      auto keep = released_arithmetic_ ? keep_top_older_first(score, budget_, forced)
+                                       : keep_text_prior(score, is_text, budget_, forced);
       if (keep_all_text_)
         for (int j = 0; j < P; ++j) keep[j] |= is_text[j];
       priority_[g] = text_prior_priority(score, is_text, forced);
@@ -69,9 +74,48 @@ class LookM final : public Policy {
   }
 
  private:
+  // The released code's scores in its own arithmetic (TextPivotMerge_LayerWise with a float16
+  // model): attention weights cast to the trace's dtype, hh_score = their column sums rounded to
+  // it (attn.sum(0).sum(1)), then image spans and the recent window shifted by -65516 in that
+  // dtype (-65504 in float16, whose spacing there is 32: every image score below 16 becomes
+  // exactly -65504). With GQA the query heads' scores are summed and rounded again.
+  static std::vector<double> released_scores(const LayerView& view, int g,
+                                             const std::vector<std::uint8_t>& is_text,
+                                             const std::vector<std::uint8_t>& forced) {
+    const int P = view.prompt_len(), group = view.group_size();
+    const DType dtype = view.dtype();
+    const float shift = round_to_dtype(-65516.0f, dtype);
+    std::vector<double> score(P);
+    for (int j = 0; j < P; ++j) {
+      float s = 0;
+      for (int r = 0; r < group; ++r)
+        s += round_to_dtype(view.prefill_column_sums_rounded(g * group + r)[j], dtype);
+      s = round_to_dtype(s, dtype);
+      // The released mask covers image spans and the recent window; sinks (kvsim's) stay forced.
+      if (!is_text[j] || forced[j]) s = round_to_dtype(s + shift, dtype);
+      score[j] = s;
+    }
+    return score;
+  }
+
+  // torch.topk over the entries outside the window, ties to the older position (as its CUDA
+  // kernel returns them), the forced entries kept besides: `keep` in all.
+  static std::vector<std::uint8_t> keep_top_older_first(const std::vector<double>& score, int keep,
+                                                        const std::vector<std::uint8_t>& forced) {
+    std::vector<std::uint8_t> out(forced.begin(), forced.end());
+    std::vector<int> order;
+    for (int j = 0; j < static_cast<int>(score.size()); ++j)
+      if (!forced[j]) order.push_back(j);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+    const int forced_count = static_cast<int>(std::count(forced.begin(), forced.end(), 1));
+    const int chosen = std::clamp(keep - forced_count, 0, static_cast<int>(order.size()));
+    for (int k = 0; k < chosen; ++k) out[order[k]] = 1;
+    return out;
+  }
+
   BudgetSplit split_;  // declared before budget_ and recent_, which it initialises
   int budget_, recent_, sinks_;
-  bool keep_all_text_;
+  bool keep_all_text_, released_arithmetic_;
   std::string merge_;
   std::vector<std::vector<double>> priority_;  // [kv head][prompt position] of the last prefill
 };
@@ -95,6 +139,16 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"prior", "all"}},
+               {"arithmetic",
+                ParamType::kChoice,
+                "exact",
+                "exact (column sums in double, ties to the newer) or released (the released "
+                "code's: weights and sums in the trace's dtype, images and window shifted by "
+                "-65516 there, torch.topk's ties to the older: in float16 every image below "
+                "score 16 ties)",
+                0,
+                0,
+                {"exact", "released"}},
                {"merge",
                 ParamType::kChoice,
                 "average",
@@ -105,7 +159,12 @@ const PolicyRegistration reg({
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
     .lookahead = false,
     .merges = true,
-    .needs_for = {},
+    .needs_for =
+        [](const ParamSet& p) {
+          AttentionNeeds n{.prefill_column_sums = true};
+          n.prefill_column_sums_rounded = p.get_string("arithmetic") == "released";
+          return n;
+        },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<LookM>(p, s);
     },

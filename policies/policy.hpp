@@ -101,6 +101,10 @@ class LayerView {
   // Prompt statistics (declared in AttentionNeeds): column sums of the causal prompt attention,
   // the last prefill_window() prompt rows, and the text-query column sums and maxima.
   const float* prefill_column_sums(int h) const { return att_.prefill_column_sums(h); }
+  const float* prefill_column_sums_rounded(int h) const {
+    return att_.prefill_column_sums_rounded(h);
+  }
+  DType dtype() const { return att_.sample().dtype; }  // the trace's (float32 in a live model)
   int prefill_window() const { return att_.prefill_window(); }
   const float* prefill_window_row(int h, int r) const { return att_.prefill_window_row(h, r); }
   const float* text_query_column_sums() const { return att_.text_query_column_sums(); }

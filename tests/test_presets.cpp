@@ -147,7 +147,8 @@ std::string gqa_trace(const std::string& name) {
 
 TEST(Presets, ABudgetWithinTheWindowKeepsTheNewestEntries) {
   // P = 10, budget 3, window 32: the window is clamped to the budget and the 3 newest prompt
-  // entries stay, as kvpress's SnapKVPress keeps its n_kept newest when all are in its window.
+  // entries stay (kvsim's tie rule). kvpress's SnapKVPress gives every window entry the same
+  // score, so which n_kept it keeps is torch.topk's tie order: the oldest on a GPU.
   TinyTrace t{.prompt_len = 10, .weights = std::vector<double>(12, 1.0), .layers = 1};
   const std::string path = t.write("snapkv_small_budget.h5");
   for (const std::string policy : {"snapkv", "pyramidkv", "adakv", "snapkv:kvpress"}) {
@@ -523,6 +524,47 @@ TEST(Presets, H2OAndLookMSizeEachPartAsTheirCode) {
     const auto ceil = run_policy(path, name, {{"budget", "20%"}, {"budget_rounding", "ceil"}});
     EXPECT_EQ(ceil[0].steps[0][0].cache_size, 51 + 1) << name;
   }
+}
+
+TEST(Presets, LookMInItsReleasedArithmetic) {
+  // float16 arithmetic by hand: -65516 rounds to -65504, where float16's spacing is 32, so an
+  // image score below 16 shifted by it is exactly -65504 and one of 20 is -65472.
+  EXPECT_EQ(round_to_dtype(-65516.0f, DType::kFloat16), -65504.0f);
+  EXPECT_EQ(round_to_dtype(7.3f - 65504.0f, DType::kFloat16), -65504.0f);
+  EXPECT_EQ(round_to_dtype(20.0f - 65504.0f, DType::kFloat16), -65472.0f);
+  EXPECT_EQ(round_to_dtype(-65516.0f, DType::kFloat32), -65516.0f);
+  // 40 image tokens, 10..14 attended 50 times as much as the rest: their column sums are the
+  // largest, yet below 16 (at most 40 rows, each under 0.2 once they exist). Budget 10: recent 5,
+  // heavy 5. Exact scores keep 10..14; in float16 all 35 candidates tie at -65504 and torch.topk
+  // returns the oldest, 0..4 (the released code's choice on a GPU). In float32 the shift keeps
+  // the scores apart (spacing 2^-8 at 65516) and the choice is the exact one.
+  std::vector<double> w(41, 1.0);
+  for (int j = 10; j < 15; ++j) w[j] = 50;
+  auto trace = [&](DType dtype, const std::string& name) {
+    return TinyTrace{.prompt_len = 40,
+                     .weights = w,
+                     .modality = std::vector<std::uint8_t>(41, 1),
+                     .dtype = dtype}
+        .write(name);
+  };
+  const std::map<std::string, std::string> p = {
+      {"budget", "10"}, {"merge", "none"}, {"arithmetic", "released"}};
+  auto kept = [](const LayerResult& r) {
+    std::vector<int> out;
+    const std::vector<int> gone = evicted_at(r, -1);
+    for (int j = 0; j < 40; ++j)
+      if (std::find(gone.begin(), gone.end(), j) == gone.end()) out.push_back(j);
+    return out;
+  };
+  const std::vector<int> oldest = {0, 1, 2, 3, 4, 35, 36, 37, 38, 39};
+  const std::vector<int> attended = {10, 11, 12, 13, 14, 35, 36, 37, 38, 39};
+  const std::string half = trace(DType::kFloat16, "lookm_fp16.h5");
+  EXPECT_EQ(kept(run_policy(half, "lookm:released", p)[0]), oldest);
+  auto exact = p;
+  exact["arithmetic"] = "exact";
+  EXPECT_EQ(kept(run_policy(half, "lookm:released", exact)[0]), attended);
+  EXPECT_EQ(kept(run_policy(trace(DType::kFloat32, "lookm_fp32.h5"), "lookm:released", p)[0]),
+            attended);
 }
 
 TEST_P(LookMReleased, KeepsWhatItsReleasedCodeKeeps) {

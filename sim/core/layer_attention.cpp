@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "sim/core/kernels/kernels.hpp"
+#include "traces/half.hpp"
 #include "sim/core/parallel.hpp"
 
 namespace kvsim {
@@ -23,6 +24,11 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
   key_ranking |= o.key_ranking;
   prefill_window = std::max(prefill_window, o.prefill_window);
+  prefill_column_sums_rounded |= o.prefill_column_sums_rounded;
+}
+
+float round_to_dtype(float x, DType dtype) {
+  return dtype == DType::kFloat16 ? half_to_float_scalar(float_to_half_scalar(x)) : x;
 }
 
 float softmax_inplace(float* x, int n, float scale) {
@@ -44,6 +50,7 @@ LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const Sample
       scale_(static_cast<float>(trace.scale)),
       rope_theta_(trace.rope_theta),
       want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
+      want_rounded_colsums_(needs.prefill_column_sums_rounded),
       epsilon_(needs.sparsity_epsilon) {
   allocate(needs, shape.decode);
   if (epsilon_ > 0) sparse_counts_.assign(static_cast<std::size_t>(H_) * 2, 0);
@@ -57,7 +64,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
   if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
   parallel_for(H_, threads, [&](int h) {
-    if (want_colsums_ || window_ > 0) compute_prefill(h, 64);
+    if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill(h, 64);
     if (G_ > 0) compute_decode(h);
   });
   compute_output_norms();
@@ -75,7 +82,7 @@ LayerAttention::LayerAttention(PromptOnly, const TraceInfo& trace, const SampleI
     throw std::invalid_argument("key ranking needs every decode query: replay only");
   openblas_set_num_threads(1);
   if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
-  if (want_colsums_ || window_ > 0)
+  if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
     parallel_for(H_, threads, [&](int h) { compute_prefill(h, 64); });
 }
 
@@ -87,6 +94,7 @@ void LayerAttention::set_token_row(int position, const float* q, const float* k,
 
 void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
+  if (want_rounded_colsums_) rounded_colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
   if (!decode) return;
   decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
@@ -154,9 +162,10 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
   const int g = h / group_size();
   const float* q = tensors_.q.data() + static_cast<std::size_t>(h) * d_;
   const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
-  const int first_row = want_colsums_ ? 0 : P_ - window_;
+  const int first_row = want_colsums_ || want_rounded_colsums_ ? 0 : P_ - window_;
   std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
   float* colsum = want_colsums_ ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  float* rounded = want_rounded_colsums_ ? &rounded_colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
@@ -168,6 +177,8 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
       float* row = &logits[static_cast<std::size_t>(r) * keys];
       softmax_inplace(row, i + 1, scale_);
       if (colsum) kernels::active().accumulate(colsum, row, i + 1);
+      if (rounded)
+        for (int j = 0; j <= i; ++j) rounded[j] += round_to_dtype(row[j], sample_.dtype);
       if (epsilon_ > 0) count_sparse(h, row, i);
       if (i >= P_ - window_)
         std::copy(row, row + i + 1,
@@ -272,6 +283,11 @@ void LayerAttention::compute_decode(int h) {
 const float* LayerAttention::prefill_column_sums(int h) const {
   if (!want_colsums_) throw std::logic_error("prefill column sums were not requested");
   return &colsums_[static_cast<std::size_t>(h) * P_];
+}
+
+const float* LayerAttention::prefill_column_sums_rounded(int h) const {
+  if (!want_rounded_colsums_) throw std::logic_error("rounded prefill column sums were not requested");
+  return &rounded_colsums_[static_cast<std::size_t>(h) * P_];
 }
 
 const float* LayerAttention::prefill_window_row(int h, int r) const {

@@ -27,6 +27,10 @@ struct AttentionNeeds {
   // Per decode step and KV head, the keys ranked by the group-mean full-cache attention (replay
   // diagnostics: hit rates and misses).
   bool key_ranking = false;
+  // The prefill column sums again with every probability first rounded to the trace's dtype (a
+  // float16 model's attention weights; float32 as is), summed in float: LOOK-M's released
+  // arithmetic (lookm `arithmetic = released`).
+  bool prefill_column_sums_rounded = false;
   void merge(const AttentionNeeds& o);
 };
 
@@ -70,6 +74,8 @@ class LayerAttention {
 
   // [P]: Σ_{i<P} p_ij for query head h (causal prompt attention received by key j).
   const float* prefill_column_sums(int h) const;
+  // The same with each probability rounded to the trace's dtype first (prefill_column_sums_rounded).
+  const float* prefill_column_sums_rounded(int h) const;
   int prefill_window() const { return window_; }
   // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
   const float* prefill_window_row(int h, int r) const;
@@ -141,6 +147,8 @@ class LayerAttention {
   double rope_theta_;
   bool want_colsums_;
   std::vector<float> colsums_;             // [H, P]
+  bool want_rounded_colsums_;
+  std::vector<float> rounded_colsums_;     // [H, P]
   std::vector<float> window_rows_;         // [H, window, P]
   std::vector<float> decode_probs_;        // [G, H, T]
   std::vector<float> decode_lse_;          // [G, H]
@@ -159,5 +167,7 @@ class LayerAttention {
 
 // Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.
 float softmax_inplace(float* x, int n, float scale);
+// x rounded to a trace dtype's precision (float16: round to nearest even; float32: x).
+float round_to_dtype(float x, DType dtype);
 
 }  // namespace kvsim

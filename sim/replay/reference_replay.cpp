@@ -48,11 +48,14 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
   }
   for (int h = 0; h < H_; ++h) {
     const int g = h / group_size();
-    for (int i = (want_colsums_ ? 0 : P_ - window_); i < P_; ++i) {
+    for (int i = (want_colsums_ || want_rounded_colsums_ ? 0 : P_ - window_); i < P_; ++i) {
       const auto p = causal_row(tensors_, i, h, g, i + 1, scale_, d_, nullptr);
       for (int j = 0; j <= i; ++j) {
         if (want_colsums_)
           colsums_[static_cast<std::size_t>(h) * P_ + j] += static_cast<float>(p[j]);
+        if (want_rounded_colsums_)
+          rounded_colsums_[static_cast<std::size_t>(h) * P_ + j] +=
+              round_to_dtype(static_cast<float>(p[j]), sample_.dtype);
         if (i >= P_ - window_)
           window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_ + j] =
               static_cast<float>(p[j]);
