@@ -70,9 +70,12 @@ class Hae final : public Policy {
     // Table 2/3's sizes are absolute, for ~2.4k-token prompts: on a shorter one they cut nothing
     // at the prefill, which a user should hear rather than infer.
     if (!auto_budget_ && budget_ >= s.prompt_len)
-      note("hae: budget = " + std::to_string(budget_) +
-           " entries is not below the prompt length, so the prefill evicts nothing (only DAP "
-           "and the decoding eviction act)");
+      note("hae: budget = " + std::to_string(budget_) + " entries is not below the " +
+           std::to_string(s.prompt_len) +
+           "-token prompt: only DAP cuts the prefill, and the decoding eviction starts once a "
+           "cache holds budget + rc_size = " + std::to_string(budget_ + rc_size_) +
+           " entries, at the earliest " + std::to_string(budget_ + rc_size_ - s.prompt_len) +
+           " generated tokens in (the preset's size is absolute, for the paper's longer prompts)");
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {

@@ -331,7 +331,9 @@ TEST(Cli, BudgetsShowWhatTheyResolvedToAndWhoIgnoredThem) {
       << r.output;
   EXPECT_NE(r.output.find("hae:table3     956 "), std::string::npos) << r.output;
   // Table 3's 956 entries exceed this 10-token prompt: the prefill cuts nothing, and it says so.
-  EXPECT_NE(r.output.find("hae: budget = 956 entries is not below the prompt length"),
+  EXPECT_NE(r.output.find("hae: budget = 956 entries is not below the 10-token prompt: only DAP "
+                          "cuts the prefill, and the decoding eviction starts once a cache holds "
+                          "budget + rc_size = 1012 entries, at the earliest 1002 generated"),
             std::string::npos)
       << r.output;
 
