@@ -84,6 +84,11 @@ class Pythonic(unittest.TestCase):
         self.assertEqual(kvsim.resolve_budget("20%", 641), 129)  # rounds up
         self.assertEqual(kvsim.resolve_budget("96", 640), 96)
         self.assertEqual(kvsim.resolve_budget("compression_ratio:0.8", 640), 127)  # kvpress int()
+        # A repository's rounding (a policy's budget_rounding): Python's int(640 * (1 - 0.8)),
+        # round(5 * 0.5) (half to even) and int(0.29 * 100).
+        self.assertEqual(kvsim.resolve_budget("20%", 640, "kvpress"), 127)
+        self.assertEqual(kvsim.resolve_budget("50%", 5, "round"), 2)
+        self.assertEqual(kvsim.resolve_budget("29%", 100, "floor"), 28)
 
     def test_frames_have_proper_dtypes(self):
         res = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="30%")
