@@ -169,6 +169,7 @@ const PolicyRegistration reg({
     .params = concat(
         {
             budget_param(),
+            budget_rounding_param(false),
             decode_mode_param(),
             caches_param(),
             question_param(),

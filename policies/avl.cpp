@@ -59,7 +59,8 @@ class Avl final : public Policy {
     for (int i = 0; i < s.prompt_len; ++i) prompt_text_ += s.modality[i] == 0;
     // `limit`: the prompt's text plus the most tokens the run may generate, a configuration value
     // known before decoding (not the trace's realised generation length, the future).
-    if (window_reading_ == "limit") generation_limit_ = static_cast<int>(p.get_int("max_new_tokens"));
+    if (window_reading_ == "limit")
+      generation_limit_ = static_cast<int>(p.get_int("max_new_tokens"));
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
@@ -175,7 +176,7 @@ class Avl final : public Policy {
   double prefill_pct_, text_pct_;
   std::string window_reading_;
   int prompt_len_, prompt_text_ = 0;
-  int generation_limit_ = 0;  // max_new_tokens with `limit`
+  int generation_limit_ = 0;       // max_new_tokens with `limit`
   std::vector<int> prefill_kept_;  // image positions kept for layers >= 2
   std::map<int, Layer> layers_;
 };

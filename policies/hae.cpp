@@ -73,8 +73,9 @@ class Hae final : public Policy {
       note("hae: budget = " + std::to_string(budget_) + " entries is not below the " +
            std::to_string(s.prompt_len) +
            "-token prompt: only DAP cuts the prefill, and the decoding eviction starts once a "
-           "cache holds budget + rc_size = " + std::to_string(budget_ + rc_size_) +
-           " entries, at the earliest " + std::to_string(budget_ + rc_size_ - s.prompt_len) +
+           "cache holds budget + rc_size = " +
+           std::to_string(budget_ + rc_size_) + " entries, at the earliest " +
+           std::to_string(budget_ + rc_size_ - s.prompt_len) +
            " generated tokens in (the preset's size is absolute, for the paper's longer prompts)");
   }
 

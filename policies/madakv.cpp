@@ -329,6 +329,7 @@ const PolicyRegistration reg({
     .provenance = "MadaKV (paper 001), Sec. 3.3 Eq. 6-11, Table 3",
     .params =
         {budget_param(),
+         budget_rounding_param(false),
          decode_mode_param(),
          {"proxy", ParamType::kInt, "8", "proxy tokens: the last prompt tokens (Eq. 7)", 1, 1e9},
          {"theta", ParamType::kFloat, "0.9", "sparsity threshold θ (Eq. 9)", 0, 1},

@@ -155,6 +155,7 @@ const PolicyRegistration reg({
                "and average merging of every unselected entry into its most similar kept key.",
     .provenance = "MEDA (paper 004), Sec. 3.2-3.3 Eq. 4-12, Sec. 4.4",
     .params = {budget_param("10%"),
+               budget_rounding_param(false),
                decode_mode_param(),
                {"recent_ratio", ParamType::kFloat, "0.75",
                 "share of a layer's budget kept as the recent window M (M : N = 3 : 1)", 0, 1},

@@ -170,6 +170,7 @@ const PolicyRegistration reg({
                "exactly as many as that policy holds.",
     .provenance = "kvsim (offline reference: future full-cache attention mass)",
     .params = {budget_param(),
+               budget_rounding_param(false),
                caches_param(),
                {"match",
                 ParamType::kString,

@@ -85,17 +85,10 @@ void wrap_decode_mode(PolicyInfo& info) {
   };
 }
 
-// Every budgeted policy says how its percentages become entries (h2o and lookm declare their own
-// `budget_rounding`, with the split into parts their reference code uses).
-void add_budget_rounding(PolicyInfo& info) {
-  if (declares(info, "budget") && !declares(info, "budget_rounding"))
-    info.params.push_back(budget_rounding_param(false));
-}
 }  // namespace
 
 void PolicyRegistry::add(PolicyInfo info) {
   wrap_decode_mode(info);
-  add_budget_rounding(info);
   const std::string name = info.name;
   if (!policies_.emplace(name, std::move(info)).second)
     throw std::logic_error("policy '" + name + "' registered twice");
@@ -105,7 +98,6 @@ void PolicyRegistry::replace(PolicyInfo info) {
   const auto it = policies_.find(info.name);
   if (it == policies_.end()) throw std::logic_error("policy '" + info.name + "' is not registered");
   wrap_decode_mode(info);
-  add_budget_rounding(info);
   it->second = std::move(info);
 }
 
@@ -241,7 +233,8 @@ std::string budget_replaced_warning(
   std::string replaced;
   for (const auto& n : names) {
     const auto it = overrides.find(n);
-    if (it != overrides.end() && (it->second.count("budget") || it->second.count("compression_ratio")))
+    if (it != overrides.end() &&
+        (it->second.count("budget") || it->second.count("compression_ratio")))
       continue;
     if (preset_pins_budget(n)) continue;
     const PolicyConfig plain = make_policy_config(n, {});
@@ -313,8 +306,9 @@ ParamSpec budget_rounding_param(bool parts) {
       "KVCache-Factory), kvpress (int(P (1 - R)) with R = 1 - r: kvpress's compression ratio)";
   if (parts) {
     choices.push_back("parts");
-    help += ", parts (the heavy and the recent part each int(P r share), as H2O's and LOOK-M's "
-            "code size them)";
+    help +=
+        ", parts (the heavy and the recent part each int(P r share), as H2O's and LOOK-M's "
+        "code size them)";
   }
   return {"budget_rounding", ParamType::kChoice, "ceil", help, 0, 0, choices};
 }
@@ -353,14 +347,14 @@ BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len,
     out.recent = static_cast<int>(prompt_len * (r * share));
     out.total = out.recent + static_cast<int>(prompt_len * (r * (1.0 - share)));
   } else {
-    out.total = size.resolve(prompt_len,
-                             rounding == "parts" ? Rounding::kCeil : parse_rounding(rounding));
+    out.total =
+        size.resolve(prompt_len, rounding == "parts" ? Rounding::kCeil : parse_rounding(rounding));
   }
   if (out.total < 1)
-    throw std::invalid_argument(policy + ": parameter 'budget' = '" + params.get_string("budget") +
-                                "' resolves to " + std::to_string(out.total) + " entries for a " +
-                                std::to_string(prompt_len) + "-token prompt (budget_rounding = " +
-                                rounding + "); need at least 1");
+    throw std::invalid_argument(
+        policy + ": parameter 'budget' = '" + params.get_string("budget") + "' resolves to " +
+        std::to_string(out.total) + " entries for a " + std::to_string(prompt_len) +
+        "-token prompt (budget_rounding = " + rounding + "); need at least 1");
   return out;
 }
 

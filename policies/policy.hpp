@@ -298,8 +298,8 @@ void check_question_once(const ParamSet& p, const std::string& policy, bool evic
 
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");
-// `budget_rounding` (sim/core/params.hpp Rounding), added to every budgeted policy when it is
-// registered; `parts` (for policies with a heavy and a recent part) adds H2O's and LOOK-M's split.
+// `budget_rounding` (sim/core/params.hpp Rounding), declared by every budgeted policy beside its
+// budget; `parts` (for policies with a heavy and a recent part) adds H2O's and LOOK-M's split.
 ParamSpec budget_rounding_param(bool parts);
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);
 // The budget, and under budget_rounding = parts its recent part (else recent = -1: the policy

@@ -123,6 +123,7 @@ const PolicyRegistration reg({
     .params = concat(
         {
             budget_param(),
+            budget_rounding_param(false),
             decode_mode_param(),
             caches_param(),
             prompt_merge_param(),

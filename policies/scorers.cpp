@@ -34,7 +34,8 @@ SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, 
     s.clamped = policy + ": budget (" + std::to_string(budget) +
                 " entries) does not exceed parameter 'window' = " + std::to_string(s.window) +
                 ": window clamped to " + std::to_string(budget) + " (kvsim keeps the newest " +
-                std::to_string(budget) + " prompt entries, its tie rule; kvpress scores the "
+                std::to_string(budget) +
+                " prompt entries, its tie rule; kvpress scores the "
                 "window entries equal and on a GPU keeps the oldest of them)";
     s.window = budget;
   }

@@ -56,6 +56,7 @@ const PolicyRegistration reg({
     .summary = "Attention sinks + sliding window: the first `sinks` positions and the most recent.",
     .provenance = "Xiao et al. 2024, StreamingLLM, Sec. 3.2",
     .params = {budget_param(),
+               budget_rounding_param(false),
                {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9},
                compress_when_param(),
                caches_param(),
