@@ -308,7 +308,6 @@ struct BudgetSplit {
   int total = 0;
   int recent = -1;
 };
-BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len,
-                                 const std::string& policy);
+BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len, const std::string& policy);
 
 }  // namespace kvsim

@@ -263,9 +263,11 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   const std::string trace = t.write("cli_tiny.h5");
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (valid: budget, budget_rounding, caches, merge, question, "
-                          "recent, mode, normalize)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(
+          "unknown parameter 'bugdet' (valid: budget, budget_rounding, caches, merge, question, "
+          "recent, mode, normalize)"),
+      std::string::npos)
       << r.output;
   r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");
   EXPECT_NE(r.code, 0);

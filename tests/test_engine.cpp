@@ -379,10 +379,11 @@ TEST(Engine, DecisionDumpLayout) {
   }
   H5Handle f(H5Fopen(dump.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   H5Handle g(H5Gopen2(f.get(), "h2o", H5P_DEFAULT));
-  EXPECT_EQ(h5_read_string_attr(g.get(), "params").value(),
-            "budget=2,budget_rounding=ceil,caches=kv_head,merge=none,mode=cumulative,normalize=none,"
-            "question=compress,"
-            "recent=50%");
+  EXPECT_EQ(
+      h5_read_string_attr(g.get(), "params").value(),
+      "budget=2,budget_rounding=ceil,caches=kv_head,merge=none,mode=cumulative,normalize=none,"
+      "question=compress,"
+      "recent=50%");
   std::vector<hsize_t> shape;
   // The H2O case of test_policies: 1, 2 at the prefill, 3 after step 0, 4 after step 1.
   EXPECT_EQ(read_ints(f.get(), "h2o/samples/s0/layers/0/heads/0/evicted", shape),

@@ -43,7 +43,8 @@ TEST(Params, DefaultsAndOverrides) {
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string unknown = error_of([] { make_policy_config("h2o", {{"windw", "3"}}); });
-  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, budget_rounding, caches, merge, question, "
+  EXPECT_NE(unknown.find("h2o: unknown parameter 'windw' (valid: budget, budget_rounding, caches, "
+                         "merge, question, "
                          "recent, mode, normalize)"),
             std::string::npos)
       << unknown;
@@ -120,10 +121,10 @@ TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
   auto entries = [](const std::string& name, const std::string& budget, int P) {
     return budget_entries(make_policy_config(name, {{"budget", budget}}), P);
   };
-  EXPECT_EQ(entries("snapkv", "20%", 640), 128);          // kvsim: ceil
-  EXPECT_EQ(entries("snapkv:kvpress", "20%", 640), 127);  // compression_ratio 0.8
+  EXPECT_EQ(entries("snapkv", "20%", 640), 128);              // kvsim: ceil
+  EXPECT_EQ(entries("snapkv:kvpress", "20%", 640), 127);      // compression_ratio 0.8
   EXPECT_EQ(entries("snapkv:kvcache-factory", "50%", 5), 2);  // round(2.5)
-  EXPECT_EQ(entries("snapkv:original", "50%", 5), 3);  // its repository sizes in entries
+  EXPECT_EQ(entries("snapkv:original", "50%", 5), 3);         // its repository sizes in entries
   // H2O and LOOK-M: int(255 * 0.1) = 25 heavy + 25 recent, one fewer than ceil(51).
   for (const std::string name : {"h2o:paper", "lookm:released"}) {
     const PolicyConfig c = make_policy_config(name, {});
@@ -134,11 +135,13 @@ TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
   }
   const PolicyConfig absolute =
       make_policy_config("h2o", {{"budget_rounding", "parts"}, {"recent", "8"}});
-  EXPECT_NE(error_of([&] { resolve_budget_split(absolute.params, 100, "h2o"); })
-                .find("h2o: budget_rounding = parts needs 'recent' as a percentage"),
+  EXPECT_NE(error_of([&] {
+              resolve_budget_split(absolute.params, 100, "h2o");
+            }).find("h2o: budget_rounding = parts needs 'recent' as a percentage"),
             std::string::npos);
-  EXPECT_NE(error_of([] { make_policy_config("snapkv", {{"budget_rounding", "parts"}}); })
-                .find("'budget_rounding' = 'parts' is not one of"),
+  EXPECT_NE(error_of([] {
+              make_policy_config("snapkv", {{"budget_rounding", "parts"}});
+            }).find("'budget_rounding' = 'parts' is not one of"),
             std::string::npos);
 }
 

@@ -827,15 +827,18 @@ TEST(Presets, KvpressRegistryAdaKVAroundExpectedAttention) {
     expect_kept(rt.path, preset, {{"compression_ratio", "0.4"}, {"question", "compress"}},
                 [&](const TraceReader&, const SampleInfo&, int, int g) { return kept[g]; });
   }
-  for (const auto& [key, value] : std::map<std::string, std::string>{
-           {"scorer", "expected_attention"}, {"window", "0"}, {"safeguard", "kvpress"},
-           {"alpha", "0.2"}, {"question", "append"}})
+  for (const auto& [key, value] :
+       std::map<std::string, std::string>{{"scorer", "expected_attention"},
+                                          {"window", "0"},
+                                          {"safeguard", "kvpress"},
+                                          {"alpha", "0.2"},
+                                          {"question", "append"}})
     EXPECT_EQ(make_policy_config("adakv:kvpress-expected-attention-e2", {}).params.values().at(key),
               value)
         << key;
-  EXPECT_EQ(make_policy_config("adakv:kvpress-expected-attention-e2", {}).params.values().at(
-                "epsilon"),
-            "0.01");
+  EXPECT_EQ(
+      make_policy_config("adakv:kvpress-expected-attention-e2", {}).params.values().at("epsilon"),
+      "0.01");
 }
 
 }  // namespace

@@ -42,10 +42,9 @@ TEST(Sweep, GridAxesAndRanges) {
   ASSERT_EQ(configs.size(), 5u);  // 2 x 2 h2o + full
   EXPECT_EQ(configs[0].label, "h2o[budget=2,recent=0]");
   EXPECT_EQ(configs[3].label, "h2o[budget=3,recent=1]");
-  EXPECT_EQ(
-      configs[3].params.str(),
-      "budget=3,budget_rounding=ceil,caches=kv_head,merge=none,mode=oneshot,normalize=none,"
-      "question=compress,recent=1");
+  EXPECT_EQ(configs[3].params.str(),
+            "budget=3,budget_rounding=ceil,caches=kv_head,merge=none,mode=oneshot,normalize=none,"
+            "question=compress,recent=1");
   EXPECT_EQ(configs[4].label, "full");
   // A coupled axis moves its parameters together.
   const auto pairs = expand_grid({"st3"}, {parse_grid_axis("st3.S+R=1/1.75,7/12.25")}, {});

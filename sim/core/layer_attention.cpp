@@ -7,8 +7,8 @@
 #include <numeric>
 
 #include "sim/core/kernels/kernels.hpp"
-#include "traces/half.hpp"
 #include "sim/core/parallel.hpp"
+#include "traces/half.hpp"
 
 namespace kvsim {
 
@@ -165,7 +165,8 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
   const int first_row = want_colsums_ || want_rounded_colsums_ ? 0 : P_ - window_;
   std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
   float* colsum = want_colsums_ ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
-  float* rounded = want_rounded_colsums_ ? &rounded_colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  float* rounded =
+      want_rounded_colsums_ ? &rounded_colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
@@ -286,7 +287,8 @@ const float* LayerAttention::prefill_column_sums(int h) const {
 }
 
 const float* LayerAttention::prefill_column_sums_rounded(int h) const {
-  if (!want_rounded_colsums_) throw std::logic_error("rounded prefill column sums were not requested");
+  if (!want_rounded_colsums_)
+    throw std::logic_error("rounded prefill column sums were not requested");
   return &rounded_colsums_[static_cast<std::size_t>(h) * P_];
 }
 

@@ -74,7 +74,8 @@ class LayerAttention {
 
   // [P]: Σ_{i<P} p_ij for query head h (causal prompt attention received by key j).
   const float* prefill_column_sums(int h) const;
-  // The same with each probability rounded to the trace's dtype first (prefill_column_sums_rounded).
+  // The same with each probability rounded to the trace's dtype first
+  // (prefill_column_sums_rounded).
   const float* prefill_column_sums_rounded(int h) const;
   int prefill_window() const { return window_; }
   // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
@@ -146,7 +147,7 @@ class LayerAttention {
   float scale_;
   double rope_theta_;
   bool want_colsums_;
-  std::vector<float> colsums_;             // [H, P]
+  std::vector<float> colsums_;  // [H, P]
   bool want_rounded_colsums_;
   std::vector<float> rounded_colsums_;     // [H, P]
   std::vector<float> window_rows_;         // [H, window, P]
