@@ -102,11 +102,17 @@ class CudaBackend final : public Backend {
   void rope(float* x, int rows, int heads, int d, const std::int32_t* positions, int axes,
             const std::int32_t* axis, const float* inv_freq) override {
     float* freq = floats_.upload(inv_freq, d / 2);
-    // One upload of positions and axis (the staging buffer is reused per call).
+    if (!axis) {  // plain RoPE: the positions as they are, no host copy on the decode path
+      gpu::launch_rope(x, rows, heads, d,
+                       ints_.upload(positions, static_cast<std::size_t>(rows) * axes), axes,
+                       nullptr, freq, 0);
+      return;
+    }
+    // M-RoPE: one upload of positions and axis (the staging buffer is reused per call).
     std::vector<std::int32_t> ints(positions, positions + static_cast<std::size_t>(rows) * axes);
-    if (axis) ints.insert(ints.end(), axis, axis + d / 2);
+    ints.insert(ints.end(), axis, axis + d / 2);
     const std::int32_t* dev = ints_.upload(ints.data(), ints.size());
-    gpu::launch_rope(x, rows, heads, d, dev, axes, axis ? dev + rows * axes : nullptr, freq, 0);
+    gpu::launch_rope(x, rows, heads, d, dev, axes, dev + rows * axes, freq, 0);
   }
   void swiglu(const float* gate, const float* up, std::size_t n, float* out) override {
     gpu::launch_swiglu(gate, up, n, out, 0);
@@ -267,7 +273,7 @@ class CudaBackend final : public Backend {
 
 // The module's entry points, found with dlsym by sim/live/cuda_module.cpp.
 extern "C" kvsim::live::Backend* kvsim_cuda_make_backend_on(int device, char* error,
-                                                              int error_len) {
+                                                            int error_len) {
   try {
     if (device < 0) throw std::invalid_argument("negative CUDA device index");
     return new kvsim::live::CudaBackend(device);

@@ -246,14 +246,29 @@ std::vector<std::string> h5_group_members(hid_t loc, const std::string& path) {
   return names;
 }
 
+namespace {
+void write_dataset(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                   int rank, const hsize_t* dims, const std::string& where) {
+  H5Handle space(H5Screate_simple(rank, dims, nullptr));
+  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT,
+                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
+  hsize_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+    throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+}
+}  // namespace
+
 void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
                  std::size_t n, const std::string& where) {
   const hsize_t dims[1] = {n};
-  H5Handle space(H5Screate_simple(1, dims, nullptr));
-  H5Handle d(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT,
-                        h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
-  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-    throw TraceError(where + ": cannot write dataset '" + name + "': " + hdf5_last_error());
+  write_dataset(group, name, file_type, mem_type, data, 1, dims, where);
+}
+
+void h5_write_2d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::size_t rows, std::size_t cols, const std::string& where) {
+  const hsize_t dims[2] = {rows, cols};
+  write_dataset(group, name, file_type, mem_type, data, 2, dims, where);
 }
 
 }  // namespace kvsim

@@ -43,8 +43,8 @@ void read_position_ids(hid_t g, PromptSample& s, const std::string& where) {
   s.position_ids = h5_read_ints<std::int32_t>(d.get(), shape[0] * 3, "int32", where);
   for (std::size_t i = 0; i < s.position_ids.size(); ++i)
     if (s.position_ids[i] < 0)
-      throw TraceError(where + ": negative id " + std::to_string(s.position_ids[i]) +
-                       " at token " + std::to_string(i / 3));
+      throw TraceError(where + ": negative id " + std::to_string(s.position_ids[i]) + " at token " +
+                       std::to_string(i / 3));
 }
 
 void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
@@ -195,25 +195,12 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     if (!s.reference_ids.empty())
       h5_write_1d(g.get(), "reference_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.reference_ids,
                   where);
-    if (!s.position_ids.empty()) {
-      const hsize_t dims[2] = {s.position_ids.size() / 3, 3};
-      H5Handle space(H5Screate_simple(2, dims, nullptr));
-      H5Handle d(H5Dcreate2(g.get(), "position_ids", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
-                            h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
-      if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                 s.position_ids.data()) < 0)
-        throw TraceError(where + ": cannot write 'position_ids': " + hdf5_last_error());
-    }
-    if (!s.inputs_embeds.empty()) {
-      const hsize_t dims[2] = {s.inputs_embeds.size() / s.embed_dim,
-                               static_cast<hsize_t>(s.embed_dim)};
-      H5Handle space(H5Screate_simple(2, dims, nullptr));
-      H5Handle d(H5Dcreate2(g.get(), "inputs_embeds", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                            h5_untimed_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT));
-      if (!d.valid() || H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                 s.inputs_embeds.data()) < 0)
-        throw TraceError(where + ": cannot write 'inputs_embeds': " + hdf5_last_error());
-    }
+    if (!s.position_ids.empty())
+      h5_write_2d(g.get(), "position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.position_ids.data(),
+                  s.position_ids.size() / 3, 3, where);
+    if (!s.inputs_embeds.empty())
+      h5_write_2d(g.get(), "inputs_embeds", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                  s.inputs_embeds.data(), s.inputs_embeds.size() / s.embed_dim, s.embed_dim, where);
   }
 }
 

@@ -8,8 +8,6 @@ writes prompts from text that capture and evaluate read; the captured real trace
 its statistics compute.
 """
 import os
-import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -18,23 +16,15 @@ import numpy as np
 import kvsim
 from kvsim import prompts
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(HERE, "..", "..", "..", "shared", "models")
+from real_models import MODELS, kvsim_cli, main_or_skip
+
 MODEL = os.path.join(MODELS, "stories260K")
-BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
 
 # The published greedy sample (temperature 0, from the start token) of karpathy/tinyllamas
 # stories260K/readme.md, as its PROVENANCE.md quotes it.
 PUBLISHED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
              "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
              "too high.\nLily")
-
-
-def kvsim_cli(*args):
-    r = subprocess.run([BINARY, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"kvsim {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
-    return r.stdout
 
 
 class Stories260K(unittest.TestCase):
@@ -119,8 +109,4 @@ class Stories260K(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        print(f"skipped: the stories260K checkpoint is not at {os.path.abspath(MODEL)} "
-              "(set KVSIM_MODELS to the folder that holds stories260K/)")
-        sys.exit(77)
-    unittest.main()
+    main_or_skip(("stories260K/config.json",), "the stories260K checkpoint is")

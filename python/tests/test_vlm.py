@@ -19,18 +19,7 @@ import unittest
 import numpy as np
 
 import kvsim
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(REPO, "..", "shared", "models")
-BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
-
-
-def kvsim_cli(*args):
-    r = subprocess.run([BINARY, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"kvsim {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
-    return r.stdout
+from real_models import BINARY, MODELS, REPO, kvsim_cli, main_or_skip
 
 
 class Encoder(unittest.TestCase):
@@ -189,10 +178,4 @@ class ReportRetention(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    missing = [p for p in ("mobilenet_v2/graph.json", "stories260K/config.json")
-               if not os.path.exists(os.path.join(MODELS, p))]
-    if missing:
-        print(f"skipped: the VLM's parts are not in {os.path.abspath(MODELS)} (missing "
-              f"{', '.join(missing)}; set KVSIM_MODELS to the folder that holds them)")
-        sys.exit(77)
-    unittest.main()
+    main_or_skip(("mobilenet_v2/graph.json", "stories260K/config.json"), "the VLM's parts are")

@@ -210,7 +210,8 @@ const double* SampleStats::window_column_sums(int window, int layer, int h, int 
 }
 
 void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInfo& sample,
-                     LayerTensors tensors, const AttentionNeeds& needs, int threads, bool naive) {
+                     const LayerTensors& tensors, const AttentionNeeds& needs, int threads,
+                     bool naive) {
   if (needs.sample_entropies)
     stats.layers.push_back(naive ? layer_entropies_naive(trace, sample, tensors)
                                  : layer_entropies(trace, sample, tensors, threads));
@@ -220,9 +221,9 @@ void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInf
   for (int w : needs.sample_window_sums)
     rows_only.prefill_window = std::max(rows_only.prefill_window, w);
   const LayerAttention att =
-      naive ? LayerAttention(LayerAttention::Naive{}, trace, sample, std::move(tensors), rows_only)
-            : LayerAttention(LayerAttention::PromptOnly{}, trace, sample, std::move(tensors),
-                             rows_only, threads);
+      naive ? LayerAttention(LayerAttention::Naive{}, trace, sample, tensors, rows_only)
+            : LayerAttention(LayerAttention::PromptOnly{}, trace, sample, tensors, rows_only,
+                             threads);
   for (int w : needs.sample_window_sums) stats.window_sums[w].push_back(window_column_sums(att, w));
 }
 
@@ -232,8 +233,7 @@ SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sa
   LayerTensors t;
   for (int l = 0; l < reader.info().num_layers; ++l) {
     reader.read_layer_into(sample, l, t);
-    add_layer_stats(stats, reader.info(), sample, std::move(t), needs, threads, naive);
-    t = LayerTensors{};
+    add_layer_stats(stats, reader.info(), sample, t, needs, threads, naive);
   }
   return stats;
 }

@@ -54,8 +54,11 @@ SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sa
                                  bool naive = false);
 
 // Appends one layer's share of what `needs` asks of the whole sample (layers in order).
+// The window sums copy the layer's tensors (their LayerAttention owns its rows); the entropies read
+// them in place.
 void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInfo& sample,
-                     LayerTensors tensors, const AttentionNeeds& needs, int threads, bool naive);
+                     const LayerTensors& tensors, const AttentionNeeds& needs, int threads,
+                     bool naive);
 
 // Reads every layer of a sample and computes what `needs` asks of the whole sample (its
 // sample_entropies and sample_window_sums); `naive` uses the plain reference computations.

@@ -1,0 +1,32 @@
+"""Shared by the suites that run real models (test_stories260k.py, test_vlm.py): where the models
+are ($KVSIM_MODELS, by default the shared/models folder next to the checkout; never the
+repository), the kvsim binary under test, and the skip (exit code 77, with the reason) when the
+models are absent."""
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(REPO, "..", "shared", "models")
+BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+
+def kvsim_cli(*args):
+    """Runs the kvsim binary; its output, or an AssertionError with everything it printed."""
+    r = subprocess.run([BINARY, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"kvsim {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def main_or_skip(required, what):
+    """unittest.main(), or exit 77 naming what is missing when a `required` file (relative to
+    MODELS) is absent."""
+    missing = [p for p in required if not os.path.exists(os.path.join(MODELS, p))]
+    if missing:
+        print(f"skipped: {what} not in {os.path.abspath(MODELS)} (missing {', '.join(missing)}; "
+              "set KVSIM_MODELS to the folder that holds them)")
+        sys.exit(77)
+    unittest.main(module="__main__")
