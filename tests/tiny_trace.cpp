@@ -35,6 +35,7 @@ std::string TinyTrace::write(const std::string& name) const {
   s.prompt_len = prompt_len;
   s.gen_len = T - prompt_len;
   s.modality = modality.empty() ? std::vector<std::uint8_t>(T, 0) : modality;
+  s.media_id = media_id;
   for (int i = 0; i < T; ++i)
     s.segment.push_back(segment.empty() ? (i < prompt_len ? 1 : 2) : segment[i]);
   const std::string path = temp_path(name);

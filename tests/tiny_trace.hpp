@@ -19,6 +19,7 @@ struct TinyTrace {
   std::vector<double> query_power;     // c_i per position (default 1)
   std::vector<double> values;          // v_j (d = 1), empty: no v
   std::vector<std::uint8_t> modality;  // default all text
+  std::vector<std::int32_t> media_id;  // default none (-1 on text, the image's id elsewhere)
   std::vector<std::uint8_t> segment;   // default: prompt 1 (user), generated 2
   int layers = 1;
   int heads = 1;  // query heads; all share the single KV head (GQA when > 1)
