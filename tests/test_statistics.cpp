@@ -1,0 +1,153 @@
+// Intervals and paired comparisons (analysis/bootstrap.hpp, analysis/paired.hpp) against worked
+// examples and re-statements of the documented methods.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "analysis/bootstrap.hpp"
+#include "analysis/paired.hpp"
+#include "sim/core/splitmix.hpp"
+
+namespace kvsim::test {
+namespace {
+
+TEST(Bootstrap, QuantileIsNumpysLinearInterpolation) {
+  const std::vector<double> x = {1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(quantile_sorted(x, 0.25), 1.75);  // position 0.75
+  EXPECT_DOUBLE_EQ(quantile_sorted(x, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(quantile_sorted(x, 1.0), 4.0);
+}
+
+TEST(Bootstrap, TwoSamplesGiveTheWholeRange) {
+  // Two samples 0 and 1: a resample's mean is 0, 1/2 or 1 with probabilities 1/4, 1/2, 1/4, so
+  // the 2.5% and 97.5% quantiles of many resamples are 0 and 1.
+  const Interval i = bootstrap_mean({0.0, 1.0}, {.resamples = 4000});
+  EXPECT_EQ(i.low, 0.0);
+  EXPECT_EQ(i.high, 1.0);
+  // One sample: no interval.
+  EXPECT_FALSE(bootstrap_mean({0.5}).valid());
+}
+
+TEST(Bootstrap, EqualsARestatementOfTheMethodAndRepeatsItsBytes) {
+  // Samples with (sum, rows) = (3, 4), (1, 2), (5, 5), (0, 3), (2, 2): the pooled ratio.
+  const std::vector<double> num = {3, 1, 5, 0, 2}, den = {4, 2, 5, 3, 2};
+  const BootstrapOptions o{.resamples = 500, .level = 0.9, .seed = 7};
+  // Re-statement: resample r takes 5 indices in turn from the SplitMix64 stream seeded 7, each
+  // floor(next · 5 / 2^64); its statistic is Σ num / Σ den; the interval is the 5% and 95%
+  // quantiles (type 7) of the 500 sorted statistics.
+  SplitMix64 stream(7);
+  std::vector<double> stats;
+  for (int r = 0; r < 500; ++r) {
+    double a = 0, b = 0;
+    for (int i = 0; i < 5; ++i) {
+      const auto k = static_cast<std::size_t>(
+          (static_cast<unsigned __int128>(stream.next()) * 5) >> 64);
+      a += num[k];
+      b += den[k];
+    }
+    stats.push_back(a / b);
+  }
+  std::sort(stats.begin(), stats.end());
+  const auto q = [&](double p) {
+    const double pos = p * 499;
+    const int lo = static_cast<int>(pos);
+    return stats[lo] + (pos - lo) * (stats[lo + 1] - stats[lo]);
+  };
+  const Interval got = bootstrap_ratio(num, den, o);
+  EXPECT_DOUBLE_EQ(got.low, q(0.05));
+  EXPECT_DOUBLE_EQ(got.high, q(0.95));
+  EXPECT_LE(got.low, 11.0 / 16);  // around the pooled ratio 11/16
+  EXPECT_GE(got.high, 11.0 / 16);
+  const Interval again = bootstrap_ratio(num, den, o);
+  EXPECT_EQ(got.low, again.low);
+  EXPECT_EQ(got.high, again.high);
+}
+
+TEST(Bootstrap, MeanAndSd) {
+  const MeanSd m = mean_sd({2, 4, 4, 4, 5, 5, 7, 9});
+  EXPECT_DOUBLE_EQ(m.mean, 5.0);
+  EXPECT_NEAR(m.sd, std::sqrt(32.0 / 7), 1e-12);
+  EXPECT_TRUE(std::isnan(mean_sd({1}).sd));
+}
+
+TEST(Paired, McNemarExact) {
+  // 15 vs 6 discordant: P(X <= 6), X ~ Bin(21, 1/2) = (1 + 21 + 210 + 1330 + 5985 + 20349 +
+  // 54264) / 2^21 = 82160 / 2097152; two-sided twice that.
+  EXPECT_NEAR(mcnemar_exact_p(15, 6), 2 * 82160.0 / 2097152, 1e-12);
+  EXPECT_NEAR(mcnemar_exact_p(6, 15), 2 * 82160.0 / 2097152, 1e-12);
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(0, 0), 1.0);
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(3, 3), 1.0);  // capped at 1
+  EXPECT_NEAR(mcnemar_exact_p(5, 0), 2.0 / 32, 1e-15);
+}
+
+TEST(Paired, SignFlipExactAndDrawn) {
+  // d = 1, 2, 3: the 8 sign patterns sum to ±6, ±4, ±2, 0, 0; |s| >= 6 in 2 of them.
+  EXPECT_DOUBLE_EQ(sign_flip_p({1, 2, 3}, {}), 0.25);
+  EXPECT_DOUBLE_EQ(sign_flip_p({0, 0}, {}), 1.0);
+  // 40 differences of +1: only the two all-equal patterns reach 40, so p = 2^-39 exactly; drawn
+  // from 20,000 patterns (none reaches it) p = 1 / 20,001.
+  EXPECT_DOUBLE_EQ(sign_flip_p(std::vector<double>(40, 1.0), {}), 1.0 / 20001);
+}
+
+TEST(Paired, HolmStepDown) {
+  // p = .01, .04, .03, .005 (m = 4): sorted .005 x 4 = .02, .01 x 3 = .03, .03 x 2 = .06,
+  // .04 x 1 = .04 -> max with .06 = .06.
+  std::vector<PairedComparison> family(4);
+  const double p[] = {0.01, 0.04, 0.03, 0.005};
+  for (int i = 0; i < 4; ++i) family[i].p_value = p[i], family[i].difference = 1;
+  holm_adjust(family);
+  EXPECT_NEAR(family[0].p_holm, 0.03, 1e-15);
+  EXPECT_NEAR(family[1].p_holm, 0.06, 1e-15);
+  EXPECT_NEAR(family[2].p_holm, 0.06, 1e-15);
+  EXPECT_NEAR(family[3].p_holm, 0.02, 1e-15);
+  EXPECT_EQ(family[0].verdict, "better");
+  EXPECT_EQ(family[1].verdict, "no difference shown");
+}
+
+TEST(Paired, ADifferenceShownAndOneNot) {
+  // 60 answers. Policy A: right on 20 the reference misses and wrong on 2 it gets (b = 20, c = 2,
+  // p = 2 P(X <= 2 | 22) = 2 · 254 / 2^22); B: 6 against 4 (p = 2 · 386 / 1024 > .05).
+  std::vector<double> ref(60, 0), a(60, 0), b(60, 0);
+  for (int i = 0; i < 30; ++i) ref[i] = a[i] = b[i] = 1;  // 30 right by all
+  for (int i = 30; i < 50; ++i) a[i] = 1;                  // 20 only A
+  a[0] = a[1] = 0;                                         // 2 only the reference
+  for (int i = 30; i < 36; ++i) b[i] = 1;
+  for (int i = 0; i < 4; ++i) b[i] = 0;
+  std::vector<PairedComparison> family = {compare_paired("A", a, "ref", ref),
+                                          compare_paired("B", b, "ref", ref)};
+  EXPECT_TRUE(family[0].binary);
+  EXPECT_EQ(family[0].wins, 20);
+  EXPECT_EQ(family[0].losses, 2);
+  EXPECT_EQ(family[0].ties, 38);
+  EXPECT_NEAR(family[0].difference, 18.0 / 60, 1e-15);
+  EXPECT_NEAR(family[0].p_value, 2 * (1 + 22 + 231) / 4194304.0, 1e-12);
+  EXPECT_NEAR(family[1].p_value, 2 * (1 + 10 + 45 + 120 + 210) / 1024.0, 1e-12);
+  holm_adjust(family);
+  EXPECT_EQ(family[0].verdict, "better");
+  EXPECT_NEAR(family[0].p_holm, 2 * family[0].p_value, 1e-15);  // the smaller of two, x 2
+  EXPECT_EQ(family[1].verdict, "no difference shown");
+  EXPECT_GT(family[0].interval.low, 0);
+  EXPECT_LT(family[1].interval.low, 0);
+  // Differences −1 (×4), +1 (×6), 0 (×50): mean 2/60, SD of the 60 differences
+  // sqrt((10 − 60 (1/30)^2) / 59); detectable (1.959964 + 0.841621) SD / sqrt(60).
+  const double sd = std::sqrt((10 - 60.0 / 900) / 59);
+  EXPECT_NEAR(family[1].effect_size, (2.0 / 60) / sd, 1e-12);
+  EXPECT_NEAR(family[1].detectable, (1.959964 + 0.841621) * sd / std::sqrt(60.0), 1e-5);
+  // Lower is better (an error): the same differences are losses.
+  const PairedComparison err = compare_paired("A", a, "ref", ref, {.higher_is_better = false});
+  EXPECT_EQ(err.wins, 2);
+  EXPECT_EQ(err.losses, 20);
+  // A pair with a missing value is dropped.
+  std::vector<double> gap = a;
+  gap[59] = NAN;
+  EXPECT_EQ(compare_paired("A", gap, "ref", ref).n, 59);
+}
+
+TEST(Paired, NormalQuantile) {
+  EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-12);
+  EXPECT_NEAR(normal_quantile(0.8), 0.8416212335729143, 1e-12);
+  EXPECT_NEAR(normal_quantile(0.5), 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace kvsim::test
