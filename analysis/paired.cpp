@@ -124,7 +124,7 @@ void holm_adjust(std::vector<PairedComparison>& family, const PairedOptions& opt
   for (PairedComparison& c : family) {
     const bool shown = !std::isnan(c.p_holm) && c.p_holm < options.alpha && c.difference != 0;
     const bool higher = c.difference > 0;
-    c.verdict = !shown ? "no difference shown"
+    c.verdict = !shown                               ? "no difference shown"
                 : higher == options.higher_is_better ? "better"
                                                      : "worse";
   }

@@ -25,11 +25,11 @@ struct PairedOptions {
 
 struct PairedComparison {
   std::string label, reference;
-  long n = 0;            // samples with a value for both
-  bool binary = false;   // every value 0 or 1 (right/wrong answers): McNemar's exact test
+  long n = 0;           // samples with a value for both
+  bool binary = false;  // every value 0 or 1 (right/wrong answers): McNemar's exact test
   double mean = NAN, reference_mean = NAN;
-  double difference = NAN;  // mean over samples of (value − reference)
-  Interval interval;        // percentile bootstrap of `difference`, resampling samples
+  double difference = NAN;              // mean over samples of (value − reference)
+  Interval interval;                    // percentile bootstrap of `difference`, resampling samples
   long wins = 0, ties = 0, losses = 0;  // samples where the policy is better, equal, worse
   double effect_size = NAN;  // Cohen's d_z: difference / SD of the differences (NaN if SD = 0)
   double p_value = NAN;      // two-sided: McNemar exact (binary) or the paired sign-flip test
@@ -42,7 +42,8 @@ struct PairedComparison {
 };
 
 // McNemar's exact test: b and c are the discordant pairs (right only with the policy, right only
-// with the reference); p = min(1, 2 · P(X <= min(b, c))), X ~ Binomial(b + c, 1/2); 1 when b + c = 0.
+// with the reference); p = min(1, 2 · P(X <= min(b, c))), X ~ Binomial(b + c, 1/2); 1 when b + c =
+// 0.
 double mcnemar_exact_p(long b, long c);
 
 // Two-sided paired sign-flip (randomisation) test of the mean difference: the share of sign

@@ -185,6 +185,28 @@ PolicyConfig make_policy_config(const std::string& name,
   return c;
 }
 
+std::string seeded_label(const std::string& name, int seed) {
+  return name + (name.find('@') == std::string::npos ? "@seed" : "-seed") + std::to_string(seed);
+}
+
+std::string seed_group_of(const std::string& label) {
+  const auto at = label.find('@');
+  if (at == std::string::npos) return "";
+  for (const std::string mark : {"@seed", "-seed"}) {
+    const auto m = label.rfind(mark);
+    if (m == std::string::npos || m < at) continue;
+    const std::string digits = label.substr(m + mark.size());
+    if (!digits.empty() && digits.size() <= 9 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return label.substr(0, m);
+  }
+  return "";
+}
+
+bool policy_declares(const std::string& name, const std::string& param) {
+  return declares(*make_policy_config(name, {}).info, param);
+}
+
 namespace {
 // Whether `name` (a preset, optionally NAME@TAG) fixes the budget itself, as hae:table2's 1024.
 bool preset_pins_budget(const std::string& name) {

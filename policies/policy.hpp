@@ -242,6 +242,15 @@ const std::vector<PolicyPreset>& policy_presets();
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 
+// Runs of one policy with several seeds (`--seeds N`: the random floor): run k is labelled
+// NAME@seedK, or NAME@TAG-seedK when the name already carries a tag. seed_group_of gives back the
+// name whose runs a label is one of ("" for any other label), so that results can report the runs
+// together: their mean and their spread over seeds.
+std::string seeded_label(const std::string& name, int seed);
+std::string seed_group_of(const std::string& label);
+// Whether the policy or preset `name` declares the parameter `param`.
+bool policy_declares(const std::string& name, const std::string& param);
+
 // Registers a policy from a static initialiser in its own .cpp.
 struct PolicyRegistration {
   explicit PolicyRegistration(PolicyInfo info) { PolicyRegistry::instance().add(std::move(info)); }

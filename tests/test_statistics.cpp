@@ -40,8 +40,8 @@ TEST(Bootstrap, EqualsARestatementOfTheMethodAndRepeatsItsBytes) {
   for (int r = 0; r < 500; ++r) {
     double a = 0, b = 0;
     for (int i = 0; i < 5; ++i) {
-      const auto k = static_cast<std::size_t>(
-          (static_cast<unsigned __int128>(stream.next()) * 5) >> 64);
+      const auto k =
+          static_cast<std::size_t>((static_cast<unsigned __int128>(stream.next()) * 5) >> 64);
       a += num[k];
       b += den[k];
     }
@@ -109,8 +109,8 @@ TEST(Paired, ADifferenceShownAndOneNot) {
   // p = 2 P(X <= 2 | 22) = 2 · 254 / 2^22); B: 6 against 4 (p = 2 · 386 / 1024 > .05).
   std::vector<double> ref(60, 0), a(60, 0), b(60, 0);
   for (int i = 0; i < 30; ++i) ref[i] = a[i] = b[i] = 1;  // 30 right by all
-  for (int i = 30; i < 50; ++i) a[i] = 1;                  // 20 only A
-  a[0] = a[1] = 0;                                         // 2 only the reference
+  for (int i = 30; i < 50; ++i) a[i] = 1;                 // 20 only A
+  a[0] = a[1] = 0;                                        // 2 only the reference
   for (int i = 30; i < 36; ++i) b[i] = 1;
   for (int i = 0; i < 4; ++i) b[i] = 0;
   std::vector<PairedComparison> family = {compare_paired("A", a, "ref", ref),

@@ -32,4 +32,16 @@ inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::s
       });
 }
 
+// --seeds: how many draws of a policy that has a `seed` parameter (the random floor) each run
+// makes when no seed is given; results report their mean and their spread over seeds.
+inline constexpr int kDefaultSeeds = 5;
+inline CLI::Option* add_seeds_option(CLI::App& app, int& seeds) {
+  return app
+      .add_option("--seeds", seeds,
+                  "Runs of each policy with a `seed` parameter (random) and no seed given: seeds "
+                  "0..N-1, labelled NAME@seedK, reported together as their mean and spread")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+}
+
 }  // namespace kvsim::cli

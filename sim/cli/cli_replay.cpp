@@ -17,6 +17,7 @@ struct ReplayArgs {
   std::vector<std::string> samples, policies, sets;
   std::string config, out, summary, decisions, budget, compression_ratio, checkpoint;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int seeds = kDefaultSeeds;
   bool diagnostics = false;
   std::string bounds;
   double bounds_epsilon = 0.01;
@@ -29,7 +30,7 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
       throw std::invalid_argument("give --budget or --compression-ratio, not both");
     budget = kCompressionRatioPrefix + a.compression_ratio;
   }
-  return resolve_policy_list(a.policies, a.sets, a.config, budget, "replayed");
+  return resolve_policy_list(a.policies, a.sets, a.config, budget, "replayed", a.seeds);
 }
 
 ReplayOptions replay_options(const ReplayArgs& a) {
@@ -62,6 +63,7 @@ Runner add_replay(CLI::App& app) {
       ->delimiter(',');
   app.add_option("--set", a->sets, "Parameter override NAME.key=value (repeatable)");
   app.add_option("--config", a->config, "INI file with one [NAME] section per policy");
+  add_seeds_option(app, a->seeds);
   app.add_option("--budget", a->budget,
                  "Budget for every replayed policy that has one and no explicit budget "
                  "(count or percentage of the prompt)");

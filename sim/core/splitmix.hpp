@@ -25,7 +25,9 @@ inline std::uint64_t fnv1a64(const std::string& text) {
 }
 
 // u in [0, 1) from the top 53 bits of x.
-constexpr double unit_interval(std::uint64_t x) { return static_cast<double>(x >> 11) * 0x1.0p-53; }
+constexpr double unit_interval(std::uint64_t x) {
+  return static_cast<double>(x >> 11) * 0x1.0p-53;
+}
 
 // The SplitMix64 stream: state advances by the golden gamma, each output is splitmix64(state).
 class SplitMix64 {

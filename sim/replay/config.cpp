@@ -106,7 +106,7 @@ void apply_set_option(const std::string& assignment, PolicyOverrides& overrides)
 std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
                                               const std::vector<std::string>& sets,
                                               const std::string& config, const std::string& budget,
-                                              const std::string& verb) {
+                                              const std::string& verb, int seeds) {
   PolicyOverrides overrides;
   if (!config.empty()) overrides = read_policy_config(config);
   for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
@@ -128,7 +128,14 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
       throw std::invalid_argument("--policy " + name + " given twice");
     auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
     apply_default_budget(name, budget, ov);
-    out.push_back(make_policy_config(name, ov));
+    if (seeds <= 1 || ov.count("seed") || !policy_declares(name, "seed")) {
+      out.push_back(make_policy_config(name, ov));
+      continue;
+    }
+    for (int k = 0; k < seeds; ++k) {
+      ov["seed"] = std::to_string(k);
+      out.push_back(make_policy_config(seeded_label(name, k), ov));
+    }
   }
   return out;
 }

@@ -36,10 +36,12 @@ void apply_set_option(const std::string& assignment, PolicyOverrides& overrides)
 
 // The policies of a command line: --policy names (each once), overridden by the --config file,
 // then --set (which must name a listed policy), then --budget where no budget was given.
-// `verb` completes the --set error ("is not <verb> (add --policy NAME)").
+// `verb` completes the --set error ("is not <verb> (add --policy NAME)"). With seeds > 1, a
+// policy that declares `seed` and is given none runs once per seed 0 .. seeds − 1, labelled
+// seeded_label(NAME, k) (--seeds: the random floor's mean and spread over draws).
 std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
                                               const std::vector<std::string>& sets,
                                               const std::string& config, const std::string& budget,
-                                              const std::string& verb);
+                                              const std::string& verb, int seeds = 1);
 
 }  // namespace kvsim

@@ -1,5 +1,6 @@
 #include "sim/replay/results.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -292,11 +293,69 @@ std::string Summary::budget_entries(int policy) const {
   return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
 }
 
+Summary::Reported Summary::report(const std::string& label, const std::vector<int>& members,
+                                  const std::map<int, Total>& all) const {
+  Reported row{.label = label, .members = members};
+  for (int p : members) {
+    const Total& t = all.at(p);
+    row.total.acc.merge(t.acc);
+    row.total.layers += t.layers;
+    row.total.steps += t.steps;
+  }
+  std::map<std::string, Acc> by_sample;
+  for (const auto& [key, acc] : per_layer_)
+    if (std::find(members.begin(), members.end(), std::get<0>(key)) != members.end())
+      by_sample[std::get<1>(key)].merge(acc);
+  std::vector<double> recall, count, error, value_error, error_count;
+  for (const auto& [name, acc] : by_sample) {
+    row.samples.push_back(acc);
+    if (acc.count == 0) continue;
+    recall.push_back(acc.recall);
+    count.push_back(static_cast<double>(acc.count));
+    if (acc.error_count == 0) continue;
+    error.push_back(acc.error);
+    value_error.push_back(acc.value_error);
+    error_count.push_back(static_cast<double>(acc.error_count));
+  }
+  row.recall_ci = bootstrap_ratio(recall, count);
+  row.error_ci = bootstrap_ratio(error, error_count);
+  row.value_error_ci = bootstrap_ratio(value_error, error_count);
+  if (members.size() < 2) return row;
+  std::vector<double> member_recall, member_error;
+  for (int p : members) {
+    const Acc& a = all.at(p).acc;
+    if (a.count) member_recall.push_back(a.recall / a.count);
+    if (a.error_count) member_error.push_back(a.error / a.error_count);
+  }
+  row.recall_over_seeds = mean_sd(member_recall);
+  row.error_over_seeds = mean_sd(member_error);
+  return row;
+}
+
+std::vector<Summary::Reported> Summary::reported() const {
+  const std::map<int, Total> all = totals();
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // label -> members, in order
+  for (const auto& [p, total] : all) {
+    const std::string group = seed_group_of(policies_[p].label);
+    const auto it = std::find_if(groups.begin(), groups.end(),
+                                 [&](const auto& g) { return !group.empty() && g.first == group; });
+    if (it != groups.end())
+      it->second.push_back(p);
+    else
+      groups.push_back({group.empty() ? policies_[p].label : group, {p}});
+  }
+  std::vector<Reported> out;
+  for (const auto& [label, members] : groups) out.push_back(report(label, members, all));
+  return out;
+}
+
 void Summary::write_csv(const std::string& path) const {
   std::string out =
       "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
       "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
-      "budget_entries\n";
+      "budget_entries,samples,seeds,mass_recall_ci_low,mass_recall_ci_high,"
+      "output_rel_error_ci_low,output_rel_error_ci_high,output_value_error_ci_low,"
+      "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
                  const Acc& a, const std::string& budget) {
     out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
@@ -315,62 +374,125 @@ void Summary::write_csv(const std::string& path) const {
     append_float(out, a.error_count ? a.value_error / a.error_count : NAN);
     out += ",";
     append_float(out, a.kv_bytes / n);
-    out += "," + budget + "\n";
+    out += "," + budget + ",";
+  };
+  auto numbers = [&](std::initializer_list<double> xs) {
+    for (double x : xs) {
+      out += ",";
+      append_float(out, x);
+    }
+    out += "\n";
   };
   for (const auto& [key, acc] : per_layer_) {
     const int b = per_sample_.at({std::get<0>(key), std::get<1>(key)}).budget;
     row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
         b < 0 ? "" : std::to_string(b));
+    out += "1,1";
+    numbers({NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN});
   }
-  for (const auto& [p, total] : totals())
-    row(policies_[p].label, "all", "all", total.acc, budget_entries(p));
+  const std::map<int, Total> all = totals();
+  auto overall = [&](const std::string& label, const Total& total, const Reported& r) {
+    row(label, "all", "all", total.acc, budget_entries(r.members.front()));
+    out += std::to_string(r.samples.size()) + "," + std::to_string(r.members.size());
+    numbers({r.recall_ci.low, r.recall_ci.high, r.error_ci.low, r.error_ci.high,
+             r.value_error_ci.low, r.value_error_ci.high, r.recall_over_seeds.sd,
+             r.error_over_seeds.sd});
+  };
+  for (const Reported& r : reported()) {
+    if (r.members.size() == 1) {
+      overall(r.label, r.total, r);
+      continue;
+    }
+    for (int p : r.members)  // each seed's own row, its interval over samples
+      overall(policies_[p].label, all.at(p), report(policies_[p].label, {p}, all));
+    overall(r.label, r.total, r);
+  }
   write_whole(path, out);
 }
 
+namespace {
+
+// "0.7012-0.7688", or "-" without an interval.
+std::string interval_text(const Interval& i) {
+  if (!i.valid()) return "-";
+  char s[48];
+  std::snprintf(s, sizeof s, "%.4f-%.4f", i.low, i.high);
+  return s;
+}
+
+}  // namespace
+
 std::string Summary::table() const {
   std::ostringstream os;
-  char line[512];
+  char line[640];
+  const std::vector<Reported> rows = reported();
+  auto shown_label = [](const Reported& r) {
+    return r.members.size() < 2 ? r.label
+                                : r.label + " (" + std::to_string(r.members.size()) + " seeds)";
+  };
   int w = 14;  // label column: wide enough for preset names
-  for (const auto& c : policies_) w = std::max<int>(w, static_cast<int>(c.label.size()));
+  for (const Reported& r : rows) w = std::max<int>(w, static_cast<int>(shown_label(r).size()));
   // The budget as given, what it resolved to in entries, and the lookahead mark.
-  std::map<int, std::string> budgets;
+  std::vector<std::string> budgets;
   int bw = 18;
-  const std::map<int, Total> all = totals();
-  for (const auto& [p, total] : all) {
+  for (const Reported& r : rows) {
+    const int p = r.members.front();
     const auto& vals = policies_[p].params.values();
     const auto it = vals.find("budget");
-    std::string& budget = budgets[p] = it == vals.end() ? "-" : it->second;
+    std::string budget = it == vals.end() ? "-" : it->second;
     if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
     if (policies_[p].info->lookahead) budget += " (lookahead)";
     bw = std::max<int>(bw, static_cast<int>(budget.size()));
+    budgets.push_back(budget);
   }
-  std::snprintf(line, sizeof line, "%-*s %-*s %8s %8s %8s %8s %10s %11s %9s %11s\n", w, "policy",
-                bw, "budget", "kept@P", "stored", "used", "recall", "min_recall", "out_rel_err",
-                "out_v_err", "KV_MiB/step");
+  std::snprintf(line, sizeof line, "%-*s %-*s %4s %8s %8s %8s %8s %13s %10s %11s %13s %9s %11s\n",
+                w, "policy", bw, "budget", "n", "kept@P", "stored", "used", "recall", "recall_95%",
+                "min_recall", "out_rel_err", "out_rel_95%", "out_v_err", "KV_MiB/step");
   os << line;
-  for (const auto& [p, total] : all) {
-    const Acc& a = total.acc;
-    const auto& cfg = policies_[p];
-    const std::string& budget = budgets.at(p);
+  std::size_t most_samples = 0;
+  std::string seed_notes;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Reported& r = rows[i];
+    const Acc& a = r.total.acc;
+    most_samples = std::max(most_samples, r.samples.size());
+    const std::string label = shown_label(r);
+    const int n_samples = static_cast<int>(r.samples.size());
     const double n = std::max<long>(a.count, 1);
-    const double kept = a.prefill_kept / std::max<long>(total.layers, 1);
-    const double mib = a.kv_bytes / std::max<long>(total.steps, 1) / (1024.0 * 1024.0);
+    const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);
+    const double mib = a.kv_bytes / std::max<long>(r.total.steps, 1) / (1024.0 * 1024.0);
     char err[32] = "-", verr[32] = "-";
     if (a.error_count) {
       std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
       std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
     }
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
-      std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8s %8s %8s %10s %11s %9s %11s\n", w,
-                    cfg.label.c_str(), bw, budget.c_str(), kept, "-", "-", "-", "-", "-", "-", "-");
+      std::snprintf(line, sizeof line,
+                    "%-*s %-*s %4d %8.1f %8s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
+                    label.c_str(), bw, budgets[i].c_str(), n_samples, kept, "-", "-", "-", "-", "-",
+                    "-", "-", "-", "-");
       os << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-*s %-*s %8.1f %8.1f %8.1f %8.4f %10.4f %11s %9s %11.2f\n",
-                  w, cfg.label.c_str(), bw, budget.c_str(), kept, a.cache / n, a.attended / n,
-                  a.recall / n, a.min_recall, err, verr, mib);
+    std::snprintf(line, sizeof line,
+                  "%-*s %-*s %4d %8.1f %8.1f %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
+                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n,
+                  a.attended / n, a.recall / n, interval_text(r.recall_ci).c_str(), a.min_recall,
+                  err, interval_text(r.error_ci).c_str(), verr, mib);
     os << line;
+    if (r.members.size() > 1) {
+      std::snprintf(line, sizeof line,
+                    "%s: the runs of seeds 0-%zu pooled; over seeds recall SD %.4f, out_rel_err "
+                    "SD %.4f\n",
+                    label.c_str(), r.members.size() - 1, r.recall_over_seeds.sd,
+                    r.error_over_seeds.sd);
+      seed_notes += line;
+    }
   }
+  os << seed_notes;
+  if (most_samples < 2)
+    os << "n = 1 sample: no intervals (the 95% intervals resample samples; replay several)\n";
+  else
+    os << "95% intervals: percentile bootstrap over the n samples (docs/outputs.md)\n";
   return os.str();
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/bootstrap.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/replay/engine.hpp"
 #include "traces/hdf5_util.hpp"
@@ -57,7 +58,9 @@ void write_policies_sidecar(const std::string& csv_path, const std::vector<Polic
 
 // Aggregates results per (policy, sample, layer) and overall. The overall figures fold the
 // per-layer sums in (sample, layer) order, so a replay resumed from finished samples
-// (add_sample_state) prints and writes the same bytes as one that ran straight through.
+// (add_sample_state) prints and writes the same bytes as one that ran straight through. Overall
+// figures carry the number of samples and 95% percentile-bootstrap intervals over samples
+// (analysis/bootstrap.hpp); the runs of a policy over seeds (--seeds) are also reported together.
 class Summary {
  public:
   explicit Summary(const std::vector<PolicyConfig>& policies) : policies_(policies) {}
@@ -89,6 +92,20 @@ class Summary {
     Acc acc;
     long layers = 0, steps = 0;
   };
+  // One row of the reports: a policy, or the runs of one policy over seeds pooled (members in
+  // run order, labelled by seed_group_of). `samples` holds what each sample contributed, summed
+  // over layers and members, in sample order: what intervals resample.
+  struct Reported {
+    std::string label;
+    std::vector<int> members;
+    Total total;
+    std::vector<Acc> samples;
+    Interval recall_ci, error_ci, value_error_ci;
+    MeanSd recall_over_seeds, error_over_seeds;  // each member's overall figure (seed groups)
+  };
+  std::vector<Reported> reported() const;
+  Reported report(const std::string& label, const std::vector<int>& members,
+                  const std::map<int, Total>& all) const;
   std::vector<PolicyConfig> policies_;
   std::map<std::tuple<int, std::string, int>, Acc> per_layer_;   // (policy, sample, layer)
   std::map<std::pair<int, std::string>, PerSample> per_sample_;  // (policy, sample)
