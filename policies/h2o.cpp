@@ -134,6 +134,10 @@ const PolicyRegistration reg({
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<H2O>(p, s);
     },
+    // The one-shot reading grows while decoding; at equal memory H2O evicts as its paper does.
+    .equal_memory = [](const ParamSet&) -> std::map<std::string, std::string> {
+      return {{"mode", "cumulative"}};
+    },
 });
 
 }  // namespace

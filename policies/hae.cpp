@@ -17,6 +17,11 @@
 //   demo 11% of decode evictions hit them, 946 times the very token generated at that step.)
 //   Growth: the triggering step attends l + RC_size entries; after every hook the cache holds at
 //   most l + RC_size - 1 (Definition 2's l <= |S_2| < l + D, with D = RC_size).
+//   `hold = budget` (kvsim's, for comparisons at equal memory) puts the recycle bin inside the
+//   budget B: with k = min(RC_size, max(1, floor(B / 2))) new tokens per trigger, S_1 keeps
+//   l = B - k + 1 entries, so the cache holds between l and B after every hook (the paper's
+//   reading, `hold = bin`, holds up to B + RC_size - 1). k is capped at half the budget so that
+//   S_1 stays at least half of it on short prompts.
 //   `ddes = mark` is the recycle bin as Fig. 1's caption and Sec. 1 tell it: at every step while
 //   the cache holds more unmarked entries than l, the lowest-scoring unmarked candidate is marked
 //   (its rank frozen from then on) and stays attended; when the bin holds RC_size entries they
@@ -66,7 +71,8 @@ class Hae final : public Policy {
         all_candidates_(p.get_string("candidates") == "all"),
         auto_budget_(p.get_string("budget") == "auto"),
         visual_keep_(static_cast<int>(p.get_int("visual_keep"))),
-        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")) {
+        budget_(auto_budget_ ? 0 : resolve_budget(p, s.prompt_len, "hae")),
+        bin_inside_(p.get_string("hold") == "budget") {
     // Table 2/3's sizes are absolute, for ~2.4k-token prompts: on a shorter one they cut nothing
     // at the prefill, which a user should hear rather than infer.
     if (!auto_budget_ && budget_ >= s.prompt_len)
@@ -92,7 +98,9 @@ class Hae final : public Policy {
           const float* col = view.prefill_column_sums(g * group + r);
           for (int j = 0; j < view.prompt_len(); ++j) st.scores[g][j] += col[j];
         }
-      st.budget[g] = auto_budget_ ? cache.size(g) : budget_;
+      const int held = auto_budget_ ? cache.size(g) : budget_;
+      st.rc[g] = bin_inside_ ? std::min(rc_size_, std::max(1, held / 2)) : rc_size_;
+      st.budget[g] = bin_inside_ ? held - st.rc[g] + 1 : held;
       st.s1_end[g] = view.prompt_len();
       if (cache.size(g) > st.budget[g])
         cache.keep_only(g, keep_top_scores(cache_scores(st, cache, g), st.budget[g]));
@@ -111,7 +119,7 @@ class Hae final : public Policy {
       }
       if (mark_) {
         mark_and_flush(st, cache, g, att.position);
-      } else if (n - st.budget[g] >= rc_size_) {  // k new tokens since the last trigger: Eq. 4
+      } else if (n - st.budget[g] >= st.rc[g]) {  // k new tokens since the last trigger: Eq. 4
         cache.keep_only(g, keep_top_scores(candidate_scores(st, cache, g), st.budget[g]));
         st.evicted_s1_end[g] = std::exchange(st.s1_end[g], att.position + 1);
       }
@@ -134,14 +142,15 @@ class Hae final : public Policy {
   int capacity(int layer, int g) const override {
     if (!ddes_) return -1;
     const auto it = layers_.find(layer);
-    return it == layers_.end() ? -1 : it->second.budget[g] + rc_size_ - 1;
+    return it == layers_.end() ? -1 : it->second.budget[g] + it->second.rc[g] - 1;
   }
 
  private:
   struct Layer {
     std::vector<std::vector<double>> scores;  // [kv head][position]
     std::vector<std::set<int>> bin;           // marked positions per kv head
-    std::vector<int> budget;
+    std::vector<int> budget;                  // l = |S_1| after each trigger
+    std::vector<int> rc;      // k: new tokens per trigger (RC_size, or less under hold = budget)
     std::vector<int> s1_end;  // per kv head: positions below it form S_1, the eviction candidates
     std::vector<int> evicted_s1_end;  // s1_end before the last decode-time eviction (0: none)
   };
@@ -152,6 +161,7 @@ class Hae final : public Policy {
       st.scores.resize(kv_heads);
       st.bin.resize(kv_heads);
       st.budget.resize(kv_heads);
+      st.rc.resize(kv_heads);
       st.s1_end.resize(kv_heads);
       st.evicted_s1_end.resize(kv_heads);
     }
@@ -203,7 +213,7 @@ class Hae final : public Policy {
       if (pos < 0) break;  // S_1 is all marked (RC_size > l)
       bin.insert(pos);
     }
-    if (static_cast<int>(bin.size()) >= rc_size_) {  // the bin is full: empty it at once
+    if (static_cast<int>(bin.size()) >= st.rc[g]) {  // the bin is full: empty it at once
       std::vector<int> entries;
       for (int e = 0; e < n; ++e)
         if (bin.count(cache.position(g, e))) entries.push_back(e);
@@ -230,6 +240,7 @@ class Hae final : public Policy {
   bool dap_, ddes_, prompt_scores_, mark_, all_candidates_, auto_budget_;
   int visual_keep_;
   int budget_;
+  bool bin_inside_;
   std::set<int> pruned_;  // DAP's evicted positions, broadcast to every layer
   std::map<int, Layer> layers_;
   mutable std::vector<double> reported_;  // eviction_scores' masked copy
@@ -281,7 +292,16 @@ const PolicyRegistration reg({
                {"visual_keep", ParamType::kInt, "0",
                 "DAP keeps this many visual tokens, the best by Eq. 1 (Table 1's fair comparison "
                 "retains 192); 0: the thresholds r and alpha (Eq. 2-3)",
-                0, 1e9}},
+                0, 1e9},
+               {"hold",
+                ParamType::kChoice,
+                "bin",
+                "bin (the paper: the recycle bin's RC_size - 1 entries on top of the budget) or "
+                "budget (the bin inside it: at most the budget after every hook, for equal "
+                "memory)",
+                0,
+                0,
+                {"bin", "budget"}}},
     .needs = {},
     .lookahead = false,
     .merges = false,
@@ -295,6 +315,13 @@ const PolicyRegistration reg({
         },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Hae>(p, s);
+    },
+    .equal_memory = [](const ParamSet& p) -> std::map<std::string, std::string> {
+      if (p.get_string("budget") == "auto")
+        throw std::invalid_argument(
+            "hae: equal memory needs a budget (budget = auto is the size DAP leaves, which "
+            "differs by prompt): give --budget or --set hae.budget=N");
+      return {{"hold", "budget"}};
     },
 });
 

@@ -168,6 +168,10 @@ const PolicyRegistration reg({
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<LookM>(p, s);
     },
+    // At equal memory the text outranks vision within the budget instead of beyond it.
+    .equal_memory = [](const ParamSet&) -> std::map<std::string, std::string> {
+      return {{"text", "prior"}};
+    },
 });
 
 }  // namespace

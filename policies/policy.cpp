@@ -185,26 +185,27 @@ PolicyConfig make_policy_config(const std::string& name,
   return c;
 }
 
-std::string seeded_label(const std::string& name, int seed) {
-  return name + (name.find('@') == std::string::npos ? "@seed" : "-seed") + std::to_string(seed);
-}
-
-std::string seed_group_of(const std::string& label) {
-  const auto at = label.find('@');
-  if (at == std::string::npos) return "";
-  for (const std::string mark : {"@seed", "-seed"}) {
-    const auto m = label.rfind(mark);
-    if (m == std::string::npos || m < at) continue;
-    const std::string digits = label.substr(m + mark.size());
-    if (!digits.empty() && digits.size() <= 9 &&
-        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      return label.substr(0, m);
-  }
-  return "";
-}
-
 bool policy_declares(const std::string& name, const std::string& param) {
   return declares(*make_policy_config(name, {}).info, param);
+}
+
+std::optional<std::map<std::string, std::string>> equal_memory_overrides(
+    const PolicyConfig& config) {
+  const PolicyInfo& info = *config.info;
+  if (info.name == "full" || !declares(info, "budget")) return std::nullopt;
+  const auto& current = config.params.values();
+  std::map<std::string, std::string> wanted;
+  if (declares(info, "budget_rounding")) wanted["budget_rounding"] = "ceil";
+  if (declares(info, "decode")) wanted["decode"] = "cap";
+  if (declares(info, "compress")) wanted["compress"] = "every_step";
+  if (declares(info, "question")) wanted["question"] = "compress";
+  if (declares(info, "caches")) wanted["caches"] = "kv_head";
+  if (info.equal_memory)
+    for (const auto& [k, v] : info.equal_memory(config.params)) wanted[k] = v;
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : wanted)
+    if (current.at(k) != v) out[k] = v;
+  return out;
 }
 
 namespace {

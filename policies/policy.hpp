@@ -16,12 +16,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/core/kv_cache.hpp"
 #include "sim/core/layer_attention.hpp"
 #include "sim/core/params.hpp"
+#include "sim/core/run_labels.hpp"
 #include "sim/core/sample_stats.hpp"
 
 namespace kvsim {
@@ -184,6 +186,10 @@ struct PolicyInfo {
   // Whether it compresses the context only, when that depends on more than its own `question`
   // (the oracle follows the policy it matches); unset: `question = append`.
   std::function<bool(const ParamSet&)> appends_question;
+  // Equal memory (--equal-memory): the values of its own parameters under which the policy holds
+  // at most its budget's entries after every hook, beyond those every budgeted policy gets
+  // (equal_memory_overrides); unset: none. Throws std::invalid_argument when it cannot.
+  std::function<std::map<std::string, std::string>(const ParamSet&)> equal_memory;
 };
 
 class PolicyRegistry {
@@ -242,14 +248,20 @@ const std::vector<PolicyPreset>& policy_presets();
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 
-// Runs of one policy with several seeds (`--seeds N`: the random floor): run k is labelled
-// NAME@seedK, or NAME@TAG-seedK when the name already carries a tag. seed_group_of gives back the
-// name whose runs a label is one of ("" for any other label), so that results can report the runs
-// together: their mean and their spread over seeds.
-std::string seeded_label(const std::string& name, int seed);
-std::string seed_group_of(const std::string& label);
 // Whether the policy or preset `name` declares the parameter `param`.
 bool policy_declares(const std::string& name, const std::string& param);
+
+// --equal-memory: the parameter values under which the policy configured by `config` holds at
+// most the entries its budget resolves to after every hook: budget_rounding = ceil (the same
+// count for every policy), decode = cap where decoding would grow the cache (grow, every:N),
+// compress = every_step where the prompt is compressed once (prefill), question = compress where
+// the question would be appended uncompressed (append), caches = kv_head where each query head
+// would keep its own cache (group-size x the memory), then the policy's own
+// (PolicyInfo::equal_memory: lookm keeps its text within the budget, hae its recycle bin). Only
+// the values that differ from the configuration's are returned. std::nullopt for a policy with
+// no budget (it sizes its cache itself) and for `full`.
+std::optional<std::map<std::string, std::string>> equal_memory_overrides(
+    const PolicyConfig& config);
 
 // Registers a policy from a static initialiser in its own .cpp.
 struct PolicyRegistration {

@@ -20,6 +20,7 @@ Runner add_stats(CLI::App& app);
 Runner add_figures(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_live(CLI::App& app);
+Runner add_compare(CLI::App& app);
 
 // -j/--threads: a positive count, or 0 for every core of the machine.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {
@@ -42,6 +43,17 @@ inline CLI::Option* add_seeds_option(CLI::App& app, int& seeds) {
                   "0..N-1, labelled NAME@seedK, reported together as their mean and spread")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+}
+
+// --equal-memory: every budgeted policy holds at most its budget's entries after every hook
+// (equal_memory_overrides, policies/policy.hpp); policies that size their caches themselves are
+// named in a warning and reported apart.
+inline CLI::Option* add_equal_memory_flag(CLI::App& app, bool& equal_memory) {
+  return app.add_flag(
+      "--equal-memory", equal_memory,
+      "Hold every budgeted policy to its budget at every step (decode=cap where it would grow, "
+      "its own decoding eviction where it has one, the recycle bin or kept text inside the "
+      "budget: docs/policies.md); policies that size their caches themselves are reported apart");
 }
 
 }  // namespace kvsim::cli

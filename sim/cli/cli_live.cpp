@@ -43,6 +43,8 @@ struct RunArgs {
   std::vector<std::string> samples, policies, sets;
   int gen = 32;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int seeds = kDefaultSeeds;
+  bool equal_memory = false;
   bool force_reference = false, no_timing = false, logits = false, beyond_positions = false;
   bool stop_at_eos = false;
 };
@@ -318,7 +320,9 @@ EvalText evaluate_sample(Session& s, const std::string& name,
                   r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
                   r.first_divergence, r.answer_overlap,
                   static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token,
-                  !r.has_reference ? "-" : r.score.contains ? "yes" : "no");
+                  !r.has_reference   ? "-"
+                  : r.score.contains ? "yes"
+                                     : "no");
     out.table += line;
   }
   return out;
@@ -342,8 +346,12 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
 // Every rank evaluates its share of the samples into the piece store (a single process without
 // output files keeps them in memory); once all have, rank 0 assembles the outputs in sample order.
 int run_evaluate(const RunArgs& a, const World& world) {
-  const std::vector<PolicyConfig> policies =
-      resolve_policy_list(a.policies, a.sets, a.config, a.budget, "evaluated");
+  const std::vector<PolicyConfig> policies = resolve_policy_list(a.policies, a.sets,
+                                                                 {.config = a.config,
+                                                                  .budget = a.budget,
+                                                                  .verb = "evaluated",
+                                                                  .seeds = a.seeds,
+                                                                  .equal_memory = a.equal_memory});
   const std::string output = !a.out.empty() ? a.out : a.summary;
   if (world.distributed() && output.empty())
     throw std::invalid_argument(
@@ -385,8 +393,8 @@ int run_evaluate(const RunArgs& a, const World& world) {
   if (world.rank() != 0) return 0;
   EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
   char line[256];
-  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s %7s\n", "policy",
-                "sample", "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token", "right");
+  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s %7s\n", "policy", "sample",
+                "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token", "right");
   all.table += line;
   for (std::size_t i = 0; i < s->samples.size(); ++i) {
     const std::string& name = s->samples[i];
@@ -459,8 +467,12 @@ Runner add_live(CLI::App& app) {
                  "Policy name (repeatable, or comma-separated; see `kvsim policies`)")
       ->required()
       ->delimiter(',');
-  ev->add_option("--set", run->sets, "Parameter override NAME.key=value (repeatable)");
+  ev->add_option("--set", run->sets,
+                 "Parameter override NAME.key=value, or *.key=value for every policy with the key "
+                 "(repeatable)");
   ev->add_option("--config", run->config, "INI file with one [NAME] section per policy");
+  add_seeds_option(*ev, run->seeds);
+  add_equal_memory_flag(*ev, run->equal_memory);
   ev->add_option("--budget", run->budget,
                  "Budget for every policy that has one and no explicit budget");
   ev->add_option("-o,--out", run->out, "Per-step results CSV (and NAME.policies.csv beside it)");

@@ -18,6 +18,7 @@ struct ReplayArgs {
   std::string config, out, summary, decisions, budget, compression_ratio, checkpoint;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int seeds = kDefaultSeeds;
+  bool equal_memory = false;
   bool diagnostics = false;
   std::string bounds;
   double bounds_epsilon = 0.01;
@@ -30,7 +31,12 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
       throw std::invalid_argument("give --budget or --compression-ratio, not both");
     budget = kCompressionRatioPrefix + a.compression_ratio;
   }
-  return resolve_policy_list(a.policies, a.sets, a.config, budget, "replayed", a.seeds);
+  return resolve_policy_list(a.policies, a.sets,
+                             {.config = a.config,
+                              .budget = budget,
+                              .verb = "replayed",
+                              .seeds = a.seeds,
+                              .equal_memory = a.equal_memory});
 }
 
 ReplayOptions replay_options(const ReplayArgs& a) {
@@ -61,9 +67,12 @@ Runner add_replay(CLI::App& app) {
          "Policy name (repeatable, or comma-separated: -p h2o,snapkv; see `kvsim policies`)")
       ->required()
       ->delimiter(',');
-  app.add_option("--set", a->sets, "Parameter override NAME.key=value (repeatable)");
+  app.add_option("--set", a->sets,
+                 "Parameter override NAME.key=value, or *.key=value for every policy with the key "
+                 "(repeatable)");
   app.add_option("--config", a->config, "INI file with one [NAME] section per policy");
   add_seeds_option(app, a->seeds);
+  add_equal_memory_flag(app, a->equal_memory);
   app.add_option("--budget", a->budget,
                  "Budget for every replayed policy that has one and no explicit budget "
                  "(count or percentage of the prompt)");

@@ -33,6 +33,8 @@ struct SweepArgs {
   std::string file, budget, out;
   std::vector<std::string> traces, samples, policies, grids, sets;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int seeds = kDefaultSeeds;
+  bool equal_memory = false;
 };
 
 int run_sweep_command(SweepArgs a, int rank) {
@@ -48,7 +50,8 @@ int run_sweep_command(SweepArgs a, int rank) {
   if (a.traces.empty() || a.policies.empty())
     throw std::invalid_argument(
         "sweep: give at least one --trace and one --policy (or a --file with them)");
-  const auto configs = sweep_configs(a.policies, a.grids, a.sets, a.budget);
+  const auto configs = sweep_configs(a.policies, a.grids, a.sets, a.budget,
+                                     {.seeds = a.seeds, .equal_memory = a.equal_memory});
   const auto files = expand_globs(a.traces);
   std::unique_ptr<Progress> progress;  // its total is known once done items are skipped
   const SweepReport r = run_sweep(files, configs,
@@ -98,7 +101,11 @@ Runner add_sweep(CLI::App& app) {
   app.add_option("--grid", a->grids,
                  "Axis NAME.key=v1,v2,... or NAME.key=start:stop:step (repeatable; the product of "
                  "a policy's axes is swept)");
-  app.add_option("--set", a->sets, "Fixed override NAME.key=value (repeatable)");
+  app.add_option("--set", a->sets,
+                 "Fixed override NAME.key=value, or *.key=value for every policy with the key "
+                 "(repeatable)");
+  add_seeds_option(app, a->seeds);
+  add_equal_memory_flag(app, a->equal_memory);
   app.add_option("--budget", a->budget,
                  "Budget of every swept policy that has one and no grid or --set for it");
   app.add_option("-o,--out", a->out, "Results directory")->required();

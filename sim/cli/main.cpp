@@ -6,8 +6,8 @@
 #include <map>
 
 #include "sim/cli/cli.hpp"
-#include "sim/replay/mpi_world.hpp"
 #include "sim/core/partial_files.hpp"
+#include "sim/replay/mpi_world.hpp"
 
 int main(int argc, char** argv) {
   // Layers are read and freed one after another in blocks of tens of MiB; keeping them in the
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   add("replay", "Replay a trace through eviction policies and measure what they lose",
       kvsim::cli::add_replay);
   add("sweep", "Sweep traces x samples x policy configurations, resumable", kvsim::cli::add_sweep);
+  add("compare", "Paired comparisons with a reference: intervals, tests, Holm, no order unshown",
+      kvsim::cli::add_compare);
   add("stats", "Observation metrics of attention (sparsity, PPCI, entropy, ...) to a file",
       kvsim::cli::add_stats);
   add("figures", "Regenerate the papers' figures (PNG and PDF) from result files",

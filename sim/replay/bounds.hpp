@@ -12,10 +12,10 @@
 //   loss: the largest full-cache attention mass (group mean) on the c keys at any decode step.
 // The premise is c <= k_bound; the claim is loss < ε; a failure is a premise that holds with a
 // claim that does not.
-// Corollary 2.1 (FlushEvent in sim/replay/engine.hpp): at each step where a policy removes d entries,
-// the sum of its scores of the removed entries vs the sum of the d lowest scores it held (a
-// policy reports +inf for the entries it could not remove: HAE's tokens outside S_1, so the bound
-// is Eq. 6's Low_d(S_1)); the corollary claims the first is at most the second.
+// Corollary 2.1 (FlushEvent in sim/replay/engine.hpp): at each step where a policy removes d
+// entries, the sum of its scores of the removed entries vs the sum of the d lowest scores it held
+// (a policy reports +inf for the entries it could not remove: HAE's tokens outside S_1, so the
+// bound is Eq. 6's Low_d(S_1)); the corollary claims the first is at most the second.
 #pragma once
 
 #include "sim/replay/engine.hpp"

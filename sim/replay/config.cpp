@@ -103,40 +103,119 @@ void apply_set_option(const std::string& assignment, PolicyOverrides& overrides)
       assignment.substr(eq + 1);
 }
 
+std::string expand_wildcard_sets(PolicyOverrides& overrides,
+                                 const std::vector<std::string>& policies) {
+  const auto star = overrides.find("*");
+  if (star == overrides.end()) return "";
+  const std::map<std::string, std::string> values = star->second;
+  overrides.erase(star);
+  std::string warning;
+  for (const auto& [key, value] : values) {
+    std::string lacking;
+    bool any = false;
+    for (const auto& name : policies) {
+      if (!policy_declares(name, key)) {
+        lacking += (lacking.empty() ? "" : ", ") + name;
+        continue;
+      }
+      any = true;
+      overrides[name].emplace(key, value);  // an explicit NAME.key wins
+    }
+    if (!any)
+      throw std::invalid_argument("--set *." + key + "=" + value +
+                                  ": no listed policy has a parameter '" + key + "'");
+    if (!lacking.empty())
+      warning += (warning.empty() ? "" : "; ") + std::string("--set *.") + key + "=" + value +
+                 " leaves " + lacking + " as they are (no parameter '" + key + "')";
+  }
+  return warning;
+}
+
+std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
+                                           const std::map<std::string, std::string>& chosen) {
+  const auto wanted = equal_memory_overrides(config);
+  if (!wanted) return std::nullopt;
+  if (wanted->empty()) return config;
+  std::map<std::string, std::string> values = config.params.values();
+  for (const auto& [key, value] : *wanted) {
+    const auto it = chosen.find(key);
+    if (it != chosen.end() && it->second != value)
+      throw std::invalid_argument("--equal-memory: " + config.label + "." + key + "=" + it->second +
+                                  " holds more than the budget (equal memory sets " + key + " = " +
+                                  value + "; drop one of the two)");
+    values[key] = value;
+  }
+  PolicyConfig held = make_policy_config(config.info->name, values);
+  held.label = config.label;
+  return held;
+}
+
+std::string self_sizing_warning(const std::vector<std::string>& labels) {
+  if (labels.empty()) return "";
+  std::string names;
+  for (const auto& l : labels) names += (names.empty() ? "" : ", ") + l;
+  return "warning: --equal-memory: " + names +
+         " size their caches themselves (no budget): compare them by the memory they held, "
+         "apart from the budgeted policies";
+}
+
 std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
                                               const std::vector<std::string>& sets,
-                                              const std::string& config, const std::string& budget,
-                                              const std::string& verb, int seeds) {
+                                              const PolicyListOptions& options) {
   PolicyOverrides overrides;
-  if (!config.empty()) overrides = read_policy_config(config);
+  if (!options.config.empty()) overrides = read_policy_config(options.config);
   for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
+  PolicyOverrides wildcard;
   for (const auto& s : sets) {
     PolicyOverrides one;
     apply_set_option(s, one);
     const auto& [name, kv] = *one.begin();
-    if (std::find(policies.begin(), policies.end(), name) == policies.end())
-      throw std::invalid_argument("--set " + s + ": policy '" + name + "' is not " + verb +
+    if (name != "*" && std::find(policies.begin(), policies.end(), name) == policies.end())
+      throw std::invalid_argument("--set " + s + ": policy '" + name + "' is not " + options.verb +
                                   " (add --policy " + name + ")");
-    for (const auto& [k, v] : kv) overrides[name][k] = v;
+    for (const auto& [k, v] : kv) (name == "*" ? wildcard["*"] : overrides[name])[k] = v;
   }
-  for (const std::string& w : {budget_ignored_warning(policies, budget),
-                               budget_replaced_warning(policies, overrides, budget)})
+  if (!wildcard.empty()) {
+    for (const auto& [name, kv] : overrides) wildcard[name] = kv;
+    const std::string w = expand_wildcard_sets(wildcard, policies);
+    overrides = wildcard;
+    if (!w.empty()) std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
+  }
+  for (const std::string& w : {budget_ignored_warning(policies, options.budget),
+                               budget_replaced_warning(policies, overrides, options.budget)})
     if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   std::vector<PolicyConfig> out;
+  std::vector<std::string> self_sizing;
   for (const auto& name : policies) {
     if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
       throw std::invalid_argument("--policy " + name + " given twice");
-    auto ov = overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    apply_default_budget(name, budget, ov);
-    if (seeds <= 1 || ov.count("seed") || !policy_declares(name, "seed")) {
-      out.push_back(make_policy_config(name, ov));
-      continue;
+    const auto chosen =
+        overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
+    auto ov = chosen;
+    apply_default_budget(name, options.budget, ov);
+    std::vector<PolicyConfig> runs;
+    if (options.seeds <= 1 || ov.count("seed") || !policy_declares(name, "seed")) {
+      runs.push_back(make_policy_config(name, ov));
+    } else {
+      for (int k = 0; k < options.seeds; ++k) {
+        ov["seed"] = std::to_string(k);
+        runs.push_back(make_policy_config(seeded_label(name, k), ov));
+      }
     }
-    for (int k = 0; k < seeds; ++k) {
-      ov["seed"] = std::to_string(k);
-      out.push_back(make_policy_config(seeded_label(name, k), ov));
+    for (PolicyConfig& run : runs) {
+      if (options.equal_memory) {
+        std::optional<PolicyConfig> held = hold_to_budget(run, chosen);
+        if (!held) {
+          if (run.info->name != "full") self_sizing.push_back(run.label);
+        } else {
+          run = std::move(*held);
+        }
+      }
+      out.push_back(std::move(run));
     }
   }
+  if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
+    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <istream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,17 +32,39 @@ struct SweepFile {
 SweepFile read_sweep_file(const std::string& path);
 SweepFile read_sweep_file(std::istream& in, const std::string& path);
 
-// "h2o.budget=64" -> overrides["h2o"]["budget"] = "64".
+// "h2o.budget=64" -> overrides["h2o"]["budget"] = "64"; "*.decode=cap" -> overrides["*"].
 void apply_set_option(const std::string& assignment, PolicyOverrides& overrides);
 
+// Moves the `*` entry of `overrides` (--set '*.key=value') onto every policy of `policies` that
+// declares the key (an explicit NAME.key wins). Returns a warning naming, per key, the policies
+// that do not have it ("" when every policy has every key); throws when none has a key.
+std::string expand_wildcard_sets(PolicyOverrides& overrides,
+                                 const std::vector<std::string>& policies);
+
+// --equal-memory on one configuration: `config` with equal_memory_overrides applied (its label
+// kept), or std::nullopt for a policy that sizes its cache itself. `chosen` holds the keys the
+// user set for it (--set, --config, a grid axis): one that equal memory must change is an error
+// naming the policy, the key and why.
+std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
+                                           const std::map<std::string, std::string>& chosen);
+// The warning for policies that --equal-memory cannot hold to a budget ("" when none).
+std::string self_sizing_warning(const std::vector<std::string>& labels);
+
+struct PolicyListOptions {
+  std::string config;             // --config: INI file
+  std::string budget;             // --budget
+  std::string verb = "replayed";  // completes the --set error ("is not <verb> (add --policy NAME)")
+  // A policy that declares `seed` and is given none runs once per seed 0 .. seeds − 1, labelled
+  // seeded_label(NAME, k) (--seeds: the random floor's mean and spread over draws).
+  int seeds = 1;
+  bool equal_memory = false;  // --equal-memory: hold_to_budget on every policy
+};
+
 // The policies of a command line: --policy names (each once), overridden by the --config file,
-// then --set (which must name a listed policy), then --budget where no budget was given.
-// `verb` completes the --set error ("is not <verb> (add --policy NAME)"). With seeds > 1, a
-// policy that declares `seed` and is given none runs once per seed 0 .. seeds − 1, labelled
-// seeded_label(NAME, k) (--seeds: the random floor's mean and spread over draws).
+// then --set (which must name a listed policy, or `*`), then --budget where no budget was given;
+// then the seeds and equal memory of `options`.
 std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& policies,
                                               const std::vector<std::string>& sets,
-                                              const std::string& config, const std::string& budget,
-                                              const std::string& verb, int seeds = 1);
+                                              const PolicyListOptions& options);
 
 }  // namespace kvsim

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/replay/engine.hpp"
 #include "sim/core/parallel.hpp"
+#include "sim/replay/engine.hpp"
 
 namespace kvsim {
 

@@ -178,7 +178,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
   finish_sample();
 
   // Every sample is finished: the outputs, in the order the samples were asked for.
-  Summary summary(policies);
+  Summary summary(policies, reader.info().num_kv_heads);
   std::unique_ptr<Concatenation> steps, bounds;
   if (!outputs.steps_csv.empty())
     steps = std::make_unique<Concatenation>(outputs.steps_csv, StepCsvWriter::header());

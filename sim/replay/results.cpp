@@ -227,6 +227,18 @@ void Summary::add(const LayerResult& r) {
   PerSample& sample = per_sample_[{r.policy_index, r.sample}];
   if (r.layer == 0 && !r.steps.empty()) sample.steps = static_cast<long>(r.steps[0].size());
   sample.budget = r.budget_entries;
+  ++sample.layers;
+  sample.cache_heads = static_cast<int>(r.steps.size());
+  for (const auto& head : r.steps) {
+    if (sample.held_by_step.size() < head.size()) sample.held_by_step.resize(head.size(), 0);
+    for (std::size_t t = 0; t < head.size(); ++t) sample.held_by_step[t] += head[t].cache_size - 1;
+  }
+}
+
+long Summary::PerSample::peak_held() const {
+  long peak = peak_restored;
+  for (long h : held_by_step) peak = std::max(peak, h);
+  return peak;
 }
 
 std::map<int, Summary::Total> Summary::totals() const {
@@ -252,7 +264,8 @@ std::string Summary::sample_state(const std::string& sample) const {
   }
   for (const auto& [key, s] : per_sample_) {
     if (key.second != sample) continue;
-    std::snprintf(line, sizeof line, "sample %d %ld %d\n", key.first, s.steps, s.budget);
+    std::snprintf(line, sizeof line, "sample %d %ld %d %ld %d %d\n", key.first, s.steps, s.budget,
+                  s.peak_held(), s.layers, s.cache_heads);
     out += line;
   }
   return out;
@@ -264,17 +277,22 @@ void Summary::add_sample_state(const std::string& sample, const std::string& sta
   std::string line;
   const int policies = static_cast<int>(policies_.size());
   while (std::getline(in, line)) {
-    int policy = -1, layer = -1, budget = -1;
-    long steps = 0;
+    int policy = -1, layer = -1, budget = -1, layers = 0, cache_heads = 0;
+    long steps = 0, peak = -1;
     Acc a;
     if (std::sscanf(line.c_str(), "layer %d %d %ld %ld %la %la %la %la %la %la %la %la", &policy,
                     &layer, &a.count, &a.error_count, &a.cache, &a.attended, &a.recall, &a.error,
                     &a.value_error, &a.kv_bytes, &a.min_recall, &a.prefill_kept) == 12 &&
         policy >= 0 && policy < policies && layer >= 0) {
       per_layer_[{policy, sample, layer}] = a;
-    } else if (std::sscanf(line.c_str(), "sample %d %ld %d", &policy, &steps, &budget) == 3 &&
+    } else if (std::sscanf(line.c_str(), "sample %d %ld %d %ld %d %d", &policy, &steps, &budget,
+                           &peak, &layers, &cache_heads) == 6 &&
                policy >= 0 && policy < policies) {
-      per_sample_[{policy, sample}] = PerSample{steps, budget};
+      per_sample_[{policy, sample}] = PerSample{.steps = steps,
+                                                .budget = budget,
+                                                .peak_restored = peak,
+                                                .layers = layers,
+                                                .cache_heads = cache_heads};
     } else {
       throw std::runtime_error(origin + ": unreadable summary line '" + line + "'");
     }
@@ -320,6 +338,22 @@ Summary::Reported Summary::report(const std::string& label, const std::vector<in
   row.recall_ci = bootstrap_ratio(recall, count);
   row.error_ci = bootstrap_ratio(error, error_count);
   row.value_error_ci = bootstrap_ratio(value_error, error_count);
+  const PolicyConfig& first = policies_[members.front()];
+  row.sizes_itself = first.info->name != "full";
+  for (const auto& [key, ps] : per_sample_) {
+    if (std::find(members.begin(), members.end(), key.first) == members.end()) continue;
+    if (ps.budget >= 0) row.sizes_itself = false;
+    const long peak = ps.peak_held();
+    const int heads = kv_heads_ > 0 ? kv_heads_ : ps.cache_heads;
+    if (peak < 0 || ps.layers == 0 || heads == 0) continue;
+    const double per_head = static_cast<double>(peak) / (static_cast<double>(ps.layers) * heads);
+    if (std::isnan(row.peak_held) || per_head > row.peak_held) row.peak_held = per_head;
+    if (ps.budget <= 0) continue;
+    const double ratio = per_head / ps.budget;
+    if (std::isnan(row.held_over_budget) ||
+        std::fabs(ratio - 1) > std::fabs(row.held_over_budget - 1))
+      row.held_over_budget = ratio;
+  }
   if (members.size() < 2) return row;
   std::vector<double> member_recall, member_error;
   for (int p : members) {
@@ -355,7 +389,8 @@ void Summary::write_csv(const std::string& path) const {
       "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
       "budget_entries,samples,seeds,mass_recall_ci_low,mass_recall_ci_high,"
       "output_rel_error_ci_low,output_rel_error_ci_high,output_value_error_ci_low,"
-      "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd\n";
+      "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd,peak_held,"
+      "peak_held_over_budget\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
                  const Acc& a, const std::string& budget) {
     out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
@@ -388,7 +423,7 @@ void Summary::write_csv(const std::string& path) const {
     row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
         b < 0 ? "" : std::to_string(b));
     out += "1,1";
-    numbers({NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN});
+    numbers({NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN});
   }
   const std::map<int, Total> all = totals();
   auto overall = [&](const std::string& label, const Total& total, const Reported& r) {
@@ -396,7 +431,7 @@ void Summary::write_csv(const std::string& path) const {
     out += std::to_string(r.samples.size()) + "," + std::to_string(r.members.size());
     numbers({r.recall_ci.low, r.recall_ci.high, r.error_ci.low, r.error_ci.high,
              r.value_error_ci.low, r.value_error_ci.high, r.recall_over_seeds.sd,
-             r.error_over_seeds.sd});
+             r.error_over_seeds.sd, r.peak_held, r.held_over_budget});
   };
   for (const Reported& r : reported()) {
     if (r.members.size() == 1) {
@@ -412,6 +447,9 @@ void Summary::write_csv(const std::string& path) const {
 
 namespace {
 
+// A peak held more than this share away from the budget is flagged.
+constexpr double kHeldTolerance = 0.01;
+
 // "0.7012-0.7688", or "-" without an interval.
 std::string interval_text(const Interval& i) {
   if (!i.valid()) return "-";
@@ -425,7 +463,10 @@ std::string interval_text(const Interval& i) {
 std::string Summary::table() const {
   std::ostringstream os;
   char line[640];
-  const std::vector<Reported> rows = reported();
+  std::vector<Reported> rows = reported();
+  // Policies that size their caches themselves go last, apart: their memory is their own.
+  std::stable_partition(rows.begin(), rows.end(),
+                        [](const Reported& r) { return !r.sizes_itself; });
   auto shown_label = [](const Reported& r) {
     return r.members.size() < 2 ? r.label
                                 : r.label + " (" + std::to_string(r.members.size()) + " seeds)";
@@ -445,14 +486,20 @@ std::string Summary::table() const {
     bw = std::max<int>(bw, static_cast<int>(budget.size()));
     budgets.push_back(budget);
   }
-  std::snprintf(line, sizeof line, "%-*s %-*s %4s %8s %8s %8s %8s %13s %10s %11s %13s %9s %11s\n",
-                w, "policy", bw, "budget", "n", "kept@P", "stored", "used", "recall", "recall_95%",
+  std::snprintf(line, sizeof line,
+                "%-*s %-*s %4s %8s %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w, "policy", bw,
+                "budget", "n", "kept@P", "stored", "held/B", "used", "recall", "recall_95%",
                 "min_recall", "out_rel_err", "out_rel_95%", "out_v_err", "KV_MiB/step");
   os << line;
   std::size_t most_samples = 0;
   std::string seed_notes;
+  bool flagged = false, apart = false;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Reported& r = rows[i];
+    if (r.sizes_itself && !apart) {
+      os << "sizing their caches themselves (no budget: compare by what they held):\n";
+      apart = true;
+    }
     const Acc& a = r.total.acc;
     most_samples = std::max(most_samples, r.samples.size());
     const std::string label = shown_label(r);
@@ -460,22 +507,27 @@ std::string Summary::table() const {
     const double n = std::max<long>(a.count, 1);
     const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);
     const double mib = a.kv_bytes / std::max<long>(r.total.steps, 1) / (1024.0 * 1024.0);
-    char err[32] = "-", verr[32] = "-";
+    char err[32] = "-", verr[32] = "-", held[32] = "-";
     if (a.error_count) {
       std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
       std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
     }
+    if (!std::isnan(r.held_over_budget)) {
+      const bool off = std::fabs(r.held_over_budget - 1) > kHeldTolerance;
+      flagged = flagged || off;
+      std::snprintf(held, sizeof held, "%.2f%s", r.held_over_budget, off ? "!" : "");
+    }
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
       std::snprintf(line, sizeof line,
-                    "%-*s %-*s %4d %8.1f %8s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
+                    "%-*s %-*s %4d %8.1f %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
                     label.c_str(), bw, budgets[i].c_str(), n_samples, kept, "-", "-", "-", "-", "-",
-                    "-", "-", "-", "-");
+                    "-", "-", "-", "-", "-");
       os << line;
       continue;
     }
     std::snprintf(line, sizeof line,
-                  "%-*s %-*s %4d %8.1f %8.1f %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
-                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n,
+                  "%-*s %-*s %4d %8.1f %8.1f %7s %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
+                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n, held,
                   a.attended / n, a.recall / n, interval_text(r.recall_ci).c_str(), a.min_recall,
                   err, interval_text(r.error_ci).c_str(), verr, mib);
     os << line;
@@ -489,6 +541,9 @@ std::string Summary::table() const {
     }
   }
   os << seed_notes;
+  if (flagged)
+    os << "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off "
+          "it, not an equal-memory comparison (--equal-memory holds every budgeted policy to it)\n";
   if (most_samples < 2)
     os << "n = 1 sample: no intervals (the 95% intervals resample samples; replay several)\n";
   else

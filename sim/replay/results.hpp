@@ -63,7 +63,8 @@ void write_policies_sidecar(const std::string& csv_path, const std::vector<Polic
 // (analysis/bootstrap.hpp); the runs of a policy over seeds (--seeds) are also reported together.
 class Summary {
  public:
-  explicit Summary(const std::vector<PolicyConfig>& policies) : policies_(policies) {}
+  explicit Summary(const std::vector<PolicyConfig>& policies, int kv_heads = 0)
+      : policies_(policies), kv_heads_(kv_heads) {}
   void add(const LayerResult& r);
   void write_csv(const std::string& path) const;
   // The human-readable comparison table printed by `kvsim replay`.
@@ -87,6 +88,13 @@ class Summary {
   struct PerSample {
     long steps = 0;   // decode steps of the sample
     int budget = -1;  // resolved budget in entries; -1 without one
+    // Entries held at each decode step (stored minus the step's own token: what the policy kept
+    // through its last hook), summed over layers and cache heads; the peak over the steps.
+    std::vector<long> held_by_step;
+    long peak_restored = -1;  // the peak, as a checkpoint kept it
+    int layers = 0;
+    int cache_heads = 0;  // per layer
+    long peak_held() const;
   };
   struct Total {
     Acc acc;
@@ -102,11 +110,16 @@ class Summary {
     std::vector<Acc> samples;
     Interval recall_ci, error_ci, value_error_ci;
     MeanSd recall_over_seeds, error_over_seeds;  // each member's overall figure (seed groups)
+    // Peak entries held per (layer, KV head), the largest over samples; and the sample whose peak
+    // differs most from its budget, as peak / budget (NaN without a budget or decode steps).
+    double peak_held = NAN, held_over_budget = NAN;
+    bool sizes_itself = false;  // no budget (and not the full cache)
   };
   std::vector<Reported> reported() const;
   Reported report(const std::string& label, const std::vector<int>& members,
                   const std::map<int, Total>& all) const;
   std::vector<PolicyConfig> policies_;
+  int kv_heads_;  // of the trace: held entries are reported per KV head (0: per cache head)
   std::map<std::tuple<int, std::string, int>, Acc> per_layer_;   // (policy, sample, layer)
   std::map<std::pair<int, std::string>, PerSample> per_sample_;  // (policy, sample)
   // Every policy with results: the per-layer sums folded in (sample, layer) order.

@@ -164,19 +164,48 @@ std::vector<PolicyConfig> expand_grid(
 std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
                                         const std::vector<std::string>& grids,
                                         const std::vector<std::string>& sets,
-                                        const std::string& budget) {
+                                        const std::string& budget,
+                                        const SweepConfigOptions& options) {
   std::vector<GridAxis> axes;
   for (const auto& g : grids) axes.push_back(parse_grid_axis(g));
   PolicyOverrides fixed;
   for (const auto& s : sets) apply_set_option(s, fixed);
+  if (const std::string w = expand_wildcard_sets(fixed, policies); !w.empty())
+    std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
   PolicyOverrides chosen = fixed;  // what --set and the grid give, before --budget
-  for (const auto& axis : axes) chosen[axis.policy][axis.key] = "";
+  for (const auto& axis : expand_wildcards(policies, axes)) {
+    std::stringstream keys(axis.key);
+    for (std::string k; std::getline(keys, k, '+');) chosen[axis.policy][k] = "";
+  }
   for (const std::string& w : {budget_ignored_warning(policies, budget),
                                budget_replaced_warning(policies, chosen, budget)})
     if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
+  // --seeds: a seed axis for every policy that draws and is given no seed.
+  if (options.seeds > 1)
+    for (const auto& name : policies)
+      if (policy_declares(name, "seed") && !chosen[name].count("seed")) {
+        GridAxis seeds{name, "seed", {}};
+        for (int k = 0; k < options.seeds; ++k) seeds.values.push_back(std::to_string(k));
+        axes.push_back(seeds);
+      }
   // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
   for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
-  return expand_grid(policies, axes, fixed);
+  std::vector<PolicyConfig> configs = expand_grid(policies, axes, fixed);
+  if (!options.equal_memory) return configs;
+  std::vector<PolicyConfig> held;
+  std::vector<std::string> self_sizing;
+  for (const PolicyConfig& c : configs) {
+    // What the user chose for this configuration: --set values and its grid values.
+    std::map<std::string, std::string> mine;
+    for (const auto& [k, v] : chosen[c.label.substr(0, c.label.find('['))])
+      mine[k] = v.empty() ? c.params.values().at(k) : v;
+    std::optional<PolicyConfig> h = hold_to_budget(c, mine);
+    if (!h && c.info->name != "full") self_sizing.push_back(c.label);
+    held.push_back(h ? std::move(*h) : c);
+  }
+  if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
+    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
+  return held;
 }
 
 namespace {

@@ -30,13 +30,20 @@ std::vector<PolicyConfig> expand_grid(
     const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
     const std::map<std::string, std::map<std::string, std::string>>& fixed);
 
-// The configurations of a sweep's command line: --grid axes, --set fixed values ("NAME.key=v"),
-// and --budget for every policy that has one and no grid or --set for it (an axis on the budget
-// wins).
+// The configurations of a sweep's command line: --grid axes, --set fixed values ("NAME.key=v",
+// or "*.key=v" for every policy that has the key), and --budget for every policy that has one
+// and no grid or --set for it (an axis on the budget wins). `seeds` > 1 adds an axis seed = 0 ..
+// seeds − 1 for every policy that declares `seed` and is given none; `equal_memory` holds every
+// configuration to its budget (hold_to_budget, sim/replay/config.hpp).
+struct SweepConfigOptions {
+  int seeds = 1;
+  bool equal_memory = false;
+};
 std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
                                         const std::vector<std::string>& grids,
                                         const std::vector<std::string>& sets,
-                                        const std::string& budget);
+                                        const std::string& budget,
+                                        const SweepConfigOptions& options = {});
 
 // A 64-bit hash of the file's bytes (four interleaved multiply-rotate lanes over 8-byte words, a
 // splitmix64 finish), as 16 hex digits: the identity of a trace or prompt file for resuming.

@@ -1,0 +1,50 @@
+// `kvsim compare` and kvsim.compare: paired comparisons of every policy of a result table with a
+// reference, sample by sample (analysis/paired.hpp), from the table's own rows.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/paired.hpp"
+
+namespace kvsim {
+
+// One metric per (policy, sample): the rows of a policy on a sample (its layers, heads or steps)
+// averaged, weighted by `weight` (a row count: replay's summary has one per layer) where given;
+// the runs of one policy over seeds (sim/core/run_labels.hpp) pooled into one policy, each seed
+// counting equally. Rows whose sample is "all" (overall rows) and empty values are left out.
+struct SampleTable {
+  std::vector<std::string> samples;         // sorted
+  std::vector<std::string> policies;        // in order of first appearance (a seed group: its name)
+  std::vector<std::vector<double>> values;  // [policy][sample]; NaN where missing
+  std::vector<int> seeds;                   // [policy]: runs pooled (1 for a plain policy)
+  int index(const std::string& policy) const;  // -1 when absent
+};
+SampleTable per_sample_values(const std::vector<std::string>& policy,
+                              const std::vector<std::string>& sample,
+                              const std::vector<double>& value,
+                              const std::vector<double>& weight = {});
+
+// Whether a higher value of a kvsim result column is better: recall, accuracy, agreement, match
+// and hit rates are; errors, divergences, NLL, perplexity, misses, evicted mass, regret and memory
+// are not; std::nullopt for a name it does not know.
+std::optional<bool> higher_is_better(const std::string& metric);
+
+struct ComparisonTable {
+  std::string metric, reference;
+  bool higher_is_better = true;
+  std::vector<PairedComparison> rows;  // one per compared policy, in table order; Holm-adjusted
+};
+// Every policy in `policies` (empty: all but the reference) against `reference`: one family.
+// Throws std::invalid_argument naming what is missing.
+ComparisonTable compare_to_reference(const SampleTable& table, const std::string& metric,
+                                     const std::string& reference,
+                                     const std::vector<std::string>& policies,
+                                     const PairedOptions& options);
+
+// The CSV (one row per comparison; docs/outputs.md) and the console table.
+std::string comparison_csv(const ComparisonTable& t);
+std::string comparison_text(const ComparisonTable& t, const PairedOptions& options);
+
+}  // namespace kvsim
