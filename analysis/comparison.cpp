@@ -17,7 +17,8 @@ int SampleTable::index(const std::string& policy) const {
 
 SampleTable per_sample_values(const std::vector<std::string>& policy,
                               const std::vector<std::string>& sample,
-                              const std::vector<double>& value, const std::vector<double>& weight) {
+                              const std::vector<double>& value, const std::vector<double>& weight,
+                              bool pool_seeds) {
   if (policy.size() != sample.size() || value.size() != sample.size() ||
       (!weight.empty() && weight.size() != sample.size()))
     throw std::invalid_argument("compare: the columns differ in length");
@@ -42,7 +43,7 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
   // A seed group's value on a sample: the mean over its runs that have one.
   std::vector<std::vector<double>> total, count;
   for (const std::string& run : runs) {
-    const std::string group = seed_group_of(run);
+    const std::string group = pool_seeds ? seed_group_of(run) : "";
     const std::string name = group.empty() ? run : group;
     int p = t.index(name);
     if (p < 0) {
@@ -53,12 +54,17 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
       count.emplace_back(t.samples.size(), 0.0);
     }
     ++t.seeds[p];
+    double run_total = 0, run_count = 0;
     for (const auto& [key, s] : sums) {
       if (key.first != run || s.second <= 0) continue;
       const std::size_t j = sample_index.at(key.second);
       total[p][j] += s.first / s.second;
       count[p][j] += 1;
+      run_total += s.first / s.second;
+      run_count += 1;
     }
+    if (t.run_means.size() <= static_cast<std::size_t>(p)) t.run_means.resize(p + 1);
+    t.run_means[p].push_back(run_count > 0 ? run_total / run_count : NAN);
   }
   for (std::size_t p = 0; p < t.policies.size(); ++p) {
     t.values.emplace_back(t.samples.size(), NAN);
@@ -66,6 +72,19 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
       if (count[p][j] > 0) t.values[p][j] = total[p][j] / count[p][j];
   }
   return t;
+}
+
+MeanSummary summarize(const SampleTable& table, int policy, const BootstrapOptions& options) {
+  MeanSummary out;
+  if (policy < 0) return out;  // no value in the table
+  std::vector<double> values;
+  for (double v : table.values.at(policy))
+    if (!std::isnan(v)) values.push_back(v);
+  out.n = static_cast<long>(values.size());
+  out.mean = mean_sd(values).mean;
+  out.interval = bootstrap_mean(values, options);
+  if (table.seeds.at(policy) > 1) out.seed_sd = mean_sd(table.run_means.at(policy)).sd;
+  return out;
 }
 
 std::optional<bool> higher_is_better(const std::string& metric) {

@@ -19,12 +19,25 @@ struct SampleTable {
   std::vector<std::string> policies;        // in order of first appearance (a seed group: its name)
   std::vector<std::vector<double>> values;  // [policy][sample]; NaN where missing
   std::vector<int> seeds;                   // [policy]: runs pooled (1 for a plain policy)
+  std::vector<std::vector<double>> run_means;  // [policy][run]: each run's mean over its samples
   int index(const std::string& policy) const;  // -1 when absent
 };
+// With pool_seeds false every run label stays a policy of its own.
 SampleTable per_sample_values(const std::vector<std::string>& policy,
                               const std::vector<std::string>& sample,
                               const std::vector<double>& value,
-                              const std::vector<double>& weight = {});
+                              const std::vector<double>& weight = {}, bool pool_seeds = true);
+
+// One policy's mean over the samples that have a value, their number and the 95% bootstrap
+// interval of the mean; for a seed group, the SD over seeds of each run's mean. A policy index
+// below 0 (absent from the table) gives n = 0 and NaN.
+struct MeanSummary {
+  long n = 0;
+  double mean = NAN;
+  Interval interval;
+  double seed_sd = NAN;
+};
+MeanSummary summarize(const SampleTable& table, int policy, const BootstrapOptions& options = {});
 
 // Whether a higher value of a kvsim result column is better: recall, accuracy, agreement, match
 // and hit rates are; errors, divergences, NLL, perplexity, misses, evicted mass, regret and memory

@@ -349,10 +349,11 @@ def replay_figures(paths, out, written, means=None):
 
 
 def read_rows(paths):
+    """The per-sample rows of result CSVs: overall rows (sample = all) are left out."""
     rows = []
     for path in paths:
         with open(path, newline="") as f:
-            rows += list(csv.DictReader(f))
+            rows += [r for r in csv.DictReader(f) if r.get("sample") != "all"]
     return rows
 
 

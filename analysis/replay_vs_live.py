@@ -87,7 +87,7 @@ def read_live(pairs):
     for budget, path in pairs:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
-                if not r.get("ref_tokens") or int(r["ref_tokens"]) == 0:
+                if r["sample"] == "all" or not r.get("ref_tokens") or float(r["ref_tokens"]) == 0:
                     continue
                 n = int(r["ref_tokens"])
                 s = sums[(r["policy"], budget)]

@@ -73,7 +73,8 @@ def read_live(pairs):
         if rows and "answer_contains" not in rows[0]:
             fail(f"{path}: no answer_contains column (kvsim live evaluate without a vocabulary?)")
         for r in rows:
-            groups[(r["policy"], budget)].append(r)
+            if r["sample"] != "all":
+                groups[(r["policy"], budget)].append(r)
     out = {}
     for key, rows in groups.items():
         n = np.array([number(r["ref_tokens"]) for r in rows])
@@ -266,7 +267,8 @@ def main(argv):
         name, _, path = item.partition("=")
         if not os.path.exists(path):
             fail(f"--control {item}: no such file")
-        controls[name] = float(np.mean([number(r["full_answer_contains"]) for r in read_csv(path)]))
+        controls[name] = float(np.mean([number(r["full_answer_contains"]) for r in read_csv(path)
+                                        if r["sample"] != "all"]))
     build = None
     if a.build:
         with open(a.build, encoding="utf-8") as f:

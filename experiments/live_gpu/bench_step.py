@@ -78,7 +78,7 @@ def kvsim_rows(a, model: Path, prompts: Path, work: Path) -> list:
                     "--gen", str(a.gen), "--backend", a.backend, "--budget", a.budget,
                     "--summary", str(summary)] + [x for p in POLICIES for x in ("-p", p)],
                    check=True, stdout=subprocess.DEVNULL)
-    rows = list(csv.DictReader(io.StringIO(summary.read_text())))
+    rows = [r for r in csv.DictReader(io.StringIO(summary.read_text())) if r["sample"] != "all"]
     full = float(rows[0]["full_ms_per_token"])  # the model alone, greedy, in the same run
     return [{"implementation": "kvsim", "backend": a.backend, "attention": "kvsim",
              "policy": r["policy"], "ms_per_token": float(r["ms_per_token"]),

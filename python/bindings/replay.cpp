@@ -7,6 +7,7 @@
 
 #include "python/bindings/python_policy.hpp"
 #include "sim/core/params.hpp"
+#include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
 
 namespace kvsim::python {
@@ -89,11 +90,32 @@ struct PolicySet {
   std::vector<PolicyConfig> configs;
   std::vector<std::unique_ptr<PolicyInfo>> python_infos;  // owned here, pointed to by configs
 
+  int seeds = 1;
+  bool equal_memory = false;
+
+  // A named policy: once, or once per seed (seeded_label) when it draws and is given no seed;
+  // under equal memory held to its budget (hold_to_budget, sim/replay/config.hpp).
   void add(const std::string& label, std::map<std::string, std::string> params,
            const std::string& budget) {
     check_new(label);
+    const std::map<std::string, std::string> chosen = params;
     if (!budget.empty()) apply_default_budget(label, budget, params);
-    configs.push_back(make_policy_config(label, params));
+    std::vector<PolicyConfig> runs;
+    if (seeds <= 1 || params.count("seed") || !policy_declares(label, "seed")) {
+      runs.push_back(make_policy_config(label, params));
+    } else {
+      for (int k = 0; k < seeds; ++k) {
+        params["seed"] = std::to_string(k);
+        PolicyConfig c = make_policy_config(label, params);
+        c.label = seeded_label(label, k);
+        runs.push_back(std::move(c));
+      }
+    }
+    for (PolicyConfig& c : runs) {
+      if (equal_memory)
+        if (std::optional<PolicyConfig> held = hold_to_budget(c, chosen)) c = std::move(*held);
+      configs.push_back(std::move(c));
+    }
   }
   void add_python(const std::string& label, py::object obj) {
     check_new(label);
@@ -129,8 +151,11 @@ std::string unique_label(const PolicySet& set, const py::handle& obj) {
   }
 }
 
-PolicySet policy_set(const py::object& policies, const std::string& budget) {
+PolicySet policy_set(const py::object& policies, const std::string& budget, int seeds,
+                     bool equal_memory) {
   PolicySet set;
+  set.seeds = seeds;
+  set.equal_memory = equal_memory;
   if (py::isinstance<py::str>(policies)) {
     set.add(policies.cast<std::string>(), {}, budget);
   } else if (py::isinstance<py::dict>(policies)) {
@@ -167,8 +192,8 @@ PolicySet policy_set(const py::object& policies, const std::string& budget) {
 
 py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
                   int threads, const std::string& budget, bool diagnostics, bool decisions,
-                  const py::object& progress) {
-  const PolicySet set = policy_set(policies, budget);
+                  const py::object& progress, int seeds, bool equal_memory) {
+  const PolicySet set = policy_set(policies, budget, seeds, equal_memory);
   const auto opened = open_trace(trace);
   const TraceReader& reader = *opened;
   std::vector<std::string> names =
@@ -209,7 +234,8 @@ py::object replay(const std::string& trace, const py::object& policies, const py
 void bind_replay(py::module_& m) {
   m.def("replay", &replay, py::arg("trace"), py::arg("policies"), py::arg("samples") = py::none(),
         py::arg("threads") = 0, py::arg("budget") = "", py::arg("diagnostics") = false,
-        py::arg("decisions") = false, py::arg("progress") = py::none(),
+        py::arg("decisions") = false, py::arg("progress") = py::none(), py::arg("seeds") = 1,
+        py::arg("equal_memory") = false,
         R"doc(Replays samples of a trace through policies, as `kvsim replay --out` does.
 
 policies: a policy or preset name, a list of names, or a dict whose keys are labels (policy or
@@ -222,7 +248,10 @@ Returns a dict of numpy columns named as the CSV's; pandas.DataFrame(result) is 
 decisions=True, returns (results, decisions): decisions has one row per eviction (into_position
 -1) and per merge, with columns policy, sample, layer, kv_head, step (-1: end of prefill),
 position, into_position.
-progress: called as progress(layers_done, layers_total) after every replayed layer.)doc");
+progress: called as progress(layers_done, layers_total) after every replayed layer.
+seeds: a policy with a `seed` parameter (random) and none given runs once per seed 0..seeds-1,
+labelled NAME@seedK (like --seeds). equal_memory: hold every budgeted policy to its budget at
+every step (like --equal-memory).)doc");
 }
 
 }  // namespace kvsim::python

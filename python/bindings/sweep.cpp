@@ -11,10 +11,12 @@ namespace {
 py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::string>& policies,
                const std::vector<std::string>& grids, const std::vector<std::string>& sets,
                const std::string& budget, const std::string& out,
-               const std::vector<std::string>& samples, int threads, const py::object& progress) {
+               const std::vector<std::string>& samples, int threads, const py::object& progress,
+               int seeds, bool equal_memory) {
   if (traces.empty() || policies.empty())
     throw py::value_error("kvsim.sweep: give at least one trace and one policy");
-  const auto configs = sweep_configs(policies, grids, sets, budget);
+  const auto configs =
+      sweep_configs(policies, grids, sets, budget, {.seeds = seeds, .equal_memory = equal_memory});
   SweepReport r;
   run_without_gil([&] {
     r = run_sweep(traces, configs, {out, thread_count(threads), samples},
@@ -42,7 +44,7 @@ py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::st
 void bind_sweep(py::module_& m) {
   m.def("_sweep", &sweep, py::arg("traces"), py::arg("policies"), py::arg("grids"), py::arg("sets"),
         py::arg("budget"), py::arg("out"), py::arg("samples"), py::arg("threads"),
-        py::arg("progress") = py::none());
+        py::arg("progress") = py::none(), py::arg("seeds") = 1, py::arg("equal_memory") = false);
 }
 
 }  // namespace kvsim::python

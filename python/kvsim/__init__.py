@@ -97,7 +97,7 @@ def _frame(columns, integer=(), nullable=()):
 
 
 def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=False,
-           decisions=False, as_frame=False, progress=None):
+           decisions=False, as_frame=False, progress=None, seeds=5, equal_memory=False):
     """Replays samples of a trace through policies, as `kvsim replay --out` does.
 
     policies: a policy or preset name, a kvsim.Policy object, a list of either (objects are
@@ -106,7 +106,10 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     for one the trace lacks). threads: 0 = all cores (results do not depend on it). budget: for
     every policy that declares one and is given none (like --budget). diagnostics: also fill the
     hit-rate, miss and evicted-mass columns (like --diagnostics). progress: True for a tqdm bar,
-    or a callable progress(layers_done, layers_total).
+    or a callable progress(layers_done, layers_total). seeds: a policy with a `seed` parameter
+    (random) and none given runs once per seed 0 .. seeds - 1, labelled NAME@seedK (like
+    --seeds; kvsim.summarize and kvsim.compare pool them). equal_memory: hold every budgeted
+    policy to its budget at every step (like --equal-memory).
 
     Returns a dict of numpy columns named as the CSV's (pandas.DataFrame(result) is the CSV), or
     with as_frame=True a DataFrame: text as pandas strings, counts int64, metrics float32,
@@ -116,7 +119,8 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     itself, with a note naming the policy."""
     callback, bar = _progress_callback(progress, "replay")
     try:
-        out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback)
+        out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback,
+                      seeds, equal_memory)
     finally:
         if bar is not None:
             bar.close()
@@ -151,7 +155,7 @@ def stats(trace, samples=None, as_frame=False, **options):
 
 
 def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0,
-          as_frame=False, progress=None):
+          as_frame=False, progress=None, seeds=5, equal_memory=False):
     """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
     on every trace and sample; finished items are kept under `out` (a rerun skips them, an
     interrupted sweep loses only the item in flight). Returns OUT/results.csv as a dict of
@@ -162,7 +166,9 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     grid: {"h2o.budget": ["5%", "10%"], "st3.S+R": ["1/1.75", "7/12.25"]} or axis strings as
     `--grid` takes them ("h2o.budget=40:130:10"). set: {"h2o.recent": "25%"} (as `--set`).
     budget: as `--budget`. progress: True for a tqdm bar, or a callable progress(done, total)
-    called after every replayed layer."""
+    called after every replayed layer. seeds: a `seed` axis 0 .. seeds - 1 for every policy that
+    draws (random) and is given no seed (like --seeds). equal_memory: hold every configuration to
+    its budget (like --equal-memory)."""
     import csv
     import os
 
@@ -182,7 +188,8 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     sets = [f"{k}={text(v)}" for k, v in (set or {}).items()]
     callback, bar = _progress_callback(progress, "sweep")
     try:
-        _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads, callback)
+        _sweep(traces, policies, grids, sets, budget, out, list(samples or []), threads, callback,
+               seeds, equal_memory)
     finally:
         if bar is not None:
             bar.close()
@@ -204,6 +211,78 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
             except ValueError:  # a parameter with text values ("50%", "kv_head")
                 columns[name] = np.array(cells, dtype=object)
     return _frame(columns, integer=integer) if as_frame else columns
+
+
+def _table(results, metric):
+    """(policy, sample, values, weights) of a result table: a path to a CSV kvsim wrote, a
+    DataFrame, or a dict of columns (kvsim.replay's result), as `kvsim compare` reads them."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(results, (str, bytes)) or hasattr(results, "__fspath__"):
+        frame = pd.read_csv(results, keep_default_na=False, na_values=[""], dtype={"sample": str})
+    else:
+        frame = pd.DataFrame(results)
+    label = "label" if "label" in frame.columns else "policy"
+    for needed in (label, "sample", metric):
+        if needed not in frame.columns:
+            raise KeyError(f"no column {needed!r} (the table has: {', '.join(map(str, frame.columns))})")
+    sample = frame["sample"].astype(str)
+    if "trace" in frame.columns:
+        sample = [s if s == "all" else f"{t}/{s}" for t, s in zip(frame["trace"].astype(str), sample)]
+    weight = next((frame[w] for w in ("rows", "steps") if w in frame.columns), None)
+    return ([str(p) for p in frame[label]], [str(s) for s in sample],
+            pd.to_numeric(frame[metric], errors="raise").astype(float).tolist(),
+            [] if weight is None else np.asarray(weight, dtype=float).tolist())
+
+
+def summarize(results, metrics, resamples=2000, seed=0):
+    """Means over samples with their count and 95% interval, per policy, for one metric or a list:
+    a DataFrame with columns policy, metric, n, seeds, mean, ci_low, ci_high, seed_sd.
+
+    results: a result CSV's path (replay --summary or --out, live evaluate --summary, a sweep's
+    results.csv), a DataFrame or kvsim.replay's dict. A policy's value on a sample is the mean of
+    its rows there (weighted by `rows` or `steps` where the table has them); the runs of one policy
+    over seeds (NAME@seedK) are one policy, each sample's value their mean, with the SD of the
+    runs' means in seed_sd. The interval is the seeded percentile bootstrap over samples
+    (docs/outputs.md); with one sample there is none (NaN)."""
+    import pandas as pd
+
+    from ._kvsim import _summarize
+
+    frames = []
+    for metric in [metrics] if isinstance(metrics, str) else list(metrics):
+        policy, sample, value, weight = _table(results, metric)
+        out = _summarize(policy, sample, value, weight, resamples, seed)
+        frame = pd.DataFrame(out)
+        frame.insert(1, "metric", metric)
+        frames.append(frame)
+    return _frame(pd.concat(frames, ignore_index=True), integer={"n", "seeds"})
+
+
+def compare(results, metric, reference="full", policies=None, higher_is_better=None, alpha=0.05,
+            resamples=2000, seed=0):
+    """`kvsim compare` from Python: every policy of a result table (a CSV path, a DataFrame or
+    kvsim.replay's dict) against `reference`, sample by sample, as one family. Returns a
+    DataFrame with the columns of `kvsim compare -o` (docs/outputs.md): n, test (mcnemar for
+    right/wrong answers, else sign_flip), mean, reference_mean, difference and its 95% bootstrap
+    interval (ci_low, ci_high), wins / ties / losses, effect_size (d_z), p_value, p_holm (Holm's
+    adjustment over the table), detectable (the smallest difference n samples detect with 80%
+    power) and verdict ("better", "worse" or "no difference shown": never an order that the
+    test does not show). higher_is_better: None for kvsim's own columns, else say. KeyError for
+    a missing column or policy."""
+    import pandas as pd
+
+    from ._kvsim import _compare
+
+    policy, sample, value, weight = _table(results, metric)
+    out = _compare(policy, sample, value, weight, metric, reference, list(policies or []),
+                   higher_is_better, alpha, resamples, seed)
+    higher = out.pop("higher_is_better")
+    frame = pd.DataFrame(out)
+    frame.insert(2, "metric", metric)
+    frame.insert(3, "higher_is_better", higher)
+    return _frame(frame, integer={"n", "wins", "ties", "losses"})
 
 
 def register(name, factory, params=(), summary="", provenance="Python"):
@@ -336,6 +415,6 @@ class ScorerPolicy(Policy):
                 cache.keep_only(g, keep)
 
 
-__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "write_trace", "register", "policies", "presets", "Policy",
+__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare", "write_trace", "register", "policies", "presets", "Policy",
            "ScorerPolicy", "resolve_budget",
            "LayerView", "StepAttention", "Cache", "__version__"]

@@ -234,6 +234,61 @@ class Scorer(unittest.TestCase):
 
 
 
+class Comparisons(unittest.TestCase):
+    """kvsim.summarize and kvsim.compare: the same numbers as `kvsim compare` and the replay
+    summary, seeds pooled, equal memory held."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.where, cls.trace = small_trace("--samples", "4")
+        cls.summary = os.path.join(cls.where, "summary.csv")
+        subprocess.run([BINARY, "replay", cls.trace, "-p", "full,h2o,random,snapkv", "--budget",
+                        "20%", "--seeds", "3", "--equal-memory", "--summary", cls.summary],
+                       check=True, capture_output=True)
+
+    def test_summarize_equals_the_replay_summary(self):
+        got = kvsim.summarize(self.summary, "mean_mass_recall").set_index("policy")
+        table = pd.read_csv(self.summary)
+        overall = table[table["sample"] == "all"].set_index("policy")
+        for policy in ("h2o", "random"):
+            self.assertEqual(got.loc[policy, "n"], 4)
+            self.assertAlmostEqual(got.loc[policy, "mean"], overall.loc[policy, "mean_mass_recall"],
+                                   places=6)
+            self.assertAlmostEqual(got.loc[policy, "ci_low"],
+                                   overall.loc[policy, "mass_recall_ci_low"], places=6)
+        self.assertEqual(got.loc["random", "seeds"], 3)
+        self.assertAlmostEqual(got.loc["random", "seed_sd"],
+                               overall.loc["random", "mass_recall_seed_sd"], places=6)
+
+    def test_compare_equals_the_command(self):
+        out = os.path.join(self.where, "compare.csv")
+        subprocess.run([BINARY, "compare", self.summary, "-m", "mean_output_rel_error", "-r",
+                        "random", "-o", out], check=True, capture_output=True)
+        cli = pd.read_csv(out)
+        py = kvsim.compare(self.summary, "mean_output_rel_error", reference="random")
+        self.assertEqual(list(py["policy"]), list(cli["policy"]))
+        for column in ("difference", "ci_low", "ci_high", "p_value", "p_holm"):
+            np.testing.assert_allclose(py[column].to_numpy(float), cli[column].to_numpy(float),
+                                       rtol=1e-7)
+        self.assertEqual(list(py["verdict"]), list(cli["verdict"]))
+        with self.assertRaises(KeyError):
+            kvsim.compare(self.summary, "mean_output_rel_error", reference="nobody")
+        with self.assertRaises(ValueError):
+            kvsim.compare(self.summary, "rows", reference="full")
+
+    def test_replay_seeds_and_equal_memory(self):
+        res = kvsim.replay(self.trace, ["random", "snapkv"], budget="20%", seeds=2,
+                           equal_memory=True, as_frame=True)
+        self.assertEqual(sorted(set(res["policy"])), ["random@seed0", "random@seed1", "snapkv"])
+        # Entries held at each step (stored minus the step's own token), summed over the 2
+        # layers and 2 KV heads, never above the budget of each.
+        held = (res["cache_size"] - 1).groupby([res["policy"], res["sample"], res["step"]]).sum()
+        with kvsim.Trace(self.trace) as t:
+            prompt = t.sample(t.samples()[0]).prompt_len
+        self.assertLessEqual(held.max(), kvsim.resolve_budget("20%", prompt) * 2 * 2)
+        self.assertEqual(held.max(), kvsim.resolve_budget("20%", prompt) * 2 * 2)
+
+
 class Documented(unittest.TestCase):
     def test_every_public_name_is_in_the_reference_and_has_a_docstring(self):
         here = os.path.dirname(os.path.abspath(__file__))

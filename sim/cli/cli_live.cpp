@@ -343,6 +343,9 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
   return std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
 }
 
+// `live evaluate` prints one row per (policy, sample) up to this many samples.
+constexpr std::size_t kSamplesListed = 8;
+
 // Every rank evaluates its share of the samples into the piece store (a single process without
 // output files keeps them in memory); once all have, rank 0 assembles the outputs in sample order.
 int run_evaluate(const RunArgs& a, const World& world) {
@@ -406,14 +409,21 @@ int run_evaluate(const RunArgs& a, const World& world) {
     write_whole(a.out, all.steps);
     write_policies_sidecar(a.out, policies);
   }
-  if (!a.summary.empty()) write_whole(a.summary, all.summary);
+  const live::EvalReport report = live::report_evaluation(all.summary, policies);
+  if (!a.summary.empty()) write_whole(a.summary, report.summary_csv);
   if (store) store->clear();
   std::printf(
       "%s on %s (%s backend%s), %d decode steps; mean_kl and top1 teacher-forced on the "
       "full-cache answer, diverge = first differing greedy token, right = the answer contains "
-      "the reference\n%s",
-      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen,
-      all.table.c_str());
+      "the reference\n",
+      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen);
+  // Per (policy, sample) only for a handful of samples; the overall table always.
+  if (s->samples.size() <= kSamplesListed)
+    std::printf("%s", all.table.c_str());
+  else
+    std::printf("(%zu samples: one row per policy and sample in --summary and --out)\n",
+                s->samples.size());
+  std::printf("%s", report.table.c_str());
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <xtensor/xview.hpp>
 
+#include "analysis/comparison.hpp"
+#include "analysis/csv_table.hpp"
 #include "sim/live/pieces.hpp"
 #include "sim/replay/results.hpp"
 
@@ -219,8 +221,8 @@ double loglik(const std::vector<float>& first_logits, const RunResult& r,
 // reference answer, when there is one.
 void score_answers(const Vocabulary& vocabulary, const std::string& reference,
                    const std::vector<std::int32_t>& policy_ids,
-                   const std::vector<std::int32_t>& full_ids,
-                   const std::vector<std::int32_t>& stop, EvalSummary& s) {
+                   const std::vector<std::int32_t>& full_ids, const std::vector<std::int32_t>& stop,
+                   EvalSummary& s) {
   s.has_answers = true;
   s.answer = vocabulary.decode(answer_until_stop(policy_ids, stop));
   s.full_answer = vocabulary.decode(answer_until_stop(full_ids, stop));
@@ -321,8 +323,9 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     s.answer_overlap =
         static_cast<double>(longest_common_subsequence(gr.predicted, full.predicted)) / answer;
     s.token_match = token_match_rate(gr.predicted, full.predicted);
-    if (o.vocabulary) score_answers(*o.vocabulary, prompt.info.reference, policy_answer,
-                                    full.predicted, o.stop_tokens, s);
+    if (o.vocabulary)
+      score_answers(*o.vocabulary, prompt.info.reference, policy_answer, full.predicted,
+                    o.stop_tokens, s);
     if (R > 0) {
       RunOptions ref = ref_opts;
       ref.policy = &policy;
@@ -420,6 +423,191 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   out += ',' + (s.has_answers ? csv_quote(s.full_answer) : std::string());
   out += ',' + (s.has_reference ? csv_quote(s.reference) : std::string());
   out += '\n';
+}
+
+namespace {
+
+// Columns of the overall rows beyond the per-sample ones.
+constexpr const char* kOverallColumns =
+    "delta_nll,peak_held_over_budget,samples,seeds,answer_contains_ci_low,"
+    "answer_contains_ci_high,answer_exact_ci_low,answer_exact_ci_high,mean_kl_ci_low,"
+    "mean_kl_ci_high,delta_nll_ci_low,delta_nll_ci_high,answer_contains_seed_sd";
+
+// The peak entries held per (layer, KV head) over the budget of one row: peak_kv_bytes counts
+// the entries stored when a step attends, its own token included, and prompt_kv_bytes / P the
+// bytes of one position in every layer and head.
+double held_over_budget(const CsvTable& t, std::size_t row, const PolicyConfig* config) {
+  if (!config) return NAN;
+  const auto col = [&](const char* name) {
+    const std::string& v = t.rows[row][t.column(name)];
+    return v.empty() ? NAN : std::stod(v);
+  };
+  const double P = col("prompt_len"), prompt_bytes = col("prompt_kv_bytes");
+  const int budget = budget_entries(*config, static_cast<int>(P));
+  if (budget <= 0 || !(prompt_bytes > 0)) return NAN;
+  return (col("peak_kv_bytes") * P / prompt_bytes - 1) / budget;
+}
+
+std::string fixed(double x, const char* format) {
+  if (std::isnan(x)) return "-";
+  char s[32];
+  std::snprintf(s, sizeof s, format, x);
+  return s;
+}
+
+std::string interval(const Interval& i) {
+  return i.valid() ? "[" + fixed(i.low, "%.3f") + "," + fixed(i.high, "%.3f") + "]" : "-";
+}
+
+}  // namespace
+
+EvalReport report_evaluation(const std::string& per_sample_csv,
+                             const std::vector<PolicyConfig>& policies) {
+  const CsvTable t = parse_csv_table(per_sample_csv, "live evaluate summary");
+  const std::vector<std::string> label = t.strings("policy"), sample = t.strings("sample");
+  std::map<std::string, const PolicyConfig*> config;
+  for (const auto& p : policies) config[p.label] = &p;
+  // Per-sample additions.
+  const std::vector<double> nll = t.numbers("ref_nll"), nll_full = t.numbers("ref_nll_full");
+  std::vector<double> delta(t.rows.size()), held(t.rows.size());
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    delta[i] = nll[i] - nll_full[i];
+    held[i] = held_over_budget(t, i, config.count(label[i]) ? config.at(label[i]) : nullptr);
+  }
+  EvalReport out;
+  out.summary_csv = eval_summary_csv_header();
+  out.summary_csv.pop_back();
+  out.summary_csv += std::string(",") + kOverallColumns + "\n";
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    for (std::size_t c = 0; c < t.header.size(); ++c)
+      out.summary_csv += (c ? "," : "") + csv_quote(t.rows[i][c]);
+    for (double x : {delta[i], held[i]}) {
+      out.summary_csv += ",";
+      append_float(out.summary_csv, x);
+    }
+    out.summary_csv += ",1,1,,,,,,,,,\n";
+  }
+  // Overall rows: each run, then each seed group, by their per-sample tables.
+  std::map<std::string, SampleTable> column;  // header name -> table, runs kept apart
+  std::map<std::string, SampleTable> pooled;  // the same with seed groups pooled
+  const std::vector<std::string> text = {"policy", "sample",      "budget",
+                                         "answer", "full_answer", "reference"};
+  std::vector<std::string> numeric;
+  for (const auto& h : t.header)
+    if (std::find(text.begin(), text.end(), h) == text.end()) numeric.push_back(h);
+  for (const auto& h : numeric) {
+    const std::vector<double> v = t.numbers(h);
+    column[h] = per_sample_values(label, sample, v, {}, false);
+    pooled[h] = per_sample_values(label, sample, v);
+  }
+  column["delta_nll"] = per_sample_values(label, sample, delta, {}, false);
+  pooled["delta_nll"] = per_sample_values(label, sample, delta);
+  std::map<std::string, double> worst_held;  // per run and per group
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    if (std::isnan(held[i])) continue;
+    for (const std::string& key : {label[i], seed_group_of(label[i])}) {
+      if (key.empty()) continue;
+      auto [it, added] = worst_held.emplace(key, held[i]);
+      if (!added && std::fabs(held[i] - 1) > std::fabs(it->second - 1)) it->second = held[i];
+    }
+  }
+  struct Overall {
+    std::string label;
+    int seeds;
+    MeanSummary contains, exact, kl, dnll;
+    double kv_fraction, held;
+    bool sizes_itself;
+  };
+  std::vector<Overall> rows;
+  auto overall = [&](const std::map<std::string, SampleTable>& tables, const std::string& name) {
+    const SampleTable& any = tables.at("mean_kl");
+    const int p = any.index(name);
+    if (p < 0) return;
+    std::string line = csv_quote(name) + ",all,";
+    const PolicyConfig* cfg = config.count(name) ? config.at(name) : nullptr;
+    if (!cfg)
+      for (const auto& c : policies)
+        if (seed_group_of(c.label) == name) cfg = &c;
+    const auto budget = cfg ? cfg->params.values().find("budget")
+                            : std::map<std::string, std::string>::const_iterator{};
+    line += cfg && budget != cfg->params.values().end() ? csv_quote(budget->second) : "";
+    auto stat = [&](const std::string& h) {
+      const SampleTable& table = tables.at(h);
+      return summarize(table, table.index(name));
+    };
+    for (const auto& h : t.header) {
+      if (h == "policy" || h == "sample" || h == "budget") continue;
+      line += ",";
+      if (tables.count(h)) append_float(line, stat(h).mean);
+    }
+    const MeanSummary d = stat("delta_nll"), c = stat("answer_contains"), e = stat("answer_exact"),
+                      k = stat("mean_kl");
+    const double h = worst_held.count(name) ? worst_held.at(name) : NAN;
+    line += ",";
+    append_float(line, d.mean);
+    line += ",";
+    append_float(line, h);
+    line += "," + std::to_string(k.n) + "," + std::to_string(any.seeds[p]);
+    for (double x : {c.interval.low, c.interval.high, e.interval.low, e.interval.high,
+                     k.interval.low, k.interval.high, d.interval.low, d.interval.high, c.seed_sd}) {
+      line += ",";
+      append_float(line, x);
+    }
+    out.summary_csv += line + "\n";
+    const MeanSummary frac = stat("kv_fraction");
+    rows.push_back({name, any.seeds[p], c, e, k, d, frac.mean, h,
+                    cfg && cfg->info->name != "full" && budget_entries(*cfg, 1 << 20) < 0});
+  };
+  std::vector<std::string> groups;
+  for (const auto& p : policies) {
+    overall(column, p.label);
+    const std::string g = seed_group_of(p.label);
+    if (!g.empty() && std::find(groups.begin(), groups.end(), g) == groups.end())
+      groups.push_back(g);
+  }
+  for (const auto& g : groups) overall(pooled, g);
+  // The console: plain policies and seed groups (not their runs), budgeted ones first.
+  std::vector<const Overall*> shown;
+  for (const Overall& r : rows)
+    if (seed_group_of(r.label).empty()) shown.push_back(&r);
+  std::stable_partition(shown.begin(), shown.end(),
+                        [](const Overall* r) { return !r->sizes_itself; });
+  int w = 24;
+  for (const Overall* r : shown) w = std::max<int>(w, static_cast<int>(r->label.size()) + 10);
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %4s %8s %8s %15s %8s %15s %9s %22s %8s %7s\n", w, "policy",
+                "n", "held/B", "contains", "contains_95%", "exact", "exact_95%", "mean_kl",
+                "dnll (95%)", "kv_frac", "seedSD");
+  out.table += line;
+  bool flagged = false, apart = false;
+  for (const Overall* r : shown) {
+    if (r->sizes_itself && !apart) {
+      out.table += "sizing their caches themselves (no budget: compare by what they held):\n";
+      apart = true;
+    }
+    const bool off = !std::isnan(r->held) && std::fabs(r->held - 1) > 0.01;
+    flagged = flagged || off;
+    const std::string label =
+        r->seeds > 1 ? r->label + " (" + std::to_string(r->seeds) + " seeds)" : r->label;
+    std::snprintf(line, sizeof line, "%-*s %4ld %8s %8s %15s %8s %15s %9s %22s %8s %7s\n", w,
+                  label.c_str(), r->kl.n, (fixed(r->held, "%.2f") + (off ? "!" : "")).c_str(),
+                  fixed(r->contains.mean, "%.3f").c_str(), interval(r->contains.interval).c_str(),
+                  fixed(r->exact.mean, "%.3f").c_str(), interval(r->exact.interval).c_str(),
+                  fixed(r->kl.mean, "%.4f").c_str(),
+                  (fixed(r->dnll.mean, "%+.2f") + " " + interval(r->dnll.interval)).c_str(),
+                  fixed(r->kv_fraction, "%.2f").c_str(),
+                  fixed(r->contains.seed_sd, "%.3f").c_str());
+    out.table += line;
+  }
+  if (flagged)
+    out.table +=
+        "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off it "
+        "(--equal-memory holds every budgeted policy to it)\n";
+  out.table +=
+      "means over the n samples with 95% percentile-bootstrap intervals (docs/outputs.md); "
+      "contains / exact: the answer contains / is the reference; dnll: NLL of the reference "
+      "answer minus the full cache's; seedSD: SD of the accuracy over seeds\n";
+  return out;
 }
 
 }  // namespace kvsim::live

@@ -97,6 +97,20 @@ void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing);
 std::string eval_summary_csv_header();
 void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing);
 
+// `live evaluate --summary` and its console table, from the per-(policy, sample) rows
+// (eval_summary_csv_header): every row gains delta_nll (ref_nll − ref_nll_full) and
+// peak_held_over_budget (the peak entries held per layer and KV head over the budget); then one
+// overall row per policy and per seed group (sample = all): the mean of every number over the
+// samples that have it, their count, 95% bootstrap intervals of the accuracies, the KL and the
+// ΔNLL, and a seed group's SD of the accuracy over seeds. The table prints the overall rows,
+// budgeted policies first and those that size themselves apart, with ! where the peak held differs
+// from the budget by more than 1%.
+struct EvalReport {
+  std::string summary_csv, table;
+};
+EvalReport report_evaluation(const std::string& per_sample_csv,
+                             const std::vector<PolicyConfig>& policies);
+
 // Helpers with hand-checkable answers (tests).
 double kl_divergence(const std::vector<float>& p_logits, const std::vector<float>& q_logits);
 double log_softmax_at(const std::vector<float>& logits, std::int32_t index);

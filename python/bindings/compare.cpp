@@ -1,0 +1,94 @@
+// kvsim._compare and kvsim._summarize: the paired comparisons of `kvsim compare` and the means
+// with intervals of the result tables, on columns Python passes (kvsim.compare and
+// kvsim.summarize in python/kvsim/__init__.py take DataFrames and paths).
+#include "analysis/comparison.hpp"
+#include "python/bindings/common.hpp"
+
+namespace kvsim::python {
+
+namespace {
+
+PairedOptions paired_options(const std::string& metric, const py::object& higher, double alpha,
+                             int resamples, std::uint64_t seed) {
+  PairedOptions o;
+  o.alpha = alpha;
+  o.bootstrap.resamples = resamples;
+  o.bootstrap.seed = seed;
+  if (!higher.is_none()) {
+    o.higher_is_better = higher.cast<bool>();
+  } else if (const auto known = higher_is_better(metric)) {
+    o.higher_is_better = *known;
+  } else {
+    throw py::value_error("kvsim.compare: say whether a higher " + metric +
+                          " is better (higher_is_better=True or False)");
+  }
+  return o;
+}
+
+py::dict compare(const std::vector<std::string>& policy, const std::vector<std::string>& sample,
+                 const std::vector<double>& value, const std::vector<double>& weight,
+                 const std::string& metric, const std::string& reference,
+                 const std::vector<std::string>& policies, const py::object& higher, double alpha,
+                 int resamples, std::uint64_t seed) {
+  const PairedOptions o = paired_options(metric, higher, alpha, resamples, seed);
+  const SampleTable table = per_sample_values(policy, sample, value, weight);
+  ComparisonTable r;
+  try {
+    r = compare_to_reference(table, metric, reference, policies, o);
+  } catch (const std::invalid_argument& e) {
+    throw py::key_error(e.what());
+  }
+  std::vector<std::string> label, ref, test, verdict;
+  std::vector<std::int64_t> n, wins, ties, losses;
+  std::vector<double> mean, ref_mean, diff, lo, hi, d, p, holm, detect;
+  for (const PairedComparison& c : r.rows) {
+    label.push_back(c.label), ref.push_back(c.reference);
+    test.push_back(c.binary ? "mcnemar" : "sign_flip"), verdict.push_back(c.verdict);
+    n.push_back(c.n), wins.push_back(c.wins), ties.push_back(c.ties), losses.push_back(c.losses);
+    mean.push_back(c.mean), ref_mean.push_back(c.reference_mean), diff.push_back(c.difference);
+    lo.push_back(c.interval.low), hi.push_back(c.interval.high), d.push_back(c.effect_size);
+    p.push_back(c.p_value), holm.push_back(c.p_holm), detect.push_back(c.detectable);
+  }
+  py::dict out;
+  out["policy"] = to_numpy(label), out["reference"] = to_numpy(ref);
+  out["n"] = to_numpy(n), out["test"] = to_numpy(test);
+  out["mean"] = to_numpy(mean), out["reference_mean"] = to_numpy(ref_mean);
+  out["difference"] = to_numpy(diff), out["ci_low"] = to_numpy(lo), out["ci_high"] = to_numpy(hi);
+  out["wins"] = to_numpy(wins), out["ties"] = to_numpy(ties), out["losses"] = to_numpy(losses);
+  out["effect_size"] = to_numpy(d), out["p_value"] = to_numpy(p), out["p_holm"] = to_numpy(holm);
+  out["detectable"] = to_numpy(detect), out["verdict"] = to_numpy(verdict);
+  out["higher_is_better"] = o.higher_is_better;
+  return out;
+}
+
+py::dict summarize_values(const std::vector<std::string>& policy,
+                          const std::vector<std::string>& sample, const std::vector<double>& value,
+                          const std::vector<double>& weight, int resamples, std::uint64_t seed) {
+  const SampleTable table = per_sample_values(policy, sample, value, weight);
+  std::vector<std::int64_t> n, seeds;
+  std::vector<double> mean, lo, hi, sd;
+  for (std::size_t p = 0; p < table.policies.size(); ++p) {
+    const MeanSummary s =
+        summarize(table, static_cast<int>(p), {.resamples = resamples, .seed = seed});
+    n.push_back(s.n), seeds.push_back(table.seeds[p]);
+    mean.push_back(s.mean), lo.push_back(s.interval.low), hi.push_back(s.interval.high);
+    sd.push_back(s.seed_sd);
+  }
+  py::dict out;
+  out["policy"] = to_numpy(table.policies);
+  out["n"] = to_numpy(n), out["seeds"] = to_numpy(seeds), out["mean"] = to_numpy(mean);
+  out["ci_low"] = to_numpy(lo), out["ci_high"] = to_numpy(hi), out["seed_sd"] = to_numpy(sd);
+  return out;
+}
+
+}  // namespace
+
+void bind_compare(py::module_& m) {
+  m.def("_compare", &compare, py::arg("policy"), py::arg("sample"), py::arg("value"),
+        py::arg("weight"), py::arg("metric"), py::arg("reference"), py::arg("policies"),
+        py::arg("higher_is_better"), py::arg("alpha"), py::arg("resamples"), py::arg("seed"));
+  m.def("_summarize", &summarize_values, py::arg("policy"), py::arg("sample"), py::arg("value"),
+        py::arg("weight"), py::arg("resamples"), py::arg("seed"));
+}
+
+}  // namespace kvsim::python
