@@ -38,6 +38,9 @@ POLICY_COLOURS = {
     "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#393b79", "tova": "#8c564b",
     "lookm": "#e377c2", "fastv": "#637939", "vtw": "#9c9ede", "hae": "#d62728",
     "madakv": "#2ca02c", "avl": "#ff7f0e", "st3": "#8c6d31", "meda": "#e7ba52",
+    "knorm": "#843c39", "expected_attention": "#ad494a",
+    # the floors and the image-free reference: greys and muted tones
+    "random": "#a5a5a5", "downsample": "#6b6ecf", "text_only": "#cedb9c",
 }
 
 

@@ -1,94 +1,120 @@
 #!/usr/bin/env python3
-"""Which policies keep the answer when image tokens are evicted? Joins, per (policy, budget), the
-answer accuracy and reference NLL of `kvsim live evaluate --summary` on the assembled VLM with
-replay's metrics on the captured trace (`kvsim replay --summary`: mass recall, output errors) and
-the share of image and of text entries each policy still stored at the end of decoding (from
-`--dump-decisions`), then reports the rank correlation of each replay metric with the live
-accuracy loss and the ΔNLL.
+"""Which policies keep the answer when image tokens are evicted, and which differences hold up?
+Reads the runs of experiments/vlm_eval.sh, one directory per projector seed (the same held-out
+images in each), and reports, per policy and budget at equal memory:
 
-    vlm_eval_report.py --trace T.h5 --replay B=R.csv ... --live B=L.csv ... \
-        --decisions B=D.h5 ... [--control NAME=C.csv ...] [--build build.json] --out DIR
+- accuracy (the greedy answer contains the class word: the primary metric) and exact match, each
+  as the mean over seeds ± the SD over seeds and the 95% bootstrap interval over images (each
+  image's answers averaged over seeds and the random floor's draws first);
+- retention: of the images the full cache answers right, the share the policy still does;
+- paired comparisons with the random floor over images (Holm over each budget's table), and the
+  policies no comparison separates from the best of each budget;
+- rank stability across seeds (Kendall's W), and replay's metrics beside (mass recall, output
+  errors, image entries kept) with their rank correlation with the accuracy loss, pooled and
+  within each budget;
+- what the task gives for free: the first answer token (live compresses after the prefill) and
+  the answers' length in tokens.
 
-Accuracy: the share of samples whose greedy answer contains the reference class word
-(`answer_contains`; `answer_exact` as well). Accuracy loss: the full cache's accuracy minus the
-policy's. ΔNLL: Σ (ref_nll − ref_nll_full)·ref_tokens / Σ ref_tokens, nats per token. A policy
-that sizes its cache itself (no budget: fastv, vtw, avl, st3) gives the same run at every budget
-and enters the correlations once. Writes DIR/vlm_eval.csv, DIR/vlm_eval.md and, as PNG and PDF,
-DIR/vlm_accuracy_vs_budget, DIR/vlm_accuracy_vs_memory, DIR/vlm_accuracy_vs_image_kept and
-DIR/vlm_replay_vs_accuracy. Needs numpy, h5py and matplotlib.
+    vlm_eval_report.py --budgets 10 20 40 60 --seed 0=DIR0 1=DIR1 ... --out OUT
+
+A seed directory holds, as vlm_eval.sh writes them: live_<B>.csv and replay_<B>.csv (kvsim live
+evaluate and kvsim replay --summary at budget B% with --equal-memory), decisions_<B>.h5, the
+same for the policies that size their caches themselves under <B> = self, control_noimage.csv,
+control_swapped.csv, trace.h5 and build.json. Writes OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
+per budget and policy), OUT/vlm_eval_by_seed.csv (one row per seed, budget and policy: what the
+prediction card fits), OUT/vlm_comparisons.csv and, as PNG and PDF, OUT/vlm_accuracy_vs_memory,
+OUT/vlm_accuracy_vs_budget, OUT/vlm_accuracy_vs_image_kept and OUT/vlm_replay_vs_accuracy.
+Needs numpy, pandas, h5py, matplotlib and the kvsim module (its bootstrap and tests).
 """
 import argparse
-import csv
 import json
 import os
+import re
 import sys
-from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import new_figure, policy_style, save  # noqa: E402
-from replay_vs_live import budget_key, parse_pairs, spearman  # noqa: E402
+from replay_vs_live import ranks, spearman  # noqa: E402
 
-REPLAY_METRICS = [("mean_mass_recall", "replay mass recall"),
-                  ("mean_output_rel_error", "replay output error ‖o − ô‖/‖o‖"),
-                  ("mean_output_value_error", "replay output error ‖o − ô‖/Σp‖v‖"),
-                  ("image_kept", "image entries kept (replay)"),
-                  ("text_kept", "text entries kept (replay)")]
-LIVE_TARGETS = [("accuracy_loss", "live accuracy loss"), ("delta_nll", "live ΔNLL")]
+SELF = "self"  # the budget label of the runs of policies that size their caches themselves
+FLOORS = ("random", "downsample")
+REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
+                  ("mean_output_rel_error", "output error ‖o − ô‖/‖o‖"),
+                  ("mean_output_value_error", "output error ‖o − ô‖/Σp‖v‖"),
+                  ("image_kept", "image entries kept")]
 
 
 def fail(message):
     sys.exit(f"vlm_eval_report: {message}")
 
 
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def group_of(label):
+    """random@seed3 -> random (the floor's draws); other labels as they are."""
+    return re.sub(r"@seed\d+$", "", label)
 
 
-def number(x):
-    return float(x) if x not in ("", None) else float("nan")
+def read(path):
+    if not os.path.exists(path):
+        fail(f"{path}: no such file (run experiments/vlm_eval.sh)")
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"sample": str})
 
 
-def read_replay(pairs):
-    """(policy, budget) -> the summary's overall row."""
-    out = {}
-    for budget, path in pairs:
-        for r in read_csv(path):
-            if r["sample"] == "all" and r["layer"] == "all":
-                row = {m: number(r[m]) for m in ["mean_cache_size", "mean_mass_recall",
-                                                 "mean_output_rel_error",
-                                                 "mean_output_value_error"]}
-                row["has_budget"] = bool(r.get("budget_entries"))
-                out[(r["policy"], budget)] = row
+def live_rows(directory, seed, budget):
+    t = read(os.path.join(directory, f"live_{budget}.csv"))
+    t = t[t["sample"] != "all"]
+    if "answer_contains" not in t or t["answer_contains"].isna().all():
+        fail(f"{directory}/live_{budget}.csv: no answers scored (kvsim live evaluate without a "
+             "vocabulary?)")
+    return pd.DataFrame({
+        "seed": seed, "budget": budget, "label": t["policy"], "policy": t["policy"].map(group_of),
+        "sample": t["sample"], "contains": t["answer_contains"], "exact": t["answer_exact"],
+        "full_contains": t["full_answer_contains"], "full_exact": t["full_answer_exact"],
+        "dnll": t["ref_nll"] - t["ref_nll_full"], "kv_fraction": t["kv_fraction"],
+        "mean_kl": t["mean_kl"],
+        "held": t["peak_held_over_budget"], "first_divergence": t["first_divergence"],
+        "ref_tokens": t["ref_tokens"], "reference": t["reference"]})
+
+
+def replay_rows(directory, seed, budget):
+    """Per policy (the floor's draws pooled by the summary's own seed-group row): the overall
+    means and the peak held over the budget."""
+    t = read(os.path.join(directory, f"replay_{budget}.csv"))
+    t = t[(t["sample"] == "all") & ~t["policy"].str.contains(r"@seed\d+$", regex=True)]
+    out = t[["policy"] + [m for m, _ in REPLAY_METRICS if m in t]].copy()
+    out["replay_held"] = t["peak_held_over_budget"]
+    out["seed"], out["budget"] = seed, budget
     return out
 
 
-def read_live(pairs):
-    """(policy, budget) -> accuracy, ΔNLL, agreement with the full cache and memory held."""
-    groups = defaultdict(list)
-    for budget, path in pairs:
-        rows = read_csv(path)
-        if rows and "answer_contains" not in rows[0]:
-            fail(f"{path}: no answer_contains column (kvsim live evaluate without a vocabulary?)")
-        for r in rows:
-            if r["sample"] != "all":
-                groups[(r["policy"], budget)].append(r)
-    out = {}
-    for key, rows in groups.items():
-        n = np.array([number(r["ref_tokens"]) for r in rows])
-        dnll = np.array([number(r["ref_nll"]) - number(r["ref_nll_full"]) for r in rows])
-        out[key] = {
-            "accuracy": np.mean([number(r["answer_contains"]) for r in rows]),
-            "exact": np.mean([number(r["answer_exact"]) for r in rows]),
-            "accuracy_full": np.mean([number(r["full_answer_contains"]) for r in rows]),
-            "delta_nll": float((dnll * n).sum() / n.sum()),
-            "token_match": np.mean([number(r["token_match"]) for r in rows]),
-            "kv_fraction": np.mean([number(r["kv_fraction"]) for r in rows]),
-            "samples": len(rows)}
-        out[key]["accuracy_loss"] = out[key]["accuracy_full"] - out[key]["accuracy"]
-    return out
+def read_kept(path, modality, heads):
+    """label -> share of the prompt's image and of its text entries (over layers and KV heads:
+    `heads` = L·Hkv) neither evicted nor merged away by the end of decoding, from a
+    --dump-decisions file; modality: sample -> (image positions, text positions)."""
+    import h5py
+
+    kept = {}
+    with h5py.File(path, "r") as f:
+        for label, g in f.items():
+            removed, total = [0, 0], [0, 0]
+            for sample, (image, text) in modality.items():
+                total[0] += len(image) * heads
+                total[1] += len(text) * heads
+                if sample not in g["samples"]:
+                    continue
+                for layer in g["samples"][sample]["layers"].values():
+                    for head in layer["heads"].values():
+                        gone = set()
+                        for key in ("evicted", "merged"):
+                            if key in head and head[key].shape[0]:
+                                gone |= set(head[key][:, 1].tolist())
+                        removed[0] += len(gone & image)
+                        removed[1] += len(gone & text)
+            kept[label] = {"image_kept": 1 - removed[0] / max(total[0], 1),
+                           "text_kept": 1 - removed[1] / max(total[1], 1)}
+    return kept
 
 
 def read_modality(trace):
@@ -96,196 +122,458 @@ def read_modality(trace):
     import h5py
 
     with h5py.File(trace, "r") as f:
-        layers = len(f["samples"][next(iter(f["samples"]))]["layers"])
-        kv_heads = int(f.attrs["num_kv_heads"])
+        heads = int(f.attrs["num_kv_heads"])
         out = {}
         for name, g in f["samples"].items():
             m = g["modality"][: int(g.attrs["prompt_len"])]
             out[name] = (set(np.flatnonzero(m != 0).tolist()), set(np.flatnonzero(m == 0).tolist()))
-    return out, layers * kv_heads
+            layers = len(g["layers"])
+    return out, layers * heads
 
 
-def read_kept(pairs, modality, heads):
-    """(policy, budget) -> share of the prompt's image and text entries (over layers and KV heads)
-    neither evicted nor merged away by the end of decoding."""
-    import h5py
+def image_kept(directory, budget, modality, heads):
+    """policy -> (image entries kept, text entries kept), the floor's draws averaged."""
+    path = os.path.join(directory, f"decisions_{budget}.h5")
+    if not os.path.exists(path):
+        fail(f"{path}: no such file")
+    by_policy = {}
+    for label, kept in read_kept(path, modality, heads).items():
+        by_policy.setdefault(group_of(label), []).append(kept)
+    return {p: {k: float(np.mean([x[k] for x in v])) for k in ("image_kept", "text_kept")}
+            for p, v in by_policy.items()}
 
+
+def replay_by_image(directory, seed, budget):
+    """(policy, sample) -> replay's output error and mass recall on that image: its layer rows
+    pooled (weighted by their rows), the floor's draws averaged."""
+    t = read(os.path.join(directory, f"replay_{budget}.csv"))
+    t = t[t["sample"] != "all"].copy()
+    t["policy"] = t["policy"].map(group_of)
+    for m in ("mean_output_rel_error", "mean_mass_recall"):
+        t[m] = t[m] * t["rows"]
+    g = t.groupby(["policy", "sample"])[["mean_output_rel_error", "mean_mass_recall", "rows"]].sum()
+    out = pd.DataFrame({"replay_output_rel_error": g["mean_output_rel_error"] / g["rows"],
+                        "replay_mass_recall": g["mean_mass_recall"] / g["rows"]}).reset_index()
+    out["seed"], out["budget"] = seed, budget
+    return out
+
+
+def load(seeds, budgets):
+    live, replay, images, controls, builds = [], [], [], [], {}
+    for seed, directory in seeds:
+        modality, heads = read_modality(os.path.join(directory, "trace.h5"))
+        for b in list(budgets) + [SELF]:
+            live.append(live_rows(directory, seed, b))
+            r = replay_rows(directory, seed, b)
+            kept = image_kept(directory, b, modality, heads)
+            for k in ("image_kept", "text_kept"):
+                r[k] = r["policy"].map(lambda p: kept.get(p, {}).get(k, np.nan))
+            replay.append(r)
+            images.append(replay_by_image(directory, seed, b))
+        for c, name in (("noimage", "no image tokens"), ("swapped", "another image's tokens")):
+            t = read(os.path.join(directory, f"control_{c}.csv"))
+            t = t[t["sample"] != "all"]
+            controls.append(pd.DataFrame({"seed": seed, "control": name, "sample": t["sample"],
+                                          "contains": t["full_answer_contains"],
+                                          "exact": t["full_answer_exact"]}))
+        with open(os.path.join(directory, "build.json"), encoding="utf-8") as f:
+            builds[seed] = json.load(f)
+    live = pd.concat(live, ignore_index=True)
+    drawn = [set(g["sample"]) for _, g in live.groupby("seed")]
+    if any(s != drawn[0] for s in drawn):
+        fail("the seed directories hold different images: build them with the same test_seed")
+    return (live, pd.concat(replay, ignore_index=True), pd.concat(images, ignore_index=True),
+            pd.concat(controls, ignore_index=True), builds)
+
+
+def merge_identical(live):
+    """Policies whose answers are the same on every image, seed and budget (at equal memory some
+    presets become their policy) are reported as one row, their names joined."""
+    key = live.sort_values(["seed", "budget", "sample"])
+    signature = {p: tuple(g["contains"].fillna(-1)) + tuple(g["exact"].fillna(-1)) +
+                 tuple(g["dnll"].round(9).fillna(-1))
+                 for p, g in key[~key["label"].str.contains("@seed")].groupby("policy")}
+    names = {}
+    for p, sig in signature.items():
+        names.setdefault(sig, []).append(p)
+    rename, dropped = {}, set()
+    for group in names.values():
+        if len(group) > 1:
+            group = sorted(group, key=lambda n: (":" in n, n))
+            rename.update({p: ", ".join(group) for p in group})
+            dropped.update(group[1:])
+    out = live[~live["policy"].isin(dropped)].copy()
+    out["policy"] = out["policy"].map(lambda p: rename.get(p, p))
+    return out, rename
+
+
+def renamed(table, rename):
+    """A replay table with the merged policies' rows under their joined name (averaged)."""
+    t = table.copy()
+    t["policy"] = t["policy"].map(lambda p: rename.get(p, p))
+    keys = [c for c in ("seed", "budget", "policy", "sample") if c in t]
+    return t.groupby(keys, as_index=False).mean(numeric_only=True)
+
+
+def per_image(live, value):
+    """(budget, policy, sample) -> `value` averaged over the floor's draws and the seeds."""
+    draws = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[value].mean()
+    return draws.groupby(["budget", "policy", "sample"], as_index=False)[value].mean()
+
+
+def per_seed(live, value):
+    """(seed, budget, policy) -> `value`'s mean over images (the draws averaged first)."""
+    draws = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[value].mean()
+    return draws.groupby(["seed", "budget", "policy"], as_index=False)[value].mean()
+
+
+def interval_table(live, value):
+    """(budget, policy) -> n images, mean, 95% interval over images (kvsim's bootstrap), mean
+    over seeds and SD over seeds."""
+    import kvsim
+
+    img = per_image(live, value)
+    rows = []
+    for budget, g in img.groupby("budget"):
+        s = kvsim.summarize({"policy": g["policy"], "sample": g["sample"], value: g[value]}, value)
+        s.insert(0, "budget", budget)
+        rows.append(s)
+    out = pd.concat(rows, ignore_index=True)[["budget", "policy", "n", "mean", "ci_low", "ci_high"]]
+    seeds = per_seed(live, value).groupby(["budget", "policy"])[value]
+    out = out.merge(seeds.std(ddof=1).rename("seed_sd").reset_index(), on=["budget", "policy"])
+    return out.rename(columns={"mean": value, "ci_low": f"{value}_ci_low",
+                               "ci_high": f"{value}_ci_high", "seed_sd": f"{value}_seed_sd"})
+
+
+def retention(live):
+    """(budget, policy) -> of the images the full cache answers right (per seed), the share the
+    policy answers right too; the mean over seeds."""
+    right = live[live["full_contains"] == 1]
+    per = right.groupby(["seed", "budget", "policy"])["contains"].mean()
+    return per.groupby(["budget", "policy"]).mean().rename("retention").reset_index()
+
+
+def comparisons(live, budgets, metric="contains"):
+    """Per budget: every policy against the random floor, and against the best policy of the
+    budget, paired over images (each image averaged over seeds and draws), Holm over each table."""
+    import kvsim
+
+    img = per_image(live, metric)
+    out = []
+    for budget in budgets:
+        g = img[img["budget"] == budget]
+        table = {"policy": g["policy"], "sample": g["sample"], metric: g[metric]}
+        if "random" in set(g["policy"]):
+            c = kvsim.compare(table, metric, reference="random")
+            c.insert(0, "budget", budget)
+            c.insert(1, "against", "random")
+            out.append(c)
+        means = g.groupby("policy")[metric].mean().drop(labels=["random"], errors="ignore")
+        best = means.idxmax()
+        c = kvsim.compare(table, metric, reference=best)
+        c.insert(0, "budget", budget)
+        c.insert(1, "against", "best")
+        out.append(c)
+    return pd.concat(out, ignore_index=True)
+
+
+def kendall_w(matrix):
+    """Kendall's coefficient of concordance of m raters (rows) ranking n items (columns), ties
+    given their mean rank and corrected for (Kendall and Babington Smith 1939):
+    W = 12 S / (m² (n³ − n) − m Σ T), S the sum of squared deviations of the items' rank sums from
+    their mean, T = Σ (t³ − t) over each rater's groups of t tied items."""
+    m, n = matrix.shape
+    if m < 2 or n < 2:
+        return float("nan")
+    r = np.array([ranks(row) for row in matrix])
+    totals = r.sum(axis=0)
+    s = float(((totals - totals.mean()) ** 2).sum())
+    ties = 0.0
+    for row in matrix:
+        _, counts = np.unique(row, return_counts=True)
+        ties += float((counts ** 3 - counts).sum())
+    denominator = m * m * (n ** 3 - n) - m * ties
+    return s / denominator * 12 if denominator > 0 else float("nan")
+
+
+def stability(live, budgets):
+    """budget -> Kendall's W of the policies' accuracy ranks across seeds (floors included)."""
+    acc = per_seed(live, "contains")
     out = {}
-    for budget, path in pairs:
-        with h5py.File(path, "r") as f:
-            for label, g in f.items():
-                removed = [0, 0]
-                total = [0, 0]
-                for sample, (image, text) in modality.items():
-                    total[0] += len(image) * heads
-                    total[1] += len(text) * heads
-                    if sample not in g["samples"]:
-                        continue
-                    for layer in g["samples"][sample]["layers"].values():
-                        for head in layer["heads"].values():
-                            gone = set()
-                            for key in ("evicted", "merged"):
-                                if key in head and head[key].shape[0]:
-                                    gone |= set(head[key][:, 1].tolist())
-                            removed[0] += len(gone & image)
-                            removed[1] += len(gone & text)
-                out[(label, budget)] = {"image_kept": 1 - removed[0] / max(total[0], 1),
-                                        "text_kept": 1 - removed[1] / max(total[1], 1)}
+    for b in budgets:
+        pivot = acc[acc["budget"] == b].pivot(index="seed", columns="policy", values="contains")
+        out[b] = kendall_w(pivot.dropna(axis=1).to_numpy())
     return out
 
 
-def once(rows):
-    """The rows with a policy that has no budget (the same run at every budget) kept once."""
-    seen, out = set(), []
-    for r in rows:
-        if not r["has_budget"] and r["policy"] in seen:
-            continue
-        seen.add(r["policy"])
-        out.append(r)
-    return out
+def free_structure(live):
+    """What the task gives away: the first answer token (first_divergence >= 1: the greedy
+    answers agree on it) and the answers' length in tokens per class word."""
+    policy_rows = live[live["policy"] != "full"]
+    first = int((policy_rows["first_divergence"] >= 1).sum())
+    lengths = (live.drop_duplicates(["seed", "sample"])
+               .groupby("reference")["ref_tokens"].agg(["min", "max"]))
+    return first, len(policy_rows), lengths
 
 
-def correlations(rows):
-    """Spearman ρ of each replay metric with each live target over the evicting configurations,
-    a budget-less policy counted once."""
-    points = [r for r in once(rows) if r["policy"] != "full"]
-    rho = {(m, t): spearman([p[m] for p in points], [p[t] for p in points])
-           for m, _ in REPLAY_METRICS for t, _ in LIVE_TARGETS}
-    return rho, len(points)
+def fmt(x, spec=".3f"):
+    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
 
-def write_table(rows, rho, count, controls, build, path):
-    with open(path, "w") as f:
-        if build:
-            f.write(f"Full cache, greedy: accuracy {build['full']['accuracy']:.3f} on "
-                    f"{build['test_images']} held-out images (the build's own measurement).\n\n")
-        for name, acc in controls.items():
-            f.write(f"- control `{name}` (full cache, kvsim live): accuracy {acc:.3f}\n")
-        f.write("\n| policy | budget | held (of full) | accuracy | exact | loss | ΔNLL | "
-                "token match | recall | out_rel_err | image kept | text kept |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-        for r in once(rows):
-            f.write(f"| {r['policy']} | {r['budget'] if r['has_budget'] else '-'} | "
-                    f"{r['kv_fraction']:.3f} | {r['accuracy']:.3f} | {r['exact']:.3f} | "
-                    f"{r['accuracy_loss']:+.3f} | {r['delta_nll']:+.3f} | {r['token_match']:.3f} | "
-                    f"{r['mean_mass_recall']:.4f} | {r['mean_output_rel_error']:.4f} | "
-                    f"{r['image_kept']:.3f} | {r['text_kept']:.3f} |\n")
-        f.write(f"\nSpearman ρ over {count} configurations (every policy but `full`; a policy "
-                "without a budget once):\n\n| replay metric | " +
-                " | ".join(label for _, label in LIVE_TARGETS) + " |\n|---|" +
-                "---|" * len(LIVE_TARGETS) + "\n")
+def cell(row, value):
+    """'0.558 ± 0.050 [0.47, 0.64]': mean over seeds ± SD over seeds, the interval over images."""
+    sd = row[f"{value}_seed_sd"]
+    spread = f" ± {fmt(sd, '.2f')}" if not np.isnan(sd) else ""
+    return (f"{fmt(row[value])}{spread} [{fmt(row[f'{value}_ci_low'], '.2f')}, "
+            f"{fmt(row[f'{value}_ci_high'], '.2f')}]")
+
+
+def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
+                 rho_pooled, rho_within, n_images, draws):
+    budgeted = table[table["budget"] != SELF]
+    self_rows = table[table["budget"] == SELF]
+    order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
+    refs = [p for p in ("random", "downsample") if p in order]
+    order = refs + [p for p in order if p not in refs]
+    with open(path, "w", encoding="utf-8") as f:
+        full = [b["full"]["accuracy"] for b in builds.values()]
+        f.write(f"{n_images} held-out images, {len(seeds)} projector seeds ({', '.join(map(str, seeds))}), "
+                f"budgets {', '.join(b + '%' for b in budgets)}, every budgeted policy at equal "
+                "memory (`--equal-memory`). Primary metric: accuracy, the greedy answer contains "
+                "the class word; exact match (nothing else) beside it. Cells: mean over seeds ± "
+                "SD over seeds [95% interval over images: percentile bootstrap of each image's "
+                "answers averaged over seeds and the random floor's draws].\n\n")
+        f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
+                f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
+        f.write("**References** (full cache, one value per prompt form):\n\n| reference | accuracy | exact |\n|---|---|---|\n")
+        for name, g in controls.groupby("control", sort=False):
+            per = g.groupby("seed")[["contains", "exact"]].mean()
+            f.write(f"| {name} (control prompt) | {per['contains'].mean():.3f} ± {per['contains'].std(ddof=1):.3f} | "
+                    f"{per['exact'].mean():.3f} ± {per['exact'].std(ddof=1):.3f} |\n")
+        for _, r in self_rows[self_rows["policy"] == "text_only"].iterrows():
+            f.write(f"| `text_only` (every image entry evicted after the prefill; holds {r['kv_fraction']:.2f}) | "
+                    f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
+        f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
+                "entries are more than 1% off the budget):\n\n| policy | " +
+                " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
+        vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
+        for p in order:
+            cells = []
+            for b in budgets:
+                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+                if r.empty:
+                    cells.append("–")
+                    continue
+                r = r.iloc[0]
+                mark = "!" if abs(r["held"] - 1) > 0.01 else ""
+                verdict = ""
+                if (b, p) in vs_random.index:
+                    v = vs_random.loc[(b, p), "verdict"]
+                    verdict = {"better": " ▲", "worse": " ▼"}.get(v, "")
+                cells.append(cell(r, "contains") + mark + verdict)
+            name = f"`{p}`" + (f" ({draws} draws)" if p == "random" else "")
+            f.write(f"| {name} | " + " | ".join(cells) + " |\n")
+        f.write("\n▲ / ▼: better / worse than `random` at that budget (paired over images, Holm "
+                "over the budget's table, α = 0.05); no mark: no difference from the random "
+                "floor shown.\n\n")
+        f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
+                " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
+        for p in order:
+            cells = []
+            for b in budgets:
+                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+                cells.append("–" if r.empty else cell(r.iloc[0], "exact"))
+            f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
+        f.write("\n**Retention** (of the images the full cache answers right, the share still "
+                "right; mean over seeds) and the **ΔNLL** of the reference answer (nats per "
+                "token; mean over seeds):\n\n| policy | " +
+                " | ".join(f"retention {b}%" for b in budgets) + " | " +
+                " | ".join(f"ΔNLL {b}%" for b in budgets) + " |\n|---|" +
+                "---|" * (2 * len(budgets)) + "\n")
+        for p in order:
+            ret, dn = [], []
+            for b in budgets:
+                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+                ret.append("–" if r.empty else fmt(r.iloc[0]["retention"]))
+                dn.append("–" if r.empty else fmt(r.iloc[0]["dnll"], "+.2f"))
+            f.write(f"| `{p}` | " + " | ".join(ret) + " | " + " | ".join(dn) + " |\n")
+        f.write("\n**Policies that size their caches themselves** (one run each; compare them by "
+                "the memory they held, not with the budgeted table):\n\n| policy | held (peak, of "
+                "the full cache) | accuracy | exact | retention |\n|---|---|---|---|---|\n")
+        for _, r in self_rows.sort_values("kv_fraction").iterrows():
+            f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
+                    f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
+        f.write("\n**Which differences hold up.** Per budget, the policies that no paired test "
+                "separates from that budget's best (by mean accuracy), Holm over the budget's "
+                "comparisons:\n\n")
+        for b in budgets:
+            c = comps[(comps["budget"] == b) & (comps["against"] == "best")]
+            if c.empty:
+                continue
+            best = c["reference"].iloc[0]
+            tied = sorted(c[c["verdict"] == "no difference shown"]["policy"])
+            f.write(f"- {b}%: `{best}`; not shown to differ from it: "
+                    f"{', '.join(f'`{p}`' for p in tied) if tied else 'none'} "
+                    f"(smallest detectable difference {c['detectable'].median():.3f}, median over "
+                    "the comparisons)\n")
+        f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
+                "1 = every seed ranks them alike): " +
+                ", ".join(f"{b}%: {fmt(w[b], '.2f')}" for b in budgets) + ".\n\n")
+        f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "
+                "policies; pooled over budgets, and within each budget):\n\n| replay metric | "
+                "pooled | " + " | ".join(f"{b}%" for b in budgets) + " |\n|---|---|" +
+                "---|" * len(budgets) + "\n")
         for m, label in REPLAY_METRICS:
-            f.write(f"| {label} | " + " | ".join(f"{rho[(m, t)]:+.3f}" for t, _ in LIVE_TARGETS)
-                    + " |\n")
+            f.write(f"| {label} | {fmt(rho_pooled[m], '+.2f')} | " +
+                    " | ".join(fmt(rho_within[(m, b)], "+.2f") for b in budgets) + " |\n")
+        f.write(f"| the budget alone | {fmt(rho_pooled['budget'], '+.2f')} | " +
+                " | ".join("–" for _ in budgets) + " |\n")
+        count, total = first
+        f.write("\n**What the task gives for free.** Live compresses the cache after the "
+                "prefill, so the first answer token is predicted from the full prompt: the "
+                f"greedy answers agree on it in {count:,} of {total:,} policy runs on an image. "
+                "The class words are spelled in several tokens (the reference answer: the word, "
+                "its period and the end token): " +
+                ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
 
 
-def outside_legend(ax):
-    """Some twenty policies: the legend goes right of the panel, clear of the points."""
-    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-
-
-def figures(rows, rho, controls, out):
+def figures(table, live, replay, budgets, out):
     written = []
-    by_policy = defaultdict(list)
-    for r in rows:
-        by_policy[r["policy"]].append(r)
-    full = rows[0]["accuracy_full"]
+    budgeted = table[table["budget"] != SELF]
+    self_rows = table[table["budget"] == SELF]
+    full = float(live.groupby("seed")["full_contains"].mean().mean())
 
-    def reference_lines(ax):
+    def floors(ax, x_of=None):
         ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
-        ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="chance (10 classes)")
+
+    # The headline: accuracy against the memory each policy actually held, with intervals.
+    fig, ax = new_figure(figsize=(10, 5.5))
+    for p, g in budgeted.groupby("policy"):
+        g = g.sort_values("kv_fraction")
+        style = policy_style(p)
+        lw = 2.2 if p in FLOORS else 1.0
+        ax.errorbar(g["kv_fraction"], g["contains"],
+                    yerr=[g["contains"] - g["contains_ci_low"], g["contains_ci_high"] - g["contains"]],
+                    label=p + (" (floor)" if p in FLOORS else ""), capsize=2, lw=lw,
+                    ms=4, **style)
+    for _, r in self_rows.iterrows():
+        style = policy_style(r["policy"])
+        ax.errorbar([r["kv_fraction"]], [r["contains"]],
+                    yerr=[[r["contains"] - r["contains_ci_low"]], [r["contains_ci_high"] - r["contains"]]],
+                    label=f"{r['policy']} (sizes itself)", capsize=2, color=style["color"],
+                    marker=style["marker"], ms=7, ls="none", mfc="none")
+    floors(ax)
+    ax.set(title="Answer accuracy against memory held (mean over seeds; bars: 95% interval over "
+           "images)", xlabel="peak KV memory held while decoding (share of the full cache)",
+           ylabel="accuracy (answer contains the class word)")
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    save(fig, out, "vlm_accuracy_vs_memory", written)
 
     fig, ax = new_figure(figsize=(10, 5))
-    for policy, rs in sorted(by_policy.items()):
-        if policy == "full":
-            continue
-        rs = sorted(rs, key=lambda r: budget_key(r["budget"]))
-        ax.plot([budget_key(r["budget"]) for r in rs], [r["accuracy"] for r in rs], label=policy,
-                **policy_style(policy))
-    reference_lines(ax)
-    ax.set(title="Answer accuracy of the assembled VLM (held-out Fashion-MNIST)",
-           xlabel="budget (% of the prompt)", ylabel="accuracy (answer contains the class)")
-    outside_legend(ax)
+    for p, g in budgeted.groupby("policy"):
+        g = g.sort_values("budget", key=lambda s: s.astype(float))
+        x = g["budget"].astype(float)
+        ax.errorbar(x, g["contains"],
+                    yerr=[g["contains"] - g["contains_ci_low"], g["contains_ci_high"] - g["contains"]],
+                    label=p, capsize=2, lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
+    floors(ax)
+    ax.set(title="Answer accuracy by budget at equal memory (bars: 95% interval over images)",
+           xlabel="budget (% of the prompt's entries per layer and KV head)",
+           ylabel="accuracy (answer contains the class word)")
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "vlm_accuracy_vs_budget", written)
-    for stem, x, xlabel in (("vlm_accuracy_vs_memory", "kv_fraction",
-                             "KV memory held while decoding (peak, share of the full cache)"),
-                            ("vlm_accuracy_vs_image_kept", "image_kept",
-                             "image entries still stored at the end (replay)")):
-        fig, ax = new_figure(figsize=(10, 5))
-        for policy, rs in sorted(by_policy.items()):
-            style = policy_style(policy)
-            ax.scatter([r[x] for r in rs], [r["accuracy"] for r in rs], label=policy,
-                       color=style["color"], marker=style["marker"])
-        reference_lines(ax)
-        ax.set(title="Which policies keep the class when image tokens are evicted"
-               if x == "image_kept" else "Answer accuracy against memory held",
-               xlabel=xlabel, ylabel="accuracy (answer contains the class)")
-        outside_legend(ax)
-        save(fig, out, stem, written)
-    fig, axes = new_figure(1, 3, figsize=(15, 4.2))
-    for ax, m in zip(axes, ("mean_mass_recall", "mean_output_rel_error", "image_kept")):
-        for policy, rs in sorted(by_policy.items()):
-            if policy == "full":
-                continue
-            style = policy_style(policy)
-            ax.scatter([r[m] for r in rs], [r["accuracy_loss"] for r in rs], label=policy,
-                       color=style["color"], marker=style["marker"])
-        label = dict(REPLAY_METRICS)[m]
-        ax.set(title=f"Spearman ρ = {rho[(m, 'accuracy_loss')]:+.2f}", xlabel=label,
-               ylabel="live accuracy loss")
-    axes[0].legend(fontsize=6, ncol=2)
+
+    fig, ax = new_figure(figsize=(10, 5))
+    for p, g in budgeted.groupby("policy"):
+        style = policy_style(p)
+        ax.scatter(g["image_kept"], g["contains"], label=p, color=style["color"],
+                   marker=style["marker"])
+        for _, r in g.iterrows():
+            ax.annotate(f"{r['budget']}%", (r["image_kept"], r["contains"]), fontsize=5,
+                        xytext=(2, 2), textcoords="offset points")
+    floors(ax)
+    ax.set(title="Which image entries stay matters more than how many (labels: budget)",
+           xlabel="image entries still stored at the end (share, replay)",
+           ylabel="accuracy (answer contains the class word)")
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    save(fig, out, "vlm_accuracy_vs_image_kept", written)
+
+    fig, axes = new_figure(1, len(budgets), figsize=(4 * len(budgets), 3.8), squeeze=False)
+    for ax, b in zip(axes[0], budgets):
+        g = budgeted[budgeted["budget"] == b]
+        for _, r in g.iterrows():
+            style = policy_style(r["policy"])
+            ax.scatter(r["mean_output_rel_error"], r["accuracy_loss"], color=style["color"],
+                       marker=style["marker"], label=r["policy"])
+        rho = spearman(g["mean_output_rel_error"].tolist(), g["accuracy_loss"].tolist())
+        ax.set(title=f"{b}%: Spearman ρ = {rho:+.2f}", xlabel="replay output error ‖o − ô‖/‖o‖",
+               ylabel="live accuracy loss (full − policy)")
+    axes[0][0].legend(fontsize=5, ncol=2)
     save(fig, out, "vlm_replay_vs_accuracy", written)
     return written
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", required=True, help="the captured kvtrace file")
-    ap.add_argument("--replay", nargs="+", required=True, help="BUDGET=replay summary CSV")
-    ap.add_argument("--live", nargs="+", required=True, help="BUDGET=live evaluate summary CSV")
-    ap.add_argument("--decisions", nargs="+", required=True, help="BUDGET=--dump-decisions file")
-    ap.add_argument("--control", action="append", default=[],
-                    help="NAME=live evaluate summary of a control prompt file")
-    ap.add_argument("--build", help="the VLM's build.json")
+    ap.add_argument("--budgets", nargs="+", required=True, help="the budgets, in percent")
+    ap.add_argument("--seed", nargs="+", required=True, help="SEED=DIRECTORY of each seed's run")
     ap.add_argument("--out", required=True, help="output directory")
     a = ap.parse_args(argv)
-    if not os.path.exists(a.trace):
-        fail(f"{a.trace}: no such file")
-    replay = read_replay(parse_pairs(a.replay, "--replay"))
-    live = read_live(parse_pairs(a.live, "--live"))
-    modality, heads = read_modality(a.trace)
-    kept = read_kept(parse_pairs(a.decisions, "--decisions"), modality, heads)
-    rows = []
-    for key in sorted(set(replay) & set(live), key=lambda k: (k[0] != "full", k[0],
-                                                              budget_key(k[1]))):
-        rows.append({"policy": key[0], "budget": key[1], **replay[key], **live[key],
-                     **kept.get(key, {"image_kept": 1.0, "text_kept": 1.0})})
-    if not rows:
-        fail("no (policy, budget) is in both the replay and the live files")
-    controls = {}
-    for item in a.control:
-        name, _, path = item.partition("=")
-        if not os.path.exists(path):
-            fail(f"--control {item}: no such file")
-        controls[name] = float(np.mean([number(r["full_answer_contains"]) for r in read_csv(path)
-                                        if r["sample"] != "all"]))
-    build = None
-    if a.build:
-        with open(a.build, encoding="utf-8") as f:
-            build = json.load(f)
+    seeds = []
+    for item in a.seed:
+        seed, sep, directory = item.partition("=")
+        if not sep or not os.path.isdir(directory):
+            fail(f"--seed {item}: expected SEED=DIRECTORY of a vlm_eval.sh run")
+        seeds.append((int(seed), directory))
+    budgets = [b.rstrip("%") for b in a.budgets]
+    live, replay, replay_images, controls, builds = load(seeds, budgets)
+    live, rename = merge_identical(live)
+    replay, replay_images = renamed(replay, rename), renamed(replay_images, rename)
+    # The full cache's own accuracy per image, the reference of the losses.
+    table = interval_table(live, "contains").merge(interval_table(live, "exact"),
+                                                   on=["budget", "policy", "n"])
+    table = table.merge(retention(live), on=["budget", "policy"], how="left")
+    extra = live.groupby(["budget", "policy"]).agg(
+        dnll=("dnll", "mean"), kv_fraction=("kv_fraction", "mean"), held=("held", "max"),
+        full=("full_contains", "mean")).reset_index()
+    worst = live.assign(off=(live["held"] - 1).abs()).sort_values("off").groupby(
+        ["budget", "policy"]).tail(1)[["budget", "policy", "held"]]
+    table = table.merge(extra.drop(columns="held"), on=["budget", "policy"]).merge(
+        worst, on=["budget", "policy"], how="left")
+    table["accuracy_loss"] = table["full"] - table["contains"]
+    rep = replay.groupby(["budget", "policy"]).mean(numeric_only=True).reset_index()
+    table = table.merge(rep.drop(columns="seed"), on=["budget", "policy"], how="left")
+    comps = comparisons(live, budgets)
+    w = stability(live, budgets)
+    first = free_structure(live)
+    budgeted = table[table["budget"] != SELF]
+    points = pd.concat([budgeted, table[table["budget"] == SELF]])
+    rho_pooled = {m: spearman(points[m].tolist(), points["accuracy_loss"].tolist())
+                  for m, _ in REPLAY_METRICS}
+    rho_pooled["budget"] = spearman((-budgeted["budget"].astype(float)).tolist(),
+                                    budgeted["accuracy_loss"].tolist())
+    rho_within = {(m, b): spearman(budgeted[budgeted["budget"] == b][m].tolist(),
+                                   budgeted[budgeted["budget"] == b]["accuracy_loss"].tolist())
+                  for m, _ in REPLAY_METRICS for b in budgets}
     os.makedirs(a.out, exist_ok=True)
-    columns = ["policy", "budget", "has_budget", "kv_fraction", "mean_cache_size", "accuracy",
-               "exact", "accuracy_full", "accuracy_loss", "delta_nll", "token_match",
-               "mean_mass_recall", "mean_output_rel_error", "mean_output_value_error",
-               "image_kept", "text_kept", "samples"]
-    with open(os.path.join(a.out, "vlm_eval.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, columns, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    rho, count = correlations(rows)
-    write_table(rows, rho, count, controls, build, os.path.join(a.out, "vlm_eval.md"))
-    figures(rows, rho, controls, a.out)
-    print(open(os.path.join(a.out, "vlm_eval.md")).read())
+    table.to_csv(os.path.join(a.out, "vlm_eval.csv"), index=False, float_format="%.6g")
+    by_seed = per_seed(live, "contains").merge(per_seed(live, "exact"), on=["seed", "budget", "policy"])
+    by_seed = by_seed.merge(per_seed(live.assign(full=live["full_contains"]), "full"),
+                            on=["seed", "budget", "policy"])
+    by_seed = by_seed.merge(replay.drop(columns=["replay_held"]), on=["seed", "budget", "policy"],
+                            how="left")
+    by_seed.to_csv(os.path.join(a.out, "vlm_eval_by_seed.csv"), index=False, float_format="%.6g")
+    comps.to_csv(os.path.join(a.out, "vlm_comparisons.csv"), index=False, float_format="%.6g")
+    by_image = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[
+        ["contains", "exact", "full_contains", "dnll", "kv_fraction", "mean_kl"]].mean()
+    by_image = by_image.merge(replay_images, on=["seed", "budget", "policy", "sample"], how="left")
+    by_image.to_csv(os.path.join(a.out, "vlm_eval_by_image.csv"), index=False, float_format="%.6g")
+    n_images = live["sample"].nunique()
+    write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets,
+                 [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
+                 n_images, live[live["policy"] == "random"]["label"].nunique())
+    figures(table, live, replay, budgets, a.out)
+    print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0
 
 

@@ -1,18 +1,21 @@
 #!/bin/sh
-# Which policies keep the answer when image tokens are evicted? On the assembled VLM (Google's
-# MobileNetV2 -> a projector trained here -> Karpathy's stories260K; an assembled toy, built and
-# cached by `python -m kvsim.vlm build` from the parts in MODELS_DIR, never from the repository)
-# and its held-out Fashion-MNIST images: capture the full-cache answers, replay the trace and run
-# the model live with every policy that applies at several budgets (policies with a `decode`
-# parameter hold their budget while decoding, decode=cap, so that all hold comparable memory),
-# measure the controls (no image; another image's tokens), and report answer accuracy and ΔNLL per
-# policy and budget beside replay's metrics, with their rank correlations.
+# Which policies keep the answer when image tokens are evicted, and which differences hold up? On
+# the assembled VLM (Google's MobileNetV2 -> a projector trained here -> Karpathy's stories260K; an
+# assembled toy, built and cached by `python -m kvsim.vlm build` from the parts in MODELS_DIR,
+# never from the repository) and its held-out Fashion-MNIST images, for every projector seed:
+# capture the full-cache answers, replay the trace and run the model live with every policy at
+# several budgets at equal memory (--equal-memory: every budgeted policy holds its budget at every
+# step), with the floors (random over 5 draws, downsample, text_only), the policies that size
+# their caches themselves once, and the controls (no image; another image's tokens). The report
+# gives accuracy with intervals over images and its spread over seeds, paired comparisons with
+# the random floor (Holm-corrected), rank stability across seeds, and replay's metrics beside.
 # Usage: experiments/vlm_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm (from the current directory)
 #   MODELS_DIR default $KVSIM_MODELS, else the shared/models folder next to the repository
 #   BUILD_DIR  default the repository's build/
-# Environment: VLM_EVAL_SMALL=1 builds the small CI model and evaluates two budgets (tests);
-#   VLM_EVAL_BUDGETS overrides the budgets ("10 20 40 60").
+# Environment: VLM_EVAL_SMALL=1 builds the small CI model and evaluates two budgets and two seeds
+#   (tests); VLM_EVAL_BUDGETS overrides the budgets ("10 20 40 60"), VLM_EVAL_SEEDS the projector
+#   seeds ("0 1 2 3 4"), VLM_EVAL_DRAWS the random floor's draws (5).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm}
@@ -28,48 +31,50 @@ py=/usr/bin/python3
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 small=""
 budgets=${VLM_EVAL_BUDGETS:-10 20 40 60}
-if [ "${VLM_EVAL_SMALL:-0}" = 1 ]; then small=--small; budgets=${VLM_EVAL_BUDGETS:-20 60}; fi
+seeds=${VLM_EVAL_SEEDS:-0 1 2 3 4}
+if [ "${VLM_EVAL_SMALL:-0}" = 1 ]; then
+  small=--small; budgets=${VLM_EVAL_BUDGETS:-20 60}; seeds=${VLM_EVAL_SEEDS:-0 1}
+fi
+draws=${VLM_EVAL_DRAWS:-5}
 mkdir -p "$out"
 # Runs quietly; on failure the command's messages are shown.
 quiet() { log=$1; shift; "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }; }
-vlm=$("$py" -m kvsim.vlm build --models "$models" $small | tail -n 1)
-model="$vlm/model"
-gen=8  # the longest answer (" sweater." and the end token) is 6 tokens
-# The trace: the full cache's own greedy answers, teacher-forced in replay.
-quiet "$out/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
-  --stop-at-eos -o "$out/trace.h5"
-baselines=full,streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
-vision=fastv,vtw,lookm,hae,madakv,avl,st3,meda
+gen=8  # the longest answer, " sneaker." with the end token, is 8 tokens
+baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
+seed_methods=lookm,hae,madakv,meda
 presets=snapkv:kvpress,streamingllm:kvpress,tova:kvpress,pyramidkv:kvpress,knorm:kvpress,expected_attention:kvpress,adakv:kvpress,lookm:released
-policies=$baselines,$vision,$presets
-caps=""
-for p in snapkv pyramidkv adakv knorm expected_attention lookm madakv meda snapkv:kvpress \
-         pyramidkv:kvpress knorm:kvpress expected_attention:kvpress adakv:kvpress lookm:released; do
-  caps="$caps --set $p.decode=cap"
+floors=random,downsample
+budgeted=$floors,$baselines,$seed_methods,$presets
+# Sizing their caches themselves: one run each, not a budget.
+self_sizing=text_only,fastv,vtw,avl,st3
+runs=""
+for s in $seeds; do
+  dir="$out/seed$s"
+  mkdir -p "$dir"
+  vlm=$("$py" -m kvsim.vlm build --models "$models" $small --set seed="$s" | tail -n 1)
+  cp "$vlm/build.json" "$dir/build.json"
+  model="$vlm/model"
+  # The trace: the full cache's own greedy answers, teacher-forced in replay.
+  quiet "$dir/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
+    --stop-at-eos -o "$dir/trace.h5"
+  for n in $budgets; do
+    # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.
+    quiet "$dir/replay_$n.log" "$k" replay "$dir/trace.h5" -p "$budgeted,oracle" --budget "$n%" \
+      --equal-memory --seeds "$draws" --summary "$dir/replay_$n.csv" \
+      --dump-decisions "$dir/decisions_$n.h5"
+    quiet "$dir/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+      -p "$budgeted" --budget "$n%" --equal-memory --seeds "$draws" --gen $gen --stop-at-eos \
+      --no-timing --summary "$dir/live_$n.csv"
+  done
+  quiet "$dir/replay_self.log" "$k" replay "$dir/trace.h5" -p "$self_sizing" \
+    --summary "$dir/replay_self.csv" --dump-decisions "$dir/decisions_self.h5"
+  quiet "$dir/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+    -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$dir/live_self.csv"
+  # The controls, measured by the same code path: the answer must come from the image.
+  for c in noimage swapped; do
+    quiet "$dir/control_$c.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts_$c.h5" \
+      -p full --gen $gen --stop-at-eos --no-timing --summary "$dir/control_$c.csv"
+  done
+  runs="$runs $s=$dir"
 done
-# kvpress's pipeline compresses the context and appends the question uncompressed
-# (question=append), which only replay can do; here its presets compress the whole prompt, in replay
-# and live alike, so that both run the same configuration.
-for p in snapkv:kvpress streamingllm:kvpress tova:kvpress pyramidkv:kvpress knorm:kvpress \
-         expected_attention:kvpress adakv:kvpress; do
-  caps="$caps --set $p.question=compress"
-done
-replays="" lives="" decisions=""
-for n in $budgets; do
-  # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.
-  quiet "$out/replay_$n.log" "$k" replay "$out/trace.h5" -p "$policies,oracle" --budget "$n%" $caps \
-    --summary "$out/replay_$n.csv" --dump-decisions "$out/decisions_$n.h5"
-  quiet "$out/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" -p "$policies" \
-    --budget "$n%" $caps --gen $gen --stop-at-eos --no-timing --summary "$out/live_$n.csv"
-  replays="$replays $n%=$out/replay_$n.csv"
-  lives="$lives $n%=$out/live_$n.csv"
-  decisions="$decisions $n%=$out/decisions_$n.h5"
-done
-# The controls, measured by the same code path: the answer must come from the image.
-for c in noimage swapped; do
-  quiet "$out/control_$c.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts_$c.h5" -p full \
-    --gen $gen --stop-at-eos --no-timing --summary "$out/control_$c.csv"
-done
-"$py" "$repo/analysis/vlm_eval_report.py" --trace "$out/trace.h5" --replay $replays --live $lives \
-  --decisions $decisions --control no_image="$out/control_noimage.csv" \
-  --control swapped="$out/control_swapped.csv" --build "$vlm/build.json" --out "$out"
+"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --out "$out"

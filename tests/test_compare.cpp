@@ -7,6 +7,7 @@
 
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
+#include "analysis/prediction_card.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -117,6 +118,31 @@ TEST(Compare, ShowsOneDifferenceAndNotTheOther) {
   EXPECT_NE(bad.output.find("is not a number"), std::string::npos) << bad.output;
   bad = kvsim("compare " + answers_csv() + " -m first_divergence");
   EXPECT_NE(bad.output.find("no column 'first_divergence'"), std::string::npos) << bad.output;
+}
+
+TEST(PredictionCard, ReadsTheMapAndPredictsBetweenItsKnots) {
+  const std::string path = temp_path("card.json");
+  std::ofstream(path) << R"({"model": "toy", "metric": "replay_output_rel_error",
+    "outcome": "contains", "map": {"knots_x": [0.1, 0.3, 0.5], "knots_y": [0.9, 0.5, 0.4],
+    "residual_95": [-0.05, 0.1]}})";
+  const PredictionCard c = read_prediction_card(path);
+  EXPECT_DOUBLE_EQ(c.predict(0.0), 0.9);  // constant below the first knot
+  EXPECT_DOUBLE_EQ(c.predict(0.2), 0.7);  // half way from 0.9 to 0.5
+  EXPECT_DOUBLE_EQ(c.predict(0.45), 0.425);
+  EXPECT_DOUBLE_EQ(c.predict(2.0), 0.4);
+  EXPECT_TRUE(c.has_residuals);
+  const std::string bad = temp_path("bad_card.json");
+  std::ofstream(bad) << R"({"model": "toy", "metric": "replay_output_rel_error",
+    "outcome": "contains", "map": {"knots_x": [0.3, 0.1], "knots_y": [0.9, 0.5]}})";
+  EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
+  std::ofstream(bad) << "not json";
+  EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
+  // kvsim replay --card prints each policy's prediction: h2o's error read back from the table.
+  const std::string trace = small_synthetic_trace("card.h5", 2);
+  const CliRun r = kvsim("replay " + trace + " -p h2o --budget 20% --card " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("predicted live accuracy of toy"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("h2o "), r.output.rfind("h2o "));  // in the table and the predictions
 }
 
 }  // namespace

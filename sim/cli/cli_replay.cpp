@@ -1,6 +1,10 @@
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
+#include "analysis/prediction_card.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/progress.hpp"
 #include "sim/replay/config.hpp"
@@ -20,9 +24,38 @@ struct ReplayArgs {
   int seeds = kDefaultSeeds;
   bool equal_memory = false;
   bool diagnostics = false;
-  std::string bounds;
+  std::string bounds, card;
   double bounds_epsilon = 0.01;
 };
+
+// --card: the outcome a prediction card's map gives each replayed policy, with the range of the
+// map's out-of-sample residuals.
+std::string card_predictions(const PredictionCard& card,
+                             const std::vector<Summary::SampleMeans>& rows) {
+  const bool accuracy = card.outcome == "contains";
+  std::string out = "predicted live " + std::string(accuracy ? "accuracy" : "dNLL") + " of " +
+                    card.model + " (" + card.path + ": an isotonic map from " + card.metric +
+                    (card.has_residuals ? "; 95% range of its family-left-out errors" : "") +
+                    "); a prediction for this trace only if it is that model's\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-24s %12s %10s %18s\n", "policy", "replay", "predicted",
+                "95% range");
+  out += line;
+  for (const auto& r : rows) {
+    const double x = card.metric == "replay_output_rel_error" ? r.output_rel_error : r.mass_recall;
+    if (std::isnan(x)) continue;
+    const double y = card.predict(x);
+    char range[64] = "-";
+    if (card.has_residuals) {  // measured = predicted - residual; an accuracy lies in [0, 1]
+      double lo = y - card.residual_high, hi = y - card.residual_low;
+      if (accuracy) lo = std::clamp(lo, 0.0, 1.0), hi = std::clamp(hi, 0.0, 1.0);
+      std::snprintf(range, sizeof range, "%.3f to %.3f", lo, hi);
+    }
+    std::snprintf(line, sizeof line, "%-24s %12.4f %10.3f %18s\n", r.label.c_str(), x, y, range);
+    out += line;
+  }
+  return out;
+}
 
 std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
   std::string budget = a.budget;
@@ -90,6 +123,10 @@ Runner add_replay(CLI::App& app) {
                  "decode step where a scored policy (hae, h2o) removes entries");
   app.add_option("--bounds-epsilon", a->bounds_epsilon, "Allowed loss ε of Theorem 2.1")
       ->capture_default_str();
+  app.add_option("--card", a->card,
+                 "Prediction card (analysis/prediction_card.py's card.json): also print the live "
+                 "outcome its map predicts for each policy")
+      ->check(CLI::ExistingFile);
   app.add_option("--checkpoint", a->checkpoint,
                  "Directory keeping finished samples until the outputs are written, so that "
                  "rerunning an interrupted replay resumes (default: OUTPUT.checkpoint beside the "
@@ -98,6 +135,8 @@ Runner add_replay(CLI::App& app) {
   return [a] {
     TraceReader reader(a->trace);
     std::vector<PolicyConfig> policies = resolve_policies(*a);
+    const std::optional<PredictionCard> card =
+        a->card.empty() ? std::nullopt : std::optional(read_prediction_card(a->card));
     std::vector<std::string> samples = a->samples.empty() ? reader.sample_names() : a->samples;
     const Replayer replayer(reader, policies, replay_options(*a));
     // Every policy on every sample before any output exists: all offenders at once, and what a
@@ -136,6 +175,7 @@ Runner add_replay(CLI::App& app) {
         "layers, heads and decode steps\n%s",
         a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
         report.table.c_str());
+    if (card) std::printf("%s", card_predictions(*card, report.sample_means).c_str());
     return 0;
   };
 }

@@ -249,6 +249,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
     checkpoint->remove();
   }
   report.table = summary.table();
+  report.sample_means = summary.sample_means();
   return report;
 }
 

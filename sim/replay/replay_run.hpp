@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/replay/engine.hpp"
+#include "sim/replay/results.hpp"
 
 namespace kvsim {
 
@@ -25,6 +26,9 @@ struct ReplayOutputs {
 
 struct ReplayRunReport {
   std::string table;  // the comparison table over every sample
+  // Per reported row (a policy, or a seed group): the mean over samples of each sample's pooled
+  // output error and mass recall (what a prediction card's map reads).
+  std::vector<Summary::SampleMeans> sample_means;
   int samples_resumed = 0;
   std::string checkpoint_dir;  // empty when nothing was kept
   long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;

@@ -366,6 +366,20 @@ Summary::Reported Summary::report(const std::string& label, const std::vector<in
   return row;
 }
 
+std::vector<Summary::SampleMeans> Summary::sample_means() const {
+  std::vector<SampleMeans> out;
+  for (const Reported& r : reported()) {
+    std::vector<double> error, recall;
+    for (const Acc& a : r.samples) {
+      if (a.count) recall.push_back(a.recall / a.count);
+      if (a.error_count) error.push_back(a.error / a.error_count);
+    }
+    out.push_back(
+        {r.label, static_cast<long>(r.samples.size()), mean_sd(error).mean, mean_sd(recall).mean});
+  }
+  return out;
+}
+
 std::vector<Summary::Reported> Summary::reported() const {
   const std::map<int, Total> all = totals();
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // label -> members, in order

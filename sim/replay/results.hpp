@@ -69,6 +69,13 @@ class Summary {
   void write_csv(const std::string& path) const;
   // The human-readable comparison table printed by `kvsim replay`.
   std::string table() const;
+  // Per reported row: the mean over samples of each sample's pooled figures (NaN without any).
+  struct SampleMeans {
+    std::string label;
+    long samples = 0;
+    double output_rel_error = NAN, mass_recall = NAN;
+  };
+  std::vector<SampleMeans> sample_means() const;
   // What `sample` contributed, exactly (hexadecimal floating point): what a checkpoint keeps.
   std::string sample_state(const std::string& sample) const;
   // Adds a sample_state() back; throws std::runtime_error naming `origin` when it is malformed.

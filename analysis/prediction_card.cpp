@@ -1,0 +1,55 @@
+#include "analysis/prediction_card.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace kvsim {
+
+double PredictionCard::predict(double x) const {
+  if (x <= knots_x.front()) return knots_y.front();
+  if (x >= knots_x.back()) return knots_y.back();
+  std::size_t i = 1;
+  while (knots_x[i] < x) ++i;
+  const double t = (x - knots_x[i - 1]) / (knots_x[i] - knots_x[i - 1]);
+  return knots_y[i - 1] + t * (knots_y[i] - knots_y[i - 1]);
+}
+
+PredictionCard read_prediction_card(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("--card " + path + ": cannot open");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--card " + path + ": not JSON (" + e.what() + ")");
+  }
+  PredictionCard c;
+  c.path = path;
+  try {
+    c.model = j.at("model").get<std::string>();
+    c.metric = j.at("metric").get<std::string>();
+    c.outcome = j.at("outcome").get<std::string>();
+    c.knots_x = j.at("map").at("knots_x").get<std::vector<double>>();
+    c.knots_y = j.at("map").at("knots_y").get<std::vector<double>>();
+    if (j.at("map").contains("residual_95")) {
+      const auto r = j.at("map").at("residual_95").get<std::vector<double>>();
+      if (r.size() == 2) c.residual_low = r[0], c.residual_high = r[1], c.has_residuals = true;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--card " + path + ": not a prediction card (" + e.what() +
+                                "; analysis/prediction_card.py writes one)");
+  }
+  if (c.metric != "replay_output_rel_error" && c.metric != "replay_mass_recall")
+    throw std::invalid_argument("--card " + path + ": metric '" + c.metric +
+                                "' is not one replay prints (replay_output_rel_error, "
+                                "replay_mass_recall)");
+  if (c.knots_x.empty() || c.knots_x.size() != c.knots_y.size())
+    throw std::invalid_argument("--card " + path + ": knots_x and knots_y differ or are empty");
+  for (std::size_t i = 1; i < c.knots_x.size(); ++i)
+    if (!(c.knots_x[i] > c.knots_x[i - 1]))
+      throw std::invalid_argument("--card " + path + ": knots_x is not increasing");
+  return c;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,413 @@
+#!/ usr / bin / env python3
+""
+    "A prediction card: how well does replay predict what eviction does to a real model, tested out
+    of sample
+    ? From one row
+      per(seed, budget, policy, image)
+with a live outcome and replay's metrics on the same
+image(experiments / vlm_eval.sh writes vlm_eval_by_image.csv;
+      experiments / stories_eval.sh writes stories_by_image.csv),
+    the card gives :
+
+    -the rank correlation(Spearman, Kendall)
+of a replay metric with the live loss within each budget,
+    with 95 %
+        intervals that resample both the images and the policy families(two -
+                                                                        level percentile bootstrap),
+    and pooled over budgets beside what the budget alone and the memory held alone give;
+- a monotone map from the replay metric to the live
+outcome(isotonic regression, pool adjacent violators, one point per configuration = seed,
+        budget and policy),
+    and its mean absolute error out of
+    sample:with each policy family left out of the fit, each budget, each seed,
+           and on the images not in the fit(two halves, each predicted from a fit on the other); beside the same for
+  a map from the memory held alone (the budget-only guess), and the skill 1 − MAE / MAE(memory);
+- per budget, the top-1 regret (the live outcome of replay's pick minus the live best) and the
+  top-3 overlap;
+- the chain replay metric → teacher-forced KL (mean_kl) → live loss, so that it is plain where
+  prediction is lost, and the points missed most.
+
+    prediction_card.py --by-image FILE.csv --outcome contains --name "assembled VLM" --out DIR
+        [--metric replay_output_rel_error] [--targets 0.05,0.8,0.02]
+
+`--outcome contains` (the answer is right: higher is better; the loss is the full cache's minus
+the policy's) or `dnll` (the reference's ΔNLL: higher is worse, the loss itself). Writes
+DIR/card.md, DIR/card.json (the map's knots, fitted on every point, and the 95% range of its
+family-left-out residuals: what `kvsim replay --card` reads) and DIR/card.png / .pdf.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import new_figure, policy_style, save  # noqa: E402
+from replay_vs_live import ranks, spearman  # noqa: E402
+
+RESAMPLES = 1000
+
+
+def fail(message):
+    sys.exit(f"prediction_card: {message}")
+
+
+def family_of(policy):
+    """snapkv:kvpress -> snapkv; a merged row 'streamingllm, streamingllm:kvpress' -> its first."""
+    return policy.split(", ")[0].split(":")[0].split("@")[0]
+
+
+def isotonic(x, y, increasing=True):
+    """Pool adjacent violators: the monotone step function closest to y in least squares, at the
+    sorted distinct x (ties averaged first). Returns (knots_x, knots_y)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    ux, start = np.unique(xs, return_index=True)
+    sums = np.add.reduceat(ys, start)
+    counts = np.diff(np.append(start, len(xs))).astype(float)
+    sign = 1.0 if increasing else -1.0
+    blocks = []  # [sum, count, first index]
+    for i in range(len(ux)):
+        blocks.append([sign * sums[i], counts[i], i])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c, _ = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    fitted = np.empty(len(ux))
+    for j, (s, c, first) in enumerate(blocks):
+        last = blocks[j + 1][2] if j + 1 < len(blocks) else len(ux)
+        fitted[first:last] = sign * s / c
+    return ux, fitted
+
+
+def predict(knots, x):
+    """The map between knots linearly, constant beyond the ends."""
+    kx, ky = knots
+    return np.interp(np.asarray(x, float), kx, ky)
+
+
+def kendall(x, y):
+    """Kendall's τ-b."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n < 3:
+        return float("nan")
+    concordant = discordant = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            if a == 0 and b == 0:
+                continue
+            if a == 0:
+                tx += 1
+            elif b == 0:
+                ty += 1
+            elif a == b:
+                concordant += 1
+            else:
+                discordant += 1
+    denominator = np.sqrt((concordant + discordant + tx) * (concordant + discordant + ty))
+    return (concordant - discordant) / denominator if denominator else float("nan")
+
+
+def configurations(rows, metric, outcome, images=None):
+    """One point per (seed, budget, policy): means over the images (all, or `images`)."""
+    if images is not None:
+        rows = rows[rows["sample"].isin(images)]
+    cols = {
+metric:
+  "x", outcome : "y", "kv_fraction" : "memory", "full" : "full"}
+    if "mean_kl" in rows:
+        cols["mean_kl"] = "kl"
+    g = rows.groupby(["seed", "budget", "policy"], as_index=False)[list(cols)].mean()
+    g = g.rename(columns=cols)
+    g["family"] = g["policy"].map(family_of)
+    return g
+
+
+def loss_of(points, higher_is_better):
+    return points["full"] - points["y"] if higher_is_better else points["y"]
+
+
+def left_out_error(points, key, feature, increasing):
+    """Mean absolute error of the outcome predicted for each group of `key` by the map fitted on
+    every other point; the residuals (predicted − measured) per point."""
+    residual = pd.Series(np.nan, index=points.index)
+    for _, held in points.groupby(key):
+        rest = points.drop(held.index)
+        if rest[feature].nunique() < 1 or rest.empty:
+            continue
+        knots = isotonic(rest[feature], rest["y"], increasing)
+        residual[held.index] = predict(knots, held[feature]) - held["y"]
+    return float(residual.abs().mean()), residual
+
+
+def split_halves(samples):
+    """The images in two fixed halves: alternate in sorted order."""
+    ordered = sorted(samples)
+    return set(ordered[0::2]), set(ordered[1::2])
+
+
+def out_of_image_error(rows, metric, outcome, feature, increasing):
+    """Fit on one half of the images, predict the other half's configuration outcomes, both
+    ways: the mean absolute error."""
+    a, b = split_halves(rows["sample"].unique())
+    errors = []
+    for fit, test in ((a, b), (b, a)):
+        pa, pb = configurations(rows, metric, outcome, fit), configurations(rows, metric, outcome, test)
+        merged = pa.merge(pb, on=["seed", "budget", "policy"], suffixes=("_fit", "_test"))
+        knots = isotonic(merged[f"{feature}_fit"], merged["y_fit"], increasing)
+        errors.append(np.abs(predict(knots, merged[f"{feature}_test"]) - merged["y_test"]))
+    return float(np.mean(np.concatenate(errors)))
+
+
+def rank_interval(rows, metric, outcome, budget, higher_is_better, rng, resamples):
+    """Within one budget: Spearman and Kendall of the metric with the loss over the policies
+    (seeds averaged), and 95% intervals resampling images and policy families together."""
+    rows = rows[rows["budget"] == budget]
+
+    def stats(sub):
+        p = configurations(sub, metric, outcome).groupby("policy", as_index=False).mean(numeric_only=True)
+        loss = loss_of(p, higher_is_better)
+        return spearman(p["x"].tolist(), loss.tolist()), kendall(p["x"], loss)
+
+    rho, tau = stats(rows)
+    images = rows["sample"].unique()
+    families = rows["policy"].map(family_of).unique()
+    by_family = {
+f: rows[rows["policy"].map(family_of) == f] for f in families}
+    draws = []
+    for _ in range(resamples):
+        pick_images = rng.choice(images, len(images))
+        pick_families = rng.choice(families, len(families))
+        parts = []
+        for k, f in enumerate(pick_families):
+            part = by_family[f].copy()
+            part["policy"] = part["policy"] + f"#{k}"  # a family drawn twice counts twice
+            parts.append(part)
+        sub = pd.concat(parts, ignore_index=True)
+        counts = pd.Series(pick_images).value_counts()
+        sub = sub[sub["sample"].isin(counts.index)].reset_index(drop=True)
+        sub = sub.iloc[np.repeat(np.arange(len(sub)), sub["sample"].map(counts).to_numpy())]
+        draws.append(stats(sub))
+    d = np.array(draws, dtype=float)
+    with np.errstate(all="ignore"):
+        lo = np.nanpercentile(d, 2.5, axis=0)
+        hi = np.nanpercentile(d, 97.5, axis=0)
+    return rho, (lo[0], hi[0]), tau, (lo[1], hi[1])
+
+
+def top_choices(points, higher_is_better):
+    """Per budget: replay's pick (the smallest metric) and its live regret, and the top-3
+    overlap, on the policies' outcomes averaged over seeds."""
+    out = {}
+    budgeted = points[points["budget"] != "self"]
+    for budget, g in budgeted.groupby("budget"):
+        p = g.groupby("policy").mean(numeric_only=True)
+        good = p["y"] if higher_is_better else -p["y"]
+        pick = p["x"].idxmin()
+        best = good.idxmax()
+        top_replay = set(p["x"].nsmallest(3).index)
+        top_live = set(good.nlargest(3).index)
+        out[budget] = {
+  "pick" : pick,
+           "best" : best,
+                    "regret" : float(abs(good[best] - good[pick])),
+                               "top3_overlap" : len(top_replay & top_live) / 3}
+    return out
+
+
+def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES):
+    higher = outcome == "contains"
+    increasing = not higher  # the outcome rises with the error when it is a loss (ΔNLL)
+    rng = np.random.default_rng(seed)
+    points = configurations(rows, metric, outcome)
+    points["loss"] = loss_of(points, higher)
+    budgets = sorted(points.loc[points["budget"] != "self", "budget"].unique(), key=float)
+    card = {"model": name, "metric": metric, "outcome": outcome,
+            "configurations": int(len(points)), "images": int(rows["sample"].nunique()),
+            "seeds": int(points["seed"].nunique())}
+    card["within_budget"] = {}
+    for b in budgets:
+        rho, rci, tau, tci = rank_interval(rows, metric, outcome, b, higher, rng, resamples)
+        card["within_budget"][b] = {"spearman": rho, "spearman_ci": list(rci),
+                                    "kendall": tau, "kendall_ci": list(tci)}
+    budgeted = points[points["budget"] != "self"]
+    card["pooled"] = {
+        "spearman": spearman(points["x"].tolist(), points["loss"].tolist()),
+        "budget_alone": spearman((-budgeted["budget"].astype(float)).tolist(),
+                                 budgeted["loss"].tolist()),
+        "memory_alone": spearman((-points["memory"]).tolist(), points["loss"].tolist())}
+    errors = {}
+    residuals = None
+    for key, label in (("family", "policy family"), ("budget", "budget"), ("seed", "seed")):
+        if points[key].nunique() < 2:
+            continue
+        mae, res = left_out_error(points, key, "x", increasing)
+        base, _ = left_out_error(points, key, "memory", not increasing)
+        errors[label] = {
+  "mae" : mae, "mae_memory_only" : base, "skill" : 1 - mae / base if base else float("nan")}
+        if key == "family":
+            residuals = res
+    mae = out_of_image_error(rows, metric, outcome, "x", increasing)
+    base = out_of_image_error(rows, metric, outcome, "memory", not increasing)
+    errors["images not in the fit"] = {
+  "mae" : mae, "mae_memory_only" : base, "skill" : 1 - mae / base if base else float("nan")}
+    card["left_out"] = errors
+    card["top"] = top_choices(points, higher)
+    if "kl" in points:
+        card["chain"] = {"metric_vs_kl": spearman(points["x"].tolist(), points["kl"].tolist()),
+                         "kl_vs_loss": spearman(points["kl"].tolist(), points["loss"].tolist()),
+                         "metric_vs_loss": card["pooled"]["spearman"]}
+        card["chain_within_budget"] = {
+b : {
+  "metric_vs_kl" : spearman(g["x"].tolist(), g["kl"].tolist()),
+                   "kl_vs_loss" : spearman(g["kl"].tolist(), g["loss"].tolist())
+}
+            for
+              b, g in budgeted.groupby("budget")}
+    knots = isotonic(points["x"], points["y"], increasing)
+    card["map"] = {
+  "knots_x" : knots[0].tolist(), "knots_y" : knots[1].tolist()}
+    if residuals is not None and residuals.notna().any():
+        r = residuals.dropna()
+        card["map"]["residual_95"] = [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))]
+        worst = r.abs().sort_values(ascending=False).head(5).index
+        card["missed_most"] = [{
+  "seed" : int(points.loc[i, "seed"]),
+           "budget" : points.loc[i, "budget"],
+           "policy" : points.loc[i, "policy"],
+           "measured" : float(points.loc[i, "y"]),
+                        "predicted" : float(points.loc[i, "y"] + r[i])} for i in worst]
+    if targets:
+        card["targets"] = check_targets(card, targets)
+    return card, points
+
+
+def check_targets(card, targets):
+    """The three targets: family-left-out error, within-budget Spearman at every budget, top-1
+    regret at every budget."""
+    mae_max, rho_min, regret_max = targets
+    family = card["left_out"].get("policy family", {}).get("mae", float("nan"))
+    rhos = {
+b: v["spearman"] for b, v in card["within_budget"].items()}
+    regrets = {
+b: v["regret"] for b, v in card["top"].items()}
+    return {
+  "family_left_out_mae" : {"target" : mae_max, "value" : family, "met" : bool(family <= mae_max)},
+                          "within_budget_spearman" : {"target": rho_min, "values": rhos,
+                                   "met": bool(all(v >= rho_min for v in rhos.values()))
+  }
+  , "top1_regret" : {"target": regret_max, "values": regrets,
+                        "met": bool(all(v <= regret_max for v in regrets.values()))
+  }}
+
+
+def fmt(x, spec=".3f"):
+    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
+
+
+def write_markdown(card, path):
+    outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"**Prediction card: {card['model']}** — replay's `{card['metric']}` against the "
+                f"live {outcome} ({card['configurations']} configurations: {card['seeds']} "
+                f"seed(s) × budgets × policies; {card['images']} images).\n\n")
+        f.write("Within each budget, rank correlation with the live loss over the policies "
+                "(95% intervals resample images and policy families):\n\n| budget | Spearman | "
+                "Kendall | top-1 regret (pick → best) | top-3 overlap |\n|---|---|---|---|---|\n")
+        for b, v in card["within_budget"].items():
+            t = card["top"].get(b, {})
+            f.write(f"| {b}% | {fmt(v['spearman'], '+.2f')} [{fmt(v['spearman_ci'][0], '+.2f')}, "
+                    f"{fmt(v['spearman_ci'][1], '+.2f')}] | {fmt(v['kendall'], '+.2f')} "
+                    f"[{fmt(v['kendall_ci'][0], '+.2f')}, {fmt(v['kendall_ci'][1], '+.2f')}] | "
+                    f"{fmt(t.get('regret', float('nan')))} (`{t.get('pick')}` → `{t.get('best')}`) | "
+                    f"{fmt(t.get('top3_overlap', float('nan')), '.2f')} |\n")
+        p = card["pooled"]
+        f.write(f"\nPooled over budgets: Spearman {fmt(p['spearman'], '+.2f')}, beside "
+                f"{fmt(p['budget_alone'], '+.2f')} for the budget alone and "
+                f"{fmt(p['memory_alone'], '+.2f')} for the memory held alone.\n\n")
+        f.write(f"Out of sample: mean absolute error of the predicted {outcome} (an isotonic map "
+                "from the replay metric, fitted without what is predicted), beside the same map "
+                "from the memory held alone:\n\n| left out | error | memory alone | skill |\n"
+                "|---|---|---|---|\n")
+        for k, v in card["left_out"].items():
+            f.write(f"| {k} | {fmt(v['mae'])} | {fmt(v['mae_memory_only'])} | "
+                    f"{fmt(v['skill'], '+.2f')} |\n")
+        if "chain" in card:
+            c = card["chain"]
+            f.write(f"\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
+                    f"{fmt(c['metric_vs_kl'], '+.2f')}, KL → live loss {fmt(c['kl_vs_loss'], '+.2f')}, "
+                    f"replay metric → live loss {fmt(c['metric_vs_loss'], '+.2f')}; within budgets: " +
+                    ", ".join(f"{b}%: {fmt(v['metric_vs_kl'], '+.2f')} / {fmt(v['kl_vs_loss'], '+.2f')}"
+                              for b, v in card["chain_within_budget"].items()) + ".\n")
+        if card.get("missed_most"):
+            f.write("\nMissed most (family left out): " + "; ".join(
+                f"`{m['policy']}` at {m['budget']}% (seed {m['seed']}): predicted "
+                f"{m['predicted']:.3f}, measured {m['measured']:.3f}" for m in card["missed_most"]) + ".\n")
+        if card.get("targets"):
+            t = card["targets"]
+            f.write("\nTargets: family-left-out error ≤ "
+                    f"{t['family_left_out_mae']['target']}: {fmt(t['family_left_out_mae']['value'])} "
+                    f"({'met' if t['family_left_out_mae']['met'] else 'not met'}); within-budget "
+                    f"Spearman ≥ {t['within_budget_spearman']['target']} at every budget: "
+                    f"{'met' if t['within_budget_spearman']['met'] else 'not met'}; top-1 regret ≤ "
+                    f"{t['top1_regret']['target']}: {'met' if t['top1_regret']['met'] else 'not met'}.\n")
+
+
+def figure(card, points, out):
+    written = []
+    fig, ax = new_figure(figsize=(7, 4.5))
+    for policy, g in points.groupby("policy"):
+        style = policy_style(policy)
+        ax.scatter(g["x"], g["y"], s=12, color=style["color"], marker=style["marker"], label=policy)
+    kx, ky = card["map"]["knots_x"], card["map"]["knots_y"]
+    ax.plot(kx, ky, color="black", lw=1.2, label="isotonic map (all points)")
+    if "residual_95" in card["map"]:
+        lo, hi = card["map"]["residual_95"]
+        ax.fill_between(kx, np.array(ky) - hi, np.array(ky) - lo, color="grey", alpha=0.2,
+                        label="95% of family-left-out residuals")
+    outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL (nats per token)"
+    ax.set(title=f"{card['model']}: live {outcome} against replay (one point per seed, budget "
+           "and policy)", xlabel=f"replay {card['metric']}", ylabel=f"live {outcome}")
+    ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    save(fig, out, "card", written)
+    return written
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--by-image", required=True, help="one row per seed, budget, policy, image")
+    ap.add_argument("--outcome", choices=("contains", "dnll"), required=True)
+    ap.add_argument("--metric", default="replay_output_rel_error")
+    ap.add_argument("--name", required=True, help="the model, for the card's title")
+    ap.add_argument("--targets", help="family-left-out error, within-budget Spearman, top-1 "
+                                      "regret (e.g. 0.05,0.8,0.02)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.by_image):
+        fail(f"{a.by_image}: no such file")
+    rows = pd.read_csv(a.by_image, dtype={"sample": str, "budget": str})
+    for column in ("budget", "policy", "sample", a.outcome, a.metric, "kv_fraction"):
+        if column not in rows:
+            fail(f"{a.by_image}: no column '{column}'")
+    if "seed" not in rows:
+        rows["seed"] = 0
+    rows["full"] = rows["full_contains"] if a.outcome == "contains" else 0.0
+    targets = [float(t) for t in a.targets.split(",")] if a.targets else None
+    card, points = make_card(rows, a.metric, a.outcome, a.name, targets)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "card.json"), "w", encoding="utf-8") as f:
+        json.dump(card, f, indent=1, default=float)
+        f.write("\n")
+    write_markdown(card, os.path.join(a.out, "card.md"))
+    figure(card, points, a.out)
+    print(open(os.path.join(a.out, "card.md"), encoding="utf-8").read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
