@@ -1,26 +1,17 @@
-#!/ usr / bin / env python3
-""
-    "A prediction card: how well does replay predict what eviction does to a real model, tested out
-    of sample
-    ? From one row
-      per(seed, budget, policy, image)
-with a live outcome and replay's metrics on the same
-image(experiments / vlm_eval.sh writes vlm_eval_by_image.csv;
-      experiments / stories_eval.sh writes stories_by_image.csv),
-    the card gives :
+#!/usr/bin/env python3
+"""A prediction card: how well does replay predict what eviction does to a real model, tested out
+of sample? From one row per (seed, budget, policy, image) with a live outcome and replay's
+metrics on the same image (experiments/vlm_eval.sh writes vlm_eval_by_image.csv;
+experiments/stories_eval.sh writes by_image.csv), the card gives:
 
-    -the rank correlation(Spearman, Kendall)
-of a replay metric with the live loss within each budget,
-    with 95 %
-        intervals that resample both the images and the policy families(two -
-                                                                        level percentile bootstrap),
-    and pooled over budgets beside what the budget alone and the memory held alone give;
-- a monotone map from the replay metric to the live
-outcome(isotonic regression, pool adjacent violators, one point per configuration = seed,
-        budget and policy),
-    and its mean absolute error out of
-    sample:with each policy family left out of the fit, each budget, each seed,
-           and on the images not in the fit(two halves, each predicted from a fit on the other); beside the same for
+- the rank correlation (Spearman, Kendall) of a replay metric with the live loss within each
+  budget, with 95% intervals that resample both the images and the policy families (two-level
+  percentile bootstrap), and pooled over budgets beside what the budget alone and the memory held
+  alone give;
+- a monotone map from the replay metric to the live outcome (isotonic regression, pool adjacent
+  violators, one point per configuration = seed, budget and policy), and its mean absolute error
+  out of sample: with each policy family left out of the fit, each budget, each seed, and on the
+  images not in the fit (two halves, each predicted from a fit on the other); beside the same for
   a map from the memory held alone (the budget-only guess), and the skill 1 − MAE / MAE(memory);
 - per budget, the top-1 regret (the live outcome of replay's pick minus the live best) and the
   top-3 overlap;
@@ -45,7 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import new_figure, policy_style, save  # noqa: E402
-from replay_vs_live import ranks, spearman  # noqa: E402
+from replay_vs_live import spearman  # noqa: E402
 
 RESAMPLES = 1000
 
@@ -117,9 +108,7 @@ def configurations(rows, metric, outcome, images=None):
     """One point per (seed, budget, policy): means over the images (all, or `images`)."""
     if images is not None:
         rows = rows[rows["sample"].isin(images)]
-    cols = {
-metric:
-  "x", outcome : "y", "kv_fraction" : "memory", "full" : "full"}
+    cols = {metric: "x", outcome: "y", "kv_fraction": "memory", "full": "full"}
     if "mean_kl" in rows:
         cols["mean_kl"] = "kl"
     g = rows.groupby(["seed", "budget", "policy"], as_index=False)[list(cols)].mean()
@@ -138,7 +127,7 @@ def left_out_error(points, key, feature, increasing):
     residual = pd.Series(np.nan, index=points.index)
     for _, held in points.groupby(key):
         rest = points.drop(held.index)
-        if rest[feature].nunique() < 1 or rest.empty:
+        if rest.empty:
             continue
         knots = isotonic(rest[feature], rest["y"], increasing)
         residual[held.index] = predict(knots, held[feature]) - held["y"]
@@ -157,7 +146,8 @@ def out_of_image_error(rows, metric, outcome, feature, increasing):
     a, b = split_halves(rows["sample"].unique())
     errors = []
     for fit, test in ((a, b), (b, a)):
-        pa, pb = configurations(rows, metric, outcome, fit), configurations(rows, metric, outcome, test)
+        pa = configurations(rows, metric, outcome, fit)
+        pb = configurations(rows, metric, outcome, test)
         merged = pa.merge(pb, on=["seed", "budget", "policy"], suffixes=("_fit", "_test"))
         knots = isotonic(merged[f"{feature}_fit"], merged["y_fit"], increasing)
         errors.append(np.abs(predict(knots, merged[f"{feature}_test"]) - merged["y_test"]))
@@ -170,15 +160,15 @@ def rank_interval(rows, metric, outcome, budget, higher_is_better, rng, resample
     rows = rows[rows["budget"] == budget]
 
     def stats(sub):
-        p = configurations(sub, metric, outcome).groupby("policy", as_index=False).mean(numeric_only=True)
+        p = configurations(sub, metric, outcome).groupby("policy", as_index=False).mean(
+            numeric_only=True)
         loss = loss_of(p, higher_is_better)
         return spearman(p["x"].tolist(), loss.tolist()), kendall(p["x"], loss)
 
     rho, tau = stats(rows)
     images = rows["sample"].unique()
     families = rows["policy"].map(family_of).unique()
-    by_family = {
-f: rows[rows["policy"].map(family_of) == f] for f in families}
+    by_family = {f: rows[rows["policy"].map(family_of) == f] for f in families}
     draws = []
     for _ in range(resamples):
         pick_images = rng.choice(images, len(images))
@@ -212,11 +202,9 @@ def top_choices(points, higher_is_better):
         best = good.idxmax()
         top_replay = set(p["x"].nsmallest(3).index)
         top_live = set(good.nlargest(3).index)
-        out[budget] = {
-  "pick" : pick,
-           "best" : best,
-                    "regret" : float(abs(good[best] - good[pick])),
-                               "top3_overlap" : len(top_replay & top_live) / 3}
+        out[budget] = {"pick": pick, "best": best,
+                       "regret": float(abs(good[best] - good[pick])),
+                       "top3_overlap": len(top_replay & top_live) / 3}
     return out
 
 
@@ -248,14 +236,14 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
             continue
         mae, res = left_out_error(points, key, "x", increasing)
         base, _ = left_out_error(points, key, "memory", not increasing)
-        errors[label] = {
-  "mae" : mae, "mae_memory_only" : base, "skill" : 1 - mae / base if base else float("nan")}
+        errors[label] = {"mae": mae, "mae_memory_only": base,
+                         "skill": 1 - mae / base if base else float("nan")}
         if key == "family":
             residuals = res
     mae = out_of_image_error(rows, metric, outcome, "x", increasing)
     base = out_of_image_error(rows, metric, outcome, "memory", not increasing)
-    errors["images not in the fit"] = {
-  "mae" : mae, "mae_memory_only" : base, "skill" : 1 - mae / base if base else float("nan")}
+    errors["images not in the fit"] = {"mae": mae, "mae_memory_only": base,
+                                       "skill": 1 - mae / base if base else float("nan")}
     card["left_out"] = errors
     card["top"] = top_choices(points, higher)
     if "kl" in points:
@@ -263,25 +251,20 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
                          "kl_vs_loss": spearman(points["kl"].tolist(), points["loss"].tolist()),
                          "metric_vs_loss": card["pooled"]["spearman"]}
         card["chain_within_budget"] = {
-b : {
-  "metric_vs_kl" : spearman(g["x"].tolist(), g["kl"].tolist()),
-                   "kl_vs_loss" : spearman(g["kl"].tolist(), g["loss"].tolist())
-}
-            for
-              b, g in budgeted.groupby("budget")}
+            b: {"metric_vs_kl": spearman(g["x"].tolist(), g["kl"].tolist()),
+                "kl_vs_loss": spearman(g["kl"].tolist(), g["loss"].tolist())}
+            for b, g in budgeted.groupby("budget")}
     knots = isotonic(points["x"], points["y"], increasing)
-    card["map"] = {
-  "knots_x" : knots[0].tolist(), "knots_y" : knots[1].tolist()}
+    card["map"] = {"knots_x": knots[0].tolist(), "knots_y": knots[1].tolist()}
     if residuals is not None and residuals.notna().any():
         r = residuals.dropna()
         card["map"]["residual_95"] = [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))]
         worst = r.abs().sort_values(ascending=False).head(5).index
-        card["missed_most"] = [{
-  "seed" : int(points.loc[i, "seed"]),
-           "budget" : points.loc[i, "budget"],
-           "policy" : points.loc[i, "policy"],
-           "measured" : float(points.loc[i, "y"]),
-                        "predicted" : float(points.loc[i, "y"] + r[i])} for i in worst]
+        card["missed_most"] = [{"seed": int(points.loc[i, "seed"]),
+                                "budget": points.loc[i, "budget"],
+                                "policy": points.loc[i, "policy"],
+                                "measured": float(points.loc[i, "y"]),
+                                "predicted": float(points.loc[i, "y"] + r[i])} for i in worst]
     if targets:
         card["targets"] = check_targets(card, targets)
     return card, points
@@ -292,22 +275,22 @@ def check_targets(card, targets):
     regret at every budget."""
     mae_max, rho_min, regret_max = targets
     family = card["left_out"].get("policy family", {}).get("mae", float("nan"))
-    rhos = {
-b: v["spearman"] for b, v in card["within_budget"].items()}
-    regrets = {
-b: v["regret"] for b, v in card["top"].items()}
+    rhos = {b: v["spearman"] for b, v in card["within_budget"].items()}
+    regrets = {b: v["regret"] for b, v in card["top"].items()}
     return {
-  "family_left_out_mae" : {"target" : mae_max, "value" : family, "met" : bool(family <= mae_max)},
-                          "within_budget_spearman" : {"target": rho_min, "values": rhos,
-                                   "met": bool(all(v >= rho_min for v in rhos.values()))
-  }
-  , "top1_regret" : {"target": regret_max, "values": regrets,
-                        "met": bool(all(v <= regret_max for v in regrets.values()))
-  }}
+        "family_left_out_mae": {"target": mae_max, "value": family, "met": bool(family <= mae_max)},
+        "within_budget_spearman": {"target": rho_min, "values": rhos,
+                                   "met": bool(all(v >= rho_min for v in rhos.values()))},
+        "top1_regret": {"target": regret_max, "values": regrets,
+                        "met": bool(all(v <= regret_max for v in regrets.values()))}}
 
 
 def fmt(x, spec=".3f"):
     return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
+
+
+def budget_text(b):
+    return "its own size" if b == "self" else f"{b}%"
 
 
 def write_markdown(card, path):
@@ -324,8 +307,8 @@ def write_markdown(card, path):
             f.write(f"| {b}% | {fmt(v['spearman'], '+.2f')} [{fmt(v['spearman_ci'][0], '+.2f')}, "
                     f"{fmt(v['spearman_ci'][1], '+.2f')}] | {fmt(v['kendall'], '+.2f')} "
                     f"[{fmt(v['kendall_ci'][0], '+.2f')}, {fmt(v['kendall_ci'][1], '+.2f')}] | "
-                    f"{fmt(t.get('regret', float('nan')))} (`{t.get('pick')}` → `{t.get('best')}`) | "
-                    f"{fmt(t.get('top3_overlap', float('nan')), '.2f')} |\n")
+                    f"{fmt(t.get('regret', float('nan')))} (`{t.get('pick')}` → "
+                    f"`{t.get('best')}`) | {fmt(t.get('top3_overlap', float('nan')), '.2f')} |\n")
         p = card["pooled"]
         f.write(f"\nPooled over budgets: Spearman {fmt(p['spearman'], '+.2f')}, beside "
                 f"{fmt(p['budget_alone'], '+.2f')} for the budget alone and "
@@ -339,23 +322,28 @@ def write_markdown(card, path):
                     f"{fmt(v['skill'], '+.2f')} |\n")
         if "chain" in card:
             c = card["chain"]
-            f.write(f"\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
-                    f"{fmt(c['metric_vs_kl'], '+.2f')}, KL → live loss {fmt(c['kl_vs_loss'], '+.2f')}, "
-                    f"replay metric → live loss {fmt(c['metric_vs_loss'], '+.2f')}; within budgets: " +
-                    ", ".join(f"{b}%: {fmt(v['metric_vs_kl'], '+.2f')} / {fmt(v['kl_vs_loss'], '+.2f')}"
+            f.write("\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
+                    f"{fmt(c['metric_vs_kl'], '+.2f')}, KL → live loss "
+                    f"{fmt(c['kl_vs_loss'], '+.2f')}, replay metric → live loss "
+                    f"{fmt(c['metric_vs_loss'], '+.2f')}; within budgets (metric → KL / KL → "
+                    "loss): " +
+                    ", ".join(f"{b}%: {fmt(v['metric_vs_kl'], '+.2f')} / "
+                              f"{fmt(v['kl_vs_loss'], '+.2f')}"
                               for b, v in card["chain_within_budget"].items()) + ".\n")
         if card.get("missed_most"):
             f.write("\nMissed most (family left out): " + "; ".join(
-                f"`{m['policy']}` at {m['budget']}% (seed {m['seed']}): predicted "
-                f"{m['predicted']:.3f}, measured {m['measured']:.3f}" for m in card["missed_most"]) + ".\n")
+                f"`{m['policy']}` at {budget_text(m['budget'])} (seed {m['seed']}): predicted "
+                f"{m['predicted']:.3f}, measured {m['measured']:.3f}"
+                for m in card["missed_most"]) + ".\n")
         if card.get("targets"):
             t = card["targets"]
-            f.write("\nTargets: family-left-out error ≤ "
-                    f"{t['family_left_out_mae']['target']}: {fmt(t['family_left_out_mae']['value'])} "
-                    f"({'met' if t['family_left_out_mae']['met'] else 'not met'}); within-budget "
-                    f"Spearman ≥ {t['within_budget_spearman']['target']} at every budget: "
-                    f"{'met' if t['within_budget_spearman']['met'] else 'not met'}; top-1 regret ≤ "
-                    f"{t['top1_regret']['target']}: {'met' if t['top1_regret']['met'] else 'not met'}.\n")
+            family = t["family_left_out_mae"]
+            f.write(f"\nTargets: family-left-out error ≤ {family['target']}: "
+                    f"{fmt(family['value'])} ({'met' if family['met'] else 'not met'}); "
+                    f"within-budget Spearman ≥ {t['within_budget_spearman']['target']} at every "
+                    f"budget: {'met' if t['within_budget_spearman']['met'] else 'not met'}; "
+                    f"top-1 regret ≤ {t['top1_regret']['target']}: "
+                    f"{'met' if t['top1_regret']['met'] else 'not met'}.\n")
 
 
 def figure(card, points, out):
@@ -363,15 +351,16 @@ def figure(card, points, out):
     fig, ax = new_figure(figsize=(7, 4.5))
     for policy, g in points.groupby("policy"):
         style = policy_style(policy)
-        ax.scatter(g["x"], g["y"], s=12, color=style["color"], marker=style["marker"], label=policy)
+        ax.scatter(g["x"], g["y"], s=12, color=style["color"], marker=style["marker"],
+                   label=policy)
     kx, ky = card["map"]["knots_x"], card["map"]["knots_y"]
     ax.plot(kx, ky, color="black", lw=1.2, label="isotonic map (all points)")
     if "residual_95" in card["map"]:
         lo, hi = card["map"]["residual_95"]
         ax.fill_between(kx, np.array(ky) - hi, np.array(ky) - lo, color="grey", alpha=0.2,
-                        label="95% of family-left-out residuals")
+                        label="95% of family-left-out errors")
     outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL (nats per token)"
-    ax.set(title=f"{card['model']}: live {outcome} against replay (one point per seed, budget "
+    ax.set(title=f"{card['model']}: live {outcome} against replay\n(one point per seed, budget "
            "and policy)", xlabel=f"replay {card['metric']}", ylabel=f"live {outcome}")
     ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "card", written)

@@ -10,6 +10,8 @@ perplexity increase.
 
 Perplexity over a set of samples is exp(Σ token NLL / Σ tokens) (from ref_nll and ref_tokens);
 the increase is that of the policy minus that of the full cache. Writes DIR/replay_vs_live.csv,
+DIR/by_image.csv (one row per budget, policy and sample: the live ΔNLL beside replay's metrics on
+that sample, what analysis/prediction_card.py reads),
 DIR/replay_vs_live.md (the table and the correlations) and, as PNG and PDF,
 DIR/perplexity_vs_budget and DIR/replay_vs_live_perplexity. Needs numpy and matplotlib.
 """
@@ -99,6 +101,37 @@ def read_live(pairs):
             for k, (a, b, n, m) in sums.items()}
 
 
+def by_image(replays, lives):
+    """One row per (budget, policy, sample): the live ΔNLL of the reference (nats per token), the
+    memory held and the teacher-forced KL, beside replay's output error and mass recall on that
+    sample (its layer rows pooled): what analysis/prediction_card.py fits."""
+    import pandas as pd
+
+    frames = []
+    for (budget, rpath), (lbudget, lpath) in zip(replays, lives):
+        if budget != lbudget:
+            sys.exit(f"replay_vs_live: --replay and --live list budgets in another order "
+                     f"({budget} and {lbudget})")
+        r = pd.read_csv(rpath, dtype={"sample": str})
+        r = r[r["sample"] != "all"].copy()
+        for m in ("mean_output_rel_error", "mean_mass_recall"):
+            r[m] = r[m] * r["rows"]
+        g = r.groupby(["policy", "sample"])[["mean_output_rel_error", "mean_mass_recall",
+                                             "rows"]].sum()
+        rep = pd.DataFrame({"replay_output_rel_error": g["mean_output_rel_error"] / g["rows"],
+                            "replay_mass_recall": g["mean_mass_recall"] / g["rows"]}).reset_index()
+        lv = pd.read_csv(lpath, dtype={"sample": str})
+        lv = lv[lv["sample"] != "all"]
+        lv = pd.DataFrame({"policy": lv["policy"], "sample": lv["sample"],
+                           "dnll": lv["ref_nll"] - lv["ref_nll_full"],
+                           "kv_fraction": lv["kv_fraction"], "mean_kl": lv["mean_kl"]})
+        m = lv.merge(rep, on=["policy", "sample"])
+        m.insert(0, "budget", budget.rstrip("%"))
+        frames.append(m)
+    out = pd.concat(frames, ignore_index=True)
+    return out[out["policy"] != "full"]
+
+
 def budget_key(b):
     try:
         return float(b.rstrip("%"))
@@ -128,6 +161,8 @@ def main(argv):
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+    by_image(parse_pairs(a.replay, "--replay"), parse_pairs(a.live, "--live")).to_csv(
+        os.path.join(a.out, "by_image.csv"), index=False, float_format="%.6g")
     evicting = [r for r in rows if r["policy"] != "full"]
     inc = [r["ppl_increase"] for r in evicting]
     rho = {m: spearman([r[m] for r in evicting], inc) for m, _, _ in REPLAY_METRICS}

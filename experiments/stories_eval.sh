@@ -37,3 +37,6 @@ for b in 10% 20% 30% 50%; do
   lives="$lives $b=$out/live_$n.csv"
 done
 "$py" "$repo/analysis/replay_vs_live.py" --replay $replays --live $lives --out "$out"
+# The prediction card: replay's output error -> the live ΔNLL, tested out of sample.
+"$py" "$repo/analysis/prediction_card.py" --by-image "$out/by_image.csv" --outcome dnll \
+  --name stories260K --out "$out/card"
