@@ -46,9 +46,25 @@ def read_results(path):
         return list(csv.DictReader(f))
 
 
+def intervals(rs, column):
+    """n samples (trace, sample) and the 95% percentile-bootstrap interval of the column's mean
+    over them (kvsim.summarize: docs/outputs.md); NaN bounds without the kvsim module."""
+    samples = [(r["trace"], r["sample"]) for r in rs if r[column]]
+    n = len(set(samples))
+    try:
+        import kvsim
+    except ImportError:
+        return n, float("nan"), float("nan")
+    s = kvsim.summarize({"policy": ["c"] * len(samples),
+                         "sample": [f"{t}/{x}" for t, x in samples],
+                         column: [float(r[column]) for r in rs if r[column]]}, column)
+    return n, float(s["ci_low"].iloc[0]), float(s["ci_high"].iloc[0])
+
+
 def summarise(results, by_trace=False):
     """One row per configuration (per trace and configuration with by_trace) of a results file's
-    rows, averaged over the rest: layers, KV heads, samples (and traces)."""
+    rows, averaged over the rest: layers, KV heads, samples (and traces); with the number of
+    samples and 95% intervals over them of the recall and the output error."""
     rows = defaultdict(list)
     for r in results:
         rows[(r["trace"] if by_trace else "", r["label"])].append(r)
@@ -68,6 +84,9 @@ def summarise(results, by_trace=False):
             "mean_cache_size": np.mean([float(r["mean_cache_size"]) for r in rs]),
             "kv_mib_per_step": np.mean(list(per_sample.values())) / 2**20,
         })
+        row["samples"], row["recall_ci_low"], row["recall_ci_high"] = intervals(
+            rs, "mean_mass_recall")
+        _, row["error_ci_low"], row["error_ci_high"] = intervals(rs, "mean_output_rel_error")
         table.append(row)
     return table
 
@@ -88,13 +107,20 @@ def write_tables(table, out, name="table"):
     trace_col = "trace" in table[0]
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(("| trace " if trace_col else "") +
-                "| configuration | recall | output error | output error / value norm | mean cache | "
-                "KV MiB/step |\n" + ("|---" if trace_col else "") + "|---|---|---|---|---|---|\n")
+                "| configuration | n | recall [95%] | output error [95%] | output error / value "
+                "norm | mean cache | KV MiB/step |\n" + ("|---" if trace_col else "") +
+                "|---|---|---|---|---|---|---|\n")
         for r in table:
             f.write((f"| {os.path.basename(r['trace'])} " if trace_col else "") +
-                    f"| `{r['label']}` | {r['mean_mass_recall']:.4f} | {r['mean_output_rel_error']:.4f} | "
+                    f"| `{r['label']}` | {r['samples']} | {r['mean_mass_recall']:.4f} "
+                    f"[{r['recall_ci_low']:.4f}, {r['recall_ci_high']:.4f}] | "
+                    f"{r['mean_output_rel_error']:.4f} [{r['error_ci_low']:.4f}, "
+                    f"{r['error_ci_high']:.4f}] | "
                     f"{r['mean_output_value_error']:.4f} | {r['mean_cache_size']:.1f} | "
                     f"{r['kv_mib_per_step']:.2f} |\n")
+        f.write("\nn: samples (trace, sample); [95%]: percentile bootstrap over them (nan: one "
+                "sample, or no kvsim module to compute it); means over layers, KV heads and "
+                "samples.\n")
 
 
 def axis_figures(table, out, written):

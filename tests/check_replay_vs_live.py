@@ -33,9 +33,11 @@ class ReplayVsLive(unittest.TestCase):
         live = os.path.join(d, "l.csv")
         with open(live, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["policy", "sample", "ref_tokens", "ref_nll", "ref_nll_full"])
-            w.writerow(["h2o", "a", "2", "1.0", "0.5"])
-            w.writerow(["h2o", "b", "6", "2.0", "1.5"])
+            w.writerow(["policy", "sample", "ref_tokens", "ref_nll", "ref_nll_full",
+                        "kv_fraction", "mean_kl"])
+            w.writerow(["h2o", "s", "2", "1.0", "0.5", "0.2", "0.1"])
+            w.writerow(["h2o", "b", "6", "2.0", "1.5", "0.2", "0.3"])
+            w.writerow(["h2o", "all", "4", "1.5", "1.0", "0.2", "0.2"])  # an overall row: left out
         out = os.path.join(d, "out")
         rvl.main(["--replay", f"20%={replay}", "--live", f"20%={live}", "--out", out])
         with open(os.path.join(out, "replay_vs_live.csv"), newline="") as f:
@@ -43,6 +45,12 @@ class ReplayVsLive(unittest.TestCase):
         self.assertEqual(float(row["mean_mass_recall"]), 0.8)  # the overall row
         self.assertEqual(float(row["mean_cache_size"]), 12)
         self.assertAlmostEqual(float(row["ppl"]), math.exp((1.0 * 2 + 2.0 * 6) / 8))
+        # by_image.csv: the live sample `s` beside replay's figures on it (sample `b` has none).
+        with open(os.path.join(out, "by_image.csv"), newline="") as f:
+            (img,) = list(csv.DictReader(f))
+        self.assertEqual((img["budget"], img["policy"], img["sample"]), ("20", "h2o", "s"))
+        self.assertAlmostEqual(float(img["dnll"]), 0.5)
+        self.assertAlmostEqual(float(img["replay_output_rel_error"]), 0.1)
         self.assertAlmostEqual(float(row["ppl_full"]), math.exp((0.5 * 2 + 1.5 * 6) / 8))
         self.assertTrue(os.path.exists(os.path.join(out, "perplexity_vs_budget.png")))
 

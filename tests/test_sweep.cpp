@@ -299,7 +299,9 @@ TEST(Sweep, ReportWritesTableAndFigures) {
   const std::string by_trace = read_all(fs::path(out) / "table_by_trace.md");
   EXPECT_NE(by_trace.find("| sweep_report_other.h5 | `tova[budget=4]` |"), std::string::npos)
       << by_trace;
-  EXPECT_EQ(std::count(by_trace.begin(), by_trace.end(), '\n'), 2 + 10) << by_trace;
+  // A header of two lines, ten rows, and the note on n and the intervals after a blank line.
+  EXPECT_EQ(std::count(by_trace.begin(), by_trace.end(), '\n'), 2 + 10 + 2) << by_trace;
+  EXPECT_NE(by_trace.find("| `tova[budget=4]` | 1 | "), std::string::npos) << by_trace;
   for (const char* f :
        {"pareto.png", "pareto.pdf", "h2o_budget.png", "tova_budget.pdf", "held_vs_error.png"})
     EXPECT_GT(fs::file_size(fs::path(out) / f), 1000u) << f;

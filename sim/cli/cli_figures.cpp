@@ -46,6 +46,12 @@ Runner add_figures(CLI::App& app) {
   app.add_option("results", *results, "Result files or directories")->required();
   app.add_option("-o,--out", *out, "Output directory")->required();
   return [=] {
+    // The reports' intervals come from the kvsim module (kvsim.summarize): the one built beside
+    // this binary, unless another is on the path already.
+    const char* path = std::getenv("PYTHONPATH");
+    const std::string here = KVSIM_BUILD_PYTHON_DIR;
+    if (std::filesystem::exists(here + "/kvsim"))
+      setenv("PYTHONPATH", (path && *path ? std::string(path) + ":" + here : here).c_str(), 1);
     std::string cmd = shell_quote(python()) + " " + shell_quote(figures_script());
     for (const auto& r : *results) cmd += " " + shell_quote(r);
     cmd += " --out " + shell_quote(*out);

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "analysis/bootstrap.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/replay/config.hpp"
@@ -287,35 +288,84 @@ std::string parameter_column(const std::string& key) {
              : key;
 }
 
-// Running means of one configuration's item rows (kItemHeader's columns).
+// One configuration's item rows (kItemHeader's columns), summed per (trace, sample): the table
+// printed at the end of a sweep pools them and resamples the samples for its intervals.
 struct ConfigMeans {
-  double cache = 0, recall = 0, err = 0;
-  long rows = 0, err_rows = 0;
-  void add(const std::string& line) {
+  struct Sums {
+    double cache = 0, recall = 0, err = 0;
+    long rows = 0, err_rows = 0;
+  };
+  std::map<std::string, Sums> by_sample;
+  void add(const std::string& sample, const std::string& line) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
     if (f.size() < 8) return;
-    cache += std::atof(f[3].c_str()), recall += std::atof(f[5].c_str()), ++rows;
-    if (!f[7].empty()) err += std::atof(f[7].c_str()), ++err_rows;
+    Sums& s = by_sample[sample];
+    s.cache += std::atof(f[3].c_str()), s.recall += std::atof(f[5].c_str()), ++s.rows;
+    if (!f[7].empty()) s.err += std::atof(f[7].c_str()), ++s.err_rows;
+  }
+  void merge(const ConfigMeans& o) {
+    for (const auto& [k, v] : o.by_sample) {
+      Sums& s = by_sample[k];
+      s.cache += v.cache, s.recall += v.recall, s.err += v.err;
+      s.rows += v.rows, s.err_rows += v.err_rows;
+    }
   }
 };
 
+// "0.7012-0.7688", or "-" without an interval.
+std::string interval_text(const Interval& i) {
+  if (!i.valid()) return "-";
+  char s[48];
+  std::snprintf(s, sizeof s, "%.4f-%.4f", i.low, i.high);
+  return s;
+}
+
+// Per configuration (the runs of one policy over seeds pooled): samples, mean cache, recall and
+// output error, each mean with its 95% bootstrap interval over samples.
 std::string means_table(const std::vector<PolicyConfig>& configs,
                         const std::vector<ConfigMeans>& means) {
-  std::size_t width = 6;
-  for (const auto& c : configs) width = std::max(width, c.label.size());
-  char line[512];
-  std::snprintf(line, sizeof line, "%-*s %10s %8s %11s\n", static_cast<int>(width), "config",
-                "mean_cache", "recall", "out_rel_err");
-  std::string out = line;
+  std::vector<std::pair<std::string, ConfigMeans>> rows;
+  std::map<std::string, int> seeds;
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    const ConfigMeans& m = means[i];
-    std::snprintf(line, sizeof line, "%-*s %10.1f %8.4f %11.4f\n", static_cast<int>(width),
-                  configs[i].label.c_str(), m.rows ? m.cache / m.rows : NAN,
-                  m.rows ? m.recall / m.rows : NAN, m.err_rows ? m.err / m.err_rows : NAN);
+    const std::string group = seed_group_of(configs[i].label);
+    const std::string name = group.empty() ? configs[i].label : group;
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
+    if (it == rows.end()) it = rows.insert(rows.end(), {name, ConfigMeans{}});
+    it->second.merge(means[i]);
+    ++seeds[name];
+  }
+  std::size_t width = 6;
+  for (const auto& [name, _] : rows) width = std::max(width, name.size() + 10);
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %4s %10s %8s %13s %11s %13s\n", static_cast<int>(width),
+                "config", "n", "mean_cache", "recall", "recall_95%", "out_rel_err", "out_rel_95%");
+  std::string out = line;
+  std::size_t most = 0;
+  for (const auto& [name, m] : rows) {
+    ConfigMeans::Sums t;
+    std::vector<double> recall, count, err, err_count;
+    for (const auto& [sample, s] : m.by_sample) {
+      t.cache += s.cache, t.recall += s.recall, t.err += s.err;
+      t.rows += s.rows, t.err_rows += s.err_rows;
+      if (s.rows) recall.push_back(s.recall), count.push_back(static_cast<double>(s.rows));
+      if (s.err_rows) err.push_back(s.err), err_count.push_back(static_cast<double>(s.err_rows));
+    }
+    most = std::max(most, m.by_sample.size());
+    const std::string label =
+        seeds[name] > 1 ? name + " (" + std::to_string(seeds[name]) + " seeds)" : name;
+    std::snprintf(line, sizeof line, "%-*s %4zu %10.1f %8.4f %13s %11.4f %13s\n",
+                  static_cast<int>(width), label.c_str(), m.by_sample.size(),
+                  t.rows ? t.cache / t.rows : NAN, t.rows ? t.recall / t.rows : NAN,
+                  interval_text(bootstrap_ratio(recall, count)).c_str(),
+                  t.err_rows ? t.err / t.err_rows : NAN,
+                  interval_text(bootstrap_ratio(err, err_count)).c_str());
     out += line;
   }
+  out += most < 2 ? "n = 1 sample: no intervals (the 95% intervals resample samples)\n"
+                  : "n: samples (trace, sample); 95% intervals: percentile bootstrap over them\n";
   return out;
 }
 
@@ -519,7 +569,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
       std::getline(in, line);  // header
       while (std::getline(in, line)) {
         all += prefix + line + "\n";
-        means[ci].add(line);
+        means[ci].add(it.trace + "\n" + it.sample, line);
       }
     }
   write_atomically(fs::path(o.out_dir) / "results.csv", all);
