@@ -83,6 +83,24 @@ def read_replay(pairs):
     return out
 
 
+def dnll_intervals(pairs):
+    """(policy, budget) -> the mean over samples of each sample's ΔNLL (ref_nll − ref_nll_full,
+    nats per token), with its 95% bootstrap interval over the samples (kvsim.summarize)."""
+    import kvsim
+    import pandas as pd
+
+    out = {}
+    for budget, path in pairs:
+        t = pd.read_csv(path, dtype={"sample": str})
+        t = t[(t["sample"] != "all") & (t["ref_tokens"] > 0)]
+        s = kvsim.summarize({"policy": t["policy"], "sample": t["sample"],
+                             "dnll": t["ref_nll"] - t["ref_nll_full"]}, "dnll")
+        for _, r in s.iterrows():
+            out[(r["policy"], budget)] = {"dnll": r["mean"], "dnll_ci_low": r["ci_low"],
+                                          "dnll_ci_high": r["ci_high"], "n": int(r["n"])}
+    return out
+
+
 def read_live(pairs):
     """(policy, budget) -> perplexity over the samples under the policy and the full cache."""
     sums = defaultdict(lambda: [0.0, 0.0, 0, 0])  # Σ nll·n, Σ nll_full·n, Σ n, samples
@@ -147,16 +165,18 @@ def main(argv):
     a = ap.parse_args(argv)
     replay = read_replay(parse_pairs(a.replay, "--replay"))
     live = read_live(parse_pairs(a.live, "--live"))
+    dnll = dnll_intervals(parse_pairs(a.live, "--live"))
     rows = []
     for key in sorted(set(replay) & set(live), key=lambda k: (k[0], budget_key(k[1]))):
-        row = {"policy": key[0], "budget": key[1], **replay[key], **live[key]}
+        row = {"policy": key[0], "budget": key[1], **replay[key], **live[key], **dnll[key]}
         row["ppl_increase"] = row["ppl"] - row["ppl_full"]
         rows.append(row)
     if not rows:
         sys.exit("replay_vs_live: no (policy, budget) is in both the replay and the live files")
     os.makedirs(a.out, exist_ok=True)
     columns = ["policy", "budget", "mean_cache_size"] + [m for m, _, _ in REPLAY_METRICS] + [
-        "ppl", "ppl_full", "ppl_increase", "tokens", "samples"]
+        "ppl", "ppl_full", "ppl_increase", "tokens", "samples", "dnll", "dnll_ci_low",
+        "dnll_ci_high"]
     with open(os.path.join(a.out, "replay_vs_live.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
@@ -168,12 +188,17 @@ def main(argv):
     rho = {m: spearman([r[m] for r in evicting], inc) for m, _, _ in REPLAY_METRICS}
     with open(os.path.join(a.out, "replay_vs_live.md"), "w") as f:
         f.write("| policy | budget | held | recall | out_rel_err | out_v_err | perplexity | full | "
-                "increase |\n|---|---|---|---|---|---|---|---|---|\n")
+                "increase | ΔNLL per sample [95%] |\n|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             f.write(f"| {r['policy']} | {r['budget']} | {r['mean_cache_size']:.1f} | "
                     f"{r['mean_mass_recall']:.4f} | "
                     f"{r['mean_output_rel_error']:.4f} | {r['mean_output_value_error']:.4f} | "
-                    f"{r['ppl']:.3f} | {r['ppl_full']:.3f} | {r['ppl_increase']:+.3f} |\n")
+                    f"{r['ppl']:.3f} | {r['ppl_full']:.3f} | {r['ppl_increase']:+.3f} | "
+                    f"{r['dnll']:+.3f} [{r['dnll_ci_low']:+.3f}, {r['dnll_ci_high']:+.3f}] |\n")
+        n = rows[0]["n"]
+        f.write(f"\nn = {n} samples; ΔNLL: the mean over samples of the reference's NLL under the "
+                "policy minus under the full cache (nats per token), with its 95% percentile "
+                "bootstrap interval over the samples.\n")
         f.write(f"\nSpearman ρ with the perplexity increase, over {len(evicting)} "
                 "configurations (every policy but `full`, every budget):\n\n")
         for m, label, _ in REPLAY_METRICS:

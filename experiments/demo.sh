@@ -17,8 +17,11 @@ mkdir -p "$out"
 # set τ = 65 from it with tau=auto (its default is the ablation's τ = 50).
 # HAE sizes its cache itself (l = |S_1|, what DAP leaves); with Table 5's RC_size = 64 = G the
 # recycle bin would flush once, at the last step, so the demo uses 16 (four flushes).
+# The floors every selection must beat run beside them: random (five draws), downsample (a uniform
+# grid of the image tokens) and text_only (every image entry evicted after the prefill).
 "$kvsim" replay --trace "$out/demo.h5" \
-  --policy full --policy streamingllm --policy h2o --policy snapkv --policy oracle \
+  --policy full --policy random --policy downsample --policy text_only \
+  --policy streamingllm --policy h2o --policy snapkv --policy oracle \
   --policy fastv --policy vtw --policy pyramidkv --policy adakv --policy tova --policy lookm \
   --policy hae --policy hae:table1 --policy madakv --policy avl --policy st3 --policy meda \
   --budget 20% --set avl.max_new_tokens=64 --set st3.max_new_tokens=64 --set hae.budget=auto --set hae.rc_size=16 --out "$out/results.csv" --summary "$out/summary.csv" \

@@ -21,7 +21,8 @@ k="$build/kvsim"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 mkdir -p "$out"
-PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m kvsim.prompts --vocab "$model" \
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"  # the kvsim module: prompts, intervals
+"$py" -m kvsim.prompts --vocab "$model" \
   --jsonl "$repo/experiments/data/stories.jsonl" -o "$out/stories.h5"
 "$k" live capture -m "$model" --prompts "$out/stories.h5" --force-reference -o "$out/trace.h5"
 # Text-only prompts: the methods that need image tokens (fastv, vtw, avl, st3, lookm, madakv,

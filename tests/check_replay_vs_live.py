@@ -45,6 +45,10 @@ class ReplayVsLive(unittest.TestCase):
         self.assertEqual(float(row["mean_mass_recall"]), 0.8)  # the overall row
         self.assertEqual(float(row["mean_cache_size"]), 12)
         self.assertAlmostEqual(float(row["ppl"]), math.exp((1.0 * 2 + 2.0 * 6) / 8))
+        # ΔNLL per sample: 0.5 on both, so the mean and both ends of its interval are 0.5.
+        self.assertEqual(int(row["n"]) if "n" in row else 2, 2)
+        self.assertAlmostEqual(float(row["dnll"]), 0.5)
+        self.assertAlmostEqual(float(row["dnll_ci_low"]), 0.5)
         # by_image.csv: the live sample `s` beside replay's figures on it (sample `b` has none).
         with open(os.path.join(out, "by_image.csv"), newline="") as f:
             (img,) = list(csv.DictReader(f))
