@@ -275,7 +275,7 @@ std::string num(double x) {
 // Item files hold the measurements only; the results file prefixes them with who made them.
 const char* kItemHeader =
     "layer,kv_head,steps,mean_cache_size,mean_attended_size,mean_mass_recall,min_mass_recall,"
-    "mean_output_rel_error,mean_output_value_error,mean_kv_bytes\n";
+    "mean_output_rel_error,mean_output_value_error,mean_kv_bytes,peak_cache_size\n";
 const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
 
 // A parameter's column in the results file: its name, unless a fixed column has it.
@@ -296,7 +296,10 @@ struct ConfigMeans {
     long rows = 0, err_rows = 0;
   };
   std::map<std::string, Sums> by_sample;
-  void add(const std::string& sample, const std::string& line) {
+  // The peak entries held (stored minus the step's own token) per (layer, KV head) over the
+  // budget, averaged over a sample's rows; the sample furthest from 1.
+  std::map<std::string, std::pair<double, long>> held;  // sample -> Σ peak held, rows
+  void add(const std::string& sample, const std::string& line, int budget) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
@@ -304,8 +307,23 @@ struct ConfigMeans {
     Sums& s = by_sample[sample];
     s.cache += std::atof(f[3].c_str()), s.recall += std::atof(f[5].c_str()), ++s.rows;
     if (!f[7].empty()) s.err += std::atof(f[7].c_str()), ++s.err_rows;
+    if (budget <= 0 || f.size() < 11 || f[10].empty()) return;
+    auto& h = held[sample];
+    h.first += (std::atof(f[10].c_str()) - 1) / budget, ++h.second;
+  }
+  double worst_held() const {
+    double worst = NAN;
+    for (const auto& [sample, h] : held) {
+      const double r = h.first / h.second;
+      if (std::isnan(worst) || std::fabs(r - 1) > std::fabs(worst - 1)) worst = r;
+    }
+    return worst;
   }
   void merge(const ConfigMeans& o) {
+    for (const auto& [k, v] : o.held) {
+      auto& h = held[k];
+      h.first += v.first, h.second += v.second;
+    }
     for (const auto& [k, v] : o.by_sample) {
       Sums& s = by_sample[k];
       s.cache += v.cache, s.recall += v.recall, s.err += v.err;
@@ -340,10 +358,12 @@ std::string means_table(const std::vector<PolicyConfig>& configs,
   std::size_t width = 6;
   for (const auto& [name, _] : rows) width = std::max(width, name.size() + 10);
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s %4s %10s %8s %13s %11s %13s\n", static_cast<int>(width),
-                "config", "n", "mean_cache", "recall", "recall_95%", "out_rel_err", "out_rel_95%");
+  std::snprintf(line, sizeof line, "%-*s %4s %10s %7s %8s %13s %11s %13s\n",
+                static_cast<int>(width), "config", "n", "mean_cache", "held/B", "recall",
+                "recall_95%", "out_rel_err", "out_rel_95%");
   std::string out = line;
   std::size_t most = 0;
+  bool flagged = false;
   for (const auto& [name, m] : rows) {
     ConfigMeans::Sums t;
     std::vector<double> recall, count, err, err_count;
@@ -356,14 +376,25 @@ std::string means_table(const std::vector<PolicyConfig>& configs,
     most = std::max(most, m.by_sample.size());
     const std::string label =
         seeds[name] > 1 ? name + " (" + std::to_string(seeds[name]) + " seeds)" : name;
-    std::snprintf(line, sizeof line, "%-*s %4zu %10.1f %8.4f %13s %11.4f %13s\n",
+    const double h = m.worst_held();
+    char held[16] = "-";
+    if (!std::isnan(h)) {
+      const bool off = std::fabs(h - 1) > 0.01;
+      flagged = flagged || off;
+      std::snprintf(held, sizeof held, "%.2f%s", h, off ? "!" : "");
+    }
+    std::snprintf(line, sizeof line, "%-*s %4zu %10.1f %7s %8.4f %13s %11.4f %13s\n",
                   static_cast<int>(width), label.c_str(), m.by_sample.size(),
-                  t.rows ? t.cache / t.rows : NAN, t.rows ? t.recall / t.rows : NAN,
+                  t.rows ? t.cache / t.rows : NAN, held, t.rows ? t.recall / t.rows : NAN,
                   interval_text(bootstrap_ratio(recall, count)).c_str(),
                   t.err_rows ? t.err / t.err_rows : NAN,
                   interval_text(bootstrap_ratio(err, err_count)).c_str());
     out += line;
   }
+  if (flagged)
+    out +=
+        "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off "
+        "it (--equal-memory holds every budgeted configuration to it)\n";
   out += most < 2 ? "n = 1 sample: no intervals (the 95% intervals resample samples)\n"
                   : "n: samples (trace, sample); 95% intervals: percentile bootstrap over them\n";
   return out;
@@ -375,8 +406,10 @@ std::string layer_rows(const LayerResult& r) {
   for (std::size_t g = 0; g < r.steps.size(); ++g) {
     double cache = 0, att = 0, recall = 0, err = 0, verr = 0, bytes = 0, min_recall = INFINITY;
     long n_err = 0;
+    int peak = -1;
     for (const auto& m : r.steps[g]) {
       cache += m.cache_size, att += m.attended_size, recall += m.mass_recall, bytes += m.kv_bytes;
+      peak = std::max(peak, m.cache_size);
       min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
       if (!std::isnan(m.output_rel_error))
         err += m.output_rel_error, verr += m.output_value_error, ++n_err;
@@ -386,7 +419,8 @@ std::string layer_rows(const LayerResult& r) {
            std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
            num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
            num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
-           num(n_err ? verr / n_err : NAN) + "," + num(n ? bytes / n : NAN) + "\n";
+           num(n_err ? verr / n_err : NAN) + "," + num(n ? bytes / n : NAN) + "," +
+           (peak < 0 ? std::string() : std::to_string(peak)) + "\n";
   }
   return out;
 }
@@ -449,8 +483,9 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
       items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
   }
   auto key_of = [&](const Item& it, const PolicyConfig& c) {
+    // The item format is part of the key: a finished item of another format is not reused.
     return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
-                   "\n" KVSIM_VERSION);
+                   "\n" KVSIM_VERSION "\n" + kItemHeader);
   };
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());
@@ -569,7 +604,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
       std::getline(in, line);  // header
       while (std::getline(in, line)) {
         all += prefix + line + "\n";
-        means[ci].add(it.trace + "\n" + it.sample, line);
+        means[ci].add(it.trace + "\n" + it.sample, line, entries);
       }
     }
   write_atomically(fs::path(o.out_dir) / "results.csv", all);
