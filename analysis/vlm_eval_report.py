@@ -329,7 +329,7 @@ def cell(row, value):
 
 
 def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
-                 rho_pooled, rho_within, n_images, draws):
+                 rho_pooled, rho_within, n_images, draws, oracle):
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
@@ -350,6 +350,11 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
             per = g.groupby("seed")[["contains", "exact"]].mean()
             f.write(f"| {name} (control prompt) | {per['contains'].mean():.3f} ± {per['contains'].std(ddof=1):.3f} | "
                     f"{per['exact'].mean():.3f} ± {per['exact'].std(ddof=1):.3f} |\n")
+        if not oracle.empty:
+            f.write("| `oracle` (replay only: the best set in hindsight, no live run): replay "
+                    "output error " + ", ".join(
+                        f"{fmt(r['mean_output_rel_error'], '.3f')} at {r['budget']}%"
+                        for _, r in oracle.iterrows()) + " | – | – |\n")
         for _, r in self_rows[self_rows["policy"] == "text_only"].iterrows():
             f.write(f"| `text_only` (every image entry evicted after the prefill; holds {r['kv_fraction']:.2f}) | "
                     f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
@@ -571,7 +576,8 @@ def main(argv):
     n_images = live["sample"].nunique()
     write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets,
                  [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
-                 n_images, live[live["policy"] == "random"]["label"].nunique())
+                 n_images, live[live["policy"] == "random"]["label"].nunique(),
+                 rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)))
     figures(table, live, replay, budgets, a.out)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0
