@@ -11,7 +11,7 @@ experiments/stories_eval.sh writes by_image.csv), the card gives:
 - a monotone map from the replay metric to the live outcome (isotonic regression, pool adjacent
   violators, one point per configuration = seed, budget and policy), and its mean absolute error
   out of sample: with each policy family left out of the fit, each budget, each seed, and on the
-  images not in the fit (two halves, each predicted from a fit on the other); beside the same for
+  samples (images, stories) not in the fit (two halves, each predicted from a fit on the other); beside the same for
   a map from the memory held alone (the budget-only guess), and the skill 1 − MAE / MAE(memory);
 - per budget, the top-1 regret (the live outcome of replay's pick minus the live best) and the
   top-3 overlap;
@@ -242,7 +242,7 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
             residuals = res
     mae = out_of_image_error(rows, metric, outcome, "x", increasing)
     base = out_of_image_error(rows, metric, outcome, "memory", not increasing)
-    errors["images not in the fit"] = {"mae": mae, "mae_memory_only": base,
+    errors["samples not in the fit"] = {"mae": mae, "mae_memory_only": base,
                                        "skill": 1 - mae / base if base else float("nan")}
     card["left_out"] = errors
     card["top"] = top_choices(points, higher)
@@ -298,9 +298,9 @@ def write_markdown(card, path):
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"**Prediction card: {card['model']}** — replay's `{card['metric']}` against the "
                 f"live {outcome} ({card['configurations']} configurations: {card['seeds']} "
-                f"seed(s) × budgets × policies; {card['images']} images).\n\n")
+                f"seed(s) × budgets × policies; {card['images']} samples).\n\n")
         f.write("Within each budget, rank correlation with the live loss over the policies "
-                "(95% intervals resample images and policy families):\n\n| budget | Spearman | "
+                "(95% intervals resample the samples and the policy families):\n\n| budget | Spearman | "
                 "Kendall | top-1 regret (pick → best) | top-3 overlap |\n|---|---|---|---|---|\n")
         for b, v in card["within_budget"].items():
             t = card["top"].get(b, {})

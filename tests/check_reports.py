@@ -71,7 +71,7 @@ class Card(unittest.TestCase):
         self.assertEqual(c["top"]["20"]["pick"], "a")
         self.assertEqual(c["top"]["20"]["regret"], 0.0)
         self.assertAlmostEqual(c["top"]["60"]["top3_overlap"], 1.0)
-        self.assertAlmostEqual(c["left_out"]["images not in the fit"]["mae"], 0.0, places=12)
+        self.assertAlmostEqual(c["left_out"]["samples not in the fit"]["mae"], 0.0, places=12)
         self.assertTrue(c["targets"]["top1_regret"]["met"])
         # Budget 60% left out: the fit on 20% spans errors 0.3-0.8, so 0.1 and 0.2 get its end,
         # 0.7 (measured 0.9 and 0.8: 0.2 and 0.1 off); 20% left out: 0.7 and 0.8 get 0.4
