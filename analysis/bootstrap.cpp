@@ -1,6 +1,7 @@
 #include "analysis/bootstrap.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "sim/core/splitmix.hpp"
@@ -38,6 +39,13 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
 
 Interval bootstrap_mean(const std::vector<double>& values, const BootstrapOptions& options) {
   return bootstrap_ratio(values, std::vector<double>(values.size(), 1.0), options);
+}
+
+std::string interval_text(const Interval& i) {
+  if (!i.valid()) return "-";
+  char s[48];
+  std::snprintf(s, sizeof s, "%.4f-%.4f", i.low, i.high);
+  return s;
 }
 
 MeanSd mean_sd(const std::vector<double>& values) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kvsim {
@@ -34,6 +35,9 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
                          const BootstrapOptions& options = {});
 // The same for a plain mean of one value per sample.
 Interval bootstrap_mean(const std::vector<double>& values, const BootstrapOptions& options = {});
+
+// "0.7012-0.7688" (4 decimals), or "-" without an interval: the tables' interval column.
+std::string interval_text(const Interval& i);
 
 // Mean and sample standard deviation (n − 1); SD is NaN for fewer than 2 values.
 struct MeanSd {

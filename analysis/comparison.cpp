@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "sim/core/csv_format.hpp"
 #include "sim/core/run_labels.hpp"
 
 namespace kvsim {
@@ -138,13 +139,6 @@ std::string number(double x, const char* format = "%.9g") {
   return s;
 }
 
-std::string csv_text(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 }  // namespace
 
 std::string comparison_csv(const ComparisonTable& t) {
@@ -152,7 +146,7 @@ std::string comparison_csv(const ComparisonTable& t) {
       "policy,reference,metric,higher_is_better,n,test,mean,reference_mean,difference,ci_low,"
       "ci_high,wins,ties,losses,effect_size,p_value,p_holm,detectable,verdict\n";
   for (const PairedComparison& c : t.rows) {
-    out += csv_text(c.label) + "," + csv_text(c.reference) + "," + csv_text(t.metric) + "," +
+    out += csv_quote(c.label) + "," + csv_quote(c.reference) + "," + csv_quote(t.metric) + "," +
            (t.higher_is_better ? "1" : "0") + "," + std::to_string(c.n) + "," +
            (c.binary ? "mcnemar" : "sign_flip");
     for (double x : {c.mean, c.reference_mean, c.difference, c.interval.low, c.interval.high})

@@ -296,9 +296,10 @@ def budget_text(b):
 def write_markdown(card, path):
     outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL"
     with open(path, "w", encoding="utf-8") as f:
+        seeds = f"{card['seeds']} seeds × " if card["seeds"] > 1 else ""
         f.write(f"**Prediction card: {card['model']}** — replay's `{card['metric']}` against the "
-                f"live {outcome} ({card['configurations']} configurations: {card['seeds']} "
-                f"seed(s) × budgets × policies; {card['images']} samples).\n\n")
+                f"live {outcome} ({card['configurations']} configurations: {seeds}budgets × "
+                f"policies; {card['images']} samples).\n\n")
         f.write("Within each budget, rank correlation with the live loss over the policies "
                 "(95% intervals resample the samples and the policy families):\n\n| budget | Spearman | "
                 "Kendall | top-1 regret (pick → best) | top-3 overlap |\n|---|---|---|---|---|\n")
@@ -331,8 +332,9 @@ def write_markdown(card, path):
                               f"{fmt(v['kl_vs_loss'], '+.2f')}"
                               for b, v in card["chain_within_budget"].items()) + ".\n")
         if card.get("missed_most"):
+            seed = (lambda m: f" (seed {m['seed']})") if card["seeds"] > 1 else (lambda m: "")
             f.write("\nMissed most (family left out): " + "; ".join(
-                f"`{m['policy']}` at {budget_text(m['budget'])} (seed {m['seed']}): predicted "
+                f"`{m['policy']}` at {budget_text(m['budget'])}{seed(m)}: predicted "
                 f"{m['predicted']:.3f}, measured {m['measured']:.3f}"
                 for m in card["missed_most"]) + ".\n")
         if card.get("targets"):

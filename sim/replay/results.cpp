@@ -34,22 +34,6 @@ std::string read_whole(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void append_float(std::string& out, double x) {
-  if (std::isnan(x)) return;  // empty field
-  // The characters of printf's "%.9g" (the standard defines to_chars with a precision so), at a
-  // fraction of its cost: the per-step CSV holds millions of numbers.
-  char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 9).ptr;
-  out.append(buf, end);
-}
-
-std::string csv_quote(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 void append_file(std::FILE* to, const std::string& to_path, const std::string& from,
                  bool skip_header) {
   std::FILE* in = std::fopen(from.c_str(), "rb");
@@ -463,14 +447,6 @@ namespace {
 
 // A peak held more than this share away from the budget is flagged.
 constexpr double kHeldTolerance = 0.01;
-
-// "0.7012-0.7688", or "-" without an interval.
-std::string interval_text(const Interval& i) {
-  if (!i.valid()) return "-";
-  char s[48];
-  std::snprintf(s, sizeof s, "%.4f-%.4f", i.low, i.high);
-  return s;
-}
 
 }  // namespace
 

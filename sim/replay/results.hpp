@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "analysis/bootstrap.hpp"
+#include "sim/core/csv_format.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/replay/engine.hpp"
 #include "traces/hdf5_util.hpp"
@@ -24,11 +25,6 @@ namespace kvsim {
 void check_writable(const std::string& path, const std::string& option);
 void write_whole(const std::string& path, const std::string& text);  // via .partial
 std::string read_whole(const std::string& path);                     // throws naming the path
-
-// CSV fields: numbers print with %.9g (exact float round trip; NaN is an empty field), so
-// identical results give identical bytes; text is quoted when it holds a comma, quote or newline.
-void append_float(std::string& out, double x);
-std::string csv_quote(const std::string& s);
 
 // Appends the file `from` to `to`, leaving out its first line when `skip_header`; throws naming
 // `to_path` when writing fails.

@@ -259,13 +259,6 @@ std::string fnv_hex(const std::string& s) {
   return hex;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 std::string num(double x) {
   std::string out;
   append_float(out, x);  // the result files' number format (empty for NaN)
@@ -331,14 +324,6 @@ struct ConfigMeans {
     }
   }
 };
-
-// "0.7012-0.7688", or "-" without an interval.
-std::string interval_text(const Interval& i) {
-  if (!i.valid()) return "-";
-  char s[48];
-  std::snprintf(s, sizeof s, "%.4f-%.4f", i.low, i.high);
-  return s;
-}
 
 // Per configuration (the runs of one policy over seeds pooled): samples, mean cache, recall and
 // output error, each mean with its 95% bootstrap interval over samples.
@@ -590,14 +575,14 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
       const PolicyConfig& c = configs[ci];
       const int entries = budget_entries(c, it.prompt_len);
       std::string prefix =
-          csv_field(it.trace) + "," + it.hash + "," + csv_field(it.sample) + "," +
-          csv_field(c.label) + "," + c.info->name + "," + csv_field(c.params.str()) + "," +
+          csv_quote(it.trace) + "," + it.hash + "," + csv_quote(it.sample) + "," +
+          csv_quote(c.label) + "," + c.info->name + "," + csv_quote(c.params.str()) + "," +
           (entries < 0 ? ","
                        : std::to_string(entries) + "," +
                              num(static_cast<double>(entries) / it.prompt_len) + ",");
       for (const auto& k : keys) {
         const auto v = c.params.values().find(k);
-        prefix += (v == c.params.values().end() ? "" : csv_field(v->second)) + ",";
+        prefix += (v == c.params.values().end() ? "" : csv_quote(v->second)) + ",";
       }
       std::ifstream in(items_dir / (key_of(it, c) + ".csv"));
       std::string line;
