@@ -45,7 +45,9 @@ POLICY_COLOURS = {
 
 
 def policy_colour(name):
-    base = name.split(":")[0].split("@")[0]
+    """The policy's fixed colour; a preset, a tagged run and a row merging identical policies
+    ("tova, tova:kvpress") take their (first) policy's."""
+    base = name.split(", ")[0].split(":")[0].split("@")[0].split("[")[0]
     if base in POLICY_COLOURS:
         return POLICY_COLOURS[base]
     palette = matplotlib.colormaps["tab20"].colors

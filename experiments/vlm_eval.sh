@@ -8,7 +8,8 @@
 # step), with the floors (random over 5 draws, downsample, text_only), the policies that size
 # their caches themselves once, and the controls (no image; another image's tokens). The report
 # gives accuracy with intervals over images and its spread over seeds, paired comparisons with
-# the random floor (Holm-corrected), rank stability across seeds, and replay's metrics beside.
+# the random floor (Holm-corrected), rank stability across seeds, and replay's metrics beside; a
+# prediction card tests how well replay predicts the accuracy out of sample.
 # Usage: experiments/vlm_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm (from the current directory)
 #   MODELS_DIR default $KVSIM_MODELS, else the shared/models folder next to the repository
@@ -78,3 +79,8 @@ for s in $seeds; do
   runs="$runs $s=$dir"
 done
 "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --out "$out"
+# The prediction card: replay's output error -> live accuracy, tested out of sample, with the
+# targets a user would want (family-left-out error <= 0.05, within-budget Spearman >= 0.8, top-1
+# regret <= 0.02).
+"$py" "$repo/analysis/prediction_card.py" --by-image "$out/vlm_eval_by_image.csv" \
+  --outcome contains --name "assembled VLM" --targets 0.05,0.8,0.02 --out "$out/card"
