@@ -92,6 +92,7 @@ class DecodeModeWrapper final : public Policy {
   const std::vector<double>* eviction_scores(int layer, int g) const override {
     return inner_->eviction_scores(layer, g);
   }
+  const std::vector<std::string>& notes() const override { return inner_->notes(); }
 
  private:
   // cap: the policy's scored entries by score (ties to the older), then the unscored by age.

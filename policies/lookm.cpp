@@ -39,7 +39,17 @@ class LookM final : public Policy {
         sinks_(static_cast<int>(p.get_int("sinks"))),
         keep_all_text_(p.get_string("text") == "all"),
         released_arithmetic_(p.get_string("arithmetic") == "released"),
-        merge_(p.get_string("merge")) {}
+        merge_(p.get_string("merge")) {
+    // `forced = fit` (equal memory): the sinks and the recent window never exceed the budget;
+    // the sinks give way first, as the window is the method's 3:1 share of it.
+    if (p.get_string("forced") == "fit" && sinks_ + recent_ > budget_) {
+      const int sinks = std::max(0, budget_ - recent_);
+      note("lookm: forced = fit: the " + std::to_string(sinks_) + " sinks and the " +
+           std::to_string(recent_) + "-entry recent window exceed the budget of " +
+           std::to_string(budget_) + ": " + std::to_string(sinks) + " sinks kept");
+      sinks_ = sinks;
+    }
+  }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {
     const int P = view.prompt_len();
@@ -131,6 +141,14 @@ const PolicyRegistration reg({
                {"recent_ratio", ParamType::kFloat, "0.75", "share of B kept as the recent window",
                 0, 1},
                {"sinks", ParamType::kInt, "4", "first positions always kept", 0, 1e9},
+               {"forced",
+                ParamType::kChoice,
+                "keep",
+                "keep (the sinks and the recent window are kept even when together they exceed "
+                "the budget) or fit (fewer sinks, so that they never do: equal memory)",
+                0,
+                0,
+                {"keep", "fit"}},
                {"text",
                 ParamType::kChoice,
                 "prior",
@@ -168,9 +186,10 @@ const PolicyRegistration reg({
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<LookM>(p, s);
     },
-    // At equal memory the text outranks vision within the budget instead of beyond it.
+    // At equal memory the text outranks vision within the budget instead of beyond it, and the
+    // sinks and window fit in it.
     .equal_memory = [](const ParamSet&) -> std::map<std::string, std::string> {
-      return {{"text", "prior"}};
+      return {{"text", "prior"}, {"forced", "fit"}};
     },
 });
 

@@ -155,7 +155,8 @@ class Policy {
   }
   // What the policy adjusted for this sample (e.g. a window clamped to a smaller budget), each a
   // sentence naming the policy and parameter; reported as warnings and kept with the results.
-  const std::vector<std::string>& notes() const { return notes_; }
+  // A wrapper (policies/decode_mode.cpp) reports the notes of the policy it wraps.
+  virtual const std::vector<std::string>& notes() const { return notes_; }
 
  protected:
   void note(std::string text) { notes_.push_back(std::move(text)); }

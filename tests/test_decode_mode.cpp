@@ -125,6 +125,21 @@ TEST(DecodeMode, BadModesAreRefusedNamingTheParameter) {
   EXPECT_NO_THROW(make_policy_config("meda", {{"decode", "every:16"}}));
 }
 
+TEST(DecodeMode, TheWrappedPolicysNotesAreReported) {
+  // A decode mode wraps the policy; what the policy noted (SnapKV's window clamped to a budget of
+  // 4) must still reach the run's warnings.
+  TinyTrace t{.prompt_len = 10, .weights = std::vector<double>(13, 1.0)};
+  const std::string trace = t.write("decode_notes.h5");
+  TraceReader reader(trace);
+  for (const std::string mode : {"grow", "cap", "every:2"}) {
+    Replayer replayer(reader, {make_policy_config("snapkv", {{"budget", "4"}, {"decode", mode}})},
+                      {});
+    const auto notes = replayer.validate(reader.sample_names());
+    ASSERT_EQ(notes.count("snapkv"), 1u) << mode;
+    EXPECT_NE(notes.at("snapkv")[0].find("window clamped to 4"), std::string::npos) << mode;
+  }
+}
+
 }  // namespace
 }  // namespace kvsim::test
 
