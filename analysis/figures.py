@@ -19,6 +19,7 @@ import argparse
 import csv
 import glob
 import os
+import re
 import sys
 import warnings
 from collections import defaultdict
@@ -373,14 +374,14 @@ def budget_number(text):
 def accuracy_figure(rows, out, written):
     """Answer accuracy (the answer contains the reference, `answer_contains`) per policy against
     its budget and against the KV memory it held (`kv_fraction`), one point per (policy, budget)
-    over the summaries given (several `live evaluate --summary` files: one per budget); drawn when
-    the summaries carry answer scores."""
+    over the summaries given (several `live evaluate --summary` files: one per budget; a seeded
+    policy's draws pooled); drawn when the summaries carry answer scores."""
     scored = [r for r in rows if r.get("answer_contains") not in (None, "")]
     if not scored:
         return
     groups = defaultdict(lambda: defaultdict(list))
-    for r in scored:
-        g = groups[(r["policy"], r.get("budget", ""))]
+    for r in scored:  # the draws of a seeded policy (random@seed0, ...) are one policy
+        g = groups[(re.sub(r"@seed\d+$", "", r["policy"]), r.get("budget", ""))]
         for k in ("answer_contains", "full_answer_contains", "kv_fraction"):
             g[k].append(float(r[k]))
     by_policy = defaultdict(list)
