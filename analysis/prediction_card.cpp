@@ -1,6 +1,8 @@
 #include "analysis/prediction_card.hpp"
 
+#include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -16,11 +18,15 @@ double PredictionCard::predict(double x) const {
 }
 
 PredictionCard read_prediction_card(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("--card " + path + ": cannot open");
+  return parse_prediction_card(std::string(std::istreambuf_iterator<char>(in), {}), path);
+}
+
+PredictionCard parse_prediction_card(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument("--card " + path + ": not JSON (" + e.what() + ")");
   }
@@ -46,6 +52,9 @@ PredictionCard read_prediction_card(const std::string& path) {
                                 "replay_mass_recall)");
   if (c.knots_x.empty() || c.knots_x.size() != c.knots_y.size())
     throw std::invalid_argument("--card " + path + ": knots_x and knots_y differ or are empty");
+  for (std::size_t i = 0; i < c.knots_x.size(); ++i)
+    if (!std::isfinite(c.knots_x[i]) || !std::isfinite(c.knots_y[i]))
+      throw std::invalid_argument("--card " + path + ": a knot is not a finite number");
   for (std::size_t i = 1; i < c.knots_x.size(); ++i)
     if (!(c.knots_x[i] > c.knots_x[i - 1]))
       throw std::invalid_argument("--card " + path + ": knots_x is not increasing");

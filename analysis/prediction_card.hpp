@@ -21,5 +21,7 @@ struct PredictionCard {
 // Throws std::invalid_argument naming the file and what is wrong (unreadable JSON, a missing
 // key, knots out of order, an unknown metric).
 PredictionCard read_prediction_card(const std::string& path);
+// The same from the file's text (`path` names it in errors).
+PredictionCard parse_prediction_card(const std::string& text, const std::string& path);
 
 }  // namespace kvsim

@@ -40,12 +40,14 @@ Grid parse_grid(const std::string& text, bool& automatic) {
   automatic = text == "auto";
   if (automatic || text == "none") return {};
   const auto x = text.find('x');
-  if (x != std::string::npos) {
-    char* end = nullptr;
-    const long h = std::strtol(text.substr(0, x).c_str(), &end, 10);
-    const bool h_ok = *end == '\0' && x > 0;
-    const long w = std::strtol(text.substr(x + 1).c_str(), &end, 10);
-    if (h_ok && *end == '\0' && x + 1 < text.size() && h >= 1 && w >= 1 && h * w <= 1 << 24)
+  if (x != std::string::npos && x > 0 && x + 1 < text.size()) {
+    const std::string rows = text.substr(0, x), cols = text.substr(x + 1);
+    char* rows_end = nullptr;
+    char* cols_end = nullptr;
+    const long h = std::strtol(rows.c_str(), &rows_end, 10);
+    const long w = std::strtol(cols.c_str(), &cols_end, 10);
+    if (*rows_end == '\0' && *cols_end == '\0' && h >= 1 && w >= 1 && h <= (1 << 12) &&
+        w <= (1 << 12))
       return {static_cast<int>(h), static_cast<int>(w)};
   }
   throw std::invalid_argument("is not auto, none or HxW (e.g. 24x24)");

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors config_json kvtrace kvprompt ini_config cli_values)
+((${#targets[@]})) || targets=(safetensors config_json kvtrace kvprompt ini_config cli_values result_table)
 
 ./install-deps.sh fuzz
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug \

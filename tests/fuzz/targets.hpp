@@ -20,6 +20,7 @@ void kvtrace(const std::uint8_t* data, std::size_t size);      // HDF5 trace, bu
 void kvprompt(const std::uint8_t* data, std::size_t size);     // HDF5 prompt file, likewise
 void ini_config(const std::uint8_t* data, std::size_t size);   // --config and sweep INI files
 void cli_values(const std::uint8_t* data, std::size_t size);   // --set, --grid, budgets, sizes
+void result_table(const std::uint8_t* data, std::size_t size);  // kvsim compare's CSV, cards
 
 struct NamedTarget {
   const char* name;

@@ -4,6 +4,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "analysis/comparison.hpp"
+#include "analysis/csv_table.hpp"
+#include "analysis/prediction_card.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/live/checkpoint.hpp"
 #include "sim/core/params.hpp"
@@ -109,6 +112,32 @@ void cli_values(const std::uint8_t* data, std::size_t size) {
         sweep_configs({policy, "full"}, {}, {}, text);
         break;
     }
+  } catch (const std::invalid_argument&) {
+  }
+}
+
+void result_table(const std::uint8_t* data, std::size_t size) {
+  ByteSource in(data, size);
+  const bool card = in.pick(2);
+  const std::string text = in.rest();
+  try {
+    if (card) {
+      const PredictionCard c = parse_prediction_card(text, "fuzz.json");
+      c.predict(0.3);
+      return;
+    }
+    // kvsim compare on the table: the third column as the metric, the first policy the reference.
+    const CsvTable t = parse_csv_table(text, "fuzz.csv");
+    if (t.header.size() < 3) return;
+    const std::string metric = t.header[2];
+    const SampleTable table =
+        per_sample_values(t.strings(t.header[0]), t.strings(t.header[1]), t.numbers(metric));
+    if (table.policies.empty()) return;
+    PairedOptions o;
+    o.bootstrap.resamples = 50;
+    o.permutations = 100;
+    o.exact_up_to = 8;
+    compare_to_reference(table, metric, table.policies[0], {}, o);
   } catch (const std::invalid_argument&) {
   }
 }
