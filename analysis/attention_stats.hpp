@@ -1,7 +1,6 @@
 // `kvsim stats`: observation metrics of attention itself (no policy), per sample, layer and head,
 // as the five papers measure them. Written to an HDF5 file whose layout is documented in
-// docs/outputs.md
-// ("kvsim stats") and in each dataset's `doc` attribute.
+// docs/outputs.md ("kvsim stats") and in each dataset's `doc` attribute.
 #pragma once
 
 #include <functional>

@@ -442,32 +442,33 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
 
 
-def figures(table, live, replay, budgets, out):
+def figures(table, live, budgets, out):
     written = []
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     full = float(live.groupby("seed")["full_contains"].mean().mean())
 
-    def floors(ax, x_of=None):
+    def full_line(ax):
         ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
+
+    def accuracy_bars(ax, x, g, **style):
+        """Accuracy at x with its 95% interval over images as error bars."""
+        ax.errorbar(x, g["contains"], yerr=[g["contains"] - g["contains_ci_low"],
+                                            g["contains_ci_high"] - g["contains"]],
+                    capsize=2, **style)
 
     # The headline: accuracy against the memory each policy actually held, with intervals.
     fig, ax = new_figure(figsize=(10, 5.5))
     for p, g in budgeted.groupby("policy"):
         g = g.sort_values("kv_fraction")
-        style = policy_style(p)
-        lw = 2.2 if p in FLOORS else 1.0
-        ax.errorbar(g["kv_fraction"], g["contains"],
-                    yerr=[g["contains"] - g["contains_ci_low"], g["contains_ci_high"] - g["contains"]],
-                    label=p + (" (floor)" if p in FLOORS else ""), capsize=2, lw=lw,
-                    ms=4, **style)
+        accuracy_bars(ax, g["kv_fraction"], g, label=p + (" (floor)" if p in FLOORS else ""),
+                      lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
     for _, r in self_rows.iterrows():
         style = policy_style(r["policy"])
-        ax.errorbar([r["kv_fraction"]], [r["contains"]],
-                    yerr=[[r["contains"] - r["contains_ci_low"]], [r["contains_ci_high"] - r["contains"]]],
-                    label=f"{r['policy']} (sizes itself)", capsize=2, color=style["color"],
-                    marker=style["marker"], ms=7, ls="none", mfc="none")
-    floors(ax)
+        accuracy_bars(ax, [r["kv_fraction"]], pd.DataFrame([r]),
+                      label=f"{r['policy']} (sizes itself)", color=style["color"],
+                      marker=style["marker"], ms=7, ls="none", mfc="none")
+    full_line(ax)
     ax.set(title="Answer accuracy against memory held (mean over seeds; bars: 95% interval over "
            "images)", xlabel="peak KV memory held while decoding (share of the full cache)",
            ylabel="accuracy (answer contains the class word)")
@@ -477,11 +478,9 @@ def figures(table, live, replay, budgets, out):
     fig, ax = new_figure(figsize=(10, 5))
     for p, g in budgeted.groupby("policy"):
         g = g.sort_values("budget", key=lambda s: s.astype(float))
-        x = g["budget"].astype(float)
-        ax.errorbar(x, g["contains"],
-                    yerr=[g["contains"] - g["contains_ci_low"], g["contains_ci_high"] - g["contains"]],
-                    label=p, capsize=2, lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
-    floors(ax)
+        accuracy_bars(ax, g["budget"].astype(float), g, label=p, lw=2.2 if p in FLOORS else 1.0,
+                      ms=4, **policy_style(p))
+    full_line(ax)
     ax.set(title="Answer accuracy by budget at equal memory (bars: 95% interval over images)",
            xlabel="budget (% of the prompt's entries per layer and KV head)",
            ylabel="accuracy (answer contains the class word)")
@@ -496,7 +495,7 @@ def figures(table, live, replay, budgets, out):
         for _, r in g.iterrows():
             ax.annotate(f"{r['budget']}%", (r["image_kept"], r["contains"]), fontsize=5,
                         xytext=(2, 2), textcoords="offset points")
-    floors(ax)
+    full_line(ax)
     ax.set(title="Which image entries stay matters more than how many (labels: budget)",
            xlabel="image entries still stored at the end (share, replay)",
            ylabel="accuracy (answer contains the class word)")
@@ -578,7 +577,7 @@ def main(argv):
                  [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
                  n_images, live[live["policy"] == "random"]["label"].nunique(),
                  rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)))
-    figures(table, live, replay, budgets, a.out)
+    figures(table, live, budgets, a.out)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0
 

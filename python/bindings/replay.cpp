@@ -100,22 +100,9 @@ struct PolicySet {
     check_new(label);
     const std::map<std::string, std::string> chosen = params;
     if (!budget.empty()) apply_default_budget(label, budget, params);
-    std::vector<PolicyConfig> runs;
-    if (seeds <= 1 || params.count("seed") || !policy_declares(label, "seed")) {
-      runs.push_back(make_policy_config(label, params));
-    } else {
-      for (int k = 0; k < seeds; ++k) {
-        params["seed"] = std::to_string(k);
-        PolicyConfig c = make_policy_config(label, params);
-        c.label = seeded_label(label, k);
-        runs.push_back(std::move(c));
-      }
-    }
-    for (PolicyConfig& c : runs) {
-      if (equal_memory)
-        if (std::optional<PolicyConfig> held = hold_to_budget(c, chosen)) c = std::move(*held);
+    std::vector<std::string> self_sizing;  // kvsim.replay does not warn of them
+    for (PolicyConfig& c : policy_runs(label, params, chosen, seeds, equal_memory, self_sizing))
       configs.push_back(std::move(c));
-    }
   }
   void add_python(const std::string& label, py::object obj) {
     check_new(label);

@@ -37,6 +37,10 @@ std::string seeded_label(const std::string& name, int seed) {
   return name + (name.find('@') == std::string::npos ? "@seed" : "-seed") + std::to_string(seed);
 }
 
+std::string seed_group_text(const std::string& name, int runs) {
+  return runs > 1 ? name + " (" + std::to_string(runs) + " seeds)" : name;
+}
+
 std::string seed_group_of(const std::string& label) {
   if (const std::string sweep = without_seed_axis(label); !sweep.empty()) return sweep;
   const auto at = label.find('@');

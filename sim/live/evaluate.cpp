@@ -585,24 +585,18 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
       out.table += "sizing their caches themselves (no budget: compare by what they held):\n";
       apart = true;
     }
-    const bool off = !std::isnan(r->held) && std::fabs(r->held - 1) > 0.01;
-    flagged = flagged || off;
-    const std::string label =
-        r->seeds > 1 ? r->label + " (" + std::to_string(r->seeds) + " seeds)" : r->label;
+    const std::string held = held_over_budget_cell(r->held, flagged);
+    const std::string label = seed_group_text(r->label, r->seeds);
     std::snprintf(line, sizeof line, "%-*s %4ld %8s %8s %15s %8s %15s %9s %22s %8s %7s\n", w,
-                  label.c_str(), r->kl.n, (fixed(r->held, "%.2f") + (off ? "!" : "")).c_str(),
-                  fixed(r->contains.mean, "%.3f").c_str(), interval(r->contains.interval).c_str(),
-                  fixed(r->exact.mean, "%.3f").c_str(), interval(r->exact.interval).c_str(),
-                  fixed(r->kl.mean, "%.4f").c_str(),
+                  label.c_str(), r->kl.n, held.c_str(), fixed(r->contains.mean, "%.3f").c_str(),
+                  interval(r->contains.interval).c_str(), fixed(r->exact.mean, "%.3f").c_str(),
+                  interval(r->exact.interval).c_str(), fixed(r->kl.mean, "%.4f").c_str(),
                   (fixed(r->dnll.mean, "%+.2f") + " " + interval(r->dnll.interval)).c_str(),
                   fixed(r->kv_fraction, "%.2f").c_str(),
                   fixed(r->contains.seed_sd, "%.3f").c_str());
     out.table += line;
   }
-  if (flagged)
-    out.table +=
-        "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off it "
-        "(--equal-memory holds every budgeted policy to it)\n";
+  if (flagged) out.table += kHeldFootnote;
   out.table +=
       "means over the n samples with 95% percentile-bootstrap intervals (docs/outputs.md); "
       "contains / exact: the answer contains / is the reference; dnll: NLL of the reference "

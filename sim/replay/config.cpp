@@ -150,6 +150,29 @@ std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
   return held;
 }
 
+std::vector<PolicyConfig> policy_runs(const std::string& name,
+                                      std::map<std::string, std::string> overrides,
+                                      const std::map<std::string, std::string>& chosen, int seeds,
+                                      bool equal_memory, std::vector<std::string>& self_sizing) {
+  std::vector<PolicyConfig> runs;
+  if (seeds <= 1 || overrides.count("seed") || !policy_declares(name, "seed")) {
+    runs.push_back(make_policy_config(name, overrides));
+  } else {
+    for (int k = 0; k < seeds; ++k) {
+      overrides["seed"] = std::to_string(k);
+      runs.push_back(make_policy_config(seeded_label(name, k), overrides));
+    }
+  }
+  if (!equal_memory) return runs;
+  for (PolicyConfig& run : runs) {
+    if (std::optional<PolicyConfig> held = hold_to_budget(run, chosen))
+      run = std::move(*held);
+    else if (run.info->name != "full")
+      self_sizing.push_back(run.label);
+  }
+  return runs;
+}
+
 std::string self_sizing_warning(const std::vector<std::string>& labels) {
   if (labels.empty()) return "";
   std::string names;
@@ -165,7 +188,6 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
   PolicyOverrides overrides;
   if (!options.config.empty()) overrides = read_policy_config(options.config);
   for (const auto& [name, _] : overrides) make_policy_config(name, {});  // known names
-  PolicyOverrides wildcard;
   for (const auto& s : sets) {
     PolicyOverrides one;
     apply_set_option(s, one);
@@ -173,14 +195,10 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
     if (name != "*" && std::find(policies.begin(), policies.end(), name) == policies.end())
       throw std::invalid_argument("--set " + s + ": policy '" + name + "' is not " + options.verb +
                                   " (add --policy " + name + ")");
-    for (const auto& [k, v] : kv) (name == "*" ? wildcard["*"] : overrides[name])[k] = v;
+    for (const auto& [k, v] : kv) overrides[name][k] = v;
   }
-  if (!wildcard.empty()) {
-    for (const auto& [name, kv] : overrides) wildcard[name] = kv;
-    const std::string w = expand_wildcard_sets(wildcard, policies);
-    overrides = wildcard;
-    if (!w.empty()) std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
-  }
+  if (const std::string w = expand_wildcard_sets(overrides, policies); !w.empty())
+    std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
   for (const std::string& w : {budget_ignored_warning(policies, options.budget),
                                budget_replaced_warning(policies, overrides, options.budget)})
     if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
@@ -193,26 +211,9 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
         overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
     auto ov = chosen;
     apply_default_budget(name, options.budget, ov);
-    std::vector<PolicyConfig> runs;
-    if (options.seeds <= 1 || ov.count("seed") || !policy_declares(name, "seed")) {
-      runs.push_back(make_policy_config(name, ov));
-    } else {
-      for (int k = 0; k < options.seeds; ++k) {
-        ov["seed"] = std::to_string(k);
-        runs.push_back(make_policy_config(seeded_label(name, k), ov));
-      }
-    }
-    for (PolicyConfig& run : runs) {
-      if (options.equal_memory) {
-        std::optional<PolicyConfig> held = hold_to_budget(run, chosen);
-        if (!held) {
-          if (run.info->name != "full") self_sizing.push_back(run.label);
-        } else {
-          run = std::move(*held);
-        }
-      }
+    for (PolicyConfig& run :
+         policy_runs(name, ov, chosen, options.seeds, options.equal_memory, self_sizing))
       out.push_back(std::move(run));
-    }
   }
   if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
     std::fprintf(stderr, "kvsim: %s\n", w.c_str());

@@ -47,6 +47,14 @@ std::string expand_wildcard_sets(PolicyOverrides& overrides,
 // naming the policy, the key and why.
 std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
                                            const std::map<std::string, std::string>& chosen);
+// The runs of one policy or preset `name` given `overrides` (--budget already applied): one, or
+// with seeds > 1 one per seed 0 .. seeds − 1 (seeded_label) when it declares `seed` and is given
+// none; with equal_memory each held to its budget (hold_to_budget; `chosen` are the user's own
+// values). The labels of runs that size their caches themselves go into `self_sizing`.
+std::vector<PolicyConfig> policy_runs(const std::string& name,
+                                      std::map<std::string, std::string> overrides,
+                                      const std::map<std::string, std::string>& chosen, int seeds,
+                                      bool equal_memory, std::vector<std::string>& self_sizing);
 // The warning for policies that --equal-memory cannot hold to a budget ("" when none).
 std::string self_sizing_warning(const std::vector<std::string>& labels);
 

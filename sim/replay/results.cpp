@@ -1,7 +1,6 @@
 #include "sim/replay/results.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -32,6 +31,19 @@ std::string read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+const char* const kHeldFootnote =
+    "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off it, not "
+    "an equal-memory comparison (--equal-memory holds every budgeted policy to it)\n";
+
+std::string held_over_budget_cell(double ratio, bool& flagged) {
+  if (std::isnan(ratio)) return "-";
+  const bool off = std::fabs(ratio - 1) > kHeldTolerance;
+  flagged = flagged || off;
+  char cell[32];
+  std::snprintf(cell, sizeof cell, "%.2f%s", ratio, off ? "!" : "");
+  return cell;
 }
 
 void append_file(std::FILE* to, const std::string& to_path, const std::string& from,
@@ -443,13 +455,6 @@ void Summary::write_csv(const std::string& path) const {
   write_whole(path, out);
 }
 
-namespace {
-
-// A peak held more than this share away from the budget is flagged.
-constexpr double kHeldTolerance = 0.01;
-
-}  // namespace
-
 std::string Summary::table() const {
   std::ostringstream os;
   char line[640];
@@ -458,8 +463,7 @@ std::string Summary::table() const {
   std::stable_partition(rows.begin(), rows.end(),
                         [](const Reported& r) { return !r.sizes_itself; });
   auto shown_label = [](const Reported& r) {
-    return r.members.size() < 2 ? r.label
-                                : r.label + " (" + std::to_string(r.members.size()) + " seeds)";
+    return seed_group_text(r.label, static_cast<int>(r.members.size()));
   };
   int w = 14;  // label column: wide enough for preset names
   for (const Reported& r : rows) w = std::max<int>(w, static_cast<int>(shown_label(r).size()));
@@ -497,16 +501,12 @@ std::string Summary::table() const {
     const double n = std::max<long>(a.count, 1);
     const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);
     const double mib = a.kv_bytes / std::max<long>(r.total.steps, 1) / (1024.0 * 1024.0);
-    char err[32] = "-", verr[32] = "-", held[32] = "-";
+    char err[32] = "-", verr[32] = "-";
     if (a.error_count) {
       std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
       std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
     }
-    if (!std::isnan(r.held_over_budget)) {
-      const bool off = std::fabs(r.held_over_budget - 1) > kHeldTolerance;
-      flagged = flagged || off;
-      std::snprintf(held, sizeof held, "%.2f%s", r.held_over_budget, off ? "!" : "");
-    }
+    const std::string held = held_over_budget_cell(r.held_over_budget, flagged);
     if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
       std::snprintf(line, sizeof line,
                     "%-*s %-*s %4d %8.1f %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
@@ -517,7 +517,7 @@ std::string Summary::table() const {
     }
     std::snprintf(line, sizeof line,
                   "%-*s %-*s %4d %8.1f %8.1f %7s %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
-                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n, held,
+                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n, held.c_str(),
                   a.attended / n, a.recall / n, interval_text(r.recall_ci).c_str(), a.min_recall,
                   err, interval_text(r.error_ci).c_str(), verr, mib);
     os << line;
@@ -531,9 +531,7 @@ std::string Summary::table() const {
     }
   }
   os << seed_notes;
-  if (flagged)
-    os << "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off "
-          "it, not an equal-memory comparison (--equal-memory holds every budgeted policy to it)\n";
+  if (flagged) os << kHeldFootnote;
   if (most_samples < 2)
     os << "n = 1 sample: no intervals (the 95% intervals resample samples; replay several)\n";
   else

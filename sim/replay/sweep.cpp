@@ -359,27 +359,17 @@ std::string means_table(const std::vector<PolicyConfig>& configs,
       if (s.err_rows) err.push_back(s.err), err_count.push_back(static_cast<double>(s.err_rows));
     }
     most = std::max(most, m.by_sample.size());
-    const std::string label =
-        seeds[name] > 1 ? name + " (" + std::to_string(seeds[name]) + " seeds)" : name;
-    const double h = m.worst_held();
-    char held[16] = "-";
-    if (!std::isnan(h)) {
-      const bool off = std::fabs(h - 1) > 0.01;
-      flagged = flagged || off;
-      std::snprintf(held, sizeof held, "%.2f%s", h, off ? "!" : "");
-    }
+    const std::string label = seed_group_text(name, seeds[name]);
+    const std::string held = held_over_budget_cell(m.worst_held(), flagged);
     std::snprintf(line, sizeof line, "%-*s %4zu %10.1f %7s %8.4f %13s %11.4f %13s\n",
                   static_cast<int>(width), label.c_str(), m.by_sample.size(),
-                  t.rows ? t.cache / t.rows : NAN, held, t.rows ? t.recall / t.rows : NAN,
+                  t.rows ? t.cache / t.rows : NAN, held.c_str(), t.rows ? t.recall / t.rows : NAN,
                   interval_text(bootstrap_ratio(recall, count)).c_str(),
                   t.err_rows ? t.err / t.err_rows : NAN,
                   interval_text(bootstrap_ratio(err, err_count)).c_str());
     out += line;
   }
-  if (flagged)
-    out +=
-        "held/B: peak entries held per (layer, KV head) over the budget; ! = more than 1% off "
-        "it (--equal-memory holds every budgeted configuration to it)\n";
+  if (flagged) out += kHeldFootnote;
   out += most < 2 ? "n = 1 sample: no intervals (the 95% intervals resample samples)\n"
                   : "n: samples (trace, sample); 95% intervals: percentile bootstrap over them\n";
   return out;
