@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 #include "analysis/key_similarity.hpp"
 #include "sim/core/layer_attention.hpp"
@@ -147,6 +148,11 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
                                              const StatsOptions& o,
                                              const std::function<void()>& on_layer) {
   const TraceInfo& info = reader.info();
+  if (info.compact())
+    throw std::invalid_argument(reader.path() +
+                                " is a compact trace: the attention statistics (ε-sparsity, "
+                                "key and value geometry of every prompt row) need every prompt "
+                                "query; compute them on the full trace");
   const int L = info.num_layers, H = info.num_heads, P = sample.prompt_len, G = sample.gen_len;
   const int nx = static_cast<int>(o.concentration.size()), np = static_cast<int>(o.ppci.size());
   const int nr = static_cast<int>(o.dap_r.size());

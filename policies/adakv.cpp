@@ -205,6 +205,7 @@ const PolicyRegistration reg({
           AttentionNeeds n;
           if (p.get_string("scorer") == "snapkv") n = snapkv_needs(p);
           n.prefill_column_sums = p.get_string("scorer") == "h2o";
+          n.prompt_queries = p.get_string("scorer") == "expected_attention";
           return n;
         },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {

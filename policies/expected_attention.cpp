@@ -236,7 +236,7 @@ const PolicyRegistration reg({
     .params = concat({budget_param(), budget_rounding_param(false), decode_mode_param(),
                       question_param()},
                      expected_attention_params()),
-    .needs = {},
+    .needs = {.prompt_queries = true},
     .lookahead = false,
     .merges = false,
     .needs_for = {},

@@ -31,7 +31,7 @@ const float* LayerView::value(int pos, int g) const {
 
 const float* LayerView::query(int pos, int h) const {
   check_visible(pos, "query");
-  return &att_.tensors().q(pos, h, 0);
+  return att_.tensors().query(pos, h);
 }
 
 const float* LayerView::decode_probs(int t, int h) const {

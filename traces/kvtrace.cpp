@@ -5,8 +5,13 @@
 #include <sstream>
 
 #include "traces/half.hpp"
+#include "traces/kvtrace_internal.hpp"
 
 namespace kvsim {
+
+using detail::check_filters;
+using detail::require_positive_int;
+using detail::shape_str;
 
 const char* dtype_name(DType t) {
   return t == DType::kFloat16 ? "float16" : "float32";
@@ -17,13 +22,6 @@ std::size_t dtype_bytes(DType t) {
 
 namespace {
 
-std::string shape_str(const std::vector<hsize_t>& s) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << ']';
-  return os.str();
-}
 
 // Classifies a dataset's element type; throws for anything kvtrace does not allow.
 DType tensor_dtype(hid_t dset, const std::string& where) {
@@ -73,14 +71,6 @@ std::vector<std::pair<H5Z_filter_t, std::string>> dataset_filters(hid_t dcpl) {
   return out;
 }
 
-// kvtrace v1 allows gzip and shuffle only (kvtrace-v1.md: "no custom filters").
-void check_filters(hid_t dset, const std::string& where) {
-  H5Handle dcpl(H5Dget_create_plist(dset));
-  for (const auto& [f, name] : dataset_filters(dcpl.get()))
-    if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE)
-      throw TraceError(where + ": filter " + std::to_string(f) + " ('" + name +
-                       "'); kvtrace v1 allows gzip and shuffle only");
-}
 
 // Layer groups are exactly layers/0 .. layers/L-1, in decimal without padding.
 void check_layer_groups(hid_t sample, int num_layers, const std::string& where) {
@@ -103,6 +93,28 @@ void check_layer_groups(hid_t sample, int num_layers, const std::string& where) 
   }
 }
 
+
+}  // namespace
+
+namespace detail {
+
+std::string shape_str(const std::vector<hsize_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+// kvtrace v1 allows gzip and shuffle only (kvtrace-v1.md: "no custom filters").
+void check_filters(hid_t dset, const std::string& where) {
+  H5Handle dcpl(H5Dget_create_plist(dset));
+  for (const auto& [f, name] : dataset_filters(dcpl.get()))
+    if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE)
+      throw TraceError(where + ": filter " + std::to_string(f) + " ('" + name +
+                       "'); kvtrace v1 allows gzip and shuffle only");
+}
+
 int require_positive_int(hid_t obj, const char* name, const std::string& where, bool allow_zero) {
   std::optional<std::int64_t> v;
   try {
@@ -117,13 +129,19 @@ int require_positive_int(hid_t obj, const char* name, const std::string& where, 
   return static_cast<int>(*v);
 }
 
-}  // namespace
+}  // namespace detail
 
 int question_length(const SampleInfo& s) {
   if (s.question_len >= 0) return s.question_len;
   for (int i = s.prompt_len - 1; i >= 0; --i)
     if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText)) return s.prompt_len - 1 - i;
   return 0;
+}
+
+SampleInfo context_only(SampleInfo sample, int question) {
+  sample.prompt_len -= question;
+  sample.gen_len += question;
+  return sample;
 }
 
 void check_media_ids(const std::vector<std::uint8_t>& modality,
@@ -190,6 +208,13 @@ void TraceReader::read_file_attrs() {
     info_.rope_theta = *theta;
   }
 
+  if (auto compact = h5_read_int_attr(root, "kvtrace_compact")) {
+    if (*compact != 1)
+      throw TraceError(path_ + ": kvtrace_compact is " + std::to_string(*compact) +
+                       "; this kvsim reads compact traces of version 1");
+    info_.compact_window = require_positive_int(root, "compact_window", path_, false);
+    info_.compact_entropies = require_positive_int(root, "compact_entropies", path_, true) != 0;
+  }
   if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
   samples_ = h5_group_members(root, "samples");
   if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
@@ -248,8 +273,9 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   }
   check_media_ids(s.modality, s.media_id, where(name, "media_id"));
   check_layer_groups(g.get(), info_.num_layers, where(name));
+  if (info_.compact()) read_compact_sample_attrs(g.get(), s);
   for (int l = 0; l < info_.num_layers; ++l)
-    for (const char* t : {"q", "k"})
+    for (const char* t : {query_dataset(), "k"})
       if (!h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/" + t))
         throw TraceError(where(name, "layers/" + std::to_string(l) + "/" + t) +
                          ": missing dataset (num_layers = " + std::to_string(info_.num_layers) +
@@ -259,25 +285,27 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
     if (h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/v") != s.has_v)
       throw TraceError(where(name, "layers/" + std::to_string(l) + "/v") +
                        ": 'v' must be present in every layer or in none");
-  H5Handle q0(H5Dopen2(g.get(), "layers/0/q", H5P_DEFAULT));
-  s.dtype = tensor_dtype(q0.get(), where(name, "layers/0/q"));
+  const std::string q0_path = std::string("layers/0/") + query_dataset();
+  H5Handle q0(H5Dopen2(g.get(), q0_path.c_str(), H5P_DEFAULT));
+  s.dtype = tensor_dtype(q0.get(), where(name, q0_path));
   return s;
 }
 
-void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int heads,
-                              xt::xtensor<float, 3>& out) const {
+void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int rows,
+                              int heads, xt::xtensor<float, 3>& out) const {
   const std::string rel = "layers/" + std::to_string(layer) + "/" + name;
   const std::string w = where(s.name, rel);
   const std::string full = "samples/" + s.name + "/" + rel;
   H5Handle dset(H5Dopen2(file_.get(), full.c_str(), H5P_DEFAULT));
   if (!dset.valid()) throw TraceError(w + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(dset.get());
-  const std::vector<hsize_t> want = {static_cast<hsize_t>(s.total_len()),
-                                     static_cast<hsize_t>(heads),
+  const std::vector<hsize_t> want = {static_cast<hsize_t>(rows), static_cast<hsize_t>(heads),
                                      static_cast<hsize_t>(info_.head_dim)};
   if (shape != want)
     throw TraceError(w + ": shape " + shape_str(shape) + " does not match " +
-                     (heads == info_.num_heads ? "[T, H, d] = " : "[T, Hkv, d] = ") +
+                     (rows != s.total_len() ? "[T - compact_first_row, H, d] = "
+                      : heads == info_.num_heads ? "[T, H, d] = "
+                                                 : "[T, Hkv, d] = ") +
                      shape_str(want));
   const DType dt = tensor_dtype(dset.get(), w);
   check_filters(dset.get(), w);
@@ -317,12 +345,15 @@ void TraceReader::read_layer_into(const SampleInfo& s, int layer, LayerTensors& 
     throw TraceError(where(s.name) + ": layer " + std::to_string(layer) + " out of range [0, " +
                      std::to_string(info_.num_layers) + ")");
   t.layer = layer;
-  read_tensor(s, layer, "q", info_.num_heads, t.q);
-  read_tensor(s, layer, "k", info_.num_kv_heads, t.k);
+  const int T = s.total_len();
+  t.q_first_row = s.compact_first_row;
+  read_tensor(s, layer, query_dataset(), T - t.q_first_row, info_.num_heads, t.q);
+  read_tensor(s, layer, "k", T, info_.num_kv_heads, t.k);
   if (s.has_v)
-    read_tensor(s, layer, "v", info_.num_kv_heads, t.v);
+    read_tensor(s, layer, "v", T, info_.num_kv_heads, t.v);
   else
     t.v = xt::xtensor<float, 3>();
+  t.stored = info_.compact() ? read_stored_stats(s, layer) : nullptr;
 }
 
 std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const char* name, int& rows,
@@ -347,7 +378,7 @@ std::vector<float> TraceReader::read_sample_matrix(const SampleInfo& s, const ch
 std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {
   std::uint64_t total = 0;
   for (int l = 0; l < info_.num_layers; ++l)
-    for (const char* t : {"q", "k", "v"}) {
+    for (const char* t : {query_dataset(), "k", "v"}) {
       const std::string p = "samples/" + sample + "/layers/" + std::to_string(l) + "/" + t;
       if (!h5_path_exists(file_.get(), p)) continue;
       H5Handle d(H5Dopen2(file_.get(), p.c_str(), H5P_DEFAULT));
@@ -357,9 +388,10 @@ std::uint64_t TraceReader::stored_bytes(const std::string& sample) const {
 }
 
 std::string TraceReader::storage_layout(const std::string& sample) const {
-  const std::string p = "samples/" + sample + "/layers/0/q";
+  const std::string rel = std::string("layers/0/") + query_dataset();
+  const std::string p = "samples/" + sample + "/" + rel;
   H5Handle d(H5Dopen2(file_.get(), p.c_str(), H5P_DEFAULT));
-  if (!d.valid()) throw TraceError(where(sample, "layers/0/q") + ": cannot open dataset");
+  if (!d.valid()) throw TraceError(where(sample, rel) + ": cannot open dataset");
   H5Handle dcpl(H5Dget_create_plist(d.get()));
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout != H5D_CHUNKED) return layout == H5D_COMPACT ? "compact" : "contiguous";

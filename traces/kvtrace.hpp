@@ -1,7 +1,10 @@
 // kvtrace v1 (../shared/kvtrace-v1.md): metadata types and a validating, layer-at-a-time reader.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 #include <xtensor/xtensor.hpp>
@@ -29,6 +32,12 @@ struct TraceInfo {
   // Optional: the base θ of the rotary embedding the stored queries and keys carry (transformers'
   // rotate_half layout, inv_freq_i = θ^(-2i/d), no scaling); 0 when the trace does not say.
   double rope_theta = 0.0;
+  // A compact trace (kvtrace-v1.md, "Compact traces") keeps, of each sample's prompt queries, only
+  // the rows that windows of up to `compact_window` rows need, and stores the statistics the other
+  // rows would give; 0 for a full trace.
+  int compact_window = 0;
+  bool compact_entropies = false;  // whether it stores every layer's prompt entropies
+  bool compact() const { return compact_window > 0; }
   int group_size() const { return num_heads / num_kv_heads; }
 };
 
@@ -48,6 +57,10 @@ struct SampleInfo {
   std::vector<std::int32_t> token_ids;  // [T] or empty
   bool has_v = false;
   DType dtype = DType::kFloat32;
+  // Compact traces: the first query row stored (rows before it are summarised), and the length of
+  // the context whose statistics are stored beside the prompt's (P - question_length), 0 if none.
+  int compact_first_row = 0;
+  int compact_context_len = 0;
   int total_len() const { return prompt_len + gen_len; }
 };
 
@@ -55,14 +68,43 @@ struct SampleInfo {
 // the sample's attribute when it has one, else the prompt positions after its last image or video
 // token, else 0 (a text-only prompt without the attribute is all context).
 int question_length(const SampleInfo& sample);
+// The sample as a context-only compression sees it: its last `question` prompt positions become
+// the first decode steps (P - question prompt positions, G + question steps).
+SampleInfo context_only(SampleInfo sample, int question);
+
+// What a compact trace stores of one layer in place of its early prompt queries: the statistics
+// LayerAttention computes from them (sim/core/layer_attention.hpp), as it computed them.
+struct StoredPromptStats {
+  // The statistics of the first `prompt_len` positions taken as the prompt.
+  struct Prompt {
+    std::vector<float> column_sums;          // [H, P]: Σ_i p_ij per query head
+    std::vector<float> column_sums_rounded;  // [H, P]: the same of p_ij rounded to the dtype
+    std::vector<float> text_column_sums;     // [P]: over text queries, head-averaged
+    std::vector<float> text_column_max;      // [P]
+  };
+  // Keyed by prompt length: the whole prompt, and the context alone when the sample has a
+  // question (what a policy that appends the question sees).
+  std::map<int, Prompt> by_prompt_len;
+  // The layer's prompt entropies (LayerEntropies, in its declaration order), when stored.
+  bool has_entropies = false;
+  std::array<double, 6> entropies{};
+  // The statistics of a prompt of `prompt_len` positions; throws std::logic_error naming
+  // `statistic` and the lengths stored when there are none.
+  const Prompt& prompt(int prompt_len, const char* statistic) const;
+};
 
 // One layer of one sample, converted to float32, layout [T, heads, d] as in the file.
 struct LayerTensors {
   int layer = 0;
-  xt::xtensor<float, 3> q;  // [T, H, d]
+  xt::xtensor<float, 3> q;  // [T - q_first_row, H, d]: query rows q_first_row..T-1
   xt::xtensor<float, 3> k;  // [T, Hkv, d]
   xt::xtensor<float, 3> v;  // [T, Hkv, d], empty (size 0) when the trace has no values
+  int q_first_row = 0;      // > 0 only for a compact trace's layers
+  // A compact trace's statistics of the rows before q_first_row (null for a full trace).
+  std::shared_ptr<const StoredPromptStats> stored;
   bool has_v() const { return v.size() > 0; }
+  // [d]: the query of position pos, head h; throws std::logic_error when the row is not stored.
+  const float* query(int pos, int h) const;
 };
 
 // Opens a kvtrace v1 file and validates its file-level attributes on construction. Samples and
@@ -96,12 +138,21 @@ class TraceReader {
   // Storage of a sample's layers/0/q: "contiguous", or "chunked" plus its filters
   // ("+shuffle+gzip").
   std::string storage_layout(const std::string& sample) const;
+  // The name of the query dataset of a layer: "q", or a compact trace's "q_rows".
+  const char* query_dataset() const { return info_.compact() ? "q_rows" : "q"; }
 
  private:
   std::string where(const std::string& sample, const std::string& dataset = "") const;
   void read_file_attrs();
-  void read_tensor(const SampleInfo& s, int layer, const char* name, int heads,
+  void read_tensor(const SampleInfo& s, int layer, const char* name, int rows, int heads,
                    xt::xtensor<float, 3>& out) const;
+  void read_compact_sample_attrs(hid_t group, SampleInfo& s) const;
+  // A compact trace's stats/ group of layer l (traces/kvtrace_compact.cpp).
+  std::shared_ptr<const StoredPromptStats> read_stored_stats(const SampleInfo& s, int layer) const;
+  // A float dataset of exactly `shape` (float32 or float64 in the file), finite, into `out`.
+  template <typename T>
+  void read_floats(const std::string& sample, const std::string& rel,
+                   const std::vector<hsize_t>& shape, T* out) const;
 
   std::string path_;
   H5Handle file_;

@@ -1,6 +1,7 @@
 #include "traces/kvtrace_writer.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "traces/half.hpp"
 
@@ -22,6 +23,11 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
   h5_write_int_attr(root, "head_dim", info.head_dim);
   if (info.scale_given) h5_write_float_attr(root, "scale", info.scale);
   if (info.rope_theta > 0) h5_write_float_attr(root, "rope_theta", info.rope_theta);
+  if (info.compact()) {
+    h5_write_int_attr(root, "kvtrace_compact", 1);
+    h5_write_int_attr(root, "compact_window", info.compact_window);
+    h5_write_int_attr(root, "compact_entropies", info.compact_entropies ? 1 : 0);
+  }
   h5_require_group(root, "samples");
 }
 
@@ -39,6 +45,10 @@ void TraceWriter::write_sample(const SampleInfo& s) {
     h5_write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.media_id, where);
   if (!s.token_ids.empty())
     h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.token_ids, where);
+  if (info_.compact()) {
+    h5_write_int_attr(g.get(), "compact_first_row", s.compact_first_row);
+    h5_write_int_attr(g.get(), "compact_context_len", s.compact_context_len);
+  }
 }
 
 void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<float, 3>& t) {
@@ -72,9 +82,44 @@ void TraceWriter::write_tensor(hid_t group, const char* name, const xt::xtensor<
 void TraceWriter::write_layer(const SampleInfo& s, const LayerTensors& t) {
   H5Handle g =
       h5_require_group(file_.get(), "samples/" + s.name + "/layers/" + std::to_string(t.layer));
-  write_tensor(g.get(), "q", t.q);
+  if (info_.compact() != (t.stored != nullptr) ||
+      t.q_first_row != (info_.compact() ? s.compact_first_row : 0))
+    throw std::logic_error(path_ + ": sample '" + s.name + "', layer " + std::to_string(t.layer) +
+                           ": " + (info_.compact() ? "a compact trace's layer needs its stored "
+                                                     "statistics and the sample's query rows"
+                                                   : "a full trace's layer needs every query"));
+  write_tensor(g.get(), info_.compact() ? "q_rows" : "q", t.q);
   write_tensor(g.get(), "k", t.k);
   if (t.has_v()) write_tensor(g.get(), "v", t.v);
+  if (t.stored) write_stored_stats(g.get(), s, *t.stored);
+}
+
+void TraceWriter::write_stored_stats(hid_t layer_group, const SampleInfo& s,
+                                     const StoredPromptStats& stats) {
+  const std::string where = path_ + ": sample '" + s.name + "'";
+  H5Handle g = h5_require_group(layer_group, "stats");
+  auto write_prompt = [&](const char* part, int len) {
+    const StoredPromptStats::Prompt& p = stats.prompt(len, "prompt statistics");
+    H5Handle pg = h5_require_group(g.get(), part);
+    const std::size_t H = info_.num_heads, P = len;
+    h5_write_2d(pg.get(), "column_sums", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p.column_sums.data(), H,
+                P, where);
+    h5_write_2d(pg.get(), "column_sums_rounded", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                p.column_sums_rounded.data(), H, P, where);
+    h5_write_1d(pg.get(), "text_column_sums", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p.text_column_sums,
+                where);
+    h5_write_1d(pg.get(), "text_column_max", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p.text_column_max,
+                where);
+  };
+  write_prompt("prompt", s.prompt_len);
+  if (s.compact_context_len > 0) write_prompt("context", s.compact_context_len);
+  if (stats.has_entropies != info_.compact_entropies)
+    throw std::logic_error(where + ": layer statistics with" +
+                           (stats.has_entropies ? "" : "out") + " entropies in a trace declared " +
+                           (info_.compact_entropies ? "with" : "without") + " them");
+  if (stats.has_entropies)
+    h5_write_1d(g.get(), "entropies", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, stats.entropies.data(),
+                stats.entropies.size(), where);
 }
 
 void TraceWriter::write_sample_matrix(const SampleInfo& s, const char* name, int rows, int cols,

@@ -23,6 +23,8 @@ class TraceWriter {
   // Writes a sample's attributes and token metadata; layers follow with write_layer().
   void write_sample(const SampleInfo& sample);
   // Writes layers/<l>/{q,k,v} of a sample already written with write_sample(). v may be empty.
+  // A compact trace (TraceInfo::compact_window > 0) writes the query rows as q_rows and the
+  // layer's stored statistics (tensors.stored, required).
   void write_layer(const SampleInfo& sample, const LayerTensors& tensors);
   // An optional float32 [rows, cols] dataset of a written sample (kvtrace allows extra
   // datasets), e.g. the logits of a live capture.
@@ -32,6 +34,8 @@ class TraceWriter {
 
  private:
   void write_tensor(hid_t group, const char* name, const xt::xtensor<float, 3>& t);
+  void write_stored_stats(hid_t layer_group, const SampleInfo& sample,
+                          const StoredPromptStats& stats);
   std::string path_;
   TraceInfo info_;
   WriteOptions options_;

@@ -34,6 +34,7 @@ struct Sample {
     }
     py::dict d;
     d["q"] = to_numpy(t.q);
+    if (t.q_first_row > 0) d["q_first_row"] = t.q_first_row;  // a compact trace's first row
     d["k"] = to_numpy(t.k);
     if (t.has_v()) d["v"] = to_numpy(t.v);
     return d;

@@ -21,6 +21,7 @@ Runner add_figures(CLI::App& app);
 Runner add_sweep(CLI::App& app);
 Runner add_live(CLI::App& app);
 Runner add_compare(CLI::App& app);
+Runner add_compact(CLI::App& app);
 
 // -j/--threads: a positive count, or 0 for every core of the machine.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {

@@ -28,12 +28,17 @@ void print_sample(const TraceReader& reader, const SampleInfo& s) {
   const auto bytes = reader.stored_bytes(s.name);
   std::printf(
       "  sample %-10s P=%-6d G=%-5d T=%-6d text=%d image=%d video=%d | system=%d user=%d "
-      "generated=%d | media=%s | v=%s | %s, %s | %s stored%s%s\n",
+      "generated=%d | media=%s | v=%s | %s, %s | %s stored%s%s%s\n",
       s.name.c_str(), s.prompt_len, s.gen_len, s.total_len(), modality[0], modality[1], modality[2],
       segment[0], segment[1], segment[2], s.media_id.empty() ? "-" : std::to_string(media).c_str(),
       s.has_v ? "yes" : "no", dtype_name(s.dtype), reader.storage_layout(s.name).c_str(),
       human_bytes(static_cast<double>(bytes)).c_str(),
-      s.task.empty() ? "" : " | task=", s.task.c_str());
+      s.task.empty() ? "" : " | task=", s.task.c_str(),
+      reader.info().compact()
+          ? (" | queries from row " + std::to_string(s.compact_first_row) +
+             (s.compact_context_len ? ", context " + std::to_string(s.compact_context_len) : ""))
+                .c_str()
+          : "");
 }
 
 }  // namespace
@@ -41,7 +46,7 @@ void print_sample(const TraceReader& reader, const SampleInfo& s) {
 Runner add_inspect(CLI::App& app) {
   app.description(
       "Print a summary of a kvtrace v1 file (model, shapes, samples, modality and segment "
-      "counts, bytes) and validate everything the format requires: attributes, shapes, GQA "
+      "counts, bytes; for a compact trace, which statistics it holds) and validate everything the format requires: attributes, shapes, GQA "
       "divisibility, segments against prompt_len, and every q/k/v value (NaN/Inf), layer by "
       "layer. Exits non-zero with a message naming the file, sample and dataset on the first "
       "violation.");
@@ -60,6 +65,14 @@ Runner add_inspect(CLI::App& app) {
         path->c_str(), info.model.c_str(), info.num_layers, info.num_heads, info.num_kv_heads,
         info.num_kv_heads < info.num_heads ? " (GQA)" : "", info.head_dim, info.scale,
         info.scale_given ? "" : " (default 1/sqrt(d))", reader.sample_names().size());
+    if (info.compact())
+      std::printf(
+          "  compact trace: prompt queries kept for windows up to %d rows (from each sample's "
+          "compact_first_row); stored per layer: prefill column sums and their dtype-rounded "
+          "twin, text-query column sums and maxima (of the prompt, and of the context before the "
+          "question)%s; not held: the other prompt queries, the ε-sparsity counts%s\n",
+          info.compact_window, info.compact_entropies ? ", prompt entropies" : "",
+          info.compact_entropies ? "" : ", the prompt entropies");
     std::vector<SampleInfo> samples;
     for (const auto& name : reader.sample_names()) {
       samples.push_back(reader.read_sample(name));

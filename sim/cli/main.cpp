@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   };
   add("synth", "Write a synthetic multimodal kvtrace v1 file", kvsim::cli::add_synth);
   add("inspect", "Summarise and validate a kvtrace v1 file", kvsim::cli::add_inspect);
+  add("compact", "Write a compact trace: prompt statistics in place of prompt queries",
+      kvsim::cli::add_compact);
   add("replay", "Replay a trace through eviction policies and measure what they lose",
       kvsim::cli::add_replay);
   add("sweep", "Sweep traces x samples x policy configurations, resumable", kvsim::cli::add_sweep);

@@ -25,6 +25,28 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   key_ranking |= o.key_ranking;
   prefill_window = std::max(prefill_window, o.prefill_window);
   prefill_column_sums_rounded |= o.prefill_column_sums_rounded;
+  prompt_queries |= o.prompt_queries;
+}
+
+std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& trace) {
+  if (!trace.compact()) return "";
+  const int compact_window = trace.compact_window;
+  const std::string keeps =
+      "it keeps the query rows of windows up to " + std::to_string(compact_window) + " rows";
+  if (needs.prompt_queries)
+    return "every prompt query, not statistics of them; " + keeps + ": replay the full trace";
+  if (needs.sparsity_epsilon > 0)
+    return "the ε-sparsity counts of the prompt, which a compact trace does not store: replay "
+           "the full trace";
+  if (needs.sample_entropies && !trace.compact_entropies)
+    return "the prompt entropies of every layer, which this compact trace was written without "
+           "(--no-entropies): compact the full trace again without it";
+  int window = needs.prefill_window;
+  for (int w : needs.sample_window_sums) window = std::max(window, w);
+  if (window > compact_window)
+    return "the attention of the last " + std::to_string(window) + " prompt rows; " + keeps +
+           ": compact the full trace again with --window " + std::to_string(window);
+  return "";
 }
 
 float round_to_dtype(float x, DType dtype) {
@@ -61,10 +83,13 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
   // Each head writes only its own slices; BLAS runs single-threaded inside our threads.
   openblas_set_num_threads(1);
-  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (tensors_.stored)
+    take_stored(needs);
+  else if (tensors_.layer < needs.text_query_layers)
+    compute_text_query_stats(threads);
   if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
   parallel_for(H_, threads, [&](int h) {
-    if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill(h, 64);
+    if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill(h, kPrefillBlockRows);
     if (G_ > 0) compute_decode(h);
   });
   compute_output_norms();
@@ -81,13 +106,32 @@ LayerAttention::LayerAttention(PromptOnly, const TraceInfo& trace, const SampleI
   if (needs.key_ranking)
     throw std::invalid_argument("key ranking needs every decode query: replay only");
   openblas_set_num_threads(1);
-  if (tensors_.layer < needs.text_query_layers) compute_text_query_stats(threads);
+  if (tensors_.stored)
+    take_stored(needs);
+  else if (tensors_.layer < needs.text_query_layers)
+    compute_text_query_stats(threads);
   if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
-    parallel_for(H_, threads, [&](int h) { compute_prefill(h, 64); });
+    parallel_for(H_, threads, [&](int h) { compute_prefill(h, kPrefillBlockRows); });
+}
+
+void LayerAttention::take_stored(const AttentionNeeds& needs) {
+  const StoredPromptStats& stored = *tensors_.stored;
+  if (epsilon_ > 0)
+    throw std::logic_error(
+        "the ε-sparsity counts need every prompt query: a compact trace does not store them");
+  if (want_colsums_)
+    colsums_ = stored.prompt(P_, "prefill column sums").column_sums;
+  if (want_rounded_colsums_)
+    rounded_colsums_ = stored.prompt(P_, "rounded prefill column sums").column_sums_rounded;
+  if (tensors_.layer < needs.text_query_layers) {
+    const StoredPromptStats::Prompt& p = stored.prompt(P_, "text-query statistics");
+    text_colsum_ = p.text_column_sums;
+    text_colmax_ = p.text_column_max;
+  }
 }
 
 void LayerAttention::set_token_row(int position, const float* q, const float* k, const float* v) {
-  std::copy(q, q + H_ * d_, &tensors_.q(position, 0, 0));
+  std::copy(q, q + H_ * d_, &tensors_.q(position - tensors_.q_first_row, 0, 0));
   std::copy(k, k + Hkv_ * d_, &tensors_.k(position, 0, 0));
   if (tensors_.has_v()) std::copy(v, v + Hkv_ * d_, &tensors_.v(position, 0, 0));
 }
@@ -130,7 +174,7 @@ void LayerAttention::compute_text_query_stats(int threads) {
         float* row = &probs[(static_cast<std::size_t>(h) * kBlock + r) * P_];
         cblas_sgemv(CblasRowMajor, CblasNoTrans, i + 1, d_, 1.0f,
                     tensors_.k.data() + static_cast<std::size_t>(g) * d_, Hkv_ * d_,
-                    &tensors_.q(i, h, 0), 1, 0.0f, row, 1);
+                    tensors_.query(i, h), 1, 0.0f, row, 1);
         softmax_inplace(row, i + 1, scale_);
       }
     });
@@ -160,19 +204,23 @@ const float* LayerAttention::text_query_column_max() const {
 
 void LayerAttention::compute_prefill(int h, int block_rows) {
   const int g = h / group_size();
-  const float* q = tensors_.q.data() + static_cast<std::size_t>(h) * d_;
   const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
   const int first_row = want_colsums_ || want_rounded_colsums_ ? 0 : P_ - window_;
   std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
-  float* colsum = want_colsums_ ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
-  float* rounded =
-      want_rounded_colsums_ ? &rounded_colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  // A compact trace stores the sums: only the window's rows are computed, in the blocks a full
+  // trace computes them in (the same products, so the same bytes).
+  const bool stored = tensors_.stored != nullptr;
+  float* colsum =
+      want_colsums_ && !stored ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  float* rounded = want_rounded_colsums_ && !stored
+                       ? &rounded_colsums_[static_cast<std::size_t>(h) * P_]
+                       : nullptr;
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
+    if (stored && keys <= P_ - window_) continue;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d_, 1.0f,
-                q + static_cast<std::size_t>(i0) * H_ * d_, H_ * d_, k, Hkv_ * d_, 0.0f,
-                logits.data(), keys);
+                tensors_.query(i0, h), H_ * d_, k, Hkv_ * d_, 0.0f, logits.data(), keys);
     for (int r = 0; r < rows; ++r) {
       const int i = i0 + r;
       float* row = &logits[static_cast<std::size_t>(r) * keys];
@@ -252,7 +300,7 @@ void LayerAttention::compute_output_norms() {
 
 void LayerAttention::compute_decode(int h) {
   const int g = h / group_size();
-  const float* q = tensors_.q.data() + (static_cast<std::size_t>(P_) * H_ + h) * d_;
+  const float* q = tensors_.query(P_, h);
   const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
   float* probs = &decode_probs_[static_cast<std::size_t>(h) * T_];
   const int ld = H_ * T_;

@@ -3,6 +3,7 @@
 // policy, so nothing here is recomputed per policy.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "traces/kvtrace.hpp"
@@ -31,8 +32,20 @@ struct AttentionNeeds {
   // float16 model's attention weights; float32 as is), summed in float: LOOK-M's released
   // arithmetic (lookm `arithmetic = released`).
   bool prefill_column_sums_rounded = false;
+  // Reads prompt queries themselves (LayerView::query), not only statistics of them: e.g. a
+  // Gaussian fitted to every prompt query (expected_attention). A compact trace cannot serve it.
+  bool prompt_queries = false;
   void merge(const AttentionNeeds& o);
 };
+
+// What the compact trace described by `trace` lacks of `needs`: the statistic, what the trace
+// holds and what to do ("" when it holds everything, as a full trace does).
+std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& trace);
+
+// Prompt rows are processed in blocks of this many: a compact trace keeps its queries from the
+// start of the block that holds a window's first row, so that it computes the window's rows with
+// the products a full trace uses.
+constexpr int kPrefillBlockRows = 64;
 
 class LayerAttention {
  public:
@@ -133,6 +146,8 @@ class LayerAttention {
                  const AttentionNeeds& needs);
   void allocate(const AttentionNeeds& needs, bool decode);
   void compute_prefill(int h, int block_rows);
+  // A compact trace's statistics in place of those of the prompt rows it does not hold.
+  void take_stored(const AttentionNeeds& needs);
   void compute_decode(int h);
   void compute_value_norms(int threads);
   void compute_output_norms();

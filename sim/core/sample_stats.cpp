@@ -178,6 +178,22 @@ LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& s
   return reduce_rows(rows, sample.modality);
 }
 
+std::array<double, 6> entropy_array(const LayerEntropies& e) {
+  return {e.cross_modal_of_mean,         e.cross_modal_mean_of_heads,
+          e.cross_modal_unmasked_of_mean, e.cross_modal_unmasked_mean_of_heads,
+          e.full_of_mean,                e.full_mean_of_heads};
+}
+
+LayerEntropies entropies_of_array(const std::array<double, 6>& a) {
+  return {a[0], a[1], a[2], a[3], a[4], a[5]};
+}
+
+LayerEntropies stored_entropies(const StoredPromptStats& stored) {
+  if (!stored.has_entropies)
+    throw std::logic_error("the prompt entropies are not stored in this compact trace");
+  return entropies_of_array(stored.entropies);
+}
+
 SampleStats compute_sample_stats(const TraceReader& reader, const SampleInfo& sample, int threads,
                                  bool naive) {
   return compute_sample_stats(reader, sample, AttentionNeeds{.sample_entropies = true}, threads,
@@ -213,8 +229,9 @@ void add_layer_stats(SampleStats& stats, const TraceInfo& trace, const SampleInf
                      const LayerTensors& tensors, const AttentionNeeds& needs, int threads,
                      bool naive) {
   if (needs.sample_entropies)
-    stats.layers.push_back(naive ? layer_entropies_naive(trace, sample, tensors)
-                                 : layer_entropies(trace, sample, tensors, threads));
+    stats.layers.push_back(tensors.stored ? stored_entropies(*tensors.stored)
+                           : naive        ? layer_entropies_naive(trace, sample, tensors)
+                                          : layer_entropies(trace, sample, tensors, threads));
   if (needs.sample_window_sums.empty()) return;
   // Only the window rows, whatever else the run computes, so replay and live sum the same floats.
   AttentionNeeds rows_only;

@@ -3,6 +3,7 @@
 // first pass over the layers; in a live model they are available once the prefill has run.
 #pragma once
 
+#include <array>
 #include <map>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct LayerEntropies {
   double cross_modal_unmasked_of_mean = 0, cross_modal_unmasked_mean_of_heads = 0;
   double full_of_mean = 0, full_mean_of_heads = 0;
 };
+
+// The six entropies in declaration order (how a compact trace stores them), and back.
+std::array<double, 6> entropy_array(const LayerEntropies& e);
+LayerEntropies entropies_of_array(const std::array<double, 6>& a);
+// A compact trace's stored entropies; throws std::logic_error when it has none.
+LayerEntropies stored_entropies(const StoredPromptStats& stored);
 
 struct SampleStats {
   std::vector<LayerEntropies> layers;  // [L], with AttentionNeeds::sample_entropies

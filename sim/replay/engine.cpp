@@ -19,7 +19,10 @@ namespace kvsim {
 Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies,
                    ReplayOptions options)
     : reader_(reader), policies_(std::move(policies)), options_(options) {
-  for (const auto& p : policies_) needs_.merge(p.needs());
+  for (const auto& p : policies_) {
+    needs_.merge(p.needs());
+    check_compact_holds(reader, p.needs(), p.label);
+  }
   needs_.key_ranking = options_.diagnostics;
   if (options_.bounds) needs_.text_query_layers = reader.info().num_layers;
   const int L = reader.info().num_layers;
@@ -33,6 +36,14 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
                                     std::to_string(src));
       if (src != l) last_heir_[src] = std::max(last_heir_[src], l);
     }
+}
+
+void check_compact_holds(const TraceReader& reader, const AttentionNeeds& needs,
+                         const std::string& label) {
+  const std::string missing = missing_from_compact(needs, reader.info());
+  if (!missing.empty())
+    throw std::invalid_argument(label + ": " + reader.path() +
+                                " is a compact trace, and the policy needs " + missing);
 }
 
 void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
@@ -334,7 +345,7 @@ void SharedStepAttention::merged_probs(int g, std::vector<float>& probs, double&
       const int pos = cache.position(g, e);
       recall += pf_ref[pos];
       if (const float* mk = cache.merged_key(g, e)) {
-        const float* q = &att_.tensors().q(s, h, 0);
+        const float* q = att_.tensors().query(s, h);
         double dot = 0;
         for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * mk[i];
         p[e] = static_cast<float>(std::exp(att_.scale() * dot - att_.decode_lse(step_, h)));
@@ -484,16 +495,12 @@ TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads) {
   return info;
 }
 
-SampleInfo context_only(SampleInfo sample, int question) {
-  sample.prompt_len -= question;
-  sample.gen_len += question;
-  return sample;
-}
-
 LayerTensors repeat_kv_heads(const LayerTensors& t, int group) {
   LayerTensors out;
   out.layer = t.layer;
   out.q = t.q;
+  out.q_first_row = t.q_first_row;
+  out.stored = t.stored;  // per query head: repeating KV heads changes none of them
   auto repeat = [group](const xt::xtensor<float, 3>& x) {
     const std::size_t T = x.shape(0), Hkv = x.shape(1), d = x.shape(2);
     xt::xtensor<float, 3> y = xt::empty<float>({T, Hkv * group, d});
@@ -619,7 +626,9 @@ void Replayer::replay_sample(const std::string& sample_name,
     for (auto it = sources.begin(); it != sources.end();)
       it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
     LayerTensors released = att->release_tensors();
-    if (last_heir_[l] > l) sources[l] = LayerTensors{l, released.q, released.k, {}};
+    if (last_heir_[l] > l)
+      sources[l] = LayerTensors{l, released.q, released.k, {}, released.q_first_row,
+                                released.stored};
     if (l + 1 == info.num_layers) break;
     if (next.valid()) {
       att = next.get();
@@ -733,6 +742,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     mixed.layer = l;
     mixed.q = sources.at(src).q;
     mixed.k = sources.at(src).k;
+    mixed.q_first_row = sources.at(src).q_first_row;
+    mixed.stored = sources.at(src).stored;
     mixed.v = att.tensors().v;
     heirs[src] =
         std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);

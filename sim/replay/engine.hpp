@@ -94,11 +94,9 @@ void set_regret(std::vector<LayerResult>& layer_results, const std::vector<Polic
 
 // `info` with `kv_heads` KV heads, and a layer's tensors with K and V repeated `group` times per
 // KV head (transformers' repeat_kv: KV head g serves query heads g*group .. g*group + group - 1):
-// the layer as a policy with one cache per query head sees it (`caches = query_head`).
+// the layer as a policy with one cache per query head sees it (`caches = query_head`). (The
+// sample as a context-only compression sees it: context_only, traces/kvtrace.hpp.)
 TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads);
-// The sample as a context-only compression sees it: its last `question` prompt positions become
-// the first decode steps (P - question prompt positions, G + question steps).
-SampleInfo context_only(SampleInfo sample, int question);
 LayerTensors repeat_kv_heads(const LayerTensors& tensors, int group);
 
 // Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
@@ -179,6 +177,11 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,
                          const LayerReplayOptions& options,
                          const StepAttentionModel& step_attention);
+
+// Throws std::invalid_argument naming the label, the statistic and what the trace holds when
+// `reader` is a compact trace that lacks what `needs` asks (a full trace holds everything).
+void check_compact_holds(const TraceReader& reader, const AttentionNeeds& needs,
+                         const std::string& label);
 
 // Checks a cache after a policy's hook against the policy's declared capacity. Throws
 // std::logic_error naming the label, layer, head and hook. (Ordering and uniqueness are kept by

@@ -31,6 +31,8 @@ std::vector<double> causal_row(const LayerTensors& t, int pos, int h, int g, int
 LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample,
                                LayerTensors tensors, const AttentionNeeds& needs)
     : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
+  if (tensors_.stored)
+    throw std::logic_error("the plain reference needs every prompt query, not a compact trace");
   if (tensors_.layer < needs.text_query_layers) {
     text_colsum_.assign(P_, 0.0f);
     text_colmax_.assign(P_, 0.0f);

@@ -1,0 +1,236 @@
+// Compact against full traces as the prompt grows: synthetic video traces with Qwen2-VL-7B's
+// attention shape (28 query heads, 4 KV heads, d = 128; 2 layers; 256 tokens per frame; 64
+// generated tokens), replayed through five policies (full, h2o, snapkv, streamingllm, tova at
+// 20%) from the full trace and from its compact copy, beside the GEMM floor of the full replay
+// measured on this machine in the same run. The compact traces are written without the prompt
+// entropies (--no-entropies: only MEDA reads them, and they cost a pass over all P² logits of
+// every head, unmasked).
+//
+//   kvsim_bench_compact [--prompts 2048,8192,32768] [--dir DIR] [google-benchmark flags]
+//
+// Traces are written to DIR (default: a fresh temporary directory, removed at the end) and kept
+// there between runs when DIR is given. Prints, per prompt length, both replay times, the
+// speed-up, the full replay over its GEMM floor, the one-time compaction and the file sizes.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <malloc.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "sim/core/compact_trace.hpp"
+#include "sim/core/parallel.hpp"
+#include "sim/replay/engine.hpp"
+#include "traces/synth.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kFrameTokens = 256;
+
+std::vector<int> prompts = {2048, 8192, 32768};
+fs::path dir;
+
+struct Measured {
+  double full_s = 0, compact_s = 0, compaction_s = 0, floor_gflop = 0;
+  std::uintmax_t full_bytes = 0, compact_bytes = 0;
+  int prompt_len = 0;
+};
+std::map<int, Measured> measured;  // by requested prompt length
+std::map<int, double> gemm_gflops;  // by key count of the product
+
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+std::vector<kvsim::PolicyConfig> policies() {
+  std::vector<kvsim::PolicyConfig> p{kvsim::make_policy_config("full", {})};
+  for (const char* name : {"h2o", "snapkv", "streamingllm", "tova"})
+    p.push_back(kvsim::make_policy_config(name, {{"budget", "20%"}}));
+  return p;
+}
+
+// Frames of 256 tokens filling about `prompt` tokens after a 35-token system prompt and before a
+// 29-token question.
+kvsim::SynthConfig video_config(int prompt) {
+  kvsim::SynthConfig c;
+  c.model = "synthetic-qwen2-vl-7b-video";
+  c.layers = 2;
+  c.heads = 28;
+  c.kv_heads = 4;
+  c.head_dim = 128;
+  c.video = true;
+  c.media_tokens = kFrameTokens;
+  c.separator_tokens = 0;
+  c.media_count = std::max(
+      1, (prompt - c.system_tokens - c.user_tokens + kFrameTokens / 2) / kFrameTokens);
+  c.gen_tokens = 64;
+  return c;
+}
+
+fs::path full_path(int prompt) { return dir / ("video_" + std::to_string(prompt) + ".h5"); }
+fs::path compact_path(int prompt) {
+  return dir / ("video_" + std::to_string(prompt) + ".compact.h5");
+}
+
+void make_traces(int prompt) {
+  if (!fs::exists(full_path(prompt))) kvsim::synth_write(video_config(prompt), full_path(prompt));
+  const auto start = std::chrono::steady_clock::now();
+  kvsim::write_compact_trace(kvsim::TraceReader(full_path(prompt)), compact_path(prompt),
+                             {.window = 64, .entropies = false, .threads = hardware_threads()});
+  Measured& m = measured[prompt];
+  m.compaction_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.full_bytes = fs::file_size(full_path(prompt));
+  m.compact_bytes = fs::file_size(compact_path(prompt));
+}
+
+void replay(const fs::path& trace) {
+  const kvsim::TraceReader reader(trace);
+  kvsim::Replayer replayer(reader, policies(), {.threads = hardware_threads()});
+  for (const auto& s : reader.sample_names()) replayer.replay_sample(s, [](const auto&) {});
+}
+
+// Argument: the requested prompt length.
+void BM_ReplayFull(benchmark::State& state) {
+  for (auto _ : state) replay(full_path(static_cast<int>(state.range(0))));
+}
+void BM_ReplayCompact(benchmark::State& state) {
+  for (auto _ : state) replay(compact_path(static_cast<int>(state.range(0))));
+}
+
+// The attention products a full replay of these five policies computes, in GFLOP: the causal
+// prompt logits in blocks of 64 rows (h2o's column sums), and per decode step the logits and the
+// output over the T keys, for every query head and layer.
+double attention_gflop(const fs::path& trace) {
+  const kvsim::TraceReader reader(trace);
+  const auto& info = reader.info();
+  double flop = 0;
+  for (const auto& name : reader.sample_names()) {
+    const auto s = reader.read_sample(name);
+    const double P = s.prompt_len, G = s.gen_len, T = s.total_len(), d = info.head_dim;
+    double prompt = 0;
+    for (double i0 = 0; i0 < P; i0 += 64) prompt += std::min(64.0, P - i0) * std::min(i0 + 64, P);
+    flop += (prompt * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
+  }
+  return flop / 1e9;
+}
+
+// Single-precision GEMM throughput on every core with the shape of a block of prompt rows against
+// a prompt of `keys` keys (64 x keys x 128, one product per thread, as the engine runs them).
+void BM_GemmRate(benchmark::State& state) {
+  const int threads = hardware_threads();
+  const int m = 64, n = static_cast<int>(state.range(0)), k = 128;
+  std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
+      b(threads, std::vector<float>(static_cast<std::size_t>(n) * k, 0.25f)),
+      c(threads, std::vector<float>(static_cast<std::size_t>(m) * n));
+  openblas_set_num_threads(1);
+  const int repeats = std::max(1, (50 * 2048) / n);
+  for (auto _ : state)
+    kvsim::parallel_for(threads, threads, [&](int t) {
+      for (int r = 0; r < repeats; ++r)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a[t].data(), k,
+                    b[t].data(), k, 0.0f, c[t].data(), n);
+    });
+  const double flop = 2.0 * m * n * k * repeats * threads * state.iterations();
+  state.counters["GFLOPs"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsRate);
+}
+
+class Collector : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const auto& r : runs) {
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
+      const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+      const std::string name = r.benchmark_name();
+      const int arg = std::atoi(name.substr(name.find('/') + 1).c_str());
+      if (name.rfind("BM_ReplayFull", 0) == 0) measured[arg].full_s = s;
+      if (name.rfind("BM_ReplayCompact", 0) == 0) measured[arg].compact_s = s;
+      if (name.rfind("BM_GemmRate", 0) == 0) gemm_gflops[arg] = r.counters.at("GFLOPs");
+    }
+  }
+};
+
+std::vector<int> parse_list(const char* text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::vector<char*> rest = {argv[0]};
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--prompts") && i + 1 < argc) {
+      prompts = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
+      dir = argv[++i];
+      keep = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  for (int p : prompts)
+    if (p < 512) {
+      std::fprintf(stderr, "kvsim_bench_compact: --prompts %d: at least 512 tokens each\n", p);
+      return 1;
+    }
+  if (dir.empty()) dir = fs::temp_directory_path() / ("kvsim_bench_compact." + std::to_string(getpid()));
+  fs::create_directories(dir);
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  for (int p : prompts) {
+    std::fprintf(stderr, "writing the %d-token traces in %s ...\n", p, dir.c_str());
+    make_traces(p);
+    measured[p].prompt_len = kvsim::TraceReader(full_path(p)).read_sample("000000").prompt_len;
+    measured[p].floor_gflop = attention_gflop(full_path(p));
+    benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
+        ->Arg(measured[p].prompt_len)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+    benchmark::RegisterBenchmark("BM_ReplayFull", BM_ReplayFull)
+        ->Arg(p)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Iterations(p >= 16384 ? 1 : 3);
+    benchmark::RegisterBenchmark("BM_ReplayCompact", BM_ReplayCompact)
+        ->Arg(p)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(1.0);
+  }
+  Collector reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::printf(
+      "\n%8s %10s %10s %9s %10s %11s %11s %10s %10s %8s\n", "P", "full s", "compact s", "speed-up",
+      "floor s", "full/floor", "compact. s", "full MiB", "comp. MiB", "size");
+  for (int p : prompts) {
+    const Measured& m = measured[p];
+    const double rate = gemm_gflops.count(m.prompt_len) ? gemm_gflops[m.prompt_len] : 0;
+    const double floor = rate > 0 ? m.floor_gflop / rate : 0;
+    std::printf("%8d %10.3f %10.3f %8.1fx %10.3f %10.2fx %11.2f %10.1f %10.1f %8.3f\n",
+                m.prompt_len, m.full_s, m.compact_s, m.compact_s > 0 ? m.full_s / m.compact_s : 0,
+                floor, floor > 0 ? m.full_s / floor : 0, m.compaction_s,
+                m.full_bytes / 1048576.0, m.compact_bytes / 1048576.0,
+                m.full_bytes ? static_cast<double>(m.compact_bytes) / m.full_bytes : 0);
+  }
+  std::printf("(floor: %s GEMM rate on %d threads, measured above with each prompt's key count)\n",
+              "single-precision", hardware_threads());
+  benchmark::Shutdown();
+  if (!keep) fs::remove_all(dir);
+  return 0;
+}

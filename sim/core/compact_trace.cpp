@@ -1,0 +1,127 @@
+#include "sim/core/compact_trace.hpp"
+
+#include <xtensor/xview.hpp>
+
+#include <stdexcept>
+
+#include "sim/core/layer_attention.hpp"
+#include "sim/core/partial_files.hpp"
+#include "sim/core/sample_stats.hpp"
+#include "traces/kvtrace_writer.hpp"
+
+namespace kvsim {
+
+int compact_first_row(const SampleInfo& sample, int window) {
+  const int question = question_length(sample);
+  const int context = sample.prompt_len - question;
+  const int start = std::max(0, context - window);
+  return start / kPrefillBlockRows * kPrefillBlockRows;
+}
+
+SampleInfo compact_sample(SampleInfo sample, int window) {
+  const int question = question_length(sample);
+  sample.compact_first_row = compact_first_row(sample, window);
+  sample.compact_context_len = question > 0 ? sample.prompt_len - question : 0;
+  return sample;
+}
+
+namespace {
+
+// The statistics LayerAttention keeps of a prompt of sample.prompt_len positions. `full` is moved
+// through the computation and back.
+StoredPromptStats::Prompt prompt_part(const TraceInfo& trace, const SampleInfo& sample,
+                                      LayerTensors& full, int threads) {
+  const AttentionNeeds needs{.prefill_column_sums = true,
+                             .text_query_layers = trace.num_layers,
+                             .prefill_column_sums_rounded = true};
+  LayerAttention att(LayerAttention::PromptOnly{}, trace, sample, std::move(full), needs, threads);
+  const int P = sample.prompt_len, H = trace.num_heads;
+  StoredPromptStats::Prompt part;
+  part.column_sums.reserve(static_cast<std::size_t>(H) * P);
+  part.column_sums_rounded.reserve(static_cast<std::size_t>(H) * P);
+  for (int h = 0; h < H; ++h) {
+    part.column_sums.insert(part.column_sums.end(), att.prefill_column_sums(h),
+                            att.prefill_column_sums(h) + P);
+    part.column_sums_rounded.insert(part.column_sums_rounded.end(),
+                                    att.prefill_column_sums_rounded(h),
+                                    att.prefill_column_sums_rounded(h) + P);
+  }
+  part.text_column_sums.assign(att.text_query_column_sums(), att.text_query_column_sums() + P);
+  part.text_column_max.assign(att.text_query_column_max(), att.text_query_column_max() + P);
+  full = att.release_tensors();
+  return part;
+}
+
+}  // namespace
+
+StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo& sample,
+                                        LayerTensors& full, bool entropies, int threads) {
+  if (full.stored) throw std::logic_error("prompt statistics of a layer that is already compact");
+  StoredPromptStats stats;
+  stats.by_prompt_len[sample.prompt_len] = prompt_part(trace, sample, full, threads);
+  const int question = question_length(sample);
+  if (question > 0) {
+    const SampleInfo context = context_only(sample, question);
+    stats.by_prompt_len[context.prompt_len] = prompt_part(trace, context, full, threads);
+  }
+  stats.has_entropies = entropies;
+  if (entropies) stats.entropies = entropy_array(layer_entropies(trace, sample, full, threads));
+  return stats;
+}
+
+LayerTensors compact_layer(const TraceInfo& trace, const SampleInfo& compact, LayerTensors full,
+                           bool entropies, int threads) {
+  auto stats = std::make_shared<StoredPromptStats>(
+      prompt_stats_of_layer(trace, compact, full, entropies, threads));
+  const std::size_t first = static_cast<std::size_t>(compact.compact_first_row);
+  LayerTensors out;
+  out.layer = full.layer;
+  out.q = xt::view(full.q, xt::range(first, full.q.shape(0)), xt::all(), xt::all());
+  out.k = std::move(full.k);
+  out.v = std::move(full.v);
+  out.q_first_row = compact.compact_first_row;
+  out.stored = std::move(stats);
+  return out;
+}
+
+void write_compact_trace(const TraceReader& in, const std::string& out_path,
+                         const CompactOptions& options,
+                         const std::function<void(long layers_done)>& progress) {
+  if (in.info().compact())
+    throw std::invalid_argument(in.path() + " is already a compact trace");
+  if (options.window < 1)
+    throw std::invalid_argument("--window " + std::to_string(options.window) +
+                                ": must be at least 1");
+  TraceInfo info = in.info();
+  info.compact_window = options.window;
+  info.compact_entropies = options.entropies;
+  const std::vector<std::string>& names = in.sample_names();
+  const DType dtype = in.read_sample(names.front()).dtype;
+  TraceWriter writer(begin_partial(out_path), info, WriteOptions{.dtype = dtype});
+  LayerTensors layer;
+  long done = 0;
+  for (const std::string& name : names) {
+    const SampleInfo original = in.read_sample(name);
+    const SampleInfo sample = compact_sample(original, options.window);
+    if (sample.dtype != dtype)
+      throw std::invalid_argument(in.path() + ": sample '" + name + "' is " +
+                                  dtype_name(sample.dtype) + " where '" + names.front() +
+                                  "' is " + dtype_name(dtype) +
+                                  ": a compact trace holds one dtype");
+    writer.write_sample(sample);
+    int rows = 0, cols = 0;
+    const std::vector<float> logits = in.read_sample_matrix(sample, "logits", rows, cols);
+    if (!logits.empty()) writer.write_sample_matrix(sample, "logits", rows, cols, logits.data());
+    for (int l = 0; l < info.num_layers; ++l) {
+      in.read_layer_into(original, l, layer);
+      writer.write_layer(sample, compact_layer(info, sample, std::move(layer), options.entropies,
+                                               options.threads));
+      layer = LayerTensors{};
+      if (progress) progress(++done);
+    }
+  }
+  writer.close();
+  publish(out_path);
+}
+
+}  // namespace kvsim

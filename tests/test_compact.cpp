@@ -1,0 +1,270 @@
+// Compact traces: replay of a compact trace gives the full trace's results byte for byte for
+// every policy and preset whose needs it holds; every other is refused naming the policy and the
+// statistic; the format is validated like the full one.
+#include <gtest/gtest.h>
+
+#include "policies/policy.hpp"
+#include "sim/core/compact_trace.hpp"
+#include "sim/replay/reference_replay.hpp"
+#include "tests/cli_helpers.hpp"
+#include "tests/replay_helpers.hpp"
+#include "tests/tiny_trace.hpp"
+#include "traces/synth.hpp"
+
+namespace kvsim::test {
+namespace {
+
+// Two samples with two images and a question after them (so the context's statistics are stored
+// too); `user_tokens = 0` leaves no question.
+std::string synthetic(const std::string& name, int heads, int kv_heads, int user_tokens = 12,
+                      DType dtype = DType::kFloat16) {
+  SynthConfig c;
+  c.samples = 2;
+  c.layers = 2;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = 16;
+  c.media_count = 2;
+  c.media_tokens = 80;
+  c.user_tokens = user_tokens;
+  c.gen_tokens = 10;
+  c.write.dtype = dtype;
+  const std::string path = temp_path(name);
+  synth_write(c, path);
+  return path;
+}
+
+std::string compacted(const std::string& full, int window = 64) {
+  const std::string out = full + ".compact.h5";
+  write_compact_trace(TraceReader(full), out, CompactOptions{.window = window, .threads = 2});
+  return out;
+}
+
+// Every registered policy and preset, and whether a compact trace can serve it: a restatement of
+// what each reads (expected_attention's Gaussian is fitted to every prompt query).
+std::vector<std::string> every_name() {
+  std::vector<std::string> names;
+  for (const std::string& n : PolicyRegistry::instance().names())
+    if (n.rfind("test_", 0) != 0) names.push_back(n);  // policies the tests register themselves
+  for (const auto& p : policy_presets()) names.push_back(p.name);
+  return names;
+}
+bool reads_every_prompt_query(const std::string& name) {
+  const PolicyConfig c = make_policy_config(name, {});
+  const auto scorer = c.params.values().find("scorer");
+  return c.info->name == "expected_attention" ||
+         (scorer != c.params.values().end() && scorer->second == "expected_attention");
+}
+
+// The replay's result files for `args` on `trace`, concatenated (CSV, summary, decisions dump).
+std::string replay_outputs(const std::string& trace, const std::string& args,
+                           const std::string& tag) {
+  const std::string out = temp_path("compact_" + tag);
+  const CliRun run = kvsim("replay " + trace + " " + args + " --out " + out + ".csv --summary " +
+                           out + ".summary.csv --dump-decisions " + out + ".h5");
+  EXPECT_EQ(run.code, 0) << run.output;
+  return slurp(out + ".csv") + slurp(out + ".policies.csv") + slurp(out + ".summary.csv") +
+         slurp(out + ".h5");
+}
+
+TEST(CompactTrace, HoldsTheLayoutItDeclares) {
+  const std::string full = synthetic("compact_layout.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const TraceReader f(full), c(compact);
+  EXPECT_FALSE(f.info().compact());
+  EXPECT_EQ(c.info().compact_window, 64);
+  const SampleInfo fs = f.read_sample("000000"), cs = c.read_sample("000000");
+  // P = 2 * 80 media + 35 system + 2 separator + 12 question = 209; context 197; the block of
+  // 64 rows holding row 197 - 64 = 133 starts at 128.
+  ASSERT_EQ(fs.prompt_len, 209);
+  EXPECT_EQ(cs.compact_context_len, 197);
+  EXPECT_EQ(cs.compact_first_row, 128);
+  for (int l = 0; l < 2; ++l) {
+    const LayerTensors a = f.read_layer(fs, l), b = c.read_layer(cs, l);
+    ASSERT_EQ(b.q.shape(0), a.q.shape(0) - 128);
+    EXPECT_EQ(a.k, b.k);
+    EXPECT_EQ(a.v, b.v);
+    for (int pos = 128; pos < fs.total_len(); ++pos)
+      for (int h = 0; h < 4; ++h)
+        for (int e = 0; e < 16; ++e) ASSERT_EQ(a.q(pos, h, e), b.query(pos, h)[e]);
+    EXPECT_THROW(b.query(127, 0), std::logic_error);
+    ASSERT_TRUE(b.stored);
+    EXPECT_EQ(b.stored->by_prompt_len.size(), 2u);  // the prompt and the context
+    // The stored column sums sum every causal row: Σ_j = P for each head (each row sums to 1).
+    const auto& sums = b.stored->prompt(209, "test").column_sums;
+    for (int h = 0; h < 4; ++h) {
+      double total = 0;
+      for (int j = 0; j < 209; ++j) total += sums[static_cast<std::size_t>(h) * 209 + j];
+      EXPECT_NEAR(total, 209.0, 1e-3);
+    }
+  }
+  // A compact trace is much smaller in its queries and is not compacted twice.
+  EXPECT_LT(c.stored_bytes("000000"), f.stored_bytes("000000"));
+  EXPECT_THROW(write_compact_trace(c, temp_path("twice.h5"), {}), std::invalid_argument);
+  EXPECT_THROW(reference_replay(c, "000000", make_policy_config("snapkv", {})), std::logic_error);
+}
+
+// Each policy and preset alone (its own window alignment) on MHA and GQA traces, with and
+// without a question, float16 and float32: the same bytes from the compact trace.
+TEST(CompactTrace, EveryPolicyAndPresetReplaysByteForByte) {
+  struct Case {
+    std::string name;
+    int heads, kv_heads, user_tokens;
+    DType dtype;
+  };
+  for (const Case& k : {Case{"mha", 4, 4, 12, DType::kFloat16},
+                        Case{"gqa", 4, 2, 12, DType::kFloat16},
+                        Case{"gqa_noq", 4, 2, 0, DType::kFloat32}}) {
+    const std::string full = synthetic("compact_" + k.name + ".h5", k.heads, k.kv_heads,
+                                       k.user_tokens, k.dtype);
+    const std::string compact = compacted(full);
+    int compared = 0;
+    for (const std::string& name : every_name()) {
+      if (reads_every_prompt_query(name)) continue;
+      const std::string args = "-p " + name + " --seeds 2 -j 2";
+      ASSERT_EQ(replay_outputs(full, args, k.name + "_f"),
+                replay_outputs(compact, args, k.name + "_c"))
+          << k.name << ": " << name;
+      ++compared;
+    }
+    EXPECT_GE(compared, 40) << k.name;
+  }
+}
+
+// The demo's settings, every policy in one run (one shared computation, column sums wanted: the
+// window's rows come from blocks aligned at row 0), at equal memory too, with diagnostics and
+// HAE's bound checks, one thread and two.
+TEST(CompactTrace, DemoSettingsReplayByteForByte) {
+  const std::string full = synthetic("compact_demo.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const std::string demo =
+      "-p full -p random -p downsample -p text_only -p streamingllm -p h2o -p snapkv -p oracle "
+      "-p fastv -p vtw -p pyramidkv -p adakv -p tova -p lookm -p hae -p hae:table1 -p madakv "
+      "-p avl -p st3 -p meda --budget 20% --set avl.max_new_tokens=10 "
+      "--set st3.max_new_tokens=10 --set hae.budget=auto --set hae.rc_size=4 --diagnostics";
+  for (const std::string threads : {"1", "2"}) {
+    EXPECT_EQ(replay_outputs(full, demo + " -j " + threads, "demo_f"),
+              replay_outputs(compact, demo + " -j " + threads, "demo_c"));
+    const std::string equal = "-p snapkv -p h2o -p lookm -p madakv -p adakv:kvpress -p st3 "
+                              "--set st3.heredity=0:1-1 -p hae --set hae.budget=30 --budget 25% "
+                              "--equal-memory -j " + threads;
+    EXPECT_EQ(replay_outputs(full, equal, "equal_f"), replay_outputs(compact, equal, "equal_c"));
+  }
+}
+
+TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
+  const std::string full = synthetic("compact_refuse.h5", 4, 2);
+  const std::string compact = compacted(full, 32);
+  CliRun run = kvsim("replay " + compact + " -p expected_attention");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("expected_attention: " + compact + " is a compact trace, and the "
+                            "policy needs every prompt query"),
+            std::string::npos)
+      << run.output;
+  run = kvsim("replay " + compact + " -p adakv:kvpress-expected-attention");
+  EXPECT_NE(run.output.find("adakv:kvpress-expected-attention: "), std::string::npos)
+      << run.output;
+  // SnapKV's window of 48 rows is longer than the 32 kept.
+  run = kvsim("replay " + compact + " -p snapkv --set snapkv.window=48");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("snapkv: " + compact + " is a compact trace, and the policy needs "
+                            "the attention of the last 48 prompt rows; it keeps the query rows "
+                            "of windows up to 32 rows: compact the full trace again with "
+                            "--window 48"),
+            std::string::npos)
+      << run.output;
+  // MadaKV's window sums over every layer, the same way.
+  run = kvsim("replay " + compact + " -p madakv --set madakv.proxy=40");
+  EXPECT_NE(run.output.find("last 40 prompt rows"), std::string::npos) << run.output;
+  // The attention statistics need every prompt row.
+  run = kvsim("stats " + compact + " --out " + temp_path("compact_stats.h5"));
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find(compact + " is a compact trace: the attention statistics"),
+            std::string::npos)
+      << run.output;
+  // Within the window it keeps, the same policy runs.
+  EXPECT_EQ(kvsim("replay " + compact + " -p snapkv --set snapkv.window=32").code, 0);
+  // Written without the entropies, MEDA (whose layer budgets need them) is refused; H2O runs.
+  const std::string no_entropies = temp_path("compact_no_entropies.h5");
+  run = kvsim("compact " + full + " " + no_entropies + " --no-entropies");
+  ASSERT_EQ(run.code, 0) << run.output;
+  run = kvsim("replay " + no_entropies + " -p meda");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("meda: " + no_entropies + " is a compact trace, and the policy needs "
+                            "the prompt entropies of every layer, which this compact trace was "
+                            "written without (--no-entropies)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(kvsim("replay " + no_entropies + " -p h2o").code, 0);
+}
+
+// Rewrites an integer attribute of a written file.
+void set_int_attr(const std::string& path, const std::string& object, const char* name,
+                  std::int64_t value) {
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  H5Handle o(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
+  if (H5Aexists(o.get(), name) > 0) H5Adelete(o.get(), name);
+  h5_write_int_attr(o.get(), name, value);
+}
+
+void remove_object(const std::string& path, const std::string& object) {
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  H5Ldelete(f.get(), object.c_str(), H5P_DEFAULT);
+}
+
+std::string error_of(const std::string& path, int layer = 0) {
+  try {
+    const TraceReader r(path);
+    const SampleInfo s = r.read_sample("000000");
+    r.read_layer(s, layer);
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CompactTrace, ValidatesItsOwnParts) {
+  const std::string full = synthetic("compact_bad.h5", 4, 2);
+  auto fresh = [&](const std::string& name) {
+    const std::string path = compacted(full);
+    const std::string copy = temp_path(name);
+    std::rename(path.c_str(), copy.c_str());
+    return copy;
+  };
+  std::string p = fresh("bad_version.h5");
+  set_int_attr(p, "/", "kvtrace_compact", 2);
+  EXPECT_NE(error_of(p).find("kvtrace_compact is 2; this kvsim reads compact traces of version 1"),
+            std::string::npos)
+      << error_of(p);
+  p = fresh("bad_context.h5");
+  set_int_attr(p, "/samples/000000", "compact_context_len", 150);
+  EXPECT_NE(error_of(p).find("sample '000000': attribute 'compact_context_len' = 150 but the "
+                             "sample's context is 197 positions"),
+            std::string::npos)
+      << error_of(p);
+  p = fresh("bad_first.h5");
+  set_int_attr(p, "/samples/000000", "compact_first_row", 198);
+  EXPECT_NE(error_of(p).find("attribute 'compact_first_row' = 198 drops queries"),
+            std::string::npos)
+      << error_of(p);
+  p = fresh("bad_rows.h5");
+  set_int_attr(p, "/samples/000000", "compact_first_row", 64);
+  // T = 219: rows 128..218 are stored (91), the attribute now declares 64..218 (155).
+  EXPECT_NE(error_of(p).find("dataset 'layers/0/q_rows': shape [91, 4, 16] does not match "
+                             "[T - compact_first_row, H, d] = [155, 4, 16]"),
+            std::string::npos)
+      << error_of(p);
+  p = fresh("bad_missing.h5");
+  remove_object(p, "/samples/000000/layers/1/stats/context/column_sums_rounded");
+  EXPECT_NE(error_of(p, 1).find("sample '000000', dataset "
+                                "'layers/1/stats/context/column_sums_rounded': missing dataset"),
+            std::string::npos)
+      << error_of(p, 1);
+  p = fresh("bad_q.h5");
+  remove_object(p, "/samples/000000/layers/1/q_rows");
+  EXPECT_NE(error_of(p).find("dataset 'layers/1/q_rows': missing dataset"), std::string::npos)
+      << error_of(p);
+}
+
+}  // namespace
+}  // namespace kvsim::test
