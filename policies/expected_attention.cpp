@@ -8,10 +8,13 @@
 // that: policies/decode_mode.cpp).
 //
 // kvpress fits the Gaussian to hidden states times q_proj.weight, before the rotary embedding;
-// a trace stores queries after it, so the rotation is undone with the trace's rope_theta (plain
-// RoPE only: Qwen2-VL's multimodal rotary positions and scaled RoPE variants are not undone
-// correctly). On models with a query bias (Qwen2) kvpress's mean omits the bias and kvsim's
-// includes it; the covariance is the same.
+// a trace stores queries after it, so the rotation is undone with the trace's rope_theta at each
+// token's rotary positions: its index, or on a trace with M-RoPE position ids (Qwen2-VL,
+// traces/mrope.hpp) its id on each pair's axis. The future queries sit at the positions after the
+// prompt's largest id, as Qwen2-VL's decoding places them (rope_deltas); kvpress's press
+// (written for plain RoPE) takes positions P.., which is the same on a plain trace. Scaled RoPE
+// variants are not undone. On models with a query bias (Qwen2) kvpress's mean omits the bias and
+// kvsim's includes it; the covariance is the same.
 #include <cblas.h>
 
 #include <algorithm>
@@ -74,23 +77,27 @@ struct QueryGaussian {
 };
 
 // The rotations involved, per pair f: the inverse rotation of each query position sinks .. P-1
-// (cos, -sin), and R̄, the mean over the future positions P .. P + n - 1 of cos·I + sin·J.
+// at its rotary position on the pair (cos, -sin), and R̄, the mean over the next n positions
+// (P .. P + n - 1 on a plain trace) of cos·I + sin·J.
 struct Rotations {
   int pairs = 0;
   std::vector<double> cos, minus_sin;  // [position - first_position, pair]
   std::vector<double> mean_cos, mean_sin;
-  Rotations(double theta, int d, int first_position, int prompt_len, int future) {
+  Rotations(const LayerView& view, double theta, int first_position, int future) {
+    const int d = view.head_dim(), prompt_len = view.prompt_len();
     pairs = d / 2;
     std::vector<double> inv_freq(pairs);
     for (int f = 0; f < pairs; ++f) inv_freq[f] = std::pow(theta, -2.0 * f / d);
     for (int i = first_position; i < prompt_len; ++i)
       for (int f = 0; f < pairs; ++f) {
-        cos.push_back(std::cos(i * inv_freq[f]));
-        minus_sin.push_back(-std::sin(i * inv_freq[f]));
+        const int position = view.rotary_position(i, f);
+        cos.push_back(std::cos(position * inv_freq[f]));
+        minus_sin.push_back(-std::sin(position * inv_freq[f]));
       }
     mean_cos.assign(pairs, 0.0);
     mean_sin.assign(pairs, 0.0);
-    for (int p = prompt_len; p < prompt_len + future; ++p)
+    const int next = view.next_rotary_position();
+    for (int p = next; p < next + future; ++p)
       for (int f = 0; f < pairs; ++f) {
         mean_cos[f] += std::cos(p * inv_freq[f]) / future;
         mean_sin[f] += std::sin(p * inv_freq[f]) / future;
@@ -153,7 +160,7 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
     throw std::invalid_argument(policy +
                                 ": vnorm = true needs the trace's values (or set vnorm "
                                 "= false)");
-  const Rotations rot(theta, d, s.sinks, P, s.future_positions);
+  const Rotations rot(view, theta, s.sinks, s.future_positions);
   const double scale = view.scale();
   const int n = P - s.sinks;
   std::vector<std::vector<double>> scores(view.num_kv_heads(), std::vector<double>(P, 0.0));

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "traces/mrope.hpp"
+
 namespace kvsim {
 
 void LayerView::check_visible(int pos, const char* what) const {
@@ -27,6 +29,15 @@ const float* LayerView::key(int pos, int g) const {
 const float* LayerView::value(int pos, int g) const {
   check_visible(pos, "value");
   return &att_.tensors().v(pos, g, 0);
+}
+
+int LayerView::rotary_position(int pos, int pair) const {
+  check_visible(pos, "rotary position");
+  return kvsim::rotary_position(att_.mrope_section(), att_.sample(), pos, pair);
+}
+
+int LayerView::next_rotary_position() const {
+  return kvsim::next_rotary_position(att_.sample(), visible_len());
 }
 
 const float* LayerView::query(int pos, int h) const {

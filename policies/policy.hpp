@@ -86,6 +86,10 @@ class LayerView {
   int head_dim() const { return att_.head_dim(); }
   float scale() const { return att_.scale(); }
   double rope_theta() const { return att_.rope_theta(); }
+  // The rotary position of a visible position on rotary pair f: pos, or its M-RoPE id on the
+  // pair's axis (traces/mrope.hpp); and where the next token's positions start.
+  int rotary_position(int pos, int pair) const;
+  int next_rotary_position() const;
   bool has_values() const { return att_.tensors().has_v(); }
   // Positional like the rest of the view: the first visible_len() positions (all of them with
   // `lookahead`).

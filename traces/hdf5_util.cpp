@@ -106,6 +106,22 @@ std::optional<std::int64_t> h5_read_int_attr(hid_t obj, const std::string& name)
   return read_numeric_attr<std::int64_t>(obj, name, H5T_NATIVE_INT64, H5T_INTEGER);
 }
 
+std::optional<std::vector<std::int64_t>> h5_read_int_array_attr(hid_t obj, const std::string& name,
+                                                                std::size_t most) {
+  if (!h5_attr_exists(obj, name)) return std::nullopt;
+  H5Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+  H5Handle type(H5Aget_type(attr.get()));
+  H5Handle space(H5Aget_space(attr.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || n < 1 || static_cast<std::size_t>(n) > most)
+    throw TraceError("attribute '" + name + "' must be 1 to " + std::to_string(most) +
+                     " integers");
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)
+    throw TraceError("cannot read attribute '" + name + "': " + hdf5_last_error());
+  return values;
+}
+
 std::optional<double> h5_read_float_attr(hid_t obj, const std::string& name) {
   return read_numeric_attr<double>(obj, name, H5T_NATIVE_DOUBLE, H5T_FLOAT);
 }
@@ -151,6 +167,17 @@ void write_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_t
 
 void h5_write_int_attr(hid_t obj, const std::string& name, std::int64_t value) {
   write_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void h5_write_int_array_attr(hid_t obj, const std::string& name,
+                             const std::vector<std::int64_t>& values) {
+  if (h5_attr_exists(obj, name)) H5Adelete(obj, name.c_str());
+  const hsize_t n = values.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr));
+  H5Handle attr(
+      H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)
+    throw TraceError("cannot write attribute '" + name + "': " + hdf5_last_error());
 }
 
 void h5_write_float_attr(hid_t obj, const std::string& name, double value) {

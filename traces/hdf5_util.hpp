@@ -47,10 +47,15 @@ bool h5_attr_exists(hid_t obj, const std::string& name);
 
 std::optional<std::int64_t> h5_read_int_attr(hid_t obj, const std::string& name);
 std::optional<double> h5_read_float_attr(hid_t obj, const std::string& name);
+// A one-dimensional integer attribute of 1..`most` values (a scalar reads as one).
+std::optional<std::vector<std::int64_t>> h5_read_int_array_attr(hid_t obj, const std::string& name,
+                                                                std::size_t most);
 std::optional<std::string> h5_read_string_attr(hid_t obj, const std::string& name);
 
 void h5_write_int_attr(hid_t obj, const std::string& name, std::int64_t value);
 void h5_write_float_attr(hid_t obj, const std::string& name, double value);
+void h5_write_int_array_attr(hid_t obj, const std::string& name,
+                             const std::vector<std::int64_t>& values);
 void h5_write_string_attr(hid_t obj, const std::string& name, const std::string& value);
 
 // Shape of a dataset.

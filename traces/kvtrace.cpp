@@ -1,5 +1,6 @@
 #include "traces/kvtrace.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -215,9 +216,48 @@ void TraceReader::read_file_attrs() {
     info_.compact_window = require_positive_int(root, "compact_window", path_, false);
     info_.compact_entropies = require_positive_int(root, "compact_entropies", path_, true) != 0;
   }
+  read_mrope_section();
   if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
   samples_ = h5_group_members(root, "samples");
   if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
+}
+
+void TraceReader::read_mrope_section() {
+  std::optional<std::vector<std::int64_t>> section;
+  try {
+    section = h5_read_int_array_attr(file_.get(), "mrope_section", 3);
+  } catch (const TraceError& e) {
+    throw TraceError(path_ + ": file " + e.what());
+  }
+  if (!section) return;
+  std::int64_t sum = 0;
+  for (std::int64_t v : *section) sum += v;
+  const bool positive = std::all_of(section->begin(), section->end(), [](auto v) { return v > 0; });
+  if (section->size() != 3 || !positive || sum != info_.head_dim / 2)
+    throw TraceError(path_ + ": file attribute 'mrope_section' must be 3 positive counts of rotary "
+                     "pairs (temporal, height, width) summing to head_dim / 2 = " +
+                     std::to_string(info_.head_dim / 2));
+  info_.mrope_section.assign(section->begin(), section->end());
+}
+
+void TraceReader::read_position_ids(hid_t group, SampleInfo& s) const {
+  const std::string w = where(s.name, "position_ids");
+  if (info_.mrope_section.empty())
+    throw TraceError(w + ": M-RoPE position ids need the file attribute 'mrope_section' (the "
+                     "rotary pairs of each axis)");
+  H5Handle dset(H5Dopen2(group, "position_ids", H5P_DEFAULT));
+  if (!dset.valid()) throw TraceError(w + ": cannot open dataset: " + hdf5_last_error());
+  const auto shape = h5_dataset_shape(dset.get());
+  const std::vector<hsize_t> want = {3, static_cast<hsize_t>(s.total_len())};
+  if (shape != want)
+    throw TraceError(w + ": shape " + shape_str(shape) + " does not match [3, T] = " +
+                     shape_str(want));
+  s.position_ids = h5_read_ints<std::int32_t>(dset.get(), 3 * want[1], "int32", w);
+  for (std::size_t i = 0; i < s.position_ids.size(); ++i)
+    if (s.position_ids[i] < 0)
+      throw TraceError(w + ": value " + std::to_string(s.position_ids[i]) + " at [" +
+                       std::to_string(i / want[1]) + ", " + std::to_string(i % want[1]) +
+                       "] (position ids are >= 0)");
 }
 
 SampleInfo TraceReader::read_sample(const std::string& name) const {
@@ -272,6 +312,7 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
                        "positions P..T-1 must be 2)");
   }
   check_media_ids(s.modality, s.media_id, where(name, "media_id"));
+  if (h5_path_exists(g.get(), "position_ids")) read_position_ids(g.get(), s);
   check_layer_groups(g.get(), info_.num_layers, where(name));
   if (info_.compact()) read_compact_sample_attrs(g.get(), s);
   for (int l = 0; l < info_.num_layers; ++l)

@@ -32,6 +32,9 @@ struct TraceInfo {
   // Optional: the base θ of the rotary embedding the stored queries and keys carry (transformers'
   // rotate_half layout, inv_freq_i = θ^(-2i/d), no scaling); 0 when the trace does not say.
   double rope_theta = 0.0;
+  // Optional: multimodal rotary positions (M-RoPE, traces/mrope.hpp): the rotary pairs per axis
+  // (temporal, height, width), summing to d/2; empty for plain RoPE.
+  std::vector<int> mrope_section;
   // A compact trace (kvtrace-v1.md, "Compact traces") keeps, of each sample's prompt queries, only
   // the rows that windows of up to `compact_window` rows need, and stores the statistics the other
   // rows would give; 0 for a full trace.
@@ -55,6 +58,9 @@ struct SampleInfo {
   std::vector<std::uint8_t> segment;    // [T]
   std::vector<std::int32_t> media_id;   // [T] or empty
   std::vector<std::int32_t> token_ids;  // [T] or empty
+  // [3, T] axis-major, or empty: the M-RoPE position ids (temporal, height, width) of each token,
+  // with TraceInfo::mrope_section; empty: position i is i on every axis.
+  std::vector<std::int32_t> position_ids;
   bool has_v = false;
   DType dtype = DType::kFloat32;
   // Compact traces: the first query row stored (rows before it are summarised), and the length of
@@ -147,6 +153,8 @@ class TraceReader {
   void read_tensor(const SampleInfo& s, int layer, const char* name, int rows, int heads,
                    xt::xtensor<float, 3>& out) const;
   void read_compact_sample_attrs(hid_t group, SampleInfo& s) const;
+  void read_mrope_section();
+  void read_position_ids(hid_t group, SampleInfo& s) const;
   // A compact trace's stats/ group of layer l (traces/kvtrace_compact.cpp).
   std::shared_ptr<const StoredPromptStats> read_stored_stats(const SampleInfo& s, int layer) const;
   // A float dataset of exactly `shape` (float32 or float64 in the file), finite, into `out`.

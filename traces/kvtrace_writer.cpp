@@ -23,6 +23,9 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
   h5_write_int_attr(root, "head_dim", info.head_dim);
   if (info.scale_given) h5_write_float_attr(root, "scale", info.scale);
   if (info.rope_theta > 0) h5_write_float_attr(root, "rope_theta", info.rope_theta);
+  if (!info.mrope_section.empty())
+    h5_write_int_array_attr(root, "mrope_section", {info.mrope_section.begin(),
+                                                    info.mrope_section.end()});
   if (info.compact()) {
     h5_write_int_attr(root, "kvtrace_compact", 1);
     h5_write_int_attr(root, "compact_window", info.compact_window);
@@ -45,6 +48,9 @@ void TraceWriter::write_sample(const SampleInfo& s) {
     h5_write_1d(g.get(), "media_id", H5T_STD_I32LE, H5T_NATIVE_INT32, s.media_id, where);
   if (!s.token_ids.empty())
     h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.token_ids, where);
+  if (!s.position_ids.empty())
+    h5_write_2d(g.get(), "position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.position_ids.data(), 3,
+                static_cast<std::size_t>(s.total_len()), where);
   if (info_.compact()) {
     h5_write_int_attr(g.get(), "compact_first_row", s.compact_first_row);
     h5_write_int_attr(g.get(), "compact_context_len", s.compact_context_len);

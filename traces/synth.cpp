@@ -37,6 +37,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "traces/mrope.hpp"
+
 namespace kvsim {
 
 namespace {
@@ -155,6 +157,7 @@ SampleInfo synth_sample_info(const SynthConfig& c, int index) {
   push(c.gen_tokens, 0, 2, -1);
   // The user's tokens after the media are the question (a context-only compression appends them).
   if (c.user_tokens < s.prompt_len) s.question_len = c.user_tokens;
+  if (c.mrope) s.position_ids = qwen2vl_position_ids(s);
   Rng rng(mix_seed(c.seed, index, 0xD0C));
   for (int i = 0; i < s.total_len(); ++i)
     s.token_ids.push_back(is_vision(s.modality[i]) ? 32000 : static_cast<int>(rng.next() % 32000));
@@ -326,10 +329,14 @@ std::vector<double> saliency_directions(const SynthConfig& c, int kv) {
   return u;
 }
 
-void rotate(float* x, int d, int position, double base) {
+// RoPE of token `position`, each pair f at its rotary position (traces/mrope.hpp: the token
+// index, or its M-RoPE id on the pair's axis).
+void rotate(float* x, int d, const std::vector<int>& mrope_section, const SampleInfo& sample,
+            int position, double base) {
   const int half = d / 2;
   for (int f = 0; f < half; ++f) {
-    const double theta = position * std::pow(base, -2.0 * f / d);
+    const double theta =
+        rotary_position(mrope_section, sample, position, f) * std::pow(base, -2.0 * f / d);
     const double cs = std::cos(theta), sn = std::sin(theta);
     const double a = x[f], b = x[f + half];
     x[f] = static_cast<float>(a * cs - b * sn);
@@ -342,6 +349,8 @@ void rotate(float* x, int d, int position, double base) {
 LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   c.validate();
   const SampleInfo info = synth_sample_info(c, sample);
+  const std::vector<int> mrope_section =
+      c.mrope ? qwen2vl_mrope_section(c.head_dim) : std::vector<int>{};
   const int T = info.total_len(), P = info.prompt_len, d = c.head_dim;
   const int H = c.heads, Hkv = c.kv_heads;
   const Geometry g(d);
@@ -399,7 +408,7 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
         k[g.content_first + n] = static_cast<float>(project(wk, 2 * n, hj, m));
         k[g.content_first + n + g.pairs] = static_cast<float>(project(wk, 2 * n + 1, hj, m));
       }
-      rotate(k, d, j, c.rope_base);
+      rotate(k, d, mrope_section, info, j, c.rope_base);
       if (!c.with_v) continue;
       const double vscale = j < c.sinks ? c.sink_value_scale : 1.0;
       for (int e = 0; e < d; ++e)
@@ -439,7 +448,7 @@ LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
         q[g.content_first + n + g.pairs] =
             static_cast<float>(s * noise_q * project(wq, 2 * n + 1, hi, m));
       }
-      rotate(q, d, i, c.rope_base);
+      rotate(q, d, mrope_section, info, i, c.rope_base);
     }
   }
   return out;
@@ -455,6 +464,7 @@ void synth_write(const SynthConfig& c, const std::string& path,
   info.num_kv_heads = c.kv_heads;
   info.head_dim = c.head_dim;
   info.rope_theta = c.rope_base;
+  if (c.mrope) info.mrope_section = qwen2vl_mrope_section(c.head_dim);
   TraceWriter w(path, info, c.write);
   const int total = c.samples * c.layers;
   for (int s = 0; s < c.samples; ++s) {

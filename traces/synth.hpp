@@ -28,6 +28,10 @@ struct SynthConfig {
   int media_count = 1;
   int media_tokens = 576;  // per image / frame (576 = LLaVA-1.5 CLIP-336 grid)
   bool video = false;      // media are video frames (modality 2) rather than images
+  // Rotate q and k by Qwen2-VL's multimodal rotary positions (traces/mrope.hpp) instead of the
+  // token index, and record them (position_ids, mrope_section); consecutive video frames with no
+  // separator form one video.
+  bool mrope = false;
   int separator_tokens = 2;
   int user_tokens = 29;
   int gen_tokens = 64;

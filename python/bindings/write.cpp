@@ -71,6 +71,14 @@ SampleInfo sample_info(const std::string& name, const py::dict& s, DType dtype) 
   if (s.contains("task")) info.task = py::str(s["task"]);
   if (s.contains("reference")) info.reference = py::str(s["reference"]);
   if (s.contains("question_len")) info.question_len = s["question_len"].cast<int>();
+  if (s.contains("position_ids")) {
+    const auto a = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>::ensure(
+        s["position_ids"]);
+    if (!a || a.ndim() != 2 || a.shape(0) != 3 || static_cast<std::size_t>(a.shape(1)) != T)
+      throw py::value_error(where + ", position_ids: expected [3, " + std::to_string(T) +
+                            "] M-RoPE ids (temporal, height, width)");
+    info.position_ids.assign(a.data(), a.data() + a.size());
+  }
   info.has_v = py::dict(layers[0]).contains("v");
   info.dtype = dtype;
   return info;
@@ -78,7 +86,7 @@ SampleInfo sample_info(const std::string& name, const py::dict& s, DType dtype) 
 
 void write_trace(const std::string& path, const py::dict& samples, const std::string& model,
                  const py::object& scale, const std::string& dtype, int gzip, bool shuffle,
-                 const py::object& rope_theta) {
+                 const py::object& rope_theta, const py::object& mrope_section) {
   if (dtype != "float16" && dtype != "float32")
     throw py::value_error("kvsim.write_trace: dtype '" + dtype + "': expected float16 or float32");
   const Shape shape = shape_of(samples);
@@ -89,6 +97,7 @@ void write_trace(const std::string& path, const py::dict& samples, const std::st
                  .head_dim = static_cast<int>(shape.d)};
   if (!scale.is_none()) info.scale = scale.cast<double>(), info.scale_given = true;
   if (!rope_theta.is_none()) info.rope_theta = rope_theta.cast<double>();
+  if (!mrope_section.is_none()) info.mrope_section = mrope_section.cast<std::vector<int>>();
   const WriteOptions options{.dtype = dtype == "float16" ? DType::kFloat16 : DType::kFloat32,
                              .gzip_level = gzip,
                              .shuffle = shuffle};
@@ -142,12 +151,14 @@ void bind_write(py::module_& m) {
   m.def("write_trace", &write_trace, py::arg("path"), py::arg("samples"), py::arg("model") = "",
         py::arg("scale") = py::none(), py::arg("dtype") = "float16", py::arg("gzip") = 0,
         py::arg("shuffle") = false, py::arg("rope_theta") = py::none(),
+        py::arg("mrope_section") = py::none(),
         R"doc(Writes a kvtrace v1 file from numpy arrays.
 
 samples: dict name -> {"prompt_len": P, "modality": [T], "segment": [T], optional "media_id",
-"token_ids" [T], "task", "reference", "question_len", and "layers": a list (one per layer) of dicts with "q"
+"token_ids" [T], "task", "reference", "question_len", "position_ids" [3, T] (M-RoPE ids: temporal,
+height, width; with mrope_section), and "layers": a list (one per layer) of dicts with "q"
 [T, H, d], "k" [T, Hkv, d] and optional "v" [T, Hkv, d]}. L, H, Hkv and d come from the first
-sample. The file is read back and validated (as `kvsim inspect`) before it takes its name.)doc");
+sample. mrope_section: the rotary pairs of each M-RoPE axis (Qwen2-VL: [16, 24, 24]). The file is read back and validated (as `kvsim inspect`) before it takes its name.)doc");
 }
 
 }  // namespace kvsim::python

@@ -36,7 +36,7 @@ Runner add_compact(CLI::App& app) {
       "also for the context before the question). Keys, values and decode queries are kept. "
       "Replay of the compact trace gives the full trace's results byte for byte for every policy "
       "whose needs it holds, and names the policy and the statistic for any other. Format: "
-      "docs/compact_traces.md.");
+      "traces/kvtrace-v1.md, \"Compact traces\".");
   app.footer(
       "Examples:\n  kvsim compact demo.h5 demo.compact.h5\n  kvsim compact video.h5 video.c.h5 "
       "--window 256   keep windows of up to 256 rows");

@@ -19,7 +19,9 @@ Runner add_synth(CLI::App& app) {
   app.footer(
       "Examples:\n  kvsim synth --out demo.h5      the LLaVA-1.5-7B-shaped demo trace (528 MiB)\n  "
       "kvsim synth --out small.h5 --layers 4 --heads 8 --kv-heads 8 --head-dim 64 --media-tokens "
-      "144 --gen-tokens 16");
+      "144 --gen-tokens 16\n  kvsim synth --out video.h5 --layers 2 --heads 28 --kv-heads 4 "
+      "--video --mrope --media-count 32 --media-tokens 256 --separator-tokens 0   a Qwen2-VL-7B-"
+      "shaped video trace, 8.3k tokens");
   auto c = std::make_shared<SynthConfig>();
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("float16");
@@ -50,6 +52,10 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--media-tokens", c->media_tokens, "Tokens per image/frame")
       ->capture_default_str();
   app.add_flag("--video", c->video, "Media are video frames (modality 2)");
+  app.add_flag("--mrope", c->mrope,
+               "Qwen2-VL's multimodal rotary positions (temporal, height, width ids; frames "
+               "without separators form one video): q and k rotated by them, recorded as "
+               "position_ids and mrope_section");
   app.add_option("--separator-tokens", c->separator_tokens, "Text tokens between media")
       ->capture_default_str();
   app.add_option("--user-tokens", c->user_tokens, "User instruction tokens after the media")

@@ -71,6 +71,7 @@ LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const Sample
       window_(std::min(needs.prefill_window, sample.prompt_len)),
       scale_(static_cast<float>(trace.scale)),
       rope_theta_(trace.rope_theta),
+      mrope_section_(trace.mrope_section),
       want_colsums_(needs.prefill_column_sums || needs.sparsity_epsilon > 0),
       want_rounded_colsums_(needs.prefill_column_sums_rounded),
       epsilon_(needs.sparsity_epsilon) {
@@ -215,6 +216,11 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
   float* rounded = want_rounded_colsums_ && !stored
                        ? &rounded_colsums_[static_cast<std::size_t>(h) * P_]
                        : nullptr;
+  // float16 rounding converts whole rows (F16C where the CPU has it): the same round-to-nearest-
+  // even as the scalar conversion, element by element, so the same sums.
+  const bool to_half = rounded && sample_.dtype == DType::kFloat16;
+  std::vector<std::uint16_t> half_row(to_half ? P_ : 0);
+  std::vector<float> rounded_row(to_half ? P_ : 0);
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
@@ -226,8 +232,13 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
       float* row = &logits[static_cast<std::size_t>(r) * keys];
       softmax_inplace(row, i + 1, scale_);
       if (colsum) kernels::active().accumulate(colsum, row, i + 1);
-      if (rounded)
-        for (int j = 0; j <= i; ++j) rounded[j] += round_to_dtype(row[j], sample_.dtype);
+      if (to_half) {
+        float_to_half(row, half_row.data(), i + 1);
+        half_to_float(half_row.data(), rounded_row.data(), i + 1);
+        kernels::active().accumulate(rounded, rounded_row.data(), i + 1);
+      } else if (rounded) {
+        kernels::active().accumulate(rounded, row, i + 1);  // float32: rounding changes nothing
+      }
       if (epsilon_ > 0) count_sparse(h, row, i);
       if (i >= P_ - window_)
         std::copy(row, row + i + 1,

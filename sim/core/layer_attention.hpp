@@ -80,6 +80,8 @@ class LayerAttention {
   float scale() const { return scale_; }
   // The trace's rotary base (TraceInfo::rope_theta), 0 when it does not say.
   double rope_theta() const { return rope_theta_; }
+  // The trace's M-RoPE sections (TraceInfo::mrope_section), empty for plain RoPE.
+  const std::vector<int>& mrope_section() const { return mrope_section_; }
   const SampleInfo& sample() const { return sample_; }
   const LayerTensors& tensors() const { return tensors_; }
   // Hands the q/k/v storage back for the next layer's read.
@@ -161,6 +163,7 @@ class LayerAttention {
   int L_, P_, G_, T_, H_, Hkv_, d_, window_;
   float scale_;
   double rope_theta_;
+  std::vector<int> mrope_section_;
   bool want_colsums_;
   std::vector<float> colsums_;  // [H, P]
   bool want_rounded_colsums_;
