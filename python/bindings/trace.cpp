@@ -70,6 +70,15 @@ void bind_trace(py::module_& m) {
       .def_property_readonly(
           "token_ids", [](const Sample& s) { return to_numpy(s.info.token_ids); },
           "int32 [T] (empty when the trace has none)")
+      .def_property_readonly(
+          "position_ids",
+          [](const Sample& s) -> py::object {
+            if (s.info.position_ids.empty()) return py::none();
+            py::array_t<std::int32_t> a({std::size_t{3}, std::size_t(s.info.total_len())});
+            std::copy(s.info.position_ids.begin(), s.info.position_ids.end(), a.mutable_data());
+            return std::move(a);
+          },
+          "int32 [3, T]: the M-RoPE ids (temporal, height, width), or None (position i is i)")
       .def("layer", &Sample::layer, py::arg("layer"),
            "dict of float32 numpy arrays: 'q' [T, H, d], 'k' and (when stored) 'v' [T, Hkv, d]")
       .def("__repr__", [](const Sample& s) {
@@ -95,6 +104,21 @@ void bind_trace(py::module_& m) {
             return py::none();
           },
           "the rotary base the queries and keys carry, or None when the trace does not say")
+      .def_property_readonly(
+          "mrope_section",
+          [](const TraceReader& r) -> py::object {
+            if (r.info().mrope_section.empty()) return py::none();
+            return py::cast(r.info().mrope_section);
+          },
+          "M-RoPE's rotary pairs per axis (temporal, height, width), or None for plain RoPE")
+      .def_property_readonly(
+          "compact_window",
+          [](const TraceReader& r) -> py::object {
+            if (!r.info().compact()) return py::none();
+            return py::int_(r.info().compact_window);
+          },
+          "a compact trace's longest window of prompt rows kept (kvsim compact), or None for a "
+          "full trace")
       .def("samples", &TraceReader::sample_names, "names of the samples, in file order")
       .def(
           "sample",

@@ -202,6 +202,16 @@ class CaptureTest(unittest.TestCase):
                 capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=3)
         with self.assertRaisesRegex(capture.CaptureError, "no sample"):
             rec.write(os.path.join(self.dir.name, "x.h5"))
+        ids = np.tile(np.arange(9), (3, 1))
+        with self.assertRaisesRegex(capture.CaptureError, "sample 'ids'.*need the recorder's "
+                                    "mrope_section"):
+            with rec.sample("ids", modality=modality, segment=segment, position_ids=ids):
+                capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=3)
+        rec.mrope_section = [1, 1, 2]
+        with self.assertRaisesRegex(capture.CaptureError, r"position_ids has shape \[3, 8\], "
+                                    r"not \[3, 9\]"):
+            with rec.sample("ids", modality=modality, segment=segment, position_ids=ids[:, :8]):
+                capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=3)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,8 @@ class Config:
         self.video_token_id = VIDEO_TOKEN
         self.vision_config = types.SimpleNamespace(spatial_merge_size=MERGE)
         self._name_or_path = "tiny-qwen2-vl-shaped"
+        self.rope_theta = 10000.0  # as rope() rotates
+        self.rope_scaling = {"type": "mrope", "mrope_section": MROPE_SECTION}
 
 
 class Attention(torch.nn.Module):
@@ -290,8 +292,24 @@ class CaptureHF(unittest.TestCase):
                     np.testing.assert_allclose(g[f"layers/{l}/{name}"][()], ref[l][name],
                                                rtol=1e-4, atol=1e-5, err_msg=f"{l} {name}")
             self.assertAlmostEqual(f.attrs["scale"], D ** -0.5)
+            # the rotation the recorded q and k carry: M-RoPE ids of every position, the prompt's
+            # from get_rope_index, the generated ones one past its largest id on all axes
+            self.assertEqual(f.attrs["rope_theta"], 10000.0)
+            self.assertEqual(list(f.attrs["mrope_section"]), MROPE_SECTION)
+            prompt = rope_index(expected[:P]).numpy()
+            nxt = int(prompt.max()) + 1
+            np.testing.assert_array_equal(
+                g["position_ids"][()],
+                np.concatenate([prompt, np.tile(np.arange(nxt, nxt + G), (3, 1))], 1))
             self.assertEqual(f["samples/b"].attrs["gen_len"], G)
             self.assertEqual(int((f["samples/b/modality"][()] != 0).sum()), 0)
+        # kvsim reads the ids, and expected_attention undoes them
+        import kvsim
+        t = kvsim.Trace(out)
+        self.assertEqual(t.mrope_section, MROPE_SECTION)
+        self.assertEqual(t.sample("a").position_ids.shape, (3, P + G))
+        rows = kvsim.replay(out, ["expected_attention"], budget="50%")
+        self.assertGreater(len(rows), 0)
 
     def test_prompts_out_holds_what_the_language_model_received(self):
         import h5py
@@ -326,6 +344,23 @@ class CaptureHF(unittest.TestCase):
             self.assertNotIn("inputs_embeds", b)
             P = len(b["token_ids"][()])
             self.assertEqual(b["position_ids"][()].tolist(), [[i, i, i] for i in range(P)])
+
+    def test_rotary_of_reads_each_config_form(self):
+        from kvsim.capture import hf
+
+        ns = types.SimpleNamespace
+        self.assertEqual(hf.rotary_of(ns(rope_theta=1e4, rope_scaling=None)), (1e4, None))
+        # transformers 5: rope_parameters on the text config
+        self.assertEqual(
+            hf.rotary_of(ns(text_config=ns(rope_parameters={
+                "rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}))),
+            (1e6, [16, 24, 24]))
+        # a scaled RoPE is not plain RoPE at rope_theta: the trace does not claim it
+        self.assertEqual(hf.rotary_of(ns(rope_theta=5e5, rope_scaling={"rope_type": "llama3",
+                                                                      "factor": 8.0})),
+                         (None, None))
+        np.testing.assert_array_equal(hf.generated_position_ids([[0, 1, 1], [0, 1, 2], [0, 2, 1]], 2),
+                                      [[0, 1, 1, 3, 4], [0, 1, 2, 3, 4], [0, 2, 1, 3, 4]])
 
     def test_media_positions_from_grids_and_runs(self):
         from kvsim.capture.hf import media_positions

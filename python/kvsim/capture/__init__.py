@@ -73,14 +73,20 @@ class Recorder:
         self.samples = []  # finished samples, in order
         self.scale = None
         self.shapes = None  # (H, Hkv, d)
+        # The rotary embedding the recorded q and k carry, written as the file attributes
+        # rope_theta and mrope_section (kvtrace-v1.md) when set (kvsim.capture.hf sets them from
+        # the model's config); None: the trace does not say.
+        self.rope_theta = None
+        self.mrope_section = None
         self._current = None
 
     @contextlib.contextmanager
     def sample(self, name, *, modality, segment, media_id=None, token_ids=None, task=None,
-               reference=None):
+               reference=None, position_ids=None):
         """Records the forward passes run inside the block as one sample. modality and segment
         (and the optional media_id, token_ids) cover every position, prompt and generated;
-        positions with segment 2 are the generated ones (kvtrace v1)."""
+        positions with segment 2 are the generated ones (kvtrace v1). position_ids: the M-RoPE
+        ids [3, T] (temporal, height, width) the model rotated q and k by, with mrope_section."""
         if self._current is not None:
             raise CaptureError("capture: samples cannot nest")
         meta = {"modality": np.asarray(modality, dtype=np.uint8),
@@ -89,6 +95,8 @@ class Recorder:
             meta["media_id"] = np.asarray(media_id, dtype=np.int32)
         if token_ids is not None:
             meta["token_ids"] = np.asarray(token_ids, dtype=np.int32)
+        if position_ids is not None:
+            meta["position_ids"] = np.asarray(position_ids, dtype=np.int32)
         self._current = {"name": str(name), "meta": meta, "layers": {}, "task": task,
                          "reference": reference}
         try:
@@ -103,6 +111,13 @@ class Recorder:
         if self._current is None:
             raise CaptureError("capture: set_token_ids outside a sample")
         self._current["meta"]["token_ids"] = np.asarray(token_ids, dtype=np.int32)
+
+    def set_position_ids(self, position_ids):
+        """The M-RoPE ids [3, T] of every position of the sample being recorded, when they are
+        known only after generating (kvsim.capture.hf)."""
+        if self._current is None:
+            raise CaptureError("capture: set_position_ids outside a sample")
+        self._current["meta"]["position_ids"] = np.asarray(position_ids, dtype=np.int32)
 
     def attention(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                   **kwargs):
@@ -154,7 +169,15 @@ class Recorder:
                                    f"positions recorded, metadata covers {T}")
             tensors[l] = t
         for key, arr in meta.items():
-            if len(arr) != T:
+            if key == "position_ids":
+                if arr.shape != (3, T):
+                    raise CaptureError(f"capture: sample '{name}': position_ids has shape "
+                                       f"{list(arr.shape)}, not [3, {T}] (temporal, height, "
+                                       "width for every position)")
+                if self.mrope_section is None:
+                    raise CaptureError(f"capture: sample '{name}': M-RoPE position ids need the "
+                                       "recorder's mrope_section (the rotary pairs per axis)")
+            elif len(arr) != T:
                 raise CaptureError(f"capture: sample '{name}': {key} has {len(arr)} entries, "
                                    f"segment {T}")
         generated = meta["segment"] == 2
@@ -189,6 +212,10 @@ class Recorder:
             f.attrs["num_kv_heads"] = Hkv
             f.attrs["head_dim"] = d
             f.attrs["scale"] = self.scale
+            if self.rope_theta is not None:
+                f.attrs["rope_theta"] = float(self.rope_theta)
+            if self.mrope_section is not None:
+                f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
             for s in self.samples:
                 g = f.create_group(f"samples/{s['name']}")
                 g.attrs["prompt_len"] = s["prompt_len"]

@@ -200,6 +200,34 @@ class DecoderInputs:
         del self.module.forward
 
 
+def rotary_of(config):
+    """(rope_theta, mrope_section) of a model's rotary embedding as its config states them (the
+    text config's when there is one; transformers 5's rope_parameters or the older rope_theta and
+    rope_scaling), each None when unknown. rope_theta is None under a scaled variant (linear,
+    dynamic, yarn, llama3, ...), which the trace's plain rope_theta would misdescribe."""
+    text = getattr(config, "text_config", None) or config
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    if not isinstance(params, dict):
+        params = {}
+    theta = params.get("rope_theta", getattr(text, "rope_theta", None))
+    section = params.get("mrope_section")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "mrope", None) and section is None:
+        theta = None
+    return (float(theta) if theta is not None else None,
+            [int(x) for x in section] if section is not None else None)
+
+
+def generated_position_ids(prompt_ids, gen):
+    """The M-RoPE ids [3, P + gen] of a prompt's ids [3, P] followed by `gen` generated tokens:
+    Qwen2-VL places each new token one past the largest id so far on all three axes
+    (get_rope_index's rope_deltas)."""
+    prompt_ids = np.asarray(prompt_ids, dtype=np.int64)
+    start = int(prompt_ids.max()) + 1 if prompt_ids.size else 0
+    tail = np.tile(np.arange(start, start + gen, dtype=np.int64), (3, 1))
+    return np.concatenate([prompt_ids, tail], axis=1).astype(np.int32)
+
+
 def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, task=None):
     """A kvprompt sample (kvsim.prompts.write) of what the language model received: the token
     ids, the input embeddings at the media positions, and for M-RoPE the three position ids of
@@ -242,16 +270,19 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     use_attention(model, register(recorder))
     model.eval()
     config = model.config
+    recorder.rope_theta, recorder.mrope_section = rotary_of(config)
     decoder = None
-    if prompts_out:
+    if prompts_out or recorder.mrope_section is not None:
         lm = language_model(model)
         if lm is None:
-            raise CaptureError("capture: prompts_out needs the model's language model (found none "
-                               "of model.model.language_model, model.language_model, model.model)")
+            raise CaptureError("capture: prompts_out and M-RoPE position ids need the model's "
+                               "language model (found none of model.model.language_model, "
+                               "model.language_model, model.model)")
         decoder = DecoderInputs(lm)
     samples = {}
     try:
-        _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress)
+        _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress,
+                     prompts_out)
     finally:
         if decoder is not None:
             decoder.remove()
@@ -263,7 +294,8 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     return recorder
 
 
-def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress):
+def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress,
+                 prompts_out):
     import torch
 
     config = model.config
@@ -288,8 +320,15 @@ def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, pro
                                         do_sample=False, num_beams=1, use_cache=True)
             sequence = output[0] if not hasattr(output, "sequences") else output.sequences[0]
             recorder.set_token_ids(sequence[:T].tolist())
-        if decoder is not None:
-            embeds, position_ids = decoder.take()
+            embeds, position_ids = decoder.take() if decoder is not None else (None, None)
+            if recorder.mrope_section is not None:
+                if position_ids is None or position_ids.dim() != 3:
+                    raise CaptureError(f"capture: prompt '{name}': the model's config has M-RoPE "
+                                       "(mrope_section) but its language model received no "
+                                       "[3, 1, P] position_ids")
+                prompt_ids = position_ids.detach().cpu().numpy()[-3:, 0, :P]  # drop a text row
+                recorder.set_position_ids(generated_position_ids(prompt_ids, gen))
+        if prompts_out:
             samples[name] = prompt_sample(name, ids[0].tolist(), modality, media, embeds,
                                           position_ids, task=prompt.get("task"))
         if progress:
