@@ -644,19 +644,121 @@ TEST_F(LiveFixture, RejectsPoliciesWithoutALiveRun) {
   const PolicyConfig per_query_head = make_policy_config("snapkv", {{"caches", "query_head"}});
   expect_error([&] { live::LiveEngine::live_needs({per_query_head}, gqa); }, "replay-only");
   EXPECT_NO_THROW(live::LiveEngine::live_needs({per_query_head}, tiny_config("llama", 4, 4)));
-  // A question appended after the compressed context needs a second prefill pass the live path
-  // does not make; a prompt without a question is the same run either way.
-  PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // the 8 tokens after the image
+  // A policy that appends the question needs the context prepared beside the prompt.
+  const PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // 8 tokens after the image
   const PolicyConfig appended =
       make_policy_config("snapkv:kvpress", {{"window", "2"}, {"budget", "8"}});
   live::RunOptions o;
   o.steps = 2;
   o.policy = &appended;
   live::PreparedPrompt pp = engine.prepare(prompt, 2, live::LiveEngine::live_needs({appended}, c));
-  expect_error([&] { engine.run(pp, o); }, "8-token question");
-  prompt.info.question_len = 0;
-  pp = engine.prepare(prompt, 2, live::LiveEngine::live_needs({appended}, c));
-  EXPECT_NO_THROW(engine.run(pp, o));
+  expect_error([&] { engine.run(pp, o); }, "prepare the prompt with question_after");
+  // A question holding a vision token cannot be fed as text.
+  PromptSample odd = prompt;
+  odd.info.question_len = 10;
+  expect_error([&] { engine.prepare(odd, 2, {}, true); }, "holds a vision token at 14");
+}
+
+// kvpress's order in the live path (question = append): the context is compressed, then the
+// question's tokens are fed against the compressed cache. Restated: the same model run on the
+// context alone as the prompt, compressing all of it, then fed the question's tokens as forced
+// decode steps, must give the same logits bit for bit and the same cache; every question query
+// attends only the kept context entries and the question so far.
+TEST_F(LiveFixture, QuestionAppendedAfterCompressionRestated) {
+  const PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // Q = 8 after the image
+  for (const char* name : {"snapkv:kvpress", "h2o:kvpress", "tova:kvpress", "knorm:kvpress"}) {
+    const PolicyConfig appended = make_policy_config(name, {{"budget", "6"}});
+    const AttentionNeeds needs = live::LiveEngine::live_needs({appended}, c);
+    live::PreparedPrompt pp = engine.prepare(prompt, 4, needs, true);
+    ASSERT_EQ(pp.question, 8);
+    live::RunOptions o;
+    o.steps = 4;
+    o.policy = &appended;
+    o.keep_logits = true;
+    const live::RunResult r = engine.run(pp, o);
+    EXPECT_EQ(r.question_steps, 8);
+    EXPECT_EQ(r.prompt_kv_entries, 2 * 2 * 16);  // the context's rows, before compression
+    ASSERT_EQ(r.steps.size(), 4u);
+    EXPECT_EQ(r.steps[0].position, 24);
+
+    PromptSample context = prompt;
+    context.info.prompt_len = 16;
+    context.info.token_ids.resize(16);
+    context.info.modality.resize(16);
+    context.info.segment.resize(16);
+    context.info.question_len = 0;
+    const PolicyConfig whole =
+        make_policy_config(name, {{"budget", "6"}, {"question", "compress"}});
+    live::PreparedPrompt pc = engine.prepare(context, 12, needs);
+    std::vector<std::int32_t> forced(prompt.info.token_ids.begin() + 16,
+                                     prompt.info.token_ids.end());
+    forced.insert(forced.end(), r.predicted.begin(), r.predicted.end() - 1);
+    live::RunOptions w;
+    w.steps = 12;
+    w.policy = &whole;
+    w.forced = &forced;
+    w.keep_logits = true;
+    const live::RunResult restated = engine.run(pc, w);
+    EXPECT_EQ(r.first_logits, restated.logits[7]) << name;
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(r.logits[t], restated.logits[8 + t]) << name << " " << t;
+    EXPECT_EQ(r.peak_kv_entries, restated.peak_kv_entries) << name;
+    for (int l = 0; l < 2; ++l)
+      for (int g = 0; g < 2; ++g) {
+        EXPECT_EQ(r.caches[l].positions(g), restated.caches[l].positions(g)) << name;
+        // The kept context: 6 entries of positions 0..15; then every question and answer token.
+        const auto& kept = r.caches[l].positions(g);
+        int context_kept = 0;
+        for (int p : kept) context_kept += p < 16;
+        if (std::string(name) != "tova:kvpress") EXPECT_EQ(context_kept, 6) << name;
+        for (int p = 16; p < 27; ++p)
+          if (std::string(name) != "tova:kvpress")
+            EXPECT_TRUE(std::count(kept.begin(), kept.end(), p)) << name << " " << p;
+      }
+  }
+}
+
+// The same policy code decides the same evictions live (question appended after compression) as
+// replay's question = append on a trace of the same prompt: at layer 0, whose inputs do not
+// depend on what deeper layers kept.
+TEST_F(LiveFixture, QuestionAppendedMatchesReplaysDecisions) {
+  PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);  // Q = 16 after the image
+  const std::string prompts = temp_path("question_prompts.h5"),
+                    trace = temp_path("question_trace.h5");
+  write_prompt_file(prompts, {prompt});
+  PromptReader reader(prompts);
+  live::CaptureOptions co;
+  co.gen_len = 6;
+  live::capture(engine, reader, reader.sample_names(), trace, co);
+  TraceReader tr(trace);
+  const SampleInfo s = tr.read_sample(prompt.info.name);
+  ASSERT_EQ(question_length(s), 16);
+  std::vector<std::int32_t> answer(s.token_ids.begin() + 40, s.token_ids.end());
+  for (const char* name : {"snapkv:kvpress", "h2o:kvpress", "streamingllm:kvpress",
+                           "tova:kvpress", "pyramidkv:kvpress", "knorm:kvpress"}) {
+    const PolicyConfig p = make_policy_config(name, {{"budget", "10"}});
+    ASSERT_TRUE(p.appends_question()) << name;
+    Replayer replayer(tr, {p}, ReplayOptions{});
+    std::vector<std::vector<EvictionRecord>> replayed;
+    replayer.replay_sample(s.name, [&](const LayerResult& r) {
+      if (r.layer == 0) replayed = r.evicted;
+    });
+    live::PreparedPrompt pp =
+        engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), true);
+    live::RunOptions o;
+    o.steps = 6;
+    o.policy = &p;
+    o.forced = &answer;
+    const live::RunResult live_run = engine.run(pp, o);
+    for (int g = 0; g < 2; ++g) {
+      const auto& lv = live_run.caches[0].evictions(g);
+      ASSERT_EQ(lv.size(), replayed[g].size()) << name;
+      ASSERT_FALSE(lv.empty()) << name;
+      for (std::size_t i = 0; i < lv.size(); ++i) {
+        EXPECT_EQ(lv[i].step, replayed[g][i].step) << name;
+        EXPECT_EQ(lv[i].position, replayed[g][i].position) << name;
+      }
+    }
+  }
 }
 
 TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {

@@ -210,9 +210,10 @@ void keep_first_steps(RunResult& r, int G) {
   for (const auto& st : r.steps) r.peak_kv_entries = std::max(r.peak_kv_entries, st.kv_entries);
 }
 
-double loglik(const std::vector<float>& first_logits, const RunResult& r,
-              const std::vector<std::int32_t>& ref) {
-  double sum = log_softmax_at(first_logits, ref[0]);
+// The log-likelihood of the reference answer, teacher-forced: its first token under the run's
+// first distribution (the prefill's, or after the appended question), the rest after each step.
+double loglik(const RunResult& r, const std::vector<std::int32_t>& ref) {
+  double sum = log_softmax_at(r.first_logits, ref[0]);
   for (std::size_t t = 0; t + 1 < ref.size(); ++t) sum += log_softmax_at(r.logits[t], ref[t + 1]);
   return sum;
 }
@@ -247,7 +248,8 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
                                          const EvalOptions& o) {
   const int R = static_cast<int>(prompt.reference_ids.size());
   const AttentionNeeds needs = LiveEngine::live_needs(policies, engine.model().config());
-  PreparedPrompt pp = engine.prepare(prompt, std::max(o.gen_len, R - 1), needs);
+  PreparedPrompt pp = engine.prepare(prompt, std::max(o.gen_len, R - 1), needs,
+                                     LiveEngine::needs_question_after(policies));
   RunOptions base;
   base.steps = o.gen_len;
   base.keep_logits = true;
@@ -270,7 +272,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
   ref_opts.steps = std::max(R - 1, 0);
   ref_opts.forced = &prompt.reference_ids;
   double full_ref = NAN;
-  if (R > 0) full_ref = loglik(pp.first_logits, engine.run(pp, ref_opts), prompt.reference_ids);
+  if (R > 0) full_ref = loglik(engine.run(pp, ref_opts), prompt.reference_ids);
 
   std::vector<EvalSummary> out;
   for (const auto& policy : policies) {
@@ -330,7 +332,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       RunOptions ref = ref_opts;
       ref.policy = &policy;
       s.ref_tokens = R;
-      s.ref_loglik = loglik(pp.first_logits, engine.run(pp, ref), prompt.reference_ids);
+      s.ref_loglik = loglik(engine.run(pp, ref), prompt.reference_ids);
       s.ref_loglik_full = full_ref;
     }
     s.prompt_kv_bytes = gr.prompt_kv_entries * gr.bytes_per_entry;

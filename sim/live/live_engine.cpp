@@ -43,8 +43,14 @@ AttentionNeeds LiveEngine::live_needs(const std::vector<PolicyConfig>& policies,
   return needs;
 }
 
+bool LiveEngine::needs_question_after(const std::vector<PolicyConfig>& policies) {
+  for (const auto& p : policies)
+    if (p.appends_question()) return true;
+  return false;
+}
+
 PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
-                                   const AttentionNeeds& needs) {
+                                   const AttentionNeeds& needs, bool question_after) {
   const ModelConfig& c = model_.config();
   const int P = prompt.info.prompt_len, T = P + gen_len;
   if (prompt.embed_dim != 0 && prompt.embed_dim != c.hidden_size)
@@ -121,6 +127,21 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
   if (needs.sample_entropies || !needs.sample_window_sums.empty())
     for (const auto& layer : pp.layers)
       add_layer_stats(pp.stats, pp.trace, s, layer->tensors(), needs, threads_, false);
+  if (question_after && question_length(s) > 0) {
+    for (int i = P - question_length(s); i < P; ++i)
+      if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText))
+        throw std::invalid_argument(
+            "sample '" + s.name + "': its question (the last " +
+            std::to_string(question_length(s)) + " prompt positions) holds a vision token at " +
+            std::to_string(i) + ": a question appended after compression is fed as text tokens");
+    // The first P - Q rows of the one prefill are what a prefill of the context alone computes
+    // (causal attention): the context's statistics come from them.
+    pp.question = question_length(s);
+    pp.context = context_only(s, pp.question);
+    for (const auto& layer : pp.layers)
+      pp.context_layers.push_back(std::make_unique<LayerAttention>(
+          LayerAttention::PromptOnly{}, pp.trace, pp.context, layer->tensors(), needs, threads_));
+  }
   return pp;
 }
 
@@ -171,32 +192,27 @@ void sync_layer(Backend& b, int layer, const KvCache& cache, std::vector<HeldRow
 namespace {
 
 // The policy side of a run: one instance, one KvCache and one list of backend rows per layer.
+// `sample` and `layers` are the prompt's, or the context's when the question is appended after
+// compression (its positions are then the first decode steps).
 class PolicyLoop {
  public:
-  PolicyLoop(Backend& b, PreparedPrompt& pp, const PolicyConfig& config, bool check)
-      : b_(b), pp_(pp), config_(config), check_(check) {
-    if (!pp.stats.layers.empty() || !pp.stats.window_sums.empty()) stats_ = &pp.stats;
-    // The live prefill runs the whole prompt at once; a question appended after a compressed
-    // context would need a second prefill pass.
-    if (config.appends_question() && question_length(pp.sample) > 0)
-      throw std::invalid_argument(
-          "policy '" + config.label + "': question = append (compress the context only) is " +
-          "replay-only; sample '" + pp.sample.name + "' has a " +
-          std::to_string(question_length(pp.sample)) +
-          "-token question, which the live path would compress with the context; set "
-          "question=compress");
+  PolicyLoop(Backend& b, const TraceInfo& trace, const SampleInfo& sample,
+             std::vector<std::unique_ptr<LayerAttention>>& layers, const SampleStats& stats,
+             const PolicyConfig& config, bool check)
+      : b_(b), trace_(trace), sample_(sample), layers_(layers), config_(config), check_(check) {
+    if (!stats.layers.empty() || !stats.window_sums.empty()) stats_ = &stats;
   }
 
   // Each layer's instance first sees the prefill of layers 0..l-1 on scratch caches, so it holds
   // exactly the cross-layer information replay's single instance has when it reaches layer l.
   void prefill(std::vector<KvCache>& caches) {
-    const int L = static_cast<int>(pp_.layers.size()), P = pp_.sample.prompt_len;
-    const int Hkv = pp_.trace.num_kv_heads, d = pp_.trace.head_dim;
+    const int L = static_cast<int>(layers_.size()), P = sample_.prompt_len;
+    const int Hkv = trace_.num_kv_heads, d = trace_.head_dim;
     std::vector<std::int32_t> prompt(P);
     for (int i = 0; i < P; ++i) prompt[i] = i;
     rows_.assign(L, std::vector<HeldRows>(Hkv, HeldRows{prompt, 0}));
     for (int l = 0; l < L; ++l) {
-      policies_.push_back(config_.info->create(config_.params, known_before_decoding(pp_.sample)));
+      policies_.push_back(config_.info->create(config_.params, known_before_decoding(sample_)));
       for (int lower = 0; lower < l; ++lower) {
         KvCache scratch(Hkv, d);
         scratch.fill_prompt(P);
@@ -215,7 +231,7 @@ class PolicyLoop {
   // Decode step t of layer l, whose token the backend has just appended: attends, lets the
   // policy update, applies its edits. Returns the rows held while attending.
   std::int64_t decode(int l, int t, const float* q, float scale, float* out, KvCache& cache) {
-    const int position = pp_.sample.prompt_len + t;
+    const int position = sample_.prompt_len + t;
     cache.set_step(t);
     masks_.resize(cache.kv_heads());
     std::int64_t held = 0;
@@ -228,10 +244,10 @@ class PolicyLoop {
       held += cache.size(g);
     }
     StepAttention sa;
-    sa.group = pp_.trace.group_size();
+    sa.group = trace_.group_size();
     sa.step = t;
     sa.position = position;
-    b_.decode_attention(l, q, pp_.trace.num_heads, scale, masks_, out, sa.probs);
+    b_.decode_attention(l, q, trace_.num_heads, scale, masks_, out, sa.probs);
     policies_[l]->on_decode(view(l, position + 1), sa, cache);
     if (check_) check_capacity(*policies_[l], cache, l, "a decode step", config_.label);
     sync_layer(b_, l, cache, rows_[l]);
@@ -241,12 +257,14 @@ class PolicyLoop {
  private:
   // The layer's view, `visible` positions existing (the prompt by default).
   LayerView view(int l, int visible = -1) const {
-    LayerView v(*pp_.layers[l], false, stats_);
+    LayerView v(*layers_[l], false, stats_);
     if (visible >= 0) v.set_horizon(visible);
     return v;
   }
   Backend& b_;
-  PreparedPrompt& pp_;
+  const TraceInfo& trace_;
+  const SampleInfo& sample_;
+  std::vector<std::unique_ptr<LayerAttention>>& layers_;
   const PolicyConfig& config_;
   bool check_;
   const SampleStats* stats_ = nullptr;
@@ -269,29 +287,47 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   if (o.forced && static_cast<int>(o.forced->size()) < o.steps)
     throw std::invalid_argument("teacher forcing needs " + std::to_string(o.steps) +
                                 " tokens, got " + std::to_string(o.forced->size()));
+  // question = append: the context's rows are loaded and compressed, the question's tokens fed
+  // as the first Q steps (kvpress's order); the answer's steps follow at the same positions.
+  const bool append = o.policy && o.policy->appends_question() && question_length(pp.sample) > 0;
+  if (append && pp.context_layers.empty())
+    throw std::logic_error("policy '" + o.policy->label +
+                           "' appends the question: prepare the prompt with question_after");
+  const int Q = append ? pp.question : 0, context = P - Q;
+  std::vector<std::unique_ptr<LayerAttention>>& layers = append ? pp.context_layers : pp.layers;
   b.cache_reset(L, Hkv, d, P + o.steps);
   for (int l = 0; l < L; ++l) {
-    const LayerTensors& t = pp.layers[l]->tensors();
+    const LayerTensors& t = layers[l]->tensors();
     for (int g = 0; g < Hkv; ++g)
-      b.cache_assign(l, g, &t.k(0, g, 0), &t.v(0, g, 0), P, static_cast<std::size_t>(Hkv) * d);
+      b.cache_assign(l, g, &t.k(0, g, 0), &t.v(0, g, 0), context,
+                     static_cast<std::size_t>(Hkv) * d);
   }
   RunResult r;
   r.bytes_per_entry = 2ll * d * static_cast<std::int64_t>(sizeof(float));
-  r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * P;
+  r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * context;
+  r.question_steps = Q;
   std::unique_ptr<PolicyLoop> loop;
   if (o.policy) {
-    loop = std::make_unique<PolicyLoop>(b, pp, *o.policy, o.check_invariants);
+    loop = std::make_unique<PolicyLoop>(b, pp.trace, append ? pp.context : pp.sample, layers,
+                                        pp.stats, *o.policy, o.check_invariants);
     loop->prefill(r.caches);
   }
   const bool history = o.record || (o.policy && o.policy->merges());
   std::vector<float> hq(static_cast<std::size_t>(H) * d), hk(static_cast<std::size_t>(Hkv) * d),
       hv(hk.size());
   std::vector<std::vector<float>> probs;
-  r.predicted.push_back(argmax(pp.first_logits));
-  for (int t = 0; t < o.steps; ++t) {
+  if (!append) {
+    r.first_logits = pp.first_logits;
+    r.predicted.push_back(argmax(pp.first_logits));
+  }
+  // Step u feeds position context + u: the question's tokens (u < Q), then the answer's.
+  for (int u = 0; u < Q + o.steps; ++u) {
+    const int t = u - Q;  // the answer's step
     StepRecord rec;
-    rec.input = o.forced ? (*o.forced)[t] : r.predicted[t];
-    rec.position = P + t;
+    rec.input = t < 0 ? pp.prompt.info.token_ids[context + u]
+                : o.forced ? (*o.forced)[t]
+                           : r.predicted[t];
+    rec.position = context + u;
     const auto start = std::chrono::steady_clock::now();
     auto attend = [&](int l, const float* q, const float* k, const float* v, float* out) {
       for (int g = 0; g < Hkv; ++g)
@@ -301,10 +337,10 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
         b.download(hq.data(), q, hq.size());
         b.download(hk.data(), k, hk.size());
         b.download(hv.data(), v, hv.size());
-        pp.layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
+        layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
       }
       if (loop) {
-        rec.kv_entries += loop->decode(l, t, q, model_.scale(), out, r.caches[l]);
+        rec.kv_entries += loop->decode(l, u, q, model_.scale(), out, r.caches[l]);
         return;
       }
       b.decode_attention(l, q, H, model_.scale(), {}, out, probs);
@@ -315,6 +351,13 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
     b.synchronize();
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.peak_kv_entries = std::max(r.peak_kv_entries, rec.kv_entries);
+    if (t < 0) {
+      if (u == Q - 1) {  // the question's last token: the answer's first distribution
+        r.predicted.push_back(argmax(logits));
+        r.first_logits = std::move(logits);
+      }
+      continue;
+    }
     r.steps.push_back(rec);
     r.predicted.push_back(argmax(logits));
     if (o.keep_logits) r.logits.push_back(std::move(logits));

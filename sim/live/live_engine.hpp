@@ -13,6 +13,13 @@
 // Compression happens at the end of the prefill, as in SnapKV and kvpress: methods that prune
 // inside the prefill's forward pass (FastV, A-VL's prefill pruning) are applied there too, so
 // their effect on the prompt's own later hidden states is not modelled.
+//
+// A policy that compresses the context only (`question = append`, kvpress's pipeline) runs in
+// kvpress's order: the context (the prompt less its question) is compressed, then the question's
+// tokens are fed one by one against the compressed cache, as replay treats them (the sample split
+// at its question: the question's positions become the first decode steps), and the answer
+// follows. The context's statistics are those of the one prefill's first P - Q rows: the prefill
+// is causal, so a context-only prefill computes the same.
 #pragma once
 
 #include <memory>
@@ -33,6 +40,11 @@ struct PreparedPrompt {
   std::vector<float> first_logits;  // the prefill's next-token distribution
   int decode_position_offset = 0;   // M-RoPE: the rotary position of step t is P + t + this
   SampleStats stats;                // when some policy needs sample entropies
+  // Prepared with `question_after` and a question (Q = question_length > 0): the sample split at
+  // its question (context_only) and the layers' statistics of the context.
+  int question = 0;
+  SampleInfo context;
+  std::vector<std::unique_ptr<LayerAttention>> context_layers;
 };
 
 struct RunOptions {
@@ -53,13 +65,18 @@ struct StepRecord {
 };
 
 struct RunResult {
-  // predicted[0] = argmax of the prefill logits, predicted[t + 1] = argmax after step t; a greedy
-  // run feeds predicted[t] at step t.
+  // predicted[0] = argmax of first_logits, predicted[t + 1] = argmax after step t; a greedy run
+  // feeds predicted[t] at step t.
   std::vector<std::int32_t> predicted;
+  // The distribution of the answer's first token: the prefill's, or with the question appended
+  // after compression, that after the question's last token.
+  std::vector<float> first_logits;
+  // The question's tokens fed after compression (question = append), before step 0; 0 otherwise.
+  int question_steps = 0;
   std::vector<std::vector<float>> logits;  // [steps][vocab] with keep_logits
   std::vector<StepRecord> steps;
-  std::int64_t prompt_kv_entries = 0;  // rows of the full prompt cache, before compression
-  std::int64_t peak_kv_entries = 0;    // most rows during decoding
+  std::int64_t prompt_kv_entries = 0;  // rows of the prompt (or context) cache before compression
+  std::int64_t peak_kv_entries = 0;    // most rows during decoding, the question's steps included
   std::vector<KvCache> caches;         // per layer, the policy's final cache (empty without one)
   std::int64_t bytes_per_entry = 0;    // key + value of one row as the backend stores them
 };
@@ -76,7 +93,11 @@ class LiveEngine {
 
   // Runs longer than the config's max_position_embeddings are refused unless allowed.
   void allow_beyond_max_positions(bool allow) { beyond_max_positions_ = allow; }
-  PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs);
+  // `question_after`: also prepare the context's statistics for policies that append the
+  // question (PreparedPrompt::context_layers; needs_question_after tells).
+  PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs,
+                         bool question_after = false);
+  static bool needs_question_after(const std::vector<PolicyConfig>& policies);
   RunResult run(PreparedPrompt& prepared, const RunOptions& options);
 
  private:
