@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "sim/core/compact_trace.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/replay/engine.hpp"
 #include "tests/cli_helpers.hpp"
@@ -472,6 +473,20 @@ TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
     pos.push_back({next, next, next});
     EXPECT_LT(rel_error(r.logits[t], naive.logits(ids, at, prompt.inputs_embeds, pos)), 1e-5) << t;
   }
+  // A capture records the ids the model rotated by: the prompt's, then 9 + t on every axis.
+  const std::string prompts = temp_path("mrope_capture_prompts.h5"),
+                    trace = temp_path("mrope_capture.h5");
+  write_prompt_file(prompts, {prompt});
+  PromptReader reader(prompts);
+  live::CaptureOptions co;
+  co.gen_len = 3;
+  live::capture(engine, reader, reader.sample_names(), trace, co);
+  const TraceReader captured(trace);
+  EXPECT_EQ(captured.info().mrope_section, (std::vector<int>{2, 1, 1}));
+  const SampleInfo cs = captured.read_sample(prompt.info.name);
+  ASSERT_EQ(cs.position_ids.size(), 3u * 15);
+  for (int a = 0; a < 3; ++a)
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(cs.position_ids[a * 15 + i], pos[i][a]) << a << " " << i;
   // Errors name the sample and what is wrong.
   PromptSample none = prompt;
   none.position_ids.clear();
@@ -809,6 +824,43 @@ TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {
         EXPECT_EQ(lv[i].position, replayed[g][i].position) << name;
       }
     }
+  }
+}
+
+// `live capture --compact` writes what `kvsim compact` makes of the full capture: the statistics
+// of the stored (float16) values, and the same replay results to the byte.
+TEST_F(LiveFixture, CompactCaptureEqualsCompactingTheFullCapture) {
+  const PromptSample prompt = tiny_prompt(250, 4, 220, c.vocab_size);  // a 26-token question
+  const std::string prompts = temp_path("compact_capture_prompts.h5"),
+                    full = temp_path("compact_capture_full.h5"),
+                    direct = temp_path("compact_capture_direct.h5"),
+                    converted = temp_path("compact_capture_converted.h5");
+  write_prompt_file(prompts, {prompt});
+  PromptReader reader(prompts);
+  live::CaptureOptions co;
+  co.gen_len = 6;
+  co.dtype = DType::kFloat16;
+  live::capture(engine, reader, reader.sample_names(), full, co);
+  co.compact_window = 64;
+  live::capture(engine, reader, reader.sample_names(), direct, co);
+  write_compact_trace(TraceReader(full), converted, CompactOptions{.window = 64});
+  const TraceReader d(direct);
+  ASSERT_EQ(d.info().compact_window, 64);
+  const SampleInfo s = d.read_sample(prompt.info.name);
+  EXPECT_EQ(s.compact_context_len, 224);
+  EXPECT_EQ(s.compact_first_row, 128);  // the block of 64 rows holding row 224 - 64 = 160
+  for (const char* args : {"-p h2o -p snapkv -p tova -p meda -p lookm:released --budget 30%",
+                           "-p snapkv:kvpress -p knorm:kvpress --budget 25%"}) {
+    const CliRun a = kvsim("replay " + direct + " " + std::string(args) + " --out " +
+                           temp_path("compact_capture_a.csv") + " --dump-decisions " +
+                           temp_path("compact_capture_a.h5"));
+    const CliRun b = kvsim("replay " + converted + " " + std::string(args) + " --out " +
+                           temp_path("compact_capture_b.csv") + " --dump-decisions " +
+                           temp_path("compact_capture_b.h5"));
+    ASSERT_EQ(a.code, 0) << a.output;
+    ASSERT_EQ(b.code, 0) << b.output;
+    EXPECT_EQ(slurp(temp_path("compact_capture_a.csv")), slurp(temp_path("compact_capture_b.csv")));
+    EXPECT_EQ(slurp(temp_path("compact_capture_a.h5")), slurp(temp_path("compact_capture_b.h5")));
   }
 }
 

@@ -23,6 +23,11 @@ Runner add_live(CLI::App& app);
 Runner add_compare(CLI::App& app);
 Runner add_compact(CLI::App& app);
 
+// The longest window of prompt rows any policy or preset reads at its defaults (at least 64):
+// what a compact trace keeps by default (kvsim compact, kvsim live capture --compact), so that
+// every such run replays from it.
+int default_compact_window();
+
 // -j/--threads: a positive count, or 0 for every core of the machine.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {
   return app.add_option("-j,--threads", threads, help + " (0: every core)")

@@ -9,10 +9,6 @@
 
 namespace kvsim::cli {
 
-namespace {
-
-// The longest window of prompt rows any policy or preset reads at its defaults (at least 64):
-// what a compact trace keeps by default, so that every such run replays from it.
 int default_compact_window() {
   int window = 64;
   auto widen = [&](const PolicyConfig& c) {
@@ -25,8 +21,6 @@ int default_compact_window() {
   for (const PolicyPreset& preset : policy_presets()) widen(make_policy_config(preset.name, {}));
   return window;
 }
-
-}  // namespace
 
 Runner add_compact(CLI::App& app) {
   app.description(

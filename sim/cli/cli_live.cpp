@@ -46,6 +46,8 @@ struct RunArgs {
   int seeds = kDefaultSeeds;
   bool equal_memory = false;
   bool force_reference = false, no_timing = false, logits = false, beyond_positions = false;
+  bool compact = false, no_entropies = false;  // capture: a compact trace
+  int compact_window = 0;
   bool stop_at_eos = false;
 };
 
@@ -266,6 +268,10 @@ int run_capture(const RunArgs& a, const World& world) {
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
   o.logits = a.logits;
   o.model_name = std::filesystem::path(a.model).filename().string();
+  if (a.compact) o.compact_window = a.compact_window > 0 ? a.compact_window : default_compact_window();
+  o.compact_entropies = !a.no_entropies;
+  if (!a.compact && (a.compact_window > 0 || a.no_entropies))
+    throw std::invalid_argument("--window and --no-entropies apply to --compact only");
   std::unique_ptr<Session> s;
   std::exception_ptr failed;
   try {
@@ -465,6 +471,15 @@ Runner add_live(CLI::App& app) {
   cap->add_flag("--logits", run->logits,
                 "Also store samples/<name>/logits, float32 [G + 1, vocab] (comparisons with "
                 "other implementations)");
+  cap->add_flag("--compact", run->compact,
+                "Write a compact trace (as kvsim compact makes): each sample's prompt statistics "
+                "computed as it is captured, only the last prompt queries windows read stored");
+  cap->add_option("--window", run->compact_window,
+                  "With --compact: keep the queries of windows up to N prompt rows (default: the "
+                  "longest any policy or preset reads at its defaults, at least 64)")
+      ->check(CLI::PositiveNumber);
+  cap->add_flag("--no-entropies", run->no_entropies,
+                "With --compact: do not store the prompt entropies (MEDA is then refused)");
   CLI::App* ev =
       app.add_subcommand("evaluate",
                          "End-to-end accuracy of policies against the full-cache run: KL, top-1 "

@@ -8,8 +8,10 @@
 
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
+#include "sim/core/compact_trace.hpp"
 #include "sim/live/pieces.hpp"
 #include "sim/replay/results.hpp"
+#include "traces/half.hpp"
 
 namespace kvsim::live {
 
@@ -63,6 +65,9 @@ TraceInfo capture_trace_info(LiveEngine& engine, const CaptureOptions& o) {
   info.scale = engine.model().scale();
   info.scale_given = true;
   info.rope_theta = c.rope_theta;
+  info.mrope_section = c.mrope_section;
+  info.compact_window = o.compact_window;
+  info.compact_entropies = o.compact_window > 0 && o.compact_entropies;
   return info;
 }
 
@@ -101,6 +106,26 @@ LayerTensors first_positions(const LayerTensors& t, int T) {
   return out;
 }
 
+// The M-RoPE ids [3, T] of a captured sample: the prompt's ([P, 3] in the prompt file), then
+// each decode step's, P + t + the prepared offset on every axis (as the model fed them).
+std::vector<std::int32_t> trace_position_ids(const PreparedPrompt& pp, int T) {
+  const int P = pp.sample.prompt_len;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(3) * T);
+  for (int a = 0; a < 3; ++a)
+    for (int i = 0; i < T; ++i)
+      ids[static_cast<std::size_t>(a) * T + i] =
+          i < P ? pp.prompt.position_ids[static_cast<std::size_t>(i) * 3 + a]
+                : i + pp.decode_position_offset;
+  return ids;
+}
+
+// x rounded to binary16 and back, in place (what a float16 trace stores).
+void round_to_half(xt::xtensor<float, 3>& x) {
+  std::vector<std::uint16_t> half(x.size());
+  float_to_half(x.data(), half.data(), x.size());
+  half_to_float(half.data(), x.data(), x.size());
+}
+
 // Generates one sample with a full cache and writes it, alone, to `path` (atomically).
 void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::string& prompts_path,
                     const TraceInfo& info, const WriteOptions& wo, const CaptureOptions& o,
@@ -121,10 +146,20 @@ void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::s
   for (int t = 0; t < G; ++t) s.token_ids[s.prompt_len + t] = r.steps[t].input;
   const int kept = o.force_reference ? G : steps_until_stop(r, G, o.stop_tokens);
   if (kept < G) truncate_generation(s, kept);
+  if (!info.mrope_section.empty()) s.position_ids = trace_position_ids(pp, s.total_len());
+  if (info.compact()) s = compact_sample(std::move(s), info.compact_window);
   TraceWriter writer(begin_partial(path), info, wo);
   writer.write_sample(s);
-  for (const auto& layer : pp.layers)
-    writer.write_layer(s, first_positions(layer->tensors(), s.total_len()));
+  for (const auto& layer : pp.layers) {
+    LayerTensors t = first_positions(layer->tensors(), s.total_len());
+    if (info.compact()) {
+      // The statistics of what the file stores: the tensors rounded to its dtype first.
+      if (o.dtype == DType::kFloat16)
+        for (auto* x : {&t.q, &t.k, &t.v}) round_to_half(*x);
+      t = compact_layer(info, s, std::move(t), info.compact_entropies, 1);
+    }
+    writer.write_layer(s, t);
+  }
   if (o.logits) {
     std::vector<float> all = pp.first_logits;
     for (const auto& row : r.logits) all.insert(all.end(), row.begin(), row.end());
@@ -164,7 +199,9 @@ PieceStore capture_store(const std::string& out_path, const TraceInfo& info,
   return PieceStore(
       out_path, fingerprint_of({KVSIM_VERSION, o.fingerprint, info.model, std::to_string(o.gen_len),
                                 std::to_string(o.force_reference), dtype_name(o.dtype),
-                                std::to_string(o.logits), "stop " + ids_text(o.stop_tokens)}));
+                                std::to_string(o.logits), "stop " + ids_text(o.stop_tokens),
+                                "compact " + std::to_string(o.compact_window) +
+                                    (o.compact_entropies ? "" : " without entropies")}));
 }
 
 }  // namespace

@@ -25,6 +25,11 @@ struct CaptureOptions {
   // Greedy generation stops once it has fed one of these tokens (the model's end of sequence):
   // the sample then has as many generated positions as tokens up to and including it.
   std::vector<std::int32_t> stop_tokens;
+  // > 0: write a compact trace (sim/core/compact_trace.hpp) keeping the prompt queries of windows
+  // up to this many rows: each sample's statistics are computed from its layers as captured (in
+  // the stored dtype), and its other prompt queries never reach the disk.
+  int compact_window = 0;
+  bool compact_entropies = true;
   std::function<void()> on_sample;  // called after each sample (progress)
   // Identity of the model and prompts (the CLI: the checkpoint's and prompt file's fingerprints,
   // the backend). Finished samples are kept in `<out>.parts/` under it and these options, so a
