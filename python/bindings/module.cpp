@@ -15,6 +15,7 @@ void bind_write(py::module_& m);
 void bind_stats(py::module_& m);
 void bind_sweep(py::module_& m);
 void bind_compare(py::module_& m);
+void bind_compact(py::module_& m);
 }  // namespace kvsim::python
 
 PYBIND11_MODULE(_kvsim, m) {
@@ -28,6 +29,7 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_stats(m);
   kvsim::python::bind_sweep(m);
   kvsim::python::bind_compare(m);
+  kvsim::python::bind_compact(m);
   // The user's own exception from a Python policy, raised as itself.
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -12,8 +12,9 @@ section "Python".
 import sys as _sys
 
 try:
-    from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__, policies,
-                         presets, resolve_budget, write_trace)
+    from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__,
+                         compact_trace, policies, presets, prompt_statistics, resolve_budget,
+                         write_trace)
     from ._kvsim import replay as _replay
     from ._kvsim import stats as _stats
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
@@ -415,6 +416,7 @@ class ScorerPolicy(Policy):
                 cache.keep_only(g, keep)
 
 
-__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare", "write_trace", "register", "policies", "presets", "Policy",
+__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare", "write_trace",
+           "compact_trace", "prompt_statistics", "register", "policies", "presets", "Policy",
            "ScorerPolicy", "resolve_budget",
            "LayerView", "StepAttention", "Cache", "__version__"]

@@ -185,6 +185,48 @@ class CaptureTest(unittest.TestCase):
         np.testing.assert_allclose(res["output_rel_error"][full], 0, atol=1e-6)
         self.assertTrue(np.all(res["mass_recall"][~full] <= 1))
 
+    def test_compact_capture_equals_compacting_the_full_capture(self):
+        try:
+            import kvsim
+            kvsim.compact_trace
+        except (ImportError, AttributeError):
+            self.skipTest("the kvsim C++ module is not built")
+        prompt = [(7 * i + 3) % VOCAB for i in range(150)]
+        modality, segment, media = metadata(150, 5, images=(2, 120))  # a 30-token question
+        full_path, direct_path, converted_path = (
+            os.path.join(self.dir.name, name) for name in ("f.h5", "d.h5", "c.h5"))
+        for path, compact in ((full_path, False), (direct_path, True)):
+            rec = capture.Recorder()
+            if compact:
+                rec.compact(window=32, dtype="float16")
+            self.model.attention_fn = rec.attention
+            with rec.sample("000000", modality=modality, segment=segment, media_id=media):
+                capture.greedy(self.model.step, prompt, 5)
+            rec.write(path, model="tiny", dtype="float16", progress=False)
+        kvsim.compact_trace(full_path, converted_path, window=32)
+        direct, converted = kvsim.Trace(direct_path), kvsim.Trace(converted_path)
+        self.assertEqual(direct.compact_window, 32)
+        with h5py.File(direct_path) as d, h5py.File(converted_path) as c:
+            g, h = d["samples/000000"], c["samples/000000"]
+            # context 120; the 64-row block holding row 120 - 32 = 88 starts at 64
+            self.assertEqual((g.attrs["compact_first_row"], g.attrs["compact_context_len"]),
+                             (64, 120))
+            for l in range(LAYERS):
+                for name in ("q_rows", "k", "v", "stats/prompt/column_sums",
+                             "stats/prompt/column_sums_rounded", "stats/prompt/text_column_sums",
+                             "stats/context/column_sums", "stats/context/text_column_max",
+                             "stats/entropies"):
+                    np.testing.assert_array_equal(g[f"layers/{l}/{name}"][()],
+                                                  h[f"layers/{l}/{name}"][()],
+                                                  err_msg=f"layer {l} {name}")
+        policies = {"h2o": {"budget": "20"}, "snapkv": {"budget": "20"}, "knorm:kvpress": {"budget": "20"},
+                    "lookm:released": {"budget": "20"}, "meda": None}
+        a, b = kvsim.replay(direct_path, policies), kvsim.replay(converted_path, policies)
+        for column in ("mass_recall", "output_rel_error"):
+            np.testing.assert_array_equal(a[column], b[column])
+        with self.assertRaisesRegex(capture.CaptureError, "write it as that, not float32"):
+            rec.write(os.path.join(self.dir.name, "x.h5"), dtype="float32")
+
     def test_errors_name_the_sample(self):
         rec = capture.Recorder()
         self.model.attention_fn = rec.attention

@@ -78,7 +78,20 @@ class Recorder:
         # the model's config); None: the trace does not say.
         self.rope_theta = None
         self.mrope_section = None
+        self._compact = None  # compact(): {"window", "dtype", "entropies"}
         self._current = None
+
+    def compact(self, window=64, dtype="float16", entropies=True):
+        """Records a compact trace (kvtrace-v1.md, "Compact traces"): at each layer's prefill the
+        prompt's statistics are computed (by kvsim's C++ code, from q and k rounded to `dtype`, as
+        the file stores them) and only the query rows that windows of up to `window` rows read
+        are kept; write() must then use the same dtype. Equals `kvsim compact` of the full
+        capture. entropies=False leaves out MEDA's entropies (a pass over all P² logits)."""
+        if dtype not in ("float16", "float32"):
+            raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
+        if int(window) < 1:
+            raise ValueError(f"capture: compact window {window}: must be at least 1")
+        self._compact = {"window": int(window), "dtype": dtype, "entropies": bool(entropies)}
 
     @contextlib.contextmanager
     def sample(self, name, *, modality, segment, media_id=None, token_ids=None, task=None,
@@ -148,9 +161,32 @@ class Recorder:
             return x[0, :, -n:, :].transpose(0, 1).detach().to("cpu").float().numpy()
 
         parts = self._current["layers"].setdefault(layer, {"q": [], "k": [], "v": []})
-        parts["q"].append(rows(query))
+        q = rows(query)
+        if self._compact is not None and not parts["q"]:
+            q = self._prompt_statistics(layer, parts, q, rows(key), scale)
+        parts["q"].append(q)
         parts["k"].append(rows(key))
         parts["v"].append(rows(value))
+
+    def _prompt_statistics(self, layer, parts, q, k, scale):
+        """A compact recording's first call of a layer (the prefill): its stored statistics, and
+        the query rows kept (from the sample's first kept row)."""
+        from kvsim import prompt_statistics
+
+        meta = self._current["meta"]
+        P = int(np.count_nonzero(meta["segment"] != 2))
+        if q.shape[0] < P:
+            raise CaptureError(f"capture: sample '{self._current['name']}', layer {layer}: the "
+                               f"first call holds {q.shape[0]} of the prompt's {P} rows; a "
+                               "compact capture needs the prefill in one call")
+        dtype = self._compact["dtype"]
+        stored_q, stored_k = (x[:P].astype(dtype).astype(np.float32) for x in (q, k))
+        stats = prompt_statistics(stored_q, stored_k, meta["modality"][:P],
+                                  scale=scale, entropies=self._compact["entropies"],
+                                  window=self._compact["window"], dtype=dtype)
+        parts["stats"] = stats
+        self._current["compact"] = (stats["first_row"], stats["context_len"])
+        return q[stats["first_row"]:]
 
     def _finish(self, cur):
         name, meta, layers = cur["name"], cur["meta"], cur["layers"]
@@ -162,11 +198,15 @@ class Recorder:
             raise CaptureError(f"capture: sample '{name}': layers {missing} were never called")
         T = len(meta["segment"])
         tensors = {}
+        first_row, context_len = cur.get("compact", (0, 0))
         for l in range(L):
-            t = {k: np.concatenate(v) for k, v in layers[l].items()}
-            if t["q"].shape[0] != T:
-                raise CaptureError(f"capture: sample '{name}', layer {l}: {t['q'].shape[0]} "
-                                   f"positions recorded, metadata covers {T}")
+            t = {k: np.concatenate(v) for k, v in layers[l].items() if k != "stats"}
+            if t["q"].shape[0] + first_row != T:
+                raise CaptureError(f"capture: sample '{name}', layer {l}: "
+                                   f"{t['q'].shape[0] + first_row} positions recorded, metadata "
+                                   f"covers {T}")
+            if "stats" in layers[l]:
+                t["stats"] = layers[l]["stats"]
             tensors[l] = t
         for key, arr in meta.items():
             if key == "position_ids":
@@ -186,7 +226,8 @@ class Recorder:
             raise CaptureError(f"capture: sample '{name}': generated positions (segment 2) must "
                                f"be the last ones")
         return {"name": name, "meta": meta, "prompt_len": P, "gen_len": T - P, "tensors": tensors,
-                "task": cur["task"], "reference": cur["reference"]}
+                "task": cur["task"], "reference": cur["reference"],
+                "compact_first_row": first_row, "compact_context_len": context_len}
 
     def write(self, path, model="", dtype="float16", progress=None):
         """Writes every finished sample to `path` (kvtrace v1); dtype float16 or float32."""
@@ -196,6 +237,9 @@ class Recorder:
             raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
         if not self.samples:
             raise CaptureError("capture: no sample to write")
+        if self._compact is not None and dtype != self._compact["dtype"]:
+            raise CaptureError(f"capture: the compact recording's statistics are of "
+                               f"{self._compact['dtype']} values; write it as that, not {dtype}")
         L = len(self.samples[0]["tensors"])
         for s in self.samples:
             if len(s["tensors"]) != L:
@@ -216,6 +260,10 @@ class Recorder:
                 f.attrs["rope_theta"] = float(self.rope_theta)
             if self.mrope_section is not None:
                 f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
+            if self._compact is not None:
+                f.attrs["kvtrace_compact"] = 1
+                f.attrs["compact_window"] = self._compact["window"]
+                f.attrs["compact_entropies"] = int(self._compact["entropies"])
             for s in self.samples:
                 g = f.create_group(f"samples/{s['name']}")
                 g.attrs["prompt_len"] = s["prompt_len"]
@@ -225,9 +273,15 @@ class Recorder:
                         g.attrs[key] = s[key]
                 for key, arr in s["meta"].items():
                     g[key] = arr
+                if self._compact is not None:
+                    g.attrs["compact_first_row"] = s["compact_first_row"]
+                    g.attrs["compact_context_len"] = s["compact_context_len"]
                 for l, t in s["tensors"].items():
                     for key in ("q", "k", "v"):
-                        g[f"layers/{l}/{key}"] = t[key].astype(dtype)
+                        name = "q_rows" if key == "q" and self._compact is not None else key
+                        g[f"layers/{l}/{name}"] = t[key].astype(dtype)
+                    if "stats" in t:
+                        _write_stats(g, l, t["stats"])
                     done += 1
                     if show:
                         print(f"\rcapture: writing {done}/{total} layers", end="", file=sys.stderr)
@@ -236,6 +290,17 @@ class Recorder:
         import os
 
         os.replace(path + ".partial", path)
+
+
+def _write_stats(group, layer, stats):
+    """A compact trace's stats/ datasets of one layer (kvtrace-v1.md, "Compact traces")."""
+    for part in ("prompt", "context"):
+        if part not in stats:
+            continue
+        for key, arr in stats[part].items():
+            group[f"layers/{layer}/stats/{part}/{key}"] = np.asarray(arr, dtype=np.float32)
+    if "entropies" in stats:
+        group[f"layers/{layer}/stats/entropies"] = np.asarray(stats["entropies"], dtype=np.float64)
 
 
 def greedy(step, prompt_ids, gen):

@@ -68,6 +68,12 @@ def main(argv=None):
     ap.add_argument("--prompts-out", help="also write the prompts as a kvprompt file (token ids, "
                                           "the language model's input embeddings at the image "
                                           "positions, M-RoPE position ids) for kvsim live")
+    ap.add_argument("--compact", type=int, metavar="WINDOW", default=0,
+                    help="write a compact trace: each layer's prompt statistics computed as the "
+                         "model runs, only the query rows windows of up to WINDOW prompt rows read kept (kvsim compact; "
+                         "64 serves every policy at its defaults)")
+    ap.add_argument("--no-entropies", action="store_true",
+                    help="with --compact: leave out MEDA's prompt entropies")
     a = ap.parse_args(argv)
     try:
         import transformers  # noqa: F401
@@ -79,7 +85,8 @@ def main(argv=None):
     model, processor = load(a.model, a.device, a.model_dtype)
     prompts = read_prompts(a.prompts)
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
-                       prompts_out=a.prompts_out,
+                       prompts_out=a.prompts_out, compact_window=a.compact or None,
+                       compact_entropies=not a.no_entropies,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))
     print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)

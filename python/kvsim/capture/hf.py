@@ -255,7 +255,8 @@ def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, tas
 
 
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
-                       progress=None, prompts_out=None):
+                       progress=None, prompts_out=None, compact_window=None,
+                       compact_entropies=True):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
     kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
@@ -263,10 +264,14 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     gen + 1 new tokens, the last of which is never fed back. With `prompts_out`, also writes the
     prompts as a kvprompt file (the token ids, the language model's input embeddings at the
     media positions, M-RoPE position ids), so that `kvsim live` runs the very same inputs on the
-    checkpoint. Returns the Recorder."""
+    checkpoint. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
+    prompt statistics computed as the model runs, only the query rows windows of up to that many
+    rows read kept. Returns the Recorder."""
     import torch
 
     recorder = Recorder()
+    if compact_window:
+        recorder.compact(compact_window, dtype, compact_entropies)
     use_attention(model, register(recorder))
     model.eval()
     config = model.config
