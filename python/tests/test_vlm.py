@@ -162,6 +162,88 @@ class SmallBuild(unittest.TestCase):
                 self.assertTrue(os.path.exists(os.path.join(out, f"{stem}.{ext}")), stem)
 
 
+class SmallMultiBuild(unittest.TestCase):
+    """The eight-box task's build on its CI setting: every piece, not the full model's accuracy."""
+
+    @classmethod
+    def setUpClass(cls):
+        from kvsim.vlm import multi
+
+        cls.tmp = tempfile.mkdtemp()
+        cls.dir = multi.build_multi(MODELS, multi.MULTI_SMALL, out=os.path.join(cls.tmp, "m"),
+                                    log=lambda *_: None)
+        with open(os.path.join(cls.dir, "build.json")) as f:
+            cls.report = json.load(f)
+
+    def test_the_build_is_deterministic(self):
+        from kvsim.vlm import multi
+
+        again = multi.build_multi(MODELS, multi.MULTI_SMALL, out=os.path.join(self.tmp, "again"),
+                                  log=lambda *_: None)
+        for name in ("projector.safetensors", "model/model.safetensors", "prompts.h5",
+                     "prompts_swapped.h5", "prompts_shuffled.h5", "prompts_noimage.h5"):
+            with open(os.path.join(self.dir, name), "rb") as a, \
+                    open(os.path.join(again, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+
+    def test_prompts_hold_eight_boxes_a_question_and_the_controls(self):
+        import h5py
+        from kvsim import prompts
+        from kvsim.vlm import data, multi
+
+        task = multi.MultiTask(prompts.Llama2cVocab(os.path.join(self.dir, "model")), 8)
+        with h5py.File(os.path.join(self.dir, "prompts.h5"), "r") as f, \
+                h5py.File(os.path.join(self.dir, "prompts_swapped.h5"), "r") as s, \
+                h5py.File(os.path.join(self.dir, "prompts_shuffled.h5"), "r") as sh, \
+                h5py.File(os.path.join(self.dir, "prompts_noimage.h5"), "r") as n:
+            names = list(f["samples"])
+            self.assertEqual(len(names), 16)
+            for name in names:
+                g = f["samples"][name]
+                media = g["media_id"][:]
+                self.assertEqual(int((g["modality"][:] == 1).sum()), 392)  # 8 images x 49
+                self.assertEqual(sorted(set(media[media >= 0].tolist())), list(range(8)))
+                self.assertEqual(g["inputs_embeds"].shape, (392, 64))
+                self.assertIn(g.attrs["reference"], data.CLASS_WORDS)
+                box = int(g.attrs["task"].rsplit(" ", 1)[1]) - 1
+                # the question follows the last image and its ".": "What was in box <k>? Lily
+                # saw the"
+                self.assertEqual(int(g.attrs["question_len"]),
+                                 len(media) - int(np.flatnonzero(media >= 0)[-1]) - 1 -
+                                 len(task.after))
+                self.assertEqual(list(g["token_ids"][-int(g.attrs["question_len"]):]),
+                                 task.questions[box])
+                rows, swapped = g["inputs_embeds"][:], s["samples"][name]["inputs_embeds"][:]
+                changed = sorted({i // 49 for i in np.flatnonzero(np.any(rows != swapped, 1))})
+                self.assertEqual(changed, [box])  # only the asked box's image is replaced
+                shuffled = sh["samples"][name]["inputs_embeds"][:]
+                self.assertFalse(np.array_equal(shuffled[box * 49:(box + 1) * 49],
+                                                rows[box * 49:(box + 1) * 49]))
+                self.assertEqual(sorted(map(bytes, shuffled.reshape(8, -1))),
+                                 sorted(map(bytes, rows.reshape(8, -1))))  # the same images
+                for control in (s, sh, n):  # scored against the original item's answer
+                    self.assertEqual(control["samples"][name].attrs["reference"],
+                                     g.attrs["reference"])
+                self.assertEqual(int((n["samples"][name]["modality"][:] != 0).sum()), 0)
+        self.assertEqual(self.report["test_items"], 16)
+        self.assertEqual(self.report["images_per_prompt"], 8)
+
+    def test_kvsim_live_gives_the_answers_the_build_measured(self):
+        from kvsim import prompts
+
+        trace = os.path.join(self.tmp, "multi_trace.h5")
+        kvsim_cli("live", "capture", "-m", os.path.join(self.dir, "model"), "--prompts",
+                  os.path.join(self.dir, "prompts.h5"), "--gen", "8", "--stop-at-eos",
+                  "-o", trace)
+        vocab = prompts.Llama2cVocab(os.path.join(self.dir, "model"))
+        answers = []
+        for s in kvsim.Trace(trace):
+            ids = [i for i in s.token_ids[s.prompt_len:] if i not in (1, 2)]
+            text = vocab.decode(ids).strip().lower()
+            answers.append(text[:-1].strip() if text.endswith(".") else text)
+        self.assertEqual(answers, self.report["full"]["answers"])
+
+
 class ReportRetention(unittest.TestCase):
     def test_image_and_text_entries_kept_by_hand(self):
         import h5py

@@ -17,56 +17,66 @@ def default_models():
 
 
 def main(argv=None):
-    from kvsim.vlm import assemble
+    from kvsim.vlm import assemble, multi
 
     ap = argparse.ArgumentParser(
         prog="python -m kvsim.vlm",
         description="Build the assembled VLM (MobileNetV2 -> trained projector -> stories260K, on "
                     "Fashion-MNIST; an assembled toy, not a production VLM), or find it in the "
-                    "cache, and print its directory on the last line.",
+                    "cache, and print its directory on the last line. `build` is the single-image "
+                    "task with a frozen decoder; `build-multi` the eight-box task (a question about "
+                    "one of eight images), with the decoder fine-tuned.",
         epilog="examples:\n"
                "  python -m kvsim.vlm build --models ../shared/models\n"
                "  python -m kvsim.vlm build --small            # the CI setting, seconds\n"
                "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
+               "  python -m kvsim.vlm build-multi --set seed=1\n"
                "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
-               "kvsim live), prompts.h5, prompts_noimage.h5, prompts_swapped.h5, "
-               "projector.safetensors, build.json",
+               "kvsim live), prompts.h5 and the controls' prompts_*.h5, projector.safetensors, "
+               "build.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build or find the model")
-    b.add_argument("--models", default=os.environ.get("KVSIM_MODELS") or default_models(),
-                   help="folder holding mobilenet_v2/ and stories260K/ (default: $KVSIM_MODELS, "
-                        "else shared/models beside the checkout)")
-    b.add_argument("--small", action="store_true", help="the small CI setting (kvsim.vlm.SMALL)")
-    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"a build setting (repeatable); keys: {', '.join(assemble.DEFAULTS)}")
-    b.add_argument("--out", help="directory to write (default: the cache, "
-                                 f"{assemble.cache_root()}/<key>)")
-    b.add_argument("--force", action="store_true", help="rebuild even when cached")
-    b.add_argument("--quiet", action="store_true", help="print only the directory")
+    kinds = {"build": (assemble.build, assemble.DEFAULTS, assemble.SMALL),
+             "build-multi": (multi.build_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL)}
+    for name, (_, defaults, _) in kinds.items():
+        b = sub.add_parser(name, help="build or find the model" + (
+            " (eight boxes, a question about one)" if name == "build-multi" else ""))
+        b.add_argument("--models", default=os.environ.get("KVSIM_MODELS") or default_models(),
+                       help="folder holding mobilenet_v2/ and stories260K/ (default: "
+                            "$KVSIM_MODELS, else shared/models beside the checkout)")
+        b.add_argument("--small", action="store_true", help="the small CI setting")
+        b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"a build setting (repeatable); keys: {', '.join(defaults)}")
+        b.add_argument("--out", help="directory to write (default: the cache, "
+                                     f"{assemble.cache_root()}/<key>)")
+        b.add_argument("--force", action="store_true", help="rebuild even when cached")
+        b.add_argument("--quiet", action="store_true", help="print only the directory")
     a = ap.parse_args(argv)
+    build, defaults, small = kinds[a.command]
     if not a.models:
         ap.error("no --models and no shared/models beside the checkout (set KVSIM_MODELS)")
-    settings = dict(assemble.SMALL if a.small else {})
+    settings = dict(small if a.small else {})
     for item in a.set:
         key, _, value = item.partition("=")
-        if key not in assemble.DEFAULTS or not value:
-            ap.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {list(assemble.DEFAULTS)}")
+        if key not in defaults or not value:
+            ap.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {list(defaults)}")
         try:
-            settings[key] = type(assemble.DEFAULTS[key])(value)
+            settings[key] = type(defaults[key])(value)
         except ValueError:
-            ap.error(f"--set {item!r}: {value!r} is not a {type(assemble.DEFAULTS[key]).__name__}")
+            ap.error(f"--set {item!r}: {value!r} is not a {type(defaults[key]).__name__}")
     log = (lambda *_: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        out = assemble.build(a.models, settings, out=a.out, log=log, force=a.force)
+        out = build(a.models, settings, out=a.out, log=log, force=a.force)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"python -m kvsim.vlm: {e}")
     if not a.quiet:
         with open(os.path.join(out, "build.json"), encoding="utf-8") as f:
             r = json.load(f)
-        print(f"held-out accuracy {r['full']['accuracy']:.3f} over {r['test_images']} images; "
-              f"controls: no image {r['no_image']['accuracy']:.3f}, another image's "
-              f"{r['swapped']['accuracy']:.3f}", file=sys.stderr)
+        n = r.get("test_images", r.get("test_items"))
+        controls = ", ".join(f"{c.replace('_', ' ')} {r[c]['accuracy']:.3f}"
+                             for c in ("no_image", "swapped", "shuffled") if c in r)
+        print(f"held-out accuracy {r['full']['accuracy']:.3f} over {n} items; controls: "
+              f"{controls}", file=sys.stderr)
     print(out)
 
 

@@ -65,17 +65,20 @@ def _parts(models):
     return enc, dec
 
 
-def _key(settings, enc, dec):
+# The sources a single-image build depends on (its cache key); the multi-image build adds its own.
+SOURCES = ("assemble.py", "data.py", "decoder.py", "encoder.py")
+
+
+def _key(settings, enc, dec, sources=SOURCES):
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for d, files in ((enc, ("graph.json", "model.safetensors")),
                      (dec, ("config.json", "model.safetensors", "vocab.json"))):
         for f in files:
             h.update(_sha256(os.path.join(d, f)).encode())
     here = os.path.dirname(os.path.abspath(__file__))
-    for f in sorted(os.listdir(here)):
-        if f.endswith(".py") and f not in ("__init__.py", "__main__.py"):
-            with open(os.path.join(here, f), "rb") as src:
-                h.update(src.read())
+    for f in sources:
+        with open(os.path.join(here, f), "rb") as src:
+            h.update(src.read())
     return h.hexdigest()[:16]
 
 

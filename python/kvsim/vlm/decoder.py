@@ -69,17 +69,25 @@ class LlamaDecoder:
         rotated = _torch().cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
-    def __call__(self, inputs, positions=None):
+    def __call__(self, inputs, positions=None, pad=None):
         """inputs: [N, T, hidden] input embeddings; causal attention over positions 0..T-1 (or
-        `positions` [T]). Returns the logits [N, T, vocab]."""
+        `positions` [T]). `pad` [N, T] (True: padding, at the start of an item): each item then
+        starts at position 0 after its pads, which no real token attends. Returns the logits
+        [N, T, vocab]."""
         torch = _torch()
         p = self.params
         n, t, _ = inputs.shape
-        pos = torch.arange(t, dtype=torch.float64) if positions is None else positions.double()
-        angles = pos[:, None] * self.inv_freq[None, :]
+        if pad is None:
+            pos = torch.arange(t, dtype=torch.float64) if positions is None else positions.double()
+            mask = torch.full((t, t), float("-inf")).triu(1)
+        else:
+            pos = ((~pad).cumsum(1) - 1).clamp(min=0).double()[:, None]  # [N, 1, T]
+            hidden_keys = pad[:, None, None, :] & ~torch.eye(t, dtype=torch.bool)  # pads see
+            mask = torch.full((t, t), float("-inf")).triu(1).expand(n, 1, t, t).masked_fill(
+                hidden_keys, float("-inf"))                                     # themselves only
+        angles = pos[..., None] * self.inv_freq
         cos = torch.cat([angles.cos(), angles.cos()], -1).float()
         sin = torch.cat([angles.sin(), angles.sin()], -1).float()
-        mask = torch.full((t, t), float("-inf")).triu(1)
         group = self.heads // self.kv_heads
         x = inputs
         for layer in range(self.layers):
@@ -88,10 +96,12 @@ class LlamaDecoder:
             q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(n, t, self.heads, self.head_dim)
             k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
             v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
-            q = self._rope(q.transpose(1, 2), cos, sin)
+            # Contiguous operands: torch 1.13's CPU batched matmul is ~15x slower on a transposed
+            # one with a head dimension of 8.
+            q = self._rope(q.transpose(1, 2), cos, sin).contiguous()
             k = self._rope(k.transpose(1, 2), cos, sin).repeat_interleave(group, dim=1)
-            v = v.transpose(1, 2).repeat_interleave(group, dim=1)
-            scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + mask
+            v = v.transpose(1, 2).repeat_interleave(group, dim=1).contiguous()
+            scores = (q @ k.transpose(-1, -2).contiguous()).div_(self.head_dim ** 0.5).add_(mask)
             att = torch.softmax(scores, dim=-1) @ v
             x = x + att.transpose(1, 2).reshape(n, t, -1) @ p[pre + "self_attn.o_proj.weight"].T
             h = self._norm(x, p[pre + "post_attention_layernorm.weight"])

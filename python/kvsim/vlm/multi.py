@@ -1,0 +1,351 @@
+"""The assembled VLM's multi-image task: eight Fashion-MNIST images in numbered boxes, and a
+question about one box, chosen at random ("Box one: <image>. Box two: <image>. ... What was in
+box three? Lily saw the" -> " coat."). The answer depends on one image
+that the question picks, so a policy must keep the right image when most of the 512-token prompt
+(392 of about 500 positions) is image tokens.
+
+The single-image projector cannot teach a frozen 260K-parameter decoder to look an image up by
+its box number, so this build fine-tunes the decoder with the projector (both documented in
+build.json; the frozen-decoder single-image build is unchanged). The result is cached like the
+single-image build, under a key of every setting, the parts' bytes and this package's source:
+    model/             the fine-tuned decoder as a LlamaForCausalLM checkpoint (+ vocabulary)
+    projector.safetensors
+    prompts.h5         held-out items (test images only): kvprompt v1, the projected rows of the
+                       eight images as inputs_embeds, the question's length, the class word
+    prompts_noimage.h5, prompts_swapped.h5, prompts_shuffled.h5   the controls, with the
+                       original items' references: no images; the asked box's image replaced by
+                       one of a class not in the item; the images shuffled among the boxes (the
+                       answer must follow the image, not the box)
+    build.json         settings, accuracies (full cache and controls; by box), losses, times
+"""
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+
+from kvsim.vlm import data
+from kvsim.vlm.assemble import (END_IDS, IMAGE_TOKEN_ID, SOURCES, _accuracy, _key, _parts,
+                                _write_model, cache_root, image_tokens)
+from kvsim.vlm.decoder import LlamaDecoder, write_safetensors
+from kvsim.vlm.encoder import MobileNetV2
+
+__all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "BOX_WORDS"]
+
+BOX_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
+# `seed` draws the training items, the projector's initial weights and the batches; `test_seed`
+# draws the held-out items (from the test split's images only).
+# Training items hold min_train_images..images boxes (shorter prompts train faster, and the count
+# varies); held-out items hold `images`.
+MULTI_DEFAULTS = dict(images=8, min_train_images=2, train_per_class=300, test_per_class=40,
+                      test_items=320, steps=1500, batch=16, lr=1e-3, decoder_lr=3e-4,
+                      projector_hidden=256, seed=0, test_seed=1, threads=2, max_answer_tokens=8)
+MULTI_SMALL = dict(MULTI_DEFAULTS, train_per_class=20, test_per_class=4, test_items=16, steps=4,
+                   batch=4)
+
+
+class MultiTask:
+    """Token ids of the prompt's text pieces under the decoder's vocabulary."""
+
+    def __init__(self, vocab, images):
+        if not 1 <= images <= len(BOX_WORDS):
+            raise ValueError(f"images = {images}: between 1 and {len(BOX_WORDS)}")
+        self.vocab, self.images = vocab, images
+        self.before = [vocab.encode(f"Box {w}:") for w in BOX_WORDS[:images]]
+        self.after = vocab.encode(".")
+        self.questions = [vocab.encode(f"What was in box {w}? {data.ANSWER_PREFIX}")
+                          for w in BOX_WORDS[:images]]
+        self.answers = [vocab.encode(f"{w}.") for w in data.CLASS_WORDS]
+
+    def layout(self, target, count, with_images=True):
+        """[(kind, value)] in prompt order of an item of `count` boxes: ("text", ids) or
+        ("image", slot)."""
+        out = [("text", [1])]
+        for slot in range(count):
+            out.append(("text", self.before[slot]))
+            if with_images:
+                out.append(("image", slot))
+            out.append(("text", self.after))
+        out.append(("text", self.questions[target]))
+        return out
+
+    def prompt_len(self, target, count, with_images=True):
+        return sum(49 if kind == "image" else len(v)
+                   for kind, v in self.layout(target, count, with_images))
+
+
+def _embed_item(dec, task, target, count, rows, answer=None):
+    """[T, hidden] input embeddings of one item of `count` boxes: rows [count, 49, hidden] (None:
+    the boxes' text without images)."""
+    import torch
+
+    parts = []
+    for kind, value in task.layout(target, count, rows is not None):
+        parts.append(rows[value] if kind == "image" else dec.embed(torch.tensor(value)))
+    if answer is not None:
+        parts.append(dec.embed(torch.tensor(answer)))
+    return torch.cat(parts, 0)
+
+
+def _batch(dec, task, items, rows_of, answers=None):
+    """Left-padded batch: inputs [N, T, hidden], positions [N, T] (pads at negative positions,
+    masked), and each item's prompt length. Items are (target slot, image indices)."""
+    import torch
+
+    xs = [_embed_item(dec, task, t, len(idx), rows_of(idx), None if answers is None else answers[i])
+          for i, (t, idx) in enumerate(items)]
+    width = max(len(x) for x in xs)
+    hidden = xs[0].shape[1]
+    x = torch.zeros(len(xs), width, hidden)
+    pad = torch.zeros(len(xs), width, dtype=torch.bool)
+    for i, e in enumerate(xs):
+        x[i, width - len(e):] = e
+        pad[i, :width - len(e)] = True
+    return x, pad
+
+
+def _forward(dec, x, pad):
+    """Logits of a left-padded batch: each item at positions 0.. from its first real token (the
+    pads never attended)."""
+    return dec(x, pad=pad if bool(pad.any()) else None)
+
+
+def _draw_items(rng, labels, count, images, fewest=None):
+    """(target slot, image indices) items over a pool of images with these `labels`: `images`
+    distinct images (or a uniform number from `fewest` to `images`), no class twice (so the
+    answer names exactly one box), the asked box uniform."""
+    items = []
+    by_class = [np.flatnonzero(labels == c) for c in range(10)]
+    for _ in range(count):
+        n = images if fewest is None else int(rng.integers(fewest, images + 1))
+        classes = rng.choice(10, size=n, replace=False)
+        idx = np.array([rng.choice(by_class[c]) for c in classes])
+        items.append((int(rng.integers(n)), idx))
+    return items
+
+
+def _train(settings, dec, task, feats, labels, log):
+    """Next-token loss on the answer and its end token; the projector and every decoder weight."""
+    import torch
+
+    torch.manual_seed(settings["seed"])
+    proj = torch.nn.Sequential(torch.nn.Linear(1280, settings["projector_hidden"]),
+                               torch.nn.GELU(), torch.nn.Linear(settings["projector_hidden"],
+                                                                dec.hidden))
+    decoder_params = dec.trainable(sorted(dec.params))
+    opt = torch.optim.AdamW([{"params": proj.parameters(), "lr": settings["lr"]},
+                             {"params": decoder_params, "lr": settings["decoder_lr"]}],
+                            weight_decay=0.0)
+    rng = np.random.default_rng(settings["seed"])
+    feats = torch.from_numpy(feats)
+    targets = [a + [END_IDS[0]] for a in task.answers]
+    losses = []
+    window = 50
+    for step in range(settings["steps"]):
+        items = _draw_items(rng, labels, settings["batch"], task.images,
+                            settings["min_train_images"])
+        answers = [targets[int(labels[idx[t]])] for t, idx in items]
+        x, pad = _batch(dec, task, items, lambda idx: proj(feats[idx]),
+                        [a[:-1] for a in answers])
+        logits = _forward(dec, x, pad)
+        loss = 0
+        for i, a in enumerate(answers):
+            start = logits.shape[1] - len(a)  # the answer's tokens are predicted from here on
+            loss = loss + torch.nn.functional.cross_entropy(
+                logits[i, start:], torch.tensor(a), reduction="sum")
+        tokens = sum(len(a) for a in answers)
+        loss = loss / tokens
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        if (step + 1) % window == 0 or step + 1 == settings["steps"]:
+            log(f"step {step + 1}/{settings['steps']}: answer loss "
+                f"{np.mean(losses[-window:]):.4f}")
+    dec.trainable([])
+    return proj, losses
+
+
+def _greedy(dec, task, items, rows_of, max_tokens, batch=16):
+    """Greedy answers of the items, in their order. Items are batched with others of the same
+    prompt length, so that no item is padded and each runs as `kvsim live` runs it alone."""
+    import torch
+
+    with_images = rows_of(items[0][1]) is not None
+    length = [task.prompt_len(t, len(idx), with_images) for t, idx in items]
+    order = sorted(range(len(items)), key=lambda i: (length[i], i))
+    groups = []
+    for i in order:
+        if groups and length[groups[-1][0]] == length[i] and len(groups[-1]) < batch:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = [None] * len(items)
+    with torch.no_grad():
+        for group in groups:
+            chunk = [items[i] for i in group]
+            x, pad = _batch(dec, task, chunk, rows_of)
+            answers = [[] for _ in chunk]
+            done = np.zeros(len(chunk), dtype=bool)
+            for _ in range(max_tokens):
+                nxt = _forward(dec, x, pad)[:, -1].argmax(-1)
+                for i, t in enumerate(nxt.tolist()):
+                    if not done[i]:
+                        answers[i].append(t)
+                        done[i] = t in END_IDS
+                if done.all():
+                    break
+                x = torch.cat([x, dec.embed(nxt[:, None])], 1)
+                pad = torch.cat([pad, torch.zeros(len(chunk), 1, dtype=torch.bool)], 1)
+            for i, a in zip(group, answers):
+                out[i] = a
+    return out
+
+
+def _prompt_samples(task, items, references, rows, names, with_images=True):
+    """kvprompt samples of the items: token ids (0 at image positions), modality, media ids (the
+    box), the question's length, the reference answer (class `references[n]`: the original
+    item's, also for a control); rows [item][images, 49, hidden]."""
+    out = {}
+    for n, (name, (target, idx)) in enumerate(zip(names, items)):
+        ids, modality, media, embeds = [], [], [], []
+        for kind, value in task.layout(target, len(idx), with_images):
+            if kind == "image":
+                ids += [IMAGE_TOKEN_ID] * 49
+                modality += [1] * 49
+                media += [value] * 49
+                embeds.append(rows[n][value])
+            else:
+                ids += value
+                modality += [0] * len(value)
+                media += [-1] * len(value)
+        label = int(references[n])
+        sample = {"token_ids": ids, "modality": modality, "media_id": media,
+                  "segment": [0] + [1] * (len(ids) - 1),
+                  "question_len": len(task.questions[target]),
+                  "reference_ids": task.answers[label], "reference": data.CLASS_WORDS[label],
+                  "task": f"fashion-mnist {task.images} boxes, box {target + 1}"}
+        if with_images:
+            sample["inputs_embeds"] = np.concatenate(embeds).astype(np.float32)
+        out[name] = sample
+    return out
+
+
+def _controls(rng, items, labels):
+    """The swapped control (the asked box's image replaced by one of a class not in the item) and
+    the shuffled one (the images permuted among the boxes so the asked box holds another image),
+    item by item; indices into the pool whose labels are `labels`."""
+    swapped, shuffled = [], []
+    for target, idx in items:
+        present = set(int(labels[i]) for i in idx)
+        others = np.flatnonzero([int(c) not in present for c in labels])
+        s = idx.copy()
+        s[target] = rng.choice(others)
+        swapped.append((target, s))
+        perm = rng.permutation(len(idx))
+        while perm[target] == target:
+            perm = rng.permutation(len(idx))
+        shuffled.append((target, idx[perm]))
+    return swapped, shuffled
+
+
+def build_multi(models, settings=None, out=None, log=print, force=False):
+    """Builds (or finds in the cache) the multi-image VLM from the parts in `models`. Returns its
+    directory."""
+    import torch
+    from kvsim.prompts import Llama2cVocab
+    from kvsim.prompts import write as write_prompts
+
+    settings = dict(MULTI_DEFAULTS, **(settings or {}))
+    unknown = set(settings) - set(MULTI_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown multi-image VLM setting(s) {sorted(unknown)}; known: "
+                         f"{sorted(MULTI_DEFAULTS)}")
+    enc_dir, dec_dir = _parts(models)
+    out = out or os.path.join(cache_root(),
+                              "multi-" + _key(settings, enc_dir, dec_dir, SOURCES + ("multi.py",)))
+    if os.path.exists(os.path.join(out, "build.json")) and not force:
+        log(f"multi-image VLM: cached in {out}")
+        return out
+    torch.set_num_threads(settings["threads"])
+    t0 = time.time()
+    encoder, dec = MobileNetV2(enc_dir), LlamaDecoder.load(dec_dir)
+    vocab = Llama2cVocab(dec_dir)
+    task = MultiTask(vocab, settings["images"])
+    longest = (max(task.prompt_len(t, task.images) for t in range(task.images)) +
+               settings["max_answer_tokens"])
+    limit = int(dec.config.get("max_position_embeddings", 0) or 0)
+    if limit and longest > limit:
+        raise ValueError(f"{task.images} images need {longest} positions with the answer, beyond "
+                         f"the decoder's {limit}")
+    train_x, train_y = data.read_fashion_mnist("train")
+    test_x, test_y = data.read_fashion_mnist("test")
+    train_pool = data.balanced_subset(train_y, settings["train_per_class"], settings["seed"])
+    test_pool = data.balanced_subset(test_y, settings["test_per_class"], settings["test_seed"])
+    log(f"encoding {len(train_pool)} training and {len(test_pool)} held-out images")
+    train_f = image_tokens(encoder, train_x[train_pool])  # items index these pools
+    test_f = image_tokens(encoder, test_x[test_pool])
+    train_labels, test_labels = train_y[train_pool].astype(int), test_y[test_pool].astype(int)
+    t_encode = time.time() - t0
+    proj, losses = _train(settings, dec, task, train_f, train_labels, log)
+    t_train = time.time() - t0 - t_encode
+    rng = np.random.default_rng(settings["test_seed"])
+    items = _draw_items(rng, test_labels, settings["test_items"], task.images)
+    swapped, shuffled = _controls(rng, items, test_labels)
+    with torch.no_grad():
+        test_rows = proj(torch.from_numpy(test_f))
+    rows_of = lambda idx: test_rows[torch.as_tensor(idx)]  # noqa: E731
+    labels = np.array([test_labels[idx[t]] for t, idx in items])
+    m = settings["max_answer_tokens"]
+    runs = {"full": _greedy(dec, task, items, rows_of, m),
+            "no_image": _greedy(dec, task, items, lambda idx: None, m),
+            "swapped": _greedy(dec, task, swapped, rows_of, m),
+            "shuffled": _greedy(dec, task, shuffled, rows_of, m)}
+    report = {"what": "the assembled toy VLM on an eight-box task (MobileNetV2 encoder, trained "
+                      "projector, stories260K decoder fine-tuned with it), not a production VLM",
+              "settings": settings, "images_per_prompt": task.images, "image_tokens": 49,
+              "test_items": len(items), "train_loss_every_50": [
+                  float(np.mean(losses[i:i + 50])) for i in range(0, len(losses), 50)],
+              "decoder": "fine-tuned (every weight) with the projector",
+              "seconds": {"encode": round(t_encode, 1), "train": round(t_train, 1)}}
+    for name, answers in runs.items():
+        words, right, a_class = _accuracy(vocab, answers, labels)
+        report[name] = {"accuracy": float(right.mean()),
+                        "answers_a_class_word": float(a_class.mean())}
+        if name == "full":
+            report[name]["answers"] = words
+            targets = np.array([t for t, _ in items])
+            report[name]["by_box"] = {BOX_WORDS[b]: float(right[targets == b].mean())
+                                      for b in range(task.images) if (targets == b).any()}
+        if name in ("swapped", "shuffled"):
+            now = np.array([test_labels[idx[t]] for t, idx in (swapped if name == "swapped"
+                                                                else shuffled)])
+            report[name]["names_the_class_now_in_the_box"] = float(np.mean(
+                [w == data.CLASS_WORDS[c] for w, c in zip(words, now)]))
+        log(f"{name}: accuracy {right.mean():.3f} over {len(items)} held-out items")
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    _write_model(dec_dir, os.path.join(tmp, "model"))
+    write_safetensors(os.path.join(tmp, "model", "model.safetensors"),
+                      {k: v.detach().numpy() for k, v in dec.params.items()})
+    write_safetensors(os.path.join(tmp, "projector.safetensors"),
+                      {k: v.detach().numpy() for k, v in proj.state_dict().items()})
+    names = [f"boxes{i:04d}" for i in range(len(items))]
+    model_name = "assembled VLM, eight boxes (MobileNetV2 + projector + fine-tuned stories260K)"
+    for suffix, chosen, with_images in (("", items, True), ("_noimage", items, False),
+                                        ("_swapped", swapped, True),
+                                        ("_shuffled", shuffled, True)):
+        rows = [rows_of(idx).numpy() for _, idx in chosen] if with_images else None
+        write_prompts(os.path.join(tmp, f"prompts{suffix}.h5"),
+                      _prompt_samples(task, chosen, labels, rows, names, with_images),
+                      model=model_name)
+    report["seconds"]["total"] = round(time.time() - t0, 1)
+    with open(os.path.join(tmp, "build.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    log(f"multi-image VLM written to {out} in {report['seconds']['total']} s")
+    return out
