@@ -14,7 +14,6 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <malloc.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -44,10 +43,12 @@ struct Measured {
   std::uintmax_t full_bytes = 0, compact_bytes = 0;
   int prompt_len = 0;
 };
-std::map<int, Measured> measured;  // by requested prompt length
+std::map<int, Measured> measured;   // by requested prompt length
 std::map<int, double> gemm_gflops;  // by key count of the product
 
-int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int hardware_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::vector<kvsim::PolicyConfig> policies() {
   std::vector<kvsim::PolicyConfig> p{kvsim::make_policy_config("full", {})};
@@ -68,13 +69,15 @@ kvsim::SynthConfig video_config(int prompt) {
   c.video = true;
   c.media_tokens = kFrameTokens;
   c.separator_tokens = 0;
-  c.media_count = std::max(
-      1, (prompt - c.system_tokens - c.user_tokens + kFrameTokens / 2) / kFrameTokens);
+  c.media_count =
+      std::max(1, (prompt - c.system_tokens - c.user_tokens + kFrameTokens / 2) / kFrameTokens);
   c.gen_tokens = 64;
   return c;
 }
 
-fs::path full_path(int prompt) { return dir / ("video_" + std::to_string(prompt) + ".h5"); }
+fs::path full_path(int prompt) {
+  return dir / ("video_" + std::to_string(prompt) + ".h5");
+}
 fs::path compact_path(int prompt) {
   return dir / ("video_" + std::to_string(prompt) + ".compact.h5");
 }
@@ -188,7 +191,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kvsim_bench_compact: --prompts %d: at least 512 tokens each\n", p);
       return 1;
     }
-  if (dir.empty()) dir = fs::temp_directory_path() / ("kvsim_bench_compact." + std::to_string(getpid()));
+  if (dir.empty())
+    dir = fs::temp_directory_path() / ("kvsim_bench_compact." + std::to_string(getpid()));
   fs::create_directories(dir);
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
@@ -215,17 +219,16 @@ int main(int argc, char** argv) {
   }
   Collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf(
-      "\n%8s %10s %10s %9s %10s %11s %11s %10s %10s %8s\n", "P", "full s", "compact s", "speed-up",
-      "floor s", "full/floor", "compact. s", "full MiB", "comp. MiB", "size");
+  std::printf("\n%8s %10s %10s %9s %10s %11s %11s %10s %10s %8s\n", "P", "full s", "compact s",
+              "speed-up", "floor s", "full/floor", "compact. s", "full MiB", "comp. MiB", "size");
   for (int p : prompts) {
     const Measured& m = measured[p];
     const double rate = gemm_gflops.count(m.prompt_len) ? gemm_gflops[m.prompt_len] : 0;
     const double floor = rate > 0 ? m.floor_gflop / rate : 0;
     std::printf("%8d %10.3f %10.3f %8.1fx %10.3f %10.2fx %11.2f %10.1f %10.1f %8.3f\n",
                 m.prompt_len, m.full_s, m.compact_s, m.compact_s > 0 ? m.full_s / m.compact_s : 0,
-                floor, floor > 0 ? m.full_s / floor : 0, m.compaction_s,
-                m.full_bytes / 1048576.0, m.compact_bytes / 1048576.0,
+                floor, floor > 0 ? m.full_s / floor : 0, m.compaction_s, m.full_bytes / 1048576.0,
+                m.compact_bytes / 1048576.0,
                 m.full_bytes ? static_cast<double>(m.compact_bytes) / m.full_bytes : 0);
   }
   std::printf("(floor: %s GEMM rate on %d threads, measured above with each prompt's key count)\n",

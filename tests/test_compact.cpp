@@ -112,11 +112,11 @@ TEST(CompactTrace, EveryPolicyAndPresetReplaysByteForByte) {
     int heads, kv_heads, user_tokens;
     DType dtype;
   };
-  for (const Case& k : {Case{"mha", 4, 4, 12, DType::kFloat16},
-                        Case{"gqa", 4, 2, 12, DType::kFloat16},
-                        Case{"gqa_noq", 4, 2, 0, DType::kFloat32}}) {
-    const std::string full = synthetic("compact_" + k.name + ".h5", k.heads, k.kv_heads,
-                                       k.user_tokens, k.dtype);
+  for (const Case& k :
+       {Case{"mha", 4, 4, 12, DType::kFloat16}, Case{"gqa", 4, 2, 12, DType::kFloat16},
+        Case{"gqa_noq", 4, 2, 0, DType::kFloat32}}) {
+    const std::string full =
+        synthetic("compact_" + k.name + ".h5", k.heads, k.kv_heads, k.user_tokens, k.dtype);
     const std::string compact = compacted(full);
     int compared = 0;
     for (const std::string& name : every_name()) {
@@ -145,9 +145,11 @@ TEST(CompactTrace, DemoSettingsReplayByteForByte) {
   for (const std::string threads : {"1", "2"}) {
     EXPECT_EQ(replay_outputs(full, demo + " -j " + threads, "demo_f"),
               replay_outputs(compact, demo + " -j " + threads, "demo_c"));
-    const std::string equal = "-p snapkv -p h2o -p lookm -p madakv -p adakv:kvpress -p st3 "
-                              "--set st3.heredity=0:1-1 -p hae --set hae.budget=30 --budget 25% "
-                              "--equal-memory -j " + threads;
+    const std::string equal =
+        "-p snapkv -p h2o -p lookm -p madakv -p adakv:kvpress -p st3 "
+        "--set st3.heredity=0:1-1 -p hae --set hae.budget=30 --budget 25% "
+        "--equal-memory -j " +
+        threads;
     EXPECT_EQ(replay_outputs(full, equal, "equal_f"), replay_outputs(compact, equal, "equal_c"));
   }
 }
@@ -157,17 +159,18 @@ TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
   const std::string compact = compacted(full, 32);
   CliRun run = kvsim("replay " + compact + " -p expected_attention");
   EXPECT_NE(run.code, 0);
-  EXPECT_NE(run.output.find("expected_attention: " + compact + " is a compact trace, and the "
+  EXPECT_NE(run.output.find("expected_attention: " + compact +
+                            " is a compact trace, and the "
                             "policy needs every prompt query"),
             std::string::npos)
       << run.output;
   run = kvsim("replay " + compact + " -p adakv:kvpress-expected-attention");
-  EXPECT_NE(run.output.find("adakv:kvpress-expected-attention: "), std::string::npos)
-      << run.output;
+  EXPECT_NE(run.output.find("adakv:kvpress-expected-attention: "), std::string::npos) << run.output;
   // SnapKV's window of 48 rows is longer than the 32 kept.
   run = kvsim("replay " + compact + " -p snapkv --set snapkv.window=48");
   EXPECT_NE(run.code, 0);
-  EXPECT_NE(run.output.find("snapkv: " + compact + " is a compact trace, and the policy needs "
+  EXPECT_NE(run.output.find("snapkv: " + compact +
+                            " is a compact trace, and the policy needs "
                             "the attention of the last 48 prompt rows; it keeps the query rows "
                             "of windows up to 32 rows: compact the full trace again with "
                             "--window 48"),
@@ -190,7 +193,8 @@ TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
   ASSERT_EQ(run.code, 0) << run.output;
   run = kvsim("replay " + no_entropies + " -p meda");
   EXPECT_NE(run.code, 0);
-  EXPECT_NE(run.output.find("meda: " + no_entropies + " is a compact trace, and the policy needs "
+  EXPECT_NE(run.output.find("meda: " + no_entropies +
+                            " is a compact trace, and the policy needs "
                             "the prompt entropies of every layer, which this compact trace was "
                             "written without (--no-entropies)"),
             std::string::npos)

@@ -131,8 +131,8 @@ TEST(Mrope, ExpectedAttentionUndoesTheModelsPositions) {
   ASSERT_EQ(reader.info().mrope_section, info.mrope_section);
   const LayerAttention att(reader.info(), read, reader.read_layer(read, 0), AttentionNeeds{}, 1);
   const LayerView view(att, false);
-  ExpectedAttentionScoring scoring{.future_positions = 8, .sinks = 2, .covariance = false,
-                                   .value_norm = false};
+  ExpectedAttentionScoring scoring{
+      .future_positions = 8, .sinks = 2, .covariance = false, .value_norm = false};
   const auto plain = expected_attention_scores(view, scoring, "test");
   scoring.covariance = true;
   const auto with_cov = expected_attention_scores(view, scoring, "test");
@@ -236,12 +236,12 @@ TEST(Mrope, TraceFormatValidatesSectionAndIds) {
   bad = edit("mrope_shape.h5", [&](hid_t f) {
     H5Handle g(H5Gopen2(f, "samples/000000", H5P_DEFAULT));
     H5Ldelete(g.get(), "position_ids", H5P_DEFAULT);
-    h5_write_2d(g.get(), "position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.position_ids.data(),
-                2, s.total_len(), "test");
+    h5_write_2d(g.get(), "position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.position_ids.data(), 2,
+                s.total_len(), "test");
   });
-  EXPECT_NE(error_of(bad).find("shape [2, " + std::to_string(s.total_len()) +
-                               "] does not match [3, T]"),
-            std::string::npos)
+  EXPECT_NE(
+      error_of(bad).find("shape [2, " + std::to_string(s.total_len()) + "] does not match [3, T]"),
+      std::string::npos)
       << error_of(bad);
 }
 

@@ -114,8 +114,7 @@ std::optional<std::vector<std::int64_t>> h5_read_int_array_attr(hid_t obj, const
   H5Handle space(H5Aget_space(attr.get()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (H5Tget_class(type.get()) != H5T_INTEGER || n < 1 || static_cast<std::size_t>(n) > most)
-    throw TraceError("attribute '" + name + "' must be 1 to " + std::to_string(most) +
-                     " integers");
+    throw TraceError("attribute '" + name + "' must be 1 to " + std::to_string(most) + " integers");
   std::vector<std::int64_t> values(static_cast<std::size_t>(n));
   if (H5Aread(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)
     throw TraceError("cannot read attribute '" + name + "': " + hdf5_last_error());

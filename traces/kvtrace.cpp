@@ -23,7 +23,6 @@ std::size_t dtype_bytes(DType t) {
 
 namespace {
 
-
 // Classifies a dataset's element type; throws for anything kvtrace does not allow.
 DType tensor_dtype(hid_t dset, const std::string& where) {
   H5Handle type(H5Dget_type(dset));
@@ -72,7 +71,6 @@ std::vector<std::pair<H5Z_filter_t, std::string>> dataset_filters(hid_t dcpl) {
   return out;
 }
 
-
 // Layer groups are exactly layers/0 .. layers/L-1, in decimal without padding.
 void check_layer_groups(hid_t sample, int num_layers, const std::string& where) {
   if (!h5_path_exists(sample, "layers")) return;  // reported as the missing layers/0/q
@@ -93,7 +91,6 @@ void check_layer_groups(hid_t sample, int num_layers, const std::string& where) 
       throw TraceError(where + ": 'layers/" + name + "' is not a group");
   }
 }
-
 
 }  // namespace
 
@@ -234,7 +231,8 @@ void TraceReader::read_mrope_section() {
   for (std::int64_t v : *section) sum += v;
   const bool positive = std::all_of(section->begin(), section->end(), [](auto v) { return v > 0; });
   if (section->size() != 3 || !positive || sum != info_.head_dim / 2)
-    throw TraceError(path_ + ": file attribute 'mrope_section' must be 3 positive counts of rotary "
+    throw TraceError(path_ +
+                     ": file attribute 'mrope_section' must be 3 positive counts of rotary "
                      "pairs (temporal, height, width) summing to head_dim / 2 = " +
                      std::to_string(info_.head_dim / 2));
   info_.mrope_section.assign(section->begin(), section->end());
@@ -243,15 +241,16 @@ void TraceReader::read_mrope_section() {
 void TraceReader::read_position_ids(hid_t group, SampleInfo& s) const {
   const std::string w = where(s.name, "position_ids");
   if (info_.mrope_section.empty())
-    throw TraceError(w + ": M-RoPE position ids need the file attribute 'mrope_section' (the "
+    throw TraceError(w +
+                     ": M-RoPE position ids need the file attribute 'mrope_section' (the "
                      "rotary pairs of each axis)");
   H5Handle dset(H5Dopen2(group, "position_ids", H5P_DEFAULT));
   if (!dset.valid()) throw TraceError(w + ": cannot open dataset: " + hdf5_last_error());
   const auto shape = h5_dataset_shape(dset.get());
   const std::vector<hsize_t> want = {3, static_cast<hsize_t>(s.total_len())};
   if (shape != want)
-    throw TraceError(w + ": shape " + shape_str(shape) + " does not match [3, T] = " +
-                     shape_str(want));
+    throw TraceError(w + ": shape " + shape_str(shape) +
+                     " does not match [3, T] = " + shape_str(want));
   s.position_ids = h5_read_ints<std::int32_t>(dset.get(), 3 * want[1], "int32", w);
   for (std::size_t i = 0; i < s.position_ids.size(); ++i)
     if (s.position_ids[i] < 0)
@@ -332,8 +331,8 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   return s;
 }
 
-void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int rows,
-                              int heads, xt::xtensor<float, 3>& out) const {
+void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int rows, int heads,
+                              xt::xtensor<float, 3>& out) const {
   const std::string rel = "layers/" + std::to_string(layer) + "/" + name;
   const std::string w = where(s.name, rel);
   const std::string full = "samples/" + s.name + "/" + rel;
@@ -344,7 +343,7 @@ void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, 
                                      static_cast<hsize_t>(info_.head_dim)};
   if (shape != want)
     throw TraceError(w + ": shape " + shape_str(shape) + " does not match " +
-                     (rows != s.total_len() ? "[T - compact_first_row, H, d] = "
+                     (rows != s.total_len()      ? "[T - compact_first_row, H, d] = "
                       : heads == info_.num_heads ? "[T, H, d] = "
                                                  : "[T, Hkv, d] = ") +
                      shape_str(want));

@@ -12,10 +12,10 @@ const StoredPromptStats::Prompt& StoredPromptStats::prompt(int prompt_len,
   const auto it = by_prompt_len.find(prompt_len);
   if (it != by_prompt_len.end()) return it->second;
   std::string held;
-  for (const auto& [len, _] : by_prompt_len) held += (held.empty() ? "" : ", ") + std::to_string(len);
-  throw std::logic_error(std::string("the compact trace stores ") + statistic +
-                         " for prompts of " + held + " positions, not of " +
-                         std::to_string(prompt_len));
+  for (const auto& [len, _] : by_prompt_len)
+    held += (held.empty() ? "" : ", ") + std::to_string(len);
+  throw std::logic_error(std::string("the compact trace stores ") + statistic + " for prompts of " +
+                         held + " positions, not of " + std::to_string(prompt_len));
 }
 
 const float* LayerTensors::query(int pos, int h) const {
@@ -35,16 +35,17 @@ void TraceReader::read_compact_sample_attrs(hid_t group, SampleInfo& s) const {
   const int question = question_length(s);
   const int context = question > 0 ? s.prompt_len - question : 0;
   if (s.compact_context_len != context)
-    throw TraceError(w + ": attribute 'compact_context_len' = " +
-                     std::to_string(s.compact_context_len) + " but the sample's context is " +
-                     std::to_string(context) + " positions (prompt_len " +
-                     std::to_string(s.prompt_len) + " less its question of " +
-                     std::to_string(question) + "; 0 without a question)");
+    throw TraceError(
+        w + ": attribute 'compact_context_len' = " + std::to_string(s.compact_context_len) +
+        " but the sample's context is " + std::to_string(context) + " positions (prompt_len " +
+        std::to_string(s.prompt_len) + " less its question of " + std::to_string(question) +
+        "; 0 without a question)");
   const int last = context > 0 ? context : s.prompt_len;
   if (s.compact_first_row > last)
-    throw TraceError(w + ": attribute 'compact_first_row' = " +
-                     std::to_string(s.compact_first_row) + " drops queries a replay needs (at most " +
-                     std::to_string(last) + ": the question and decode queries are kept)");
+    throw TraceError(w +
+                     ": attribute 'compact_first_row' = " + std::to_string(s.compact_first_row) +
+                     " drops queries a replay needs (at most " + std::to_string(last) +
+                     ": the question and decode queries are kept)");
 }
 
 template <typename T>
@@ -88,8 +89,7 @@ std::shared_ptr<const StoredPromptStats> TraceReader::read_stored_stats(const Sa
     p.text_column_sums.resize(P);
     p.text_column_max.resize(P);
     read_floats(s.name, base + part + "/column_sums", {H, P}, p.column_sums.data());
-    read_floats(s.name, base + part + "/column_sums_rounded", {H, P},
-                p.column_sums_rounded.data());
+    read_floats(s.name, base + part + "/column_sums_rounded", {H, P}, p.column_sums_rounded.data());
     read_floats(s.name, base + part + "/text_column_sums", {P}, p.text_column_sums.data());
     read_floats(s.name, base + part + "/text_column_max", {P}, p.text_column_max.data());
   };

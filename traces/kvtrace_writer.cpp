@@ -24,8 +24,8 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
   if (info.scale_given) h5_write_float_attr(root, "scale", info.scale);
   if (info.rope_theta > 0) h5_write_float_attr(root, "rope_theta", info.rope_theta);
   if (!info.mrope_section.empty())
-    h5_write_int_array_attr(root, "mrope_section", {info.mrope_section.begin(),
-                                                    info.mrope_section.end()});
+    h5_write_int_array_attr(root, "mrope_section",
+                            {info.mrope_section.begin(), info.mrope_section.end()});
   if (info.compact()) {
     h5_write_int_attr(root, "kvtrace_compact", 1);
     h5_write_int_attr(root, "compact_window", info.compact_window);
@@ -91,9 +91,10 @@ void TraceWriter::write_layer(const SampleInfo& s, const LayerTensors& t) {
   if (info_.compact() != (t.stored != nullptr) ||
       t.q_first_row != (info_.compact() ? s.compact_first_row : 0))
     throw std::logic_error(path_ + ": sample '" + s.name + "', layer " + std::to_string(t.layer) +
-                           ": " + (info_.compact() ? "a compact trace's layer needs its stored "
-                                                     "statistics and the sample's query rows"
-                                                   : "a full trace's layer needs every query"));
+                           ": " +
+                           (info_.compact() ? "a compact trace's layer needs its stored "
+                                              "statistics and the sample's query rows"
+                                            : "a full trace's layer needs every query"));
   write_tensor(g.get(), info_.compact() ? "q_rows" : "q", t.q);
   write_tensor(g.get(), "k", t.k);
   if (t.has_v()) write_tensor(g.get(), "v", t.v);
@@ -120,8 +121,8 @@ void TraceWriter::write_stored_stats(hid_t layer_group, const SampleInfo& s,
   write_prompt("prompt", s.prompt_len);
   if (s.compact_context_len > 0) write_prompt("context", s.compact_context_len);
   if (stats.has_entropies != info_.compact_entropies)
-    throw std::logic_error(where + ": layer statistics with" +
-                           (stats.has_entropies ? "" : "out") + " entropies in a trace declared " +
+    throw std::logic_error(where + ": layer statistics with" + (stats.has_entropies ? "" : "out") +
+                           " entropies in a trace declared " +
                            (info_.compact_entropies ? "with" : "without") + " them");
   if (stats.has_entropies)
     h5_write_1d(g.get(), "entropies", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, stats.entropies.data(),

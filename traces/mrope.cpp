@@ -70,7 +70,8 @@ int next_rotary_position(const SampleInfo& sample, int prompt_len) {
   const std::size_t T = static_cast<std::size_t>(sample.total_len());
   int largest = -1;
   for (std::size_t a = 0; a < 3; ++a)
-    for (int i = 0; i < prompt_len; ++i) largest = std::max(largest, sample.position_ids[a * T + i]);
+    for (int i = 0; i < prompt_len; ++i)
+      largest = std::max(largest, sample.position_ids[a * T + i]);
   return largest + 1;
 }
 

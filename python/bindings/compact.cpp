@@ -43,8 +43,8 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
   if (dtype != "float16" && dtype != "float32")
     throw py::value_error("kvsim.prompt_statistics: dtype '" + dtype +
                           "': expected float16 or float32");
-  const auto mod = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(
-      modality);
+  const auto mod =
+      py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(modality);
   if (!mod || mod.ndim() != 1) throw py::value_error("kvsim.prompt_statistics: modality [P]");
   const int P = static_cast<int>(mod.shape(0));
   LayerTensors t;
@@ -86,8 +86,9 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
   out["prompt"] = part(P);
   const int question = question_length(s);
   if (question > 0) out["context"] = part(P - question);
-  if (entropies) out["entropies"] = py::cast(std::vector<double>(stats.entropies.begin(),
-                                                                 stats.entropies.end()));
+  if (entropies)
+    out["entropies"] =
+        py::cast(std::vector<double>(stats.entropies.begin(), stats.entropies.end()));
   out["context_len"] = question > 0 ? P - question : 0;
   out["first_row"] = compact_first_row(s, window);
   return out;
@@ -101,10 +102,10 @@ void bind_compact(py::module_& m) {
       [](const std::string& trace, const std::string& out, int window, bool entropies,
          int threads) {
         py::gil_scoped_release release;
-        write_compact_trace(TraceReader(trace), out,
-                            CompactOptions{.window = window,
-                                           .entropies = entropies,
-                                           .threads = std::max(1, threads)});
+        write_compact_trace(
+            TraceReader(trace), out,
+            CompactOptions{
+                .window = window, .entropies = entropies, .threads = std::max(1, threads)});
       },
       py::arg("trace"), py::arg("out"), py::arg("window") = 64, py::arg("entropies") = true,
       py::arg("threads") = 1,

@@ -55,9 +55,9 @@ Runner add_compact(CLI::App& app) {
     const int w = *window > 0 ? *window : default_compact_window();
     Progress progress(static_cast<long>(reader.sample_names().size()) * reader.info().num_layers,
                       "compact");
-    write_compact_trace(reader, *out,
-                        CompactOptions{.window = w, .entropies = !*no_entropies, .threads = *threads},
-                        [&](long) { progress.advance(); });
+    write_compact_trace(
+        reader, *out, CompactOptions{.window = w, .entropies = !*no_entropies, .threads = *threads},
+        [&](long) { progress.advance(); });
     progress.finish();
     std::printf("wrote %s: %zu sample(s), query rows kept for windows up to %d rows\n",
                 out->c_str(), reader.sample_names().size(), w);

@@ -46,7 +46,8 @@ void print_sample(const TraceReader& reader, const SampleInfo& s) {
 Runner add_inspect(CLI::App& app) {
   app.description(
       "Print a summary of a kvtrace v1 file (model, shapes, samples, modality and segment "
-      "counts, bytes; for a compact trace, which statistics it holds) and validate everything the format requires: attributes, shapes, GQA "
+      "counts, bytes; for a compact trace, which statistics it holds) and validate everything the "
+      "format requires: attributes, shapes, GQA "
       "divisibility, segments against prompt_len, and every q/k/v value (NaN/Inf), layer by "
       "layer. Exits non-zero with a message naming the file, sample and dataset on the first "
       "violation.");

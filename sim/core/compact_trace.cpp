@@ -1,8 +1,7 @@
 #include "sim/core/compact_trace.hpp"
 
-#include <xtensor/xview.hpp>
-
 #include <stdexcept>
+#include <xtensor/xview.hpp>
 
 #include "sim/core/layer_attention.hpp"
 #include "sim/core/partial_files.hpp"
@@ -87,8 +86,7 @@ LayerTensors compact_layer(const TraceInfo& trace, const SampleInfo& compact, La
 void write_compact_trace(const TraceReader& in, const std::string& out_path,
                          const CompactOptions& options,
                          const std::function<void(long layers_done)>& progress) {
-  if (in.info().compact())
-    throw std::invalid_argument(in.path() + " is already a compact trace");
+  if (in.info().compact()) throw std::invalid_argument(in.path() + " is already a compact trace");
   if (options.window < 1)
     throw std::invalid_argument("--window " + std::to_string(options.window) +
                                 ": must be at least 1");
@@ -105,9 +103,8 @@ void write_compact_trace(const TraceReader& in, const std::string& out_path,
     const SampleInfo sample = compact_sample(original, options.window);
     if (sample.dtype != dtype)
       throw std::invalid_argument(in.path() + ": sample '" + name + "' is " +
-                                  dtype_name(sample.dtype) + " where '" + names.front() +
-                                  "' is " + dtype_name(dtype) +
-                                  ": a compact trace holds one dtype");
+                                  dtype_name(sample.dtype) + " where '" + names.front() + "' is " +
+                                  dtype_name(dtype) + ": a compact trace holds one dtype");
     writer.write_sample(sample);
     int rows = 0, cols = 0;
     const std::vector<float> logits = in.read_sample_matrix(sample, "logits", rows, cols);

@@ -90,7 +90,8 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     compute_text_query_stats(threads);
   if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
   parallel_for(H_, threads, [&](int h) {
-    if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill(h, kPrefillBlockRows);
+    if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
+      compute_prefill(h, kPrefillBlockRows);
     if (G_ > 0) compute_decode(h);
   });
   compute_output_norms();
@@ -120,8 +121,7 @@ void LayerAttention::take_stored(const AttentionNeeds& needs) {
   if (epsilon_ > 0)
     throw std::logic_error(
         "the ε-sparsity counts need every prompt query: a compact trace does not store them");
-  if (want_colsums_)
-    colsums_ = stored.prompt(P_, "prefill column sums").column_sums;
+  if (want_colsums_) colsums_ = stored.prompt(P_, "prefill column sums").column_sums;
   if (want_rounded_colsums_)
     rounded_colsums_ = stored.prompt(P_, "rounded prefill column sums").column_sums_rounded;
   if (tensors_.layer < needs.text_query_layers) {
@@ -211,8 +211,7 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
   // A compact trace stores the sums: only the window's rows are computed, in the blocks a full
   // trace computes them in (the same products, so the same bytes).
   const bool stored = tensors_.stored != nullptr;
-  float* colsum =
-      want_colsums_ && !stored ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
+  float* colsum = want_colsums_ && !stored ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
   float* rounded = want_rounded_colsums_ && !stored
                        ? &rounded_colsums_[static_cast<std::size_t>(h) * P_]
                        : nullptr;

@@ -179,9 +179,12 @@ LayerEntropies layer_entropies_naive(const TraceInfo& trace, const SampleInfo& s
 }
 
 std::array<double, 6> entropy_array(const LayerEntropies& e) {
-  return {e.cross_modal_of_mean,         e.cross_modal_mean_of_heads,
-          e.cross_modal_unmasked_of_mean, e.cross_modal_unmasked_mean_of_heads,
-          e.full_of_mean,                e.full_mean_of_heads};
+  return {e.cross_modal_of_mean,
+          e.cross_modal_mean_of_heads,
+          e.cross_modal_unmasked_of_mean,
+          e.cross_modal_unmasked_mean_of_heads,
+          e.full_of_mean,
+          e.full_mean_of_heads};
 }
 
 LayerEntropies entropies_of_array(const std::array<double, 6>& a) {

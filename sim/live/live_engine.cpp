@@ -324,7 +324,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   for (int u = 0; u < Q + o.steps; ++u) {
     const int t = u - Q;  // the answer's step
     StepRecord rec;
-    rec.input = t < 0 ? pp.prompt.info.token_ids[context + u]
+    rec.input = t < 0      ? pp.prompt.info.token_ids[context + u]
                 : o.forced ? (*o.forced)[t]
                            : r.predicted[t];
     rec.position = context + u;

@@ -627,8 +627,8 @@ void Replayer::replay_sample(const std::string& sample_name,
       it = last_heir_[it->first] <= l ? sources.erase(it) : std::next(it);
     LayerTensors released = att->release_tensors();
     if (last_heir_[l] > l)
-      sources[l] = LayerTensors{l, released.q, released.k, {}, released.q_first_row,
-                                released.stored};
+      sources[l] =
+          LayerTensors{l, released.q, released.k, {}, released.q_first_row, released.stored};
     if (l + 1 == info.num_layers) break;
     if (next.valid()) {
       att = next.get();
