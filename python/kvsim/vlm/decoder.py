@@ -42,6 +42,8 @@ class LlamaDecoder:
         self.inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64)
                                         / self.head_dim)
         self.tied = bool(config.get("tie_word_embeddings", False))
+        # Contiguous attention operands (faster; the multi-image build sets it): see __call__.
+        self.contiguous = False
 
     @classmethod
     def load(cls, directory):
@@ -96,12 +98,17 @@ class LlamaDecoder:
             q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(n, t, self.heads, self.head_dim)
             k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
             v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(n, t, self.kv_heads, self.head_dim)
-            # Contiguous operands: torch 1.13's CPU batched matmul is ~15x slower on a transposed
-            # one with a head dimension of 8.
-            q = self._rope(q.transpose(1, 2), cos, sin).contiguous()
+            q = self._rope(q.transpose(1, 2), cos, sin)
             k = self._rope(k.transpose(1, 2), cos, sin).repeat_interleave(group, dim=1)
-            v = v.transpose(1, 2).repeat_interleave(group, dim=1).contiguous()
-            scores = (q @ k.transpose(-1, -2).contiguous()).div_(self.head_dim ** 0.5).add_(mask)
+            v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+            if self.contiguous:
+                # torch 1.13's CPU batched matmul is ~15x slower on a transposed operand with a
+                # head dimension of 8; the same products, summed in another order.
+                q, v = q.contiguous(), v.contiguous()
+                scores = (q @ k.transpose(-1, -2).contiguous()).div_(self.head_dim ** 0.5)
+                scores = scores.add_(mask)
+            else:  # the single-image build's arithmetic, kept as its results were measured
+                scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + mask
             att = torch.softmax(scores, dim=-1) @ v
             x = x + att.transpose(1, 2).reshape(n, t, -1) @ p[pre + "self_attn.o_proj.weight"].T
             h = self._norm(x, p[pre + "post_attention_layernorm.weight"])

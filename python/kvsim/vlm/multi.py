@@ -39,7 +39,7 @@ BOX_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
 # Training items hold min_train_images..images boxes (shorter prompts train faster, and the count
 # varies); held-out items hold `images`.
 MULTI_DEFAULTS = dict(images=8, min_train_images=2, train_per_class=300, test_per_class=40,
-                      test_items=320, steps=1500, batch=16, lr=1e-3, decoder_lr=3e-4,
+                      test_items=320, steps=1000, batch=16, lr=1e-3, decoder_lr=3e-4,
                       projector_hidden=256, seed=0, test_seed=1, threads=2, max_answer_tokens=8)
 MULTI_SMALL = dict(MULTI_DEFAULTS, train_per_class=20, test_per_class=4, test_items=16, steps=4,
                    batch=4)
@@ -271,6 +271,7 @@ def build_multi(models, settings=None, out=None, log=print, force=False):
     torch.set_num_threads(settings["threads"])
     t0 = time.time()
     encoder, dec = MobileNetV2(enc_dir), LlamaDecoder.load(dec_dir)
+    dec.contiguous = True
     vocab = Llama2cVocab(dec_dir)
     task = MultiTask(vocab, settings["images"])
     longest = (max(task.prompt_len(t, task.images) for t in range(task.images)) +
