@@ -200,6 +200,17 @@ TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(kvsim("replay " + no_entropies + " -p h2o").code, 0);
+  // An output that cannot be written is named with the system's reason, and a compact trace is
+  // not compacted again.
+  run = kvsim("compact " + full + " /nonexistent-dir/x.h5");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("/nonexistent-dir/x.h5: cannot open for writing: No such file or "
+                            "directory"),
+            std::string::npos)
+      << run.output;
+  run = kvsim("compact " + compact + " " + temp_path("twice.h5"));
+  EXPECT_NE(run.output.find(compact + " is already a compact trace"), std::string::npos)
+      << run.output;
 }
 
 // Rewrites an integer attribute of a written file.

@@ -1,5 +1,6 @@
 #include "sim/core/compact_trace.hpp"
 
+#include <cstdio>
 #include <stdexcept>
 #include <xtensor/xview.hpp>
 
@@ -95,7 +96,10 @@ void write_compact_trace(const TraceReader& in, const std::string& out_path,
   info.compact_entropies = options.entropies;
   const std::vector<std::string>& names = in.sample_names();
   const DType dtype = in.read_sample(names.front()).dtype;
-  TraceWriter writer(begin_partial(out_path), info, WriteOptions{.dtype = dtype});
+  // Created first by plain I/O, so that a place that cannot be written is named with the
+  // system's reason (HDF5 gives none).
+  std::fclose(open_partial(out_path));
+  TraceWriter writer(partial(out_path), info, WriteOptions{.dtype = dtype});
   LayerTensors layer;
   long done = 0;
   for (const std::string& name : names) {
