@@ -12,7 +12,6 @@
 // there between runs when DIR is given. Prints, per prompt length, both replay times, the
 // speed-up, the full replay over its GEMM floor, the one-time compaction and the file sizes.
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -22,16 +21,18 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
-#include <thread>
 
+#include "experiments/bench_common.hpp"
 #include "sim/core/compact_trace.hpp"
-#include "sim/core/parallel.hpp"
 #include "sim/replay/engine.hpp"
 #include "traces/synth.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using kvsim::bench::attention_gflop;
+using kvsim::bench::hardware_threads;
+using kvsim::bench::measure_gemm_rate;
 
 constexpr int kFrameTokens = 256;
 
@@ -45,10 +46,6 @@ struct Measured {
 };
 std::map<int, Measured> measured;   // by requested prompt length
 std::map<int, double> gemm_gflops;  // by key count of the product
-
-int hardware_threads() {
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 std::vector<kvsim::PolicyConfig> policies() {
   std::vector<kvsim::PolicyConfig> p{kvsim::make_policy_config("full", {})};
@@ -107,41 +104,9 @@ void BM_ReplayCompact(benchmark::State& state) {
   for (auto _ : state) replay(compact_path(static_cast<int>(state.range(0))));
 }
 
-// The attention products a full replay of these five policies computes, in GFLOP: the causal
-// prompt logits in blocks of 64 rows (h2o's column sums), and per decode step the logits and the
-// output over the T keys, for every query head and layer.
-double attention_gflop(const fs::path& trace) {
-  const kvsim::TraceReader reader(trace);
-  const auto& info = reader.info();
-  double flop = 0;
-  for (const auto& name : reader.sample_names()) {
-    const auto s = reader.read_sample(name);
-    const double P = s.prompt_len, G = s.gen_len, T = s.total_len(), d = info.head_dim;
-    double prompt = 0;
-    for (double i0 = 0; i0 < P; i0 += 64) prompt += std::min(64.0, P - i0) * std::min(i0 + 64, P);
-    flop += (prompt * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
-  }
-  return flop / 1e9;
-}
-
-// Single-precision GEMM throughput on every core with the shape of a block of prompt rows against
-// a prompt of `keys` keys (64 x keys x 128, one product per thread, as the engine runs them).
+// The GEMM rate against each prompt's key count (argument), for the floor printed at the end.
 void BM_GemmRate(benchmark::State& state) {
-  const int threads = hardware_threads();
-  const int m = 64, n = static_cast<int>(state.range(0)), k = 128;
-  std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
-      b(threads, std::vector<float>(static_cast<std::size_t>(n) * k, 0.25f)),
-      c(threads, std::vector<float>(static_cast<std::size_t>(m) * n));
-  openblas_set_num_threads(1);
-  const int repeats = std::max(1, (50 * 2048) / n);
-  for (auto _ : state)
-    kvsim::parallel_for(threads, threads, [&](int t) {
-      for (int r = 0; r < repeats; ++r)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a[t].data(), k,
-                    b[t].data(), k, 0.0f, c[t].data(), n);
-    });
-  const double flop = 2.0 * m * n * k * repeats * threads * state.iterations();
-  state.counters["GFLOPs"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsRate);
+  measure_gemm_rate(state, static_cast<int>(state.range(0)));
 }
 
 class Collector : public benchmark::ConsoleReporter {
@@ -200,7 +165,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "writing the %d-token traces in %s ...\n", p, dir.c_str());
     make_traces(p);
     measured[p].prompt_len = kvsim::TraceReader(full_path(p)).read_sample("000000").prompt_len;
-    measured[p].floor_gflop = attention_gflop(full_path(p));
+    measured[p].floor_gflop = attention_gflop(kvsim::TraceReader(full_path(p)));
     benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
         ->Arg(measured[p].prompt_len)
         ->Unit(benchmark::kMillisecond)

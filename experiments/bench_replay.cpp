@@ -10,20 +10,22 @@
 // memory, and the engine's speed-up over the reference, whose time is measured on the first
 // --reference-layers layers and scaled to the whole trace (all layers have the same shape).
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 #include <malloc.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
-#include "sim/core/parallel.hpp"
+#include "experiments/bench_common.hpp"
 #include "sim/replay/reference_replay.hpp"
 #include "traces/synth.hpp"
 
 namespace {
+
+using kvsim::bench::attention_gflop;
+using kvsim::bench::hardware_threads;
+using kvsim::bench::measure_gemm_rate;
+using kvsim::bench::peak_rss_mib;
 
 std::string trace_path = "demo/demo.h5";
 int reference_layers = 2;
@@ -37,16 +39,6 @@ std::vector<kvsim::PolicyConfig> baselines() {
   for (const char* name : {"streamingllm", "h2o", "snapkv", "oracle"})
     p.push_back(kvsim::make_policy_config(name, {{"budget", "20%"}}));
   return p;
-}
-
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024.0;
-}
-
-int hardware_threads() {
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // Argument: worker threads (1 and every core are registered, for the scaling).
@@ -85,41 +77,11 @@ void BM_SharedWork(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 
-// The attention products every run of the five baselines must compute, in float32 FLOPs: the
-// causal prompt logits in blocks of 64 rows (h2o's column sums), then per decode step the logits
-// and the output over the T keys, for every query head, layer and sample.
-double attention_gflop(const kvsim::TraceReader& reader) {
-  const auto& info = reader.info();
-  double flop = 0;
-  for (const auto& name : reader.sample_names()) {
-    const auto s = reader.read_sample(name);
-    const double P = s.prompt_len, G = s.gen_len, T = s.total_len(), d = info.head_dim;
-    double prompt = 0;
-    for (double i0 = 0; i0 < P; i0 += 64) prompt += std::min(64.0, P - i0) * std::min(i0 + 64, P);
-    flop += (prompt * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
-  }
-  return flop / 1e9;
-}
-
-// Single-precision GEMM throughput on every core, with the shape of a block of prompt rows
-// (64 x 2048 x 128, each thread its own product as the engine runs them): the rate the
-// attention products could reach, for the floor printed below.
+// The GEMM rate on a block of prompt rows against 2,048 keys: the rate the attention products
+// could reach, for the floor printed below.
 double gemm_gflops = 0;
 void BM_GemmRate(benchmark::State& state) {
-  const int threads = hardware_threads();
-  const int m = 64, n = 2048, k = 128;
-  std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
-      b(threads, std::vector<float>(n * k, 0.25f)), c(threads, std::vector<float>(m * n));
-  openblas_set_num_threads(1);
-  constexpr int kRepeats = 50;
-  for (auto _ : state)
-    kvsim::parallel_for(threads, threads, [&](int t) {
-      for (int r = 0; r < kRepeats; ++r)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a[t].data(), k,
-                    b[t].data(), k, 0.0f, c[t].data(), n);
-    });
-  const double flop = 2.0 * m * n * k * kRepeats * threads * state.iterations();
-  state.counters["GFLOPs"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsRate);
+  measure_gemm_rate(state, 2048);
 }
 
 void BM_PlainReference(benchmark::State& state) {
@@ -171,10 +133,11 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
   }
   if (!std::filesystem::exists(trace_path)) {
-    std::fprintf(stderr,
-                 "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (experiments/demo.sh "
-                 "makes it)\n",
-                 trace_path.c_str(), trace_path.c_str());
+    std::fprintf(
+        stderr,
+        "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (experiments/demo.sh "
+        "makes it)\n",
+        trace_path.c_str(), trace_path.c_str());
     return 1;
   }
   int rest_argc = static_cast<int>(rest.size());

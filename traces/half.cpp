@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -140,6 +141,16 @@ std::size_t first_non_finite(const float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     if ((bits[i] & 0x7F800000u) == 0x7F800000u) return i;
   return n;
+}
+
+void round_through_half(const float* in, float* out, std::size_t n) {
+  constexpr std::size_t kChunk = 1024;
+  std::uint16_t half[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::min(kChunk, n - i);
+    float_to_half(in + i, half, m);
+    half_to_float(half, out + i, m);
+  }
 }
 
 }  // namespace kvsim

@@ -16,6 +16,10 @@ std::size_t half_to_float(const std::uint16_t* in, float* out, std::size_t n);
 // Rounds n floats to binary16 (round to nearest even), as numpy's astype(float16) does.
 void float_to_half(const float* in, std::uint16_t* out, std::size_t n);
 
+// out[i] = in[i] rounded to binary16 and back (what a float16 file stores of it); in == out is
+// allowed.
+void round_through_half(const float* in, float* out, std::size_t n);
+
 // Scalar versions, used by tests and the fallbacks.
 float half_to_float_scalar(std::uint16_t h);
 std::uint16_t float_to_half_scalar(float f);

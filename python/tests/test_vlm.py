@@ -69,6 +69,22 @@ class Decoder(unittest.TestCase):
         np.testing.assert_allclose(ours[len(ids) - 1:], logits, rtol=1e-4, atol=1e-4)
 
 
+def live_answers(build, trace):
+    """kvsim live's greedy answers on a build's prompts (captured to `trace`), as the build
+    words them: decoded, end tokens and the final period dropped, lower-cased, in file order."""
+    from kvsim import prompts
+
+    kvsim_cli("live", "capture", "-m", os.path.join(build, "model"), "--prompts",
+              os.path.join(build, "prompts.h5"), "--gen", "8", "--stop-at-eos", "-o", trace)
+    vocab = prompts.Llama2cVocab(os.path.join(build, "model"))
+    answers = []
+    for s in kvsim.Trace(trace):
+        ids = [i for i in s.token_ids[s.prompt_len:] if i not in (1, 2)]
+        text = vocab.decode(ids).strip().lower()
+        answers.append(text[:-1].strip() if text.endswith(".") else text)
+    return answers
+
+
 class SmallBuild(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -111,20 +127,8 @@ class SmallBuild(unittest.TestCase):
         self.assertEqual(self.report["test_images"], 20)
 
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
-        from kvsim import prompts
-
-        trace = os.path.join(self.tmp, "trace.h5")
-        kvsim_cli("live", "capture", "-m", os.path.join(self.dir, "model"), "--prompts",
-                  os.path.join(self.dir, "prompts.h5"), "--gen", "8", "--stop-at-eos",
-                  "-o", trace)
-        vocab = prompts.Llama2cVocab(os.path.join(self.dir, "model"))
-        t = kvsim.Trace(trace)
-        answers = []
-        for s in t:  # samples in file order, as the build's answers
-            ids = [i for i in s.token_ids[s.prompt_len:] if i not in (1, 2)]
-            text = vocab.decode(ids).strip().lower()
-            answers.append(text[:-1].strip() if text.endswith(".") else text)
-        self.assertEqual(answers, self.report["full"]["answers"])
+        self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "trace.h5")),
+                         self.report["full"]["answers"])
 
     def test_the_experiment_runs_on_the_small_model(self):
         out = os.path.join(self.tmp, "eval")
@@ -229,19 +233,8 @@ class SmallMultiBuild(unittest.TestCase):
         self.assertEqual(self.report["images_per_prompt"], 8)
 
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
-        from kvsim import prompts
-
-        trace = os.path.join(self.tmp, "multi_trace.h5")
-        kvsim_cli("live", "capture", "-m", os.path.join(self.dir, "model"), "--prompts",
-                  os.path.join(self.dir, "prompts.h5"), "--gen", "8", "--stop-at-eos",
-                  "-o", trace)
-        vocab = prompts.Llama2cVocab(os.path.join(self.dir, "model"))
-        answers = []
-        for s in kvsim.Trace(trace):
-            ids = [i for i in s.token_ids[s.prompt_len:] if i not in (1, 2)]
-            text = vocab.decode(ids).strip().lower()
-            answers.append(text[:-1].strip() if text.endswith(".") else text)
-        self.assertEqual(answers, self.report["full"]["answers"])
+        self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "multi_trace.h5")),
+                         self.report["full"]["answers"])
 
 
 class ReportRetention(unittest.TestCase):

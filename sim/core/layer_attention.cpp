@@ -218,7 +218,6 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
   // float16 rounding converts whole rows (F16C where the CPU has it): the same round-to-nearest-
   // even as the scalar conversion, element by element, so the same sums.
   const bool to_half = rounded && sample_.dtype == DType::kFloat16;
-  std::vector<std::uint16_t> half_row(to_half ? P_ : 0);
   std::vector<float> rounded_row(to_half ? P_ : 0);
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
@@ -232,8 +231,7 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
       softmax_inplace(row, i + 1, scale_);
       if (colsum) kernels::active().accumulate(colsum, row, i + 1);
       if (to_half) {
-        float_to_half(row, half_row.data(), i + 1);
-        half_to_float(half_row.data(), rounded_row.data(), i + 1);
+        round_through_half(row, rounded_row.data(), i + 1);
         kernels::active().accumulate(rounded, rounded_row.data(), i + 1);
       } else if (rounded) {
         kernels::active().accumulate(rounded, row, i + 1);  // float32: rounding changes nothing

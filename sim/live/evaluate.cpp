@@ -119,13 +119,6 @@ std::vector<std::int32_t> trace_position_ids(const PreparedPrompt& pp, int T) {
   return ids;
 }
 
-// x rounded to binary16 and back, in place (what a float16 trace stores).
-void round_to_half(xt::xtensor<float, 3>& x) {
-  std::vector<std::uint16_t> half(x.size());
-  float_to_half(x.data(), half.data(), x.size());
-  half_to_float(half.data(), x.data(), x.size());
-}
-
 // Generates one sample with a full cache and writes it, alone, to `path` (atomically).
 void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::string& prompts_path,
                     const TraceInfo& info, const WriteOptions& wo, const CaptureOptions& o,
@@ -155,7 +148,7 @@ void capture_sample(LiveEngine& engine, const PromptSample& prompt, const std::s
     if (info.compact()) {
       // The statistics of what the file stores: the tensors rounded to its dtype first.
       if (o.dtype == DType::kFloat16)
-        for (auto* x : {&t.q, &t.k, &t.v}) round_to_half(*x);
+        for (auto* x : {&t.q, &t.k, &t.v}) round_through_half(x->data(), x->data(), x->size());
       t = compact_layer(info, s, std::move(t), info.compact_entropies, 1);
     }
     writer.write_layer(s, t);

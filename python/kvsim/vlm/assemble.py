@@ -299,11 +299,17 @@ def build(models, settings=None, out=None, log=print, force=False):
                   _prompt_samples(task, names, labels, emb[swap]))
     write_prompts(os.path.join(tmp, "prompts_noimage.h5"),
                   _prompt_samples(task, names, labels, None, with_image=False))
+    return _publish(tmp, out, report, t0, log, "assembled VLM")
+
+
+def _publish(tmp, out, report, t0, log, what):
+    """Writes build.json (with the total time) into the finished build `tmp` and moves it to
+    `out` in one rename, so that a cache entry is complete or absent. Returns `out`."""
     report["seconds"]["total"] = round(time.time() - t0, 1)
     with open(os.path.join(tmp, "build.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
-    log(f"assembled VLM written to {out} in {report['seconds']['total']} s")
+    log(f"{what} written to {out} in {report['seconds']['total']} s")
     return out

@@ -18,7 +18,6 @@ single-image build, under a key of every setting, the parts' bytes and this pack
                        answer must follow the image, not the box)
     build.json         settings, accuracies (full cache and controls; by box), losses, times
 """
-import json
 import os
 import shutil
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 from kvsim.vlm import data
 from kvsim.vlm.assemble import (END_IDS, IMAGE_TOKEN_ID, SOURCES, _accuracy, _key, _parts,
-                                _write_model, cache_root, image_tokens)
+                                _publish, _write_model, cache_root, image_tokens)
 from kvsim.vlm.decoder import LlamaDecoder, write_safetensors
 from kvsim.vlm.encoder import MobileNetV2
 
@@ -342,11 +341,4 @@ def build_multi(models, settings=None, out=None, log=print, force=False):
         write_prompts(os.path.join(tmp, f"prompts{suffix}.h5"),
                       _prompt_samples(task, chosen, labels, rows, names, with_images),
                       model=model_name)
-    report["seconds"]["total"] = round(time.time() - t0, 1)
-    with open(os.path.join(tmp, "build.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    log(f"multi-image VLM written to {out} in {report['seconds']['total']} s")
-    return out
+    return _publish(tmp, out, report, t0, log, "multi-image VLM")
