@@ -14,7 +14,8 @@
 # LLaMA-7B-width bf16 model with a 2k prompt against transformers on the same checkpoint, and the
 # cost of h2o, tova and streamingllm in the loop); compare_transformers.json (logits against
 # transformers); replay_scaling.csv (replay with -j 1, 4 and 16 on one- and four-sample
-# traces of 2,048-token prompts); tables.md (all of it as the tables of docs/live.md); steps.csv (which
+# traces of 2,048-token prompts); capture_compact.json (capture at 8k and 32k tokens with the
+# compact statistics on the GPU); tables.md (all of it as the tables of docs/live.md); steps.csv (which
 # step failed). A failing step does not stop the others; the exit status says whether any failed.
 set -u
 out=${OUT:-gpu_results}
@@ -77,6 +78,10 @@ step compare_transformers python3 "$here/compare_transformers.py" --kvsim "$buil
 step check_hf_capture env PYTHONPATH="$here/../../python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 "$here/check_hf_capture.py" --device cuda --kvsim "$build/kvsim" --backend cuda \
   --out "$out/check_hf_capture.json"
+# Capture at 8k and 32k tokens with the compact statistics computed on the GPU, against a full
+# capture and `kvsim compact` of it on the host's cores (docs/performance.md).
+step capture_compact env PYTHONPATH="$here/../../python${PYTHONPATH:+:$PYTHONPATH}" \
+  python3 "$here/capture_compact_gpu.py" --kvsim "$build/kvsim" --out "$out/capture_compact.json"
 # Replay's thread scaling on the machine's cores (replay is CPU work; the GPU machine has 16).
 step replay_scaling "$here/../replay_scaling.sh" "$build/kvsim" "$out" "1 4 16" 1
 step tables python3 "$here/summarize.py" "$out"

@@ -227,6 +227,78 @@ class CaptureTest(unittest.TestCase):
         with self.assertRaisesRegex(capture.CaptureError, "write it as that, not float32"):
             rec.write(os.path.join(self.dir.name, "x.h5"), dtype="float32")
 
+    def test_device_statistics_equal_the_host_ones_to_float32_rounding(self):
+        try:
+            import kvsim
+            kvsim.prompt_statistics
+        except (ImportError, AttributeError):
+            self.skipTest("the kvsim C++ module is not built")
+        from kvsim.capture import device_stats
+
+        rng = np.random.default_rng(3)
+        P, H, Hkv, d = 200, 8, 2, 16  # GQA; images 10..149, then a 30-token question... and
+        modality = np.zeros(P, np.uint8)  # a video stretch, so the question is the last 30
+        modality[10:150] = 1
+        modality[155:170] = 2
+        q = rng.standard_normal((P, H, d)).astype(np.float32)
+        k = rng.standard_normal((P, Hkv, d)).astype(np.float32)
+        for dtype in ("float16", "float32"):
+            stored = [x.astype(dtype).astype(np.float32) for x in (q, k)]
+            ref = kvsim.prompt_statistics(*stored, modality, scale=0.3, entropies=False,
+                                          window=40, dtype=dtype)
+            for block in (7, 64, 512):  # row blocks straddling the context's end, or none
+                got = device_stats.prompt_statistics(
+                    torch.from_numpy(q).transpose(0, 1), torch.from_numpy(k).transpose(0, 1),
+                    modality, 0.3, window=40, dtype=dtype, block_rows=block)
+                self.assertEqual((got["first_row"], got["context_len"]),
+                                 (ref["first_row"], ref["context_len"]))
+                self.assertEqual((got["first_row"], got["context_len"]), (128, 170))
+                for part in ("prompt", "context"):
+                    for name, want in ref[part].items():
+                        # float32 sums in another order; a probability that lands on a float16
+                        # rounding boundary can round the other way in the rounded sums
+                        np.testing.assert_allclose(got[part][name], want, rtol=1e-4, atol=1e-6,
+                                                   err_msg=f"{dtype} {part} {name} {block}")
+
+    def test_compact_capture_with_device_statistics(self):
+        try:
+            import kvsim
+            kvsim.compact_trace
+        except (ImportError, AttributeError):
+            self.skipTest("the kvsim C++ module is not built")
+        prompt = [(5 * i + 1) % VOCAB for i in range(150)]
+        modality, segment, media = metadata(150, 4, images=(2, 120))
+        paths = {}
+        for mode in ("host", "device"):
+            rec = capture.Recorder()
+            if mode == "host":
+                rec.compact(window=32, dtype="float16", entropies=False)
+            else:
+                rec.compact(window=32, dtype="float16", entropies=False, on_device=True)
+            self.model.attention_fn = rec.attention
+            with rec.sample("000000", modality=modality, segment=segment, media_id=media):
+                capture.greedy(self.model.step, prompt, 4)
+            paths[mode] = os.path.join(self.dir.name, f"{mode}.h5")
+            rec.write(paths[mode], model="tiny", dtype="float16", progress=False)
+        with h5py.File(paths["host"]) as a, h5py.File(paths["device"]) as b:
+            self.assertEqual(b.attrs["compact_entropies"], 0)
+            g, h = a["samples/000000"], b["samples/000000"]
+            self.assertEqual(h.attrs["compact_first_row"], 64)
+            for l in range(LAYERS):
+                for name in ("q_rows", "k", "v"):
+                    np.testing.assert_array_equal(g[f"layers/{l}/{name}"][()],
+                                                  h[f"layers/{l}/{name}"][()])
+                for part in ("prompt", "context"):
+                    for name in ("column_sums", "column_sums_rounded", "text_column_sums",
+                                 "text_column_max"):
+                        key = f"layers/{l}/stats/{part}/{name}"
+                        np.testing.assert_allclose(h[key][()], g[key][()], rtol=1e-4, atol=1e-6)
+        res = kvsim.replay(paths["device"], {"h2o": {"budget": "20"}, "snapkv": {"budget": "20"}})
+        self.assertEqual(set(res["policy"]), {"h2o", "snapkv"})
+        self.assertTrue(np.all(np.isfinite(res["mass_recall"])))
+        with self.assertRaisesRegex(ValueError, "entropies=False"):
+            capture.Recorder().compact(on_device=True)
+
     def test_errors_name_the_sample(self):
         rec = capture.Recorder()
         self.model.attention_fn = rec.attention

@@ -190,6 +190,35 @@ class SmallMultiBuild(unittest.TestCase):
                     open(os.path.join(again, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
 
+    def test_weights_trained_elsewhere_build_the_same_model(self):
+        import shutil
+
+        from kvsim.vlm import multi
+
+        weights = os.path.join(self.tmp, "weights")
+        os.makedirs(weights)
+        shutil.copy(os.path.join(self.dir, "model", "model.safetensors"),
+                    os.path.join(weights, "decoder.safetensors"))
+        shutil.copy(os.path.join(self.dir, "projector.safetensors"), weights)
+        settings = dict(multi.MULTI_DEFAULTS, **multi.MULTI_SMALL)
+        with open(os.path.join(weights, "training.json"), "w") as f:
+            json.dump({"settings": settings, "losses": [1.0] * settings["steps"],
+                       "device_name": "elsewhere"}, f)
+        built = multi.build_multi(MODELS, settings, out=os.path.join(self.tmp, "imported"),
+                                  log=lambda *_: None, weights=weights)
+        for name in ("prompts.h5", "prompts_swapped.h5", "model/model.safetensors"):
+            with open(os.path.join(self.dir, name), "rb") as a, \
+                    open(os.path.join(built, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+        with open(os.path.join(built, "build.json")) as f:
+            report = json.load(f)
+        for run in ("full", "no_image", "swapped", "shuffled"):
+            self.assertEqual(report[run]["accuracy"], self.report[run]["accuracy"], run)
+        self.assertEqual(report["trained_on"]["device_name"], "elsewhere")
+        with self.assertRaisesRegex(ValueError, "steps=4, not 5"):
+            multi.build_multi(MODELS, dict(settings, steps=5), out=os.path.join(self.tmp, "x"),
+                              log=lambda *_: None, weights=weights)
+
     def test_prompts_hold_eight_boxes_a_question_and_the_controls(self):
         import h5py
         from kvsim import prompts

@@ -29,6 +29,8 @@ import sys
 
 import numpy as np
 
+from kvsim.capture import device_stats
+
 
 def eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                     **kwargs):
@@ -81,17 +83,24 @@ class Recorder:
         self._compact = None  # compact(): {"window", "dtype", "entropies"}
         self._current = None
 
-    def compact(self, window=64, dtype="float16", entropies=True):
+    def compact(self, window=64, dtype="float16", entropies=True, on_device=False):
         """Records a compact trace (kvtrace-v1.md, "Compact traces"): at each layer's prefill the
         prompt's statistics are computed (by kvsim's C++ code, from q and k rounded to `dtype`, as
         the file stores them) and only the query rows that windows of up to `window` rows read
         are kept; write() must then use the same dtype. Equals `kvsim compact` of the full
-        capture. entropies=False leaves out MEDA's entropies (a pass over all P² logits)."""
+        capture. entropies=False leaves out MEDA's entropies (a pass over all P² logits).
+        on_device=True computes the statistics with torch where the model runs (a GPU), without
+        moving the prompt's queries to the host (kvsim.capture.device_stats): equal to float32
+        rounding, not bit for bit, and without entropies."""
         if dtype not in ("float16", "float32"):
             raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
         if int(window) < 1:
             raise ValueError(f"capture: compact window {window}: must be at least 1")
-        self._compact = {"window": int(window), "dtype": dtype, "entropies": bool(entropies)}
+        if on_device and entropies:
+            raise ValueError("capture: statistics on the device leave out the entropies; pass "
+                             "entropies=False")
+        self._compact = {"window": int(window), "dtype": dtype, "entropies": bool(entropies),
+                         "on_device": bool(on_device)}
 
     @contextlib.contextmanager
     def sample(self, name, *, modality, segment, media_id=None, token_ids=None, task=None,
@@ -161,12 +170,30 @@ class Recorder:
             return x[0, :, -n:, :].transpose(0, 1).detach().to("cpu").float().numpy()
 
         parts = self._current["layers"].setdefault(layer, {"q": [], "k": [], "v": []})
-        q = rows(query)
-        if self._compact is not None and not parts["q"]:
+        if self._compact is not None and self._compact["on_device"] and not parts["q"]:
+            P = self._prompt_rows(layer, n)
+            stats = device_stats.prompt_statistics(
+                query[0, :, -n:][:, :P], key[0, :, -n:][:, :P], self._current["meta"]["modality"],
+                scale, window=self._compact["window"], dtype=self._compact["dtype"])
+            q = rows(query)[stats["first_row"]:]  # only the kept rows leave the device
+            parts["stats"] = stats
+            self._current["compact"] = (stats["first_row"], stats["context_len"])
+        else:
+            q = rows(query)
+        if self._compact is not None and not self._compact["on_device"] and not parts["q"]:
             q = self._prompt_statistics(layer, parts, q, rows(key), scale)
         parts["q"].append(q)
         parts["k"].append(rows(key))
         parts["v"].append(rows(value))
+
+    def _prompt_rows(self, layer, rows):
+        """The prompt's length, checked against the rows of a compact recording's first call."""
+        P = int(np.count_nonzero(self._current["meta"]["segment"] != 2))
+        if rows < P:
+            raise CaptureError(f"capture: sample '{self._current['name']}', layer {layer}: the "
+                               f"first call holds {rows} of the prompt's {P} rows; a compact "
+                               "capture needs the prefill in one call")
+        return P
 
     def _prompt_statistics(self, layer, parts, q, k, scale):
         """A compact recording's first call of a layer (the prefill): its stored statistics, and
@@ -174,11 +201,7 @@ class Recorder:
         from kvsim import prompt_statistics
 
         meta = self._current["meta"]
-        P = int(np.count_nonzero(meta["segment"] != 2))
-        if q.shape[0] < P:
-            raise CaptureError(f"capture: sample '{self._current['name']}', layer {layer}: the "
-                               f"first call holds {q.shape[0]} of the prompt's {P} rows; a "
-                               "compact capture needs the prefill in one call")
+        P = self._prompt_rows(layer, q.shape[0])
         dtype = self._compact["dtype"]
         stored_q, stored_k = (x[:P].astype(dtype).astype(np.float32) for x in (q, k))
         stats = prompt_statistics(stored_q, stored_k, meta["modality"][:P],

@@ -74,7 +74,13 @@ def main(argv=None):
                          "64 serves every policy at its defaults)")
     ap.add_argument("--no-entropies", action="store_true",
                     help="with --compact: leave out MEDA's prompt entropies")
+    ap.add_argument("--stats-on-device", action="store_true",
+                    help="with --compact: compute the statistics with torch on --device (a GPU), "
+                         "the prompt's queries never copied to the host; equal to float32 "
+                         "rounding, not bit for bit; implies --no-entropies")
     a = ap.parse_args(argv)
+    if a.stats_on_device and not a.compact:
+        ap.error("--stats-on-device needs --compact WINDOW")
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -86,7 +92,8 @@ def main(argv=None):
     prompts = read_prompts(a.prompts)
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
                        prompts_out=a.prompts_out, compact_window=a.compact or None,
-                       compact_entropies=not a.no_entropies,
+                       compact_entropies=not (a.no_entropies or a.stats_on_device),
+                       compact_on_device=a.stats_on_device,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))
     print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)

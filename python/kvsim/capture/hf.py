@@ -256,7 +256,7 @@ def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, tas
 
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
                        progress=None, prompts_out=None, compact_window=None,
-                       compact_entropies=True):
+                       compact_entropies=True, compact_on_device=False):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
     kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
@@ -266,12 +266,13 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     media positions, M-RoPE position ids), so that `kvsim live` runs the very same inputs on the
     checkpoint. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
     prompt statistics computed as the model runs, only the query rows windows of up to that many
-    rows read kept. Returns the Recorder."""
+    rows read kept (compact_on_device: computed with torch where the model runs, without the
+    entropies; Recorder.compact). Returns the Recorder."""
     import torch
 
     recorder = Recorder()
     if compact_window:
-        recorder.compact(compact_window, dtype, compact_entropies)
+        recorder.compact(compact_window, dtype, compact_entropies, on_device=compact_on_device)
     use_attention(model, register(recorder))
     model.eval()
     config = model.config

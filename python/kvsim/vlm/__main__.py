@@ -31,6 +31,7 @@ def main(argv=None):
                "  python -m kvsim.vlm build --small            # the CI setting, seconds\n"
                "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
                "  python -m kvsim.vlm build-multi --set seed=1\n"
+               "  python -m kvsim.vlm build-multi --weights gpu/base-seed0   # trained on a GPU\n"
                "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
                "kvsim live), prompts.h5 and the controls' prompts_*.h5, projector.safetensors, "
                "build.json",
@@ -50,12 +51,24 @@ def main(argv=None):
         b.add_argument("--out", help="directory to write (default: the cache, "
                                      f"{assemble.cache_root()}/<key>)")
         b.add_argument("--force", action="store_true", help="rebuild even when cached")
+        if name == "build-multi":
+            b.add_argument("--weights", metavar="DIR",
+                           help="weights trained elsewhere (experiments/vlm_multi_gpu.py): "
+                                "evaluate them here and write the prompts, with the settings "
+                                "of DIR/training.json")
         b.add_argument("--quiet", action="store_true", help="print only the directory")
     a = ap.parse_args(argv)
     build, defaults, small = kinds[a.command]
     if not a.models:
         ap.error("no --models and no shared/models beside the checkout (set KVSIM_MODELS)")
     settings = dict(small if a.small else {})
+    weights = getattr(a, "weights", None)
+    if weights:
+        try:
+            with open(os.path.join(weights, "training.json"), encoding="utf-8") as f:
+                settings = json.load(f)["settings"]
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--weights {weights}: no readable training.json with settings ({e})")
     for item in a.set:
         key, _, value = item.partition("=")
         if key not in defaults or not value:
@@ -66,7 +79,8 @@ def main(argv=None):
             ap.error(f"--set {item!r}: {value!r} is not a {type(defaults[key]).__name__}")
     log = (lambda *_: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        out = build(a.models, settings, out=a.out, log=log, force=a.force)
+        extra = {"weights": weights} if weights else {}
+        out = build(a.models, settings, out=a.out, log=log, force=a.force, **extra)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"python -m kvsim.vlm: {e}")
     if not a.quiet:

@@ -89,7 +89,7 @@ def image_tokens(encoder, images, batch=50, progress=None):
     for i in range(0, len(images), batch):
         x = np.stack([encoder.preprocess(data.to_pil(im)) for im in images[i:i + batch]])
         _, grid = encoder(x, classify=False)
-        out.append(grid.flatten(2).transpose(1, 2).numpy())
+        out.append(grid.flatten(2).transpose(1, 2).cpu().numpy())
         if progress:
             progress(min(i + batch, len(images)), len(images))
     return np.concatenate(out)

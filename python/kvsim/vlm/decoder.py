@@ -55,13 +55,23 @@ class LlamaDecoder:
         arrays = read_safetensors(os.path.join(directory, "model.safetensors"))
         return cls(config, {k: torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items()})
 
+    def to(self, device):
+        """Moves the parameters to `device` (a torch device or its name); inputs must be there."""
+        torch = _torch()
+        device = torch.device(device)
+        self.params = {k: v.to(device) for k, v in self.params.items()}
+        self.inv_freq = self.inv_freq.to(device)
+        return self
+
     def trainable(self, names):
         for k, v in self.params.items():
             v.requires_grad_(k in names)
         return [self.params[k] for k in names]
 
     def embed(self, ids):
-        return self.params["model.embed_tokens.weight"][ids]
+        # F.embedding, not indexing: indexing's backward accumulates repeated ids in parallel on
+        # the CPU, in a varying order (a fine-tuned build would not be deterministic).
+        return _torch().nn.functional.embedding(ids, self.params["model.embed_tokens.weight"])
 
     def _norm(self, x, w):
         return x * (x.pow(2).mean(-1, keepdim=True) + self.eps).rsqrt() * w
@@ -79,14 +89,16 @@ class LlamaDecoder:
         torch = _torch()
         p = self.params
         n, t, _ = inputs.shape
+        at = inputs.device
         if pad is None:
-            pos = torch.arange(t, dtype=torch.float64) if positions is None else positions.double()
-            mask = torch.full((t, t), float("-inf")).triu(1)
+            pos = (torch.arange(t, dtype=torch.float64, device=at) if positions is None
+                   else positions.double())
+            mask = torch.full((t, t), float("-inf"), device=at).triu(1)
         else:
             pos = ((~pad).cumsum(1) - 1).clamp(min=0).double()[:, None]  # [N, 1, T]
-            hidden_keys = pad[:, None, None, :] & ~torch.eye(t, dtype=torch.bool)  # pads see
-            mask = torch.full((t, t), float("-inf")).triu(1).expand(n, 1, t, t).masked_fill(
-                hidden_keys, float("-inf"))                                     # themselves only
+            hidden_keys = pad[:, None, None, :] & ~torch.eye(t, dtype=torch.bool, device=at)
+            mask = torch.full((t, t), float("-inf"), device=at).triu(1).expand(  # pads see
+                n, 1, t, t).masked_fill(hidden_keys, float("-inf"))  # themselves only
         angles = pos[..., None] * self.inv_freq
         cos = torch.cat([angles.cos(), angles.cos()], -1).float()
         sin = torch.cat([angles.sin(), angles.sin()], -1).float()

@@ -81,6 +81,13 @@ class MobileNetV2:
             raise ValueError(f"{gpath}: no single op whose tflite_output is Conv_1")
         self.feature_tensor = feature_ops[0]["output"]
 
+    def to(self, device):
+        """Moves the weights to `device`; the outputs are then there too."""
+        import torch
+
+        self.weights = {k: v.to(torch.device(device)) for k, v in self.weights.items()}
+        return self
+
     @staticmethod
     def preprocess(image, size=224):
         """A PIL image -> float32 [3, size, size]: RGB, bilinear resize (PIL), (x - 128) / 128."""
@@ -115,7 +122,8 @@ class MobileNetV2:
         the Conv_1 grid [N, 1280, 7, 7]). With classify=False the graph stops at the grid."""
         import torch
 
-        env = {self.input["tensor"]: torch.as_tensor(np.asarray(images, dtype=np.float32))}
+        at = next(iter(self.weights.values())).device
+        env = {self.input["tensor"]: torch.as_tensor(np.asarray(images, dtype=np.float32)).to(at)}
         grid = None
         with torch.no_grad():
             for op in self.ops:
