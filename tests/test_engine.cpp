@@ -50,6 +50,42 @@ const PolicyRegistration merge_reg({
     },
 });
 
+// Test-only policy: at every decode step each KV head evicts its oldest entry; only KV head 1
+// exposes the scores it evicts by (its positions: the oldest is the lowest), as a policy that
+// scores some heads only.
+class OldestOutScoresHeadOne final : public Policy {
+ public:
+  void on_prefill(const LayerView&, KvCache&) override {}
+  void on_decode(const LayerView&, const StepAttention&, KvCache& cache) override {
+    for (int g = 0; g < cache.kv_heads(); ++g) {
+      const int oldest = 0;
+      cache.evict(g, std::span<const int>(&oldest, 1));
+    }
+    scores_.clear();
+    for (int p = 0; p <= cache.position(1, cache.size(1) - 1); ++p) scores_.push_back(p);
+  }
+  const std::vector<double>* eviction_scores(int, int kv_head) const override {
+    return kv_head == 1 ? &scores_ : nullptr;
+  }
+
+ private:
+  std::vector<double> scores_;
+};
+
+const PolicyRegistration scores_head_one_reg({
+    .name = "test_scores_head_one",
+    .summary = "test only",
+    .provenance = "tests",
+    .params = {},
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet&, const SampleInfo&) -> std::unique_ptr<Policy> {
+      return std::make_unique<OldestOutScoresHeadOne>();
+    },
+});
+
 void expect_same(const LayerResult& a, const LayerResult& b, double tol, const std::string& what) {
   ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
   for (std::size_t g = 0; g < a.steps.size(); ++g) {
@@ -107,6 +143,28 @@ TEST(Engine, MatchesThePlainReferenceForEveryBaseline) {
     const auto ref = reference_replay(reader, "000000", cfg);
     ASSERT_EQ(fast.size(), ref.size());
     for (std::size_t l = 0; l < fast.size(); ++l) expect_same(fast[l], ref[l], 2e-5, name);
+  }
+}
+
+TEST(Engine, FlushesAreRecordedForEveryHeadThatScores) {
+  // KV head 0 exposes no scores and head 1 does: every decode step's eviction of head 1 (one
+  // entry, the oldest, which is also the lowest score: realized = greedy) is recorded, none of
+  // head 0's. The scores are read after the hook, so the evicted oldest position p scores p.
+  const std::string path = small_synthetic_trace("engine_flushes.h5", 1);
+  TraceReader reader(path);
+  std::vector<LayerResult> out;
+  Replayer(reader, {make_policy_config("test_scores_head_one", {})}, {.threads = 1, .bounds = true})
+      .replay_sample("000000", [&](const LayerResult& l) { out.push_back(l); });
+  ASSERT_EQ(out.size(), 1u);
+  const SampleInfo sample = reader.read_sample("000000");
+  ASSERT_EQ(static_cast<int>(out[0].flushes.size()), sample.gen_len);
+  for (int t = 0; t < sample.gen_len; ++t) {
+    const FlushEvent& f = out[0].flushes[t];
+    EXPECT_EQ(f.step, t);
+    EXPECT_EQ(f.kv_head, 1);
+    EXPECT_EQ(f.removed, 1);
+    EXPECT_DOUBLE_EQ(f.realized, t);  // the oldest of head 1 at step t is position t
+    EXPECT_DOUBLE_EQ(f.greedy, t);
   }
 }
 

@@ -66,7 +66,7 @@ void record_flushes(const Policy& policy, int layer, int step,
                     std::vector<FlushEvent>& out) {
   for (int g = 0; g < cache.kv_heads(); ++g) {
     const std::vector<double>* scores = policy.eviction_scores(layer, g);
-    if (!scores) return;
+    if (!scores) continue;  // this head has no scores; another may
     const auto& after = cache.positions(g);
     std::vector<std::int32_t> removed;
     std::set_difference(before[g].begin(), before[g].end(), after.begin(), after.end(),
