@@ -210,10 +210,12 @@ TEST(Cli, FiguresRenderFromResultFiles) {
         0);
   const std::string sweep = temp_path("fig_sweep");
   std::filesystem::remove_all(sweep);
-  ASSERT_EQ(
-      kvsim("sweep --trace " + trace + " --policy h2o --grid h2o.budget=20%,40% --out " + sweep)
-          .code,
-      0);
+  const CliRun swept =
+      kvsim("sweep --trace " + trace + " --policy h2o --grid h2o.budget=20%,40% --out " + sweep +
+            "/");  // a trailing slash: the path printed has no "//"
+  ASSERT_EQ(swept.code, 0) << swept.output;
+  EXPECT_NE(swept.output.find("results in " + sweep + "/results.csv\n"), std::string::npos)
+      << swept.output;
   const std::string out = temp_path("fig_out");
   std::filesystem::remove_all(out);
   const CliRun r = kvsim("figures " + dir + " " + sweep + "/results.csv --out " + out);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "sim/cli/cli.hpp"
@@ -70,8 +71,9 @@ int run_sweep_command(SweepArgs a, int rank) {
   std::printf("%s", r.table.c_str());
   std::printf(
       "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "
-      "results in %s/results.csv\n",
-      configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run, a.out.c_str());
+      "results in %s\n",
+      configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run,
+      (std::filesystem::path(a.out) / "results.csv").string().c_str());  // "out/" gives no "//"
   return 0;
 }
 
