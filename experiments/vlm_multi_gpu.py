@@ -65,7 +65,7 @@ def run_one(args):
     name, seed, recipe, opts = args
     import torch
 
-    from kvsim.vlm import data, multi
+    from kvsim.vlm import multi
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the CPU's arithmetic, as far as it goes
     torch.backends.cudnn.allow_tf32 = False

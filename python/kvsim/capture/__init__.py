@@ -166,8 +166,10 @@ class Recorder:
             raise CaptureError(f"capture: layer {layer} scales q·k by {scale}, others by "
                                f"{self.scale}")
 
-        def rows(x):  # [1, heads, m, d] -> the last n rows as float32 numpy [n, heads, d]
-            return x[0, :, -n:, :].transpose(0, 1).detach().to("cpu").float().numpy()
+        def rows(x, first=0):  # [1, heads, m, d] -> the last n rows from the first-th, as
+            # float32 numpy [n - first, heads, d], sliced before they leave the device
+            return x[0, :, x.shape[2] - n + first:, :].transpose(0, 1).detach().to(
+                "cpu").float().numpy()
 
         parts = self._current["layers"].setdefault(layer, {"q": [], "k": [], "v": []})
         if self._compact is not None and self._compact["on_device"] and not parts["q"]:
@@ -175,7 +177,7 @@ class Recorder:
             stats = device_stats.prompt_statistics(
                 query[0, :, -n:][:, :P], key[0, :, -n:][:, :P], self._current["meta"]["modality"],
                 scale, window=self._compact["window"], dtype=self._compact["dtype"])
-            q = rows(query)[stats["first_row"]:]  # only the kept rows leave the device
+            q = rows(query, stats["first_row"])  # only the kept rows leave the device
             parts["stats"] = stats
             self._current["compact"] = (stats["first_row"], stats["context_len"])
         else:
