@@ -11,8 +11,9 @@ chosen, and those weights are packed into OUT/multi_weights_<recipe>.tar.gz:
     <recipe>-seed<k>/{decoder,projector}.safetensors, training.json   (kvsim.vlm.multi.save_weights)
 and OUT/results.json holds every milestone's validation accuracy, per recipe and seed.
 Back on any machine, the build evaluates them on the held-out items and writes its prompts:
-    python -m kvsim.vlm build-multi --weights DIR/<recipe>-seed<k> --set device=cuda ...
-(the --set values are those in training.json's settings).
+    python -m kvsim.vlm build-multi --weights DIR/<recipe>-seed<k>
+(the settings, and so the cache key, are those of its training.json). Each process holds up to
+~10 GiB of GPU memory: five fit an 80 GB H100, ten did not.
 
     python3 experiments/vlm_multi_gpu.py --models shared-models --out $OUT \\
         --recipe base: --recipe fast:decoder_lr=0.001 --seeds 0-4 --seconds 300
@@ -133,8 +134,8 @@ def main():
                     help="NAME:key=value,... (settings of kvsim.vlm.multi)")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--milestones", default="1000,2000,3000,4000,6000,8000,10000,12000,16000")
-    ap.add_argument("--seconds", type=float, default=300, help="stop after the milestone that "
-                    "follows this many seconds of training")
+    ap.add_argument("--seconds", type=float, default=300, help="stop at the first step past "
+                    "this many seconds of training (the milestones reached by then are kept)")
     ap.add_argument("--val-items", type=int, default=200)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--device", default="cuda")
