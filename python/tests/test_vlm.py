@@ -85,6 +85,14 @@ def live_answers(build, trace):
     return answers
 
 
+def assert_same_files(test, first, second, names):
+    """The files `names` of two build directories are equal byte for byte."""
+    for name in names:
+        with open(os.path.join(first, name), "rb") as a, \
+                open(os.path.join(second, name), "rb") as b:
+            test.assertEqual(a.read(), b.read(), name)
+
+
 class SmallBuild(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -101,11 +109,9 @@ class SmallBuild(unittest.TestCase):
 
         again = assemble.build(MODELS, assemble.SMALL, out=os.path.join(self.tmp, "b"),
                                log=lambda *_: None)
-        for name in ("projector.safetensors", "prompts.h5", "prompts_swapped.h5",
-                     "prompts_noimage.h5", "model/model.safetensors"):
-            with open(os.path.join(self.dir, name), "rb") as a, \
-                    open(os.path.join(again, name), "rb") as b:
-                self.assertEqual(a.read(), b.read(), name)
+        assert_same_files(self, self.dir, again, (
+            "projector.safetensors", "prompts.h5", "prompts_swapped.h5", "prompts_noimage.h5",
+            "model/model.safetensors"))
 
     def test_prompts_hold_the_image_rows_the_question_and_the_reference(self):
         import h5py
@@ -184,11 +190,9 @@ class SmallMultiBuild(unittest.TestCase):
 
         again = multi.build_multi(MODELS, multi.MULTI_SMALL, out=os.path.join(self.tmp, "again"),
                                   log=lambda *_: None)
-        for name in ("projector.safetensors", "model/model.safetensors", "prompts.h5",
-                     "prompts_swapped.h5", "prompts_shuffled.h5", "prompts_noimage.h5"):
-            with open(os.path.join(self.dir, name), "rb") as a, \
-                    open(os.path.join(again, name), "rb") as b:
-                self.assertEqual(a.read(), b.read(), name)
+        assert_same_files(self, self.dir, again, (
+            "projector.safetensors", "model/model.safetensors", "prompts.h5",
+            "prompts_swapped.h5", "prompts_shuffled.h5", "prompts_noimage.h5"))
 
     def test_weights_trained_elsewhere_build_the_same_model(self):
         import shutil
@@ -206,10 +210,8 @@ class SmallMultiBuild(unittest.TestCase):
                        "device_name": "elsewhere"}, f)
         built = multi.build_multi(MODELS, settings, out=os.path.join(self.tmp, "imported"),
                                   log=lambda *_: None, weights=weights)
-        for name in ("prompts.h5", "prompts_swapped.h5", "model/model.safetensors"):
-            with open(os.path.join(self.dir, name), "rb") as a, \
-                    open(os.path.join(built, name), "rb") as b:
-                self.assertEqual(a.read(), b.read(), name)
+        assert_same_files(self, self.dir, built,
+                          ("prompts.h5", "prompts_swapped.h5", "model/model.safetensors"))
         with open(os.path.join(built, "build.json")) as f:
             report = json.load(f)
         for run in ("full", "no_image", "swapped", "shuffled"):
@@ -218,6 +220,13 @@ class SmallMultiBuild(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "steps=4, not 5"):
             multi.build_multi(MODELS, dict(settings, steps=5), out=os.path.join(self.tmp, "x"),
                               log=lambda *_: None, weights=weights)
+
+    def test_a_device_that_is_not_there_is_named(self):
+        from kvsim.vlm import multi
+
+        with self.assertRaisesRegex(ValueError, "device 'nope': not a torch device"):
+            multi.build_multi(MODELS, dict(multi.MULTI_SMALL, device="nope"),
+                              out=os.path.join(self.tmp, "nope"), log=lambda *_: None)
 
     def test_prompts_hold_eight_boxes_a_question_and_the_controls(self):
         import h5py

@@ -172,46 +172,39 @@ class Recorder:
                 "cpu").float().numpy()
 
         parts = self._current["layers"].setdefault(layer, {"q": [], "k": [], "v": []})
-        if self._compact is not None and self._compact["on_device"] and not parts["q"]:
-            P = self._prompt_rows(layer, n)
-            stats = device_stats.prompt_statistics(
-                query[0, :, -n:][:, :P], key[0, :, -n:][:, :P], self._current["meta"]["modality"],
-                scale, window=self._compact["window"], dtype=self._compact["dtype"])
-            q = rows(query, stats["first_row"])  # only the kept rows leave the device
+        k = rows(key)
+        if self._compact is not None and not parts["q"]:  # a compact recording's prefill
+            stats = self._prompt_statistics(layer, n, query, key, rows, k, scale)
             parts["stats"] = stats
             self._current["compact"] = (stats["first_row"], stats["context_len"])
+            q = rows(query, stats["first_row"])  # the kept rows only
         else:
             q = rows(query)
-        if self._compact is not None and not self._compact["on_device"] and not parts["q"]:
-            q = self._prompt_statistics(layer, parts, q, rows(key), scale)
         parts["q"].append(q)
-        parts["k"].append(rows(key))
+        parts["k"].append(k)
         parts["v"].append(rows(value))
 
-    def _prompt_rows(self, layer, rows):
-        """The prompt's length, checked against the rows of a compact recording's first call."""
-        P = int(np.count_nonzero(self._current["meta"]["segment"] != 2))
-        if rows < P:
+    def _prompt_statistics(self, layer, n, query, key, rows, k, scale):
+        """A compact recording's prefill of a layer: its stored statistics, computed where the
+        model runs (on_device: kvsim.capture.device_stats), or by kvsim's C++ code from the prompt
+        rows as the file stores them (rounded to its dtype). rows(x) gives the call's host rows,
+        k = rows(key)."""
+        meta = self._current["meta"]
+        P = int(np.count_nonzero(meta["segment"] != 2))
+        if n < P:
             raise CaptureError(f"capture: sample '{self._current['name']}', layer {layer}: the "
-                               f"first call holds {rows} of the prompt's {P} rows; a compact "
+                               f"first call holds {n} of the prompt's {P} rows; a compact "
                                "capture needs the prefill in one call")
-        return P
-
-    def _prompt_statistics(self, layer, parts, q, k, scale):
-        """A compact recording's first call of a layer (the prefill): its stored statistics, and
-        the query rows kept (from the sample's first kept row)."""
+        dtype, window = self._compact["dtype"], self._compact["window"]
+        if self._compact["on_device"]:
+            return device_stats.prompt_statistics(query[0, :, -n:][:, :P], key[0, :, -n:][:, :P],
+                                                   meta["modality"], scale, window=window,
+                                                   dtype=dtype)
         from kvsim import prompt_statistics
 
-        meta = self._current["meta"]
-        P = self._prompt_rows(layer, q.shape[0])
-        dtype = self._compact["dtype"]
-        stored_q, stored_k = (x[:P].astype(dtype).astype(np.float32) for x in (q, k))
-        stats = prompt_statistics(stored_q, stored_k, meta["modality"][:P],
-                                  scale=scale, entropies=self._compact["entropies"],
-                                  window=self._compact["window"], dtype=dtype)
-        parts["stats"] = stats
-        self._current["compact"] = (stats["first_row"], stats["context_len"])
-        return q[stats["first_row"]:]
+        stored_q, stored_k = (x[:P].astype(dtype).astype(np.float32) for x in (rows(query), k))
+        return prompt_statistics(stored_q, stored_k, meta["modality"][:P], scale=scale,
+                                 entropies=self._compact["entropies"], window=window, dtype=dtype)
 
     def _finish(self, cur):
         name, meta, layers = cur["name"], cur["meta"], cur["layers"]

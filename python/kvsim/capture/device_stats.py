@@ -8,7 +8,9 @@ The same definitions as kvsim's C++ (sim/core/layer_attention.cpp: compute_prefi
 compute_text_query_stats), summed in another order: equal to kvsim.prompt_statistics to float32
 rounding, not bit for bit, so replay of such a trace can differ from the full trace's where two
 scores tie to the last bit. MEDA's prompt entropies are not computed here (a capture with device
-statistics is written without them, as `kvsim compact --no-entropies`).
+statistics is written without them, as `kvsim compact --no-entropies`). Pure torch: the rules
+for the question and the first kept row are restated here from traces/kvtrace.cpp and
+sim/core/compact_trace.cpp because kvsim's C++ module is often not importable where the GPU is.
 """
 import numpy as np
 

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from kvsim.vlm import data
-from kvsim.vlm.decoder import LlamaDecoder, write_safetensors
+from kvsim.vlm.decoder import LlamaDecoder, greedy_answers, write_safetensors
 from kvsim.vlm.encoder import MobileNetV2
 
 __all__ = ["DEFAULTS", "SMALL", "build", "cache_root", "image_tokens"]
@@ -165,22 +165,7 @@ def _train(settings, dec, task, feats, labels, log):
 
 def _greedy(dec, task, image_rows, n, max_tokens):
     """Greedy answers (token ids, the end token included when reached) of n prompts."""
-    import torch
-
-    x = _inputs(dec, task, n, image_rows)
-    out = [[] for _ in range(n)]
-    done = np.zeros(n, dtype=bool)
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            nxt = dec(x)[:, -1].argmax(-1)
-            for i, t in enumerate(nxt.tolist()):
-                if not done[i]:
-                    out[i].append(t)
-                    done[i] = t in END_IDS
-            if done.all():
-                break
-            x = torch.cat([x, dec.embed(nxt[:, None])], 1)
-    return out
+    return greedy_answers(dec, _inputs(dec, task, n, image_rows), max_tokens, END_IDS)
 
 
 def _answer_word(vocab, ids):

@@ -14,7 +14,7 @@ import numpy as np
 
 from kvsim.vlm.encoder import read_safetensors
 
-__all__ = ["LlamaDecoder"]
+__all__ = ["LlamaDecoder", "greedy_answers"]
 
 
 def _torch():
@@ -129,6 +129,26 @@ class LlamaDecoder:
         x = self._norm(x, p["model.norm.weight"])
         head = p["model.embed_tokens.weight"] if self.tied else p["lm_head.weight"]
         return x @ head.T
+
+
+def greedy_answers(dec, inputs, max_tokens, end_ids):
+    """Greedy continuations of a batch of unpadded prompts' input embeddings [N, T, hidden]: each
+    item's token ids up to and including its first of `end_ids`, at most max_tokens."""
+    torch = _torch()
+    x = inputs
+    out = [[] for _ in range(x.shape[0])]
+    done = np.zeros(x.shape[0], dtype=bool)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            nxt = dec(x)[:, -1].argmax(-1)
+            for i, t in enumerate(nxt.tolist()):
+                if not done[i]:
+                    out[i].append(t)
+                    done[i] = t in end_ids
+            if done.all():
+                break
+            x = torch.cat([x, dec.embed(nxt[:, None])], 1)
+    return out
 
 
 def write_safetensors(path, arrays):

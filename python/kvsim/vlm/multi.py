@@ -28,7 +28,7 @@ import numpy as np
 from kvsim.vlm import data
 from kvsim.vlm.assemble import (END_IDS, IMAGE_TOKEN_ID, SOURCES, _accuracy, _key, _parts,
                                 _publish, _write_model, cache_root, image_tokens)
-from kvsim.vlm.decoder import LlamaDecoder, write_safetensors
+from kvsim.vlm.decoder import LlamaDecoder, greedy_answers, write_safetensors
 from kvsim.vlm.encoder import MobileNetV2
 
 __all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "BOX_WORDS"]
@@ -206,22 +206,8 @@ def _greedy(dec, task, items, rows_of, max_tokens, batch=16):
     out = [None] * len(items)
     with torch.no_grad():
         for group in groups:
-            chunk = [items[i] for i in group]
-            x, pad = _batch(dec, task, chunk, rows_of)
-            answers = [[] for _ in chunk]
-            done = np.zeros(len(chunk), dtype=bool)
-            for _ in range(max_tokens):
-                nxt = _forward(dec, x, pad)[:, -1].argmax(-1)
-                for i, t in enumerate(nxt.tolist()):
-                    if not done[i]:
-                        answers[i].append(t)
-                        done[i] = t in END_IDS
-                if done.all():
-                    break
-                x = torch.cat([x, dec.embed(nxt[:, None])], 1)
-                pad = torch.cat([pad, torch.zeros(len(chunk), 1, dtype=torch.bool,
-                                                  device=pad.device)], 1)
-            for i, a in zip(group, answers):
+            x, _ = _batch(dec, task, [items[i] for i in group], rows_of)  # equal lengths: no pads
+            for i, a in zip(group, greedy_answers(dec, x, max_tokens, END_IDS)):
                 out[i] = a
     return out
 
@@ -290,6 +276,15 @@ def setup(models, settings):
 
     settings = _settings(settings)
     enc_dir, dec_dir = _parts(models)
+    try:
+        device = torch.device(settings["device"])
+    except RuntimeError:
+        raise ValueError(f"device {settings['device']!r}: not a torch device (cpu, cuda, "
+                         "cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {settings['device']!r}: torch {torch.__version__} here sees no "
+                         "CUDA device; train where one is (experiments/vlm_multi_gpu.py) and "
+                         "build from those weights with --weights")
     torch.set_num_threads(settings["threads"])
     encoder = MobileNetV2(enc_dir).to(settings["device"])
     dec = LlamaDecoder.load(dec_dir).to(settings["device"])
@@ -431,11 +426,9 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
         log(f"multi-image VLM: cached in {out}")
         return out
     t0 = time.time()
-    if weights is not None:  # evaluated here, on the CPU, whatever device trained them
-        settings_here = dict(settings, device="cpu")
-        settings_here, encoder, dec, vocab, task, dec_dir = setup(models, settings_here)
-    else:
-        settings, encoder, dec, vocab, task, dec_dir = setup(models, settings)
+    # Weights trained elsewhere are evaluated here, on the CPU, whatever device trained them.
+    _, encoder, dec, vocab, task, dec_dir = setup(
+        models, settings if weights is None else dict(settings, device="cpu"))
     train_f, train_labels, test_f, test_labels = image_pools(settings, encoder, log,
                                                              train=weights is None)
     t_encode = time.time() - t0
