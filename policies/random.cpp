@@ -5,13 +5,15 @@
 // VLM compression methods fail to beat; kvsim draws it with the same budget semantics as the
 // other budgeted policies, so that it sits in the same tables.
 //
-// The draw is a priority u in [0, 1) per (seed, sample name, layer, KV head, position) from a
+// The draw is a priority u in [0, 1) per (seed, sample, layer, KV head, position) from a
 // counter-based hash (policies/random_priority.hpp): keeping the highest priorities is a uniform
 // choice of a subset of that size, and the same inputs give the same set whatever the thread
 // count, the other policies of the run or the order of the samples. Decoding appends, like the
 // other prefill-only policies; under `decode = cap` the excess goes by the same priorities (the
 // generated tokens drawn alike, the window sliding with the newest position), so every decode
-// eviction too is a uniform choice among the evictable entries.
+// eviction too is a uniform choice among the evictable entries. The sample is its name, or the
+// context_id that several questions on one context share (context_draw_key): the context is then
+// compressed to one set whichever question follows it.
 #include <stdexcept>
 
 #include "policies/policy.hpp"
@@ -27,7 +29,7 @@ class RandomEviction final : public Policy {
       : budget_(resolve_budget(p, s.prompt_len, "random")),
         sinks_(static_cast<int>(p.get_int("sinks"))),
         window_(static_cast<int>(p.get_int("window"))),
-        draw_(static_cast<std::uint64_t>(p.get_int("seed")), s.name) {
+        draw_(static_cast<std::uint64_t>(p.get_int("seed")), context_draw_key(s)) {
     if (budget_ < sinks_ + window_)
       throw std::invalid_argument(
           "random: budget (" + std::to_string(budget_) +

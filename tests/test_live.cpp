@@ -776,6 +776,85 @@ TEST_F(LiveFixture, QuestionAppendedMatchesReplaysDecisions) {
   }
 }
 
+// Several questions on one compressed context (kvpress's pipeline with questions asked in turn):
+// samples naming one context_id are compressed to the same context whatever question follows,
+// the random floor included (its draw keyed on the context, not the sample). Restated: each
+// sample's kept context positions equal the first's; without the shared id the random draws
+// differ, so the equality is the id's doing.
+TEST_F(LiveFixture, SeveralQuestionsOnOneCompressedContext) {
+  const PromptSample first = tiny_prompt(24, 4, 12, c.vocab_size);  // context 0..15, Q = 8
+  PromptSample second = first;
+  second.info.name = "other_question";
+  std::mt19937_64 rng(11);
+  for (int i = 16; i < 24; ++i) second.info.token_ids[i] = static_cast<int>(rng() % c.vocab_size);
+  for (int i = 0; i < 3; ++i) {  // a longer question: 11 tokens
+    second.info.token_ids.push_back(static_cast<int>(rng() % c.vocab_size));
+    second.info.modality.push_back(0);
+    second.info.segment.push_back(1);
+  }
+  second.info.prompt_len = 27;
+  auto kept_context = [&](const PromptSample& prompt, const PolicyConfig& p) {
+    live::PreparedPrompt pp =
+        engine.prepare(prompt, 3, live::LiveEngine::live_needs({p}, c), true);
+    live::RunOptions o;
+    o.steps = 3;
+    o.policy = &p;
+    const live::RunResult r = engine.run(pp, o);
+    std::vector<std::vector<std::int32_t>> out;
+    for (int l = 0; l < 2; ++l)
+      for (int g = 0; g < 2; ++g) {
+        out.emplace_back();
+        for (int pos : r.caches[l].positions(g))
+          if (pos < 16) out.back().push_back(pos);
+      }
+    return out;
+  };
+  for (const char* name : {"random", "snapkv:kvpress", "knorm:kvpress", "tova:kvpress"}) {
+    const PolicyConfig p = make_policy_config(name, {{"budget", "6"}, {"question", "append"}});
+    PromptSample a = first, b = second;
+    b.info.context_id = a.info.context_id = "context0";
+    const auto kept = kept_context(a, p);
+    EXPECT_EQ(kept_context(b, p), kept) << name;
+    for (const auto& head : kept) EXPECT_EQ(head.size(), 6u) << name;
+    if (std::string(name) == "random") {
+      a.info.context_id = b.info.context_id = "";  // keyed on the names: other draws
+      EXPECT_NE(kept_context(a, p), kept_context(b, p));
+    }
+  }
+}
+
+TEST_F(LiveFixture, SharedContextsAreCheckedAndCarriedIntoTheTrace) {
+  PromptSample a = tiny_prompt(24, 4, 12, c.vocab_size, 0, 3), b = a;
+  b.info.name = "b";
+  b.info.token_ids[20] = (b.info.token_ids[20] + 1) % c.vocab_size;  // another question
+  a.info.question_len = b.info.question_len = 8;
+  a.info.context_id = b.info.context_id = "ctx";
+  const std::string path = temp_path("shared_prompts.h5"), trace = temp_path("shared_trace.h5");
+  write_prompt_file(path, {a, b});
+  PromptReader reader(path);
+  EXPECT_EQ(reader.read("b").info.context_id, "ctx");
+  EXPECT_NO_THROW(check_shared_contexts(reader, reader.sample_names()));
+  live::CaptureOptions co;
+  co.gen_len = 2;
+  live::capture(engine, reader, reader.sample_names(), trace, co);
+  EXPECT_EQ(TraceReader(trace).read_sample("b").context_id, "ctx");
+  b.info.token_ids[3] = (b.info.token_ids[3] + 1) % c.vocab_size;  // now the contexts differ
+  const std::string changed_path = temp_path("shared_changed.h5");
+  write_prompt_file(changed_path, {a, b});
+  PromptReader changed(changed_path);
+  expect_error([&] { check_shared_contexts(changed, changed.sample_names()); },
+               "samples 'b' and 's3' name context_id 'ctx' but their contexts (the prompt less "
+               "the question) differ in token_ids");
+  b = a;
+  b.info.name = "b";
+  b.info.question_len = 9;  // the context one token shorter
+  const std::string shorter_path = temp_path("shared_shorter.h5");
+  write_prompt_file(shorter_path, {a, b});
+  PromptReader shorter(shorter_path);
+  expect_error([&] { check_shared_contexts(shorter, shorter.sample_names()); },
+               "differ in token_ids");
+}
+
 TEST_F(LiveFixture, CaptureRoundTripsThroughReplay) {
   const PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);
   const std::string prompts = temp_path("capture_prompts.h5"),

@@ -142,6 +142,10 @@ SampleInfo context_only(SampleInfo sample, int question) {
   return sample;
 }
 
+const std::string& context_draw_key(const SampleInfo& s) {
+  return s.context_id.empty() ? s.name : s.context_id;
+}
+
 void check_media_ids(const std::vector<std::uint8_t>& modality,
                      const std::vector<std::int32_t>& media_id, const std::string& where) {
   for (std::size_t i = 0; i < media_id.size(); ++i)
@@ -277,6 +281,11 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   try {
     s.task = h5_read_string_attr(g.get(), "task").value_or("");
     s.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+  } catch (const TraceError& e) {
+    throw TraceError(where(name) + ": " + e.what());
+  }
+  try {
+    s.context_id = h5_read_string_attr(g.get(), "context_id").value_or("");
   } catch (const TraceError& e) {
     throw TraceError(where(name) + ": " + e.what());
   }

@@ -54,6 +54,10 @@ struct SampleInfo {
   // Optional: the last question_len prompt positions are the question (what kvpress appends
   // uncompressed after compressing the context); -1 when the sample does not say.
   int question_len = -1;
+  // Optional: samples naming one context_id are one context asked several questions (each
+  // sample's prompt is that context followed by its own question): a context-only compression
+  // is then the same for all of them (context_draw_key).
+  std::string context_id;
   std::vector<std::uint8_t> modality;   // [T]
   std::vector<std::uint8_t> segment;    // [T]
   std::vector<std::int32_t> media_id;   // [T] or empty
@@ -77,6 +81,9 @@ int question_length(const SampleInfo& sample);
 // The sample as a context-only compression sees it: its last `question` prompt positions become
 // the first decode steps (P - question prompt positions, G + question steps).
 SampleInfo context_only(SampleInfo sample, int question);
+// The name a policy's per-sample random draws are keyed on: the context_id when the sample
+// declares one (so several questions on one context draw alike), else the sample's name.
+const std::string& context_draw_key(const SampleInfo& sample);
 
 // What a compact trace stores of one layer in place of its early prompt queries: the statistics
 // LayerAttention computes from them (sim/core/layer_attention.hpp), as it computed them.

@@ -40,6 +40,7 @@ void TraceWriter::write_sample(const SampleInfo& s) {
   h5_write_int_attr(g.get(), "prompt_len", s.prompt_len);
   h5_write_int_attr(g.get(), "gen_len", s.gen_len);
   if (s.question_len >= 0) h5_write_int_attr(g.get(), "question_len", s.question_len);
+  if (!s.context_id.empty()) h5_write_string_attr(g.get(), "context_id", s.context_id);
   if (!s.task.empty()) h5_write_string_attr(g.get(), "task", s.task);
   if (!s.reference.empty()) h5_write_string_attr(g.get(), "reference", s.reference);
   h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.modality, where);

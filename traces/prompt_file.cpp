@@ -1,7 +1,9 @@
 #include "traces/prompt_file.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "traces/half.hpp"
 
@@ -111,6 +113,7 @@ PromptSample PromptReader::read(const std::string& name) const {
   try {
     s.info.task = h5_read_string_attr(g.get(), "task").value_or("");
     s.info.reference = h5_read_string_attr(g.get(), "reference").value_or("");
+    s.info.context_id = h5_read_string_attr(g.get(), "context_id").value_or("");
   } catch (const TraceError& e) {
     throw TraceError(where + ": " + e.what());
   }
@@ -173,6 +176,57 @@ int PromptReader::prompt_len(const std::string& name) const {
   return static_cast<int>(shape[0]);
 }
 
+namespace {
+
+// The sample's context as comparable parts: the first C = P - question positions of every
+// per-position array and the image rows among them.
+struct Context {
+  std::string sample;
+  std::vector<std::vector<std::int64_t>> parts;
+  std::vector<float> rows;
+};
+
+Context context_of(const PromptSample& p) {
+  const SampleInfo& s = p.info;
+  const std::size_t C = static_cast<std::size_t>(s.prompt_len - question_length(s));
+  auto head = [&](const auto& v, std::size_t n) {
+    return std::vector<std::int64_t>(v.begin(), v.begin() + std::min(n, v.size()));
+  };
+  Context c{s.name,
+            {head(s.token_ids, C), head(s.modality, C), head(s.segment, C), head(s.media_id, C),
+             head(p.position_ids, 3 * C)},
+            {}};
+  const auto vision = std::count_if(s.modality.begin(), s.modality.begin() + C,
+                                    [](std::uint8_t m) { return m != 0; });
+  if (!p.inputs_embeds.empty())
+    c.rows.assign(p.inputs_embeds.begin(),
+                  p.inputs_embeds.begin() + static_cast<std::size_t>(vision) * p.embed_dim);
+  return c;
+}
+
+}  // namespace
+
+void check_shared_contexts(const PromptReader& prompts, const std::vector<std::string>& samples) {
+  std::map<std::string, Context> first;
+  static const char* kPart[] = {"token_ids", "modality", "segment", "media_id", "position_ids"};
+  for (const auto& name : samples) {
+    const PromptSample p = prompts.read(name);
+    if (p.info.context_id.empty()) continue;
+    Context c = context_of(p);
+    const auto [it, inserted] = first.emplace(p.info.context_id, c);
+    if (inserted) continue;
+    const Context& f = it->second;
+    std::string differs;
+    for (std::size_t i = 0; i < c.parts.size() && differs.empty(); ++i)
+      if (c.parts[i] != f.parts[i]) differs = kPart[i];
+    if (differs.empty() && c.rows != f.rows) differs = "inputs_embeds";
+    if (!differs.empty())
+      throw TraceError(prompts.path() + ": samples '" + f.sample + "' and '" + name +
+                       "' name context_id '" + p.info.context_id + "' but their contexts (the " +
+                       "prompt less the question) differ in " + differs);
+  }
+}
+
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
                        const std::string& model) {
   silence_hdf5_errors();
@@ -187,6 +241,8 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     if (!s.info.task.empty()) h5_write_string_attr(g.get(), "task", s.info.task);
     if (!s.info.reference.empty()) h5_write_string_attr(g.get(), "reference", s.info.reference);
     if (s.info.question_len >= 0) h5_write_int_attr(g.get(), "question_len", s.info.question_len);
+    if (!s.info.context_id.empty())
+      h5_write_string_attr(g.get(), "context_id", s.info.context_id);
     h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
     h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
     h5_write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);

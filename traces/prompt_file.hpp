@@ -9,6 +9,8 @@
 //     inputs_embeds float16|32 [Nv, D] optional: rows replacing the token embeddings of the
 //                                      Nv vision positions (modality != 0), in position order
 //     reference_ids int32 [R]          optional: a reference answer, scored by log-likelihood
+//     attrs question_len (int), context_id (string): optional; samples naming one context_id
+//     share their context (the prompt less its question_len tokens)
 #pragma once
 
 #include <string>
@@ -44,6 +46,11 @@ class PromptReader {
   H5Handle file_;
   std::vector<std::string> samples_;
 };
+
+// Checks that the samples naming one context_id share their context: the same prompt less the
+// question (token ids, modality, segment, media ids, M-RoPE ids and image rows), and a
+// question_len each. Throws TraceError naming the file and the two samples otherwise.
+void check_shared_contexts(const PromptReader& prompts, const std::vector<std::string>& samples);
 
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
                        const std::string& model = "");

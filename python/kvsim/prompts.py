@@ -35,7 +35,8 @@ def _check(name, sample):
     if ids.min() < 0:
         raise ValueError(f"sample '{name}': token_ids holds a negative id")
     unknown = set(sample) - set(_OPTIONAL) - {"token_ids", "inputs_embeds", "position_ids",
-                                              "task", "reference", "question_len"}
+                                              "task", "reference", "question_len",
+                                              "context_id"}
     if unknown:
         raise ValueError(f"sample '{name}': unknown field(s) {sorted(unknown)}")
     for key in ("modality", "segment", "media_id"):
@@ -62,8 +63,10 @@ def _check(name, sample):
 def write(path, samples, model=""):
     """Writes a kvprompt v1 file. samples: {name: {"token_ids": [...], optional "modality",
     "segment", "media_id" (one per prompt token), "inputs_embeds" [non-text positions, hidden],
-    "position_ids" [P, 3] (M-RoPE), "reference_ids", "task", "reference", "question_len"}}, or a list of such dicts (or of
-    token-id lists), named 000000, 000001, ... Everything is checked before anything is written;
+    "position_ids" [P, 3] (M-RoPE), "reference_ids", "task", "reference", "question_len",
+    "context_id" (samples naming one context_id share the prompt less their question: several
+    questions on one context)}}, or a list of such dicts (or of token-id lists), named 000000,
+    000001, ... Everything is checked before anything is written;
     errors name the sample. The file appears under its name only when complete."""
     import h5py
 
@@ -94,7 +97,7 @@ def write(path, samples, model=""):
                     embeds = np.asarray(sample["inputs_embeds"])
                     g["inputs_embeds"] = embeds.astype(
                         embeds.dtype if embeds.dtype in (np.float16, np.float32) else np.float32)
-                for key in ("task", "reference"):
+                for key in ("task", "reference", "context_id"):
                     if sample.get(key):
                         g.attrs[key] = str(sample[key])
                 if sample.get("question_len") is not None:

@@ -192,7 +192,8 @@ class SmallMultiBuild(unittest.TestCase):
                                   log=lambda *_: None)
         assert_same_files(self, self.dir, again, (
             "projector.safetensors", "model/model.safetensors", "prompts.h5",
-            "prompts_swapped.h5", "prompts_shuffled.h5", "prompts_noimage.h5"))
+            "prompts_swapped.h5", "prompts_shuffled.h5", "prompts_noimage.h5",
+            "prompts_shared.h5"))
 
     def test_weights_trained_elsewhere_build_the_same_model(self):
         import shutil
@@ -214,7 +215,7 @@ class SmallMultiBuild(unittest.TestCase):
                           ("prompts.h5", "prompts_swapped.h5", "model/model.safetensors"))
         with open(os.path.join(built, "build.json")) as f:
             report = json.load(f)
-        for run in ("full", "no_image", "swapped", "shuffled"):
+        for run in ("full", "no_image", "swapped", "shuffled", "shared"):
             self.assertEqual(report[run]["accuracy"], self.report[run]["accuracy"], run)
         self.assertEqual(report["trained_on"]["device_name"], "elsewhere")
         with self.assertRaisesRegex(ValueError, "steps=4, not 5"):
@@ -269,6 +270,32 @@ class SmallMultiBuild(unittest.TestCase):
                 self.assertEqual(int((n["samples"][name]["modality"][:] != 0).sum()), 0)
         self.assertEqual(self.report["test_items"], 16)
         self.assertEqual(self.report["images_per_prompt"], 8)
+
+    def test_shared_contexts_ask_every_box_of_one_context(self):
+        import h5py
+
+        with h5py.File(os.path.join(self.dir, "prompts.h5"), "r") as f, \
+                h5py.File(os.path.join(self.dir, "prompts_shared.h5"), "r") as sh:
+            items = [f["samples"][n] for n in sorted(f["samples"])]
+            names = sorted(sh["samples"])
+            self.assertEqual(len(names), 16)  # 16 // 8 = 2 contexts, 8 questions each
+            for n in names:
+                g = sh["samples"][n]
+                context, box = g.attrs["context_id"], int(n.rsplit("_box", 1)[1])
+                c = int(context[len("context"):])
+                self.assertEqual(n, f"{context}_box{box}")
+                base = items[c]  # the held-out item the context's images come from
+                q = int(g.attrs["question_len"])
+                self.assertEqual(g.attrs["task"].rsplit(" ", 1)[1], str(box))
+                self.assertTrue(np.array_equal(g["inputs_embeds"][:], base["inputs_embeds"][:]))
+                self.assertEqual(list(g["token_ids"][:-q]),
+                                 list(base["token_ids"][:-int(base.attrs["question_len"])]))
+                rows = g["inputs_embeds"][(box - 1) * 49:box * 49]
+                answers = {sh["samples"][m].attrs["reference"] for m in names
+                           if sh["samples"][m].attrs["context_id"] == context}
+                self.assertEqual(len(answers), 8)  # no class twice: each box its own answer
+                self.assertEqual(rows.shape, (49, 64))
+        self.assertIn("shared", self.report)
 
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
         self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "multi_trace.h5")),

@@ -225,6 +225,7 @@ struct Session {
     engine->allow_beyond_max_positions(a.beyond_positions);
     prompts = std::make_unique<PromptReader>(a.prompts);
     samples = a.samples.empty() ? prompts->sample_names() : a.samples;
+    check_shared_contexts(*prompts, samples);  // several questions on one context
   }
   // Which samples this rank runs: all of them in one process; under mpirun a fixed split by
   // tokens (prompt + decode steps), the same on every rank.

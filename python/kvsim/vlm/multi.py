@@ -16,6 +16,8 @@ single-image build, under a key of every setting, the parts' bytes and this pack
                        original items' references: no images; the asked box's image replaced by
                        one of a class not in the item; the images shuffled among the boxes (the
                        answer must follow the image, not the box)
+    prompts_shared.h5  several questions on one context: the first test_items / images held-out
+                       items' boxes, each asked about every box (context_id names the context)
     build.json         settings, accuracies (full cache and controls; by box), losses, times
 """
 import json
@@ -212,10 +214,11 @@ def _greedy(dec, task, items, rows_of, max_tokens, batch=16):
     return out
 
 
-def _prompt_samples(task, items, references, rows, names, with_images=True):
+def _prompt_samples(task, items, references, rows, names, with_images=True, contexts=None):
     """kvprompt samples of the items: token ids (0 at image positions), modality, media ids (the
     box), the question's length, the reference answer (class `references[n]`: the original
-    item's, also for a control); rows [item][images, 49, hidden]."""
+    item's, also for a control); rows [item][images, 49, hidden]; contexts: each item's
+    context_id (items sharing one differ in their question only)."""
     out = {}
     for n, (name, (target, idx)) in enumerate(zip(names, items)):
         ids, modality, media, embeds = [], [], [], []
@@ -235,6 +238,8 @@ def _prompt_samples(task, items, references, rows, names, with_images=True):
                   "question_len": len(task.questions[target]),
                   "reference_ids": task.answers[label], "reference": data.CLASS_WORDS[label],
                   "task": f"fashion-mnist {task.images} boxes, box {target + 1}"}
+        if contexts is not None:
+            sample["context_id"] = contexts[n]
         if with_images:
             sample["inputs_embeds"] = np.concatenate(embeds).astype(np.float32)
         out[name] = sample
@@ -325,6 +330,15 @@ def held_out(settings, test_labels):
     return (items, *_controls(rng, items, test_labels))
 
 
+def shared_contexts(settings, items):
+    """Several questions on one context: the boxes of the first test_items // images held-out
+    items, each asked about every box in turn. Returns (items, context ids)."""
+    count = max(1, settings["test_items"] // settings["images"])
+    shared = [(box, idx) for _, idx in items[:count] for box in range(len(idx))]
+    contexts = [f"context{c:04d}" for c, (_, idx) in enumerate(items[:count]) for _ in idx]
+    return shared, contexts
+
+
 def evaluate(settings, dec, proj, vocab, task, test_f, test_labels):
     """Greedy answers to the held-out items and their controls: ({run: report}, items, swapped,
     shuffled, rows_of) where rows_of(idx) gives the projected rows of held-out images."""
@@ -336,14 +350,17 @@ def evaluate(settings, dec, proj, vocab, task, test_f, test_labels):
         test_rows = proj(torch.from_numpy(test_f).to(at))
     rows_of = lambda idx: test_rows[torch.as_tensor(idx, device=at)]  # noqa: E731
     labels = np.array([test_labels[idx[t]] for t, idx in items])
+    shared, _ = shared_contexts(settings, items)
     m = settings["max_answer_tokens"]
     runs = {"full": _greedy(dec, task, items, rows_of, m),
+            "shared": _greedy(dec, task, shared, rows_of, m),
             "no_image": _greedy(dec, task, items, None, m),
             "swapped": _greedy(dec, task, swapped, rows_of, m),
             "shuffled": _greedy(dec, task, shuffled, rows_of, m)}
     report = {}
     for name, answers in runs.items():
-        words, right, a_class = _accuracy(vocab, answers, labels)
+        truth = labels if name != "shared" else [test_labels[idx[t]] for t, idx in shared]
+        words, right, a_class = _accuracy(vocab, answers, np.asarray(truth))
         report[name] = {"accuracy": float(right.mean()),
                         "answers_a_class_word": float(a_class.mean())}
         if name == "full":
@@ -444,8 +461,10 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
         record = {"device_name": _device_name(settings["device"]), "torch": torch.__version__}
     report, items, swapped, shuffled, rows_of = evaluate(settings, dec, proj, vocab, task, test_f,
                                                          test_labels)
-    for name in ("full", "no_image", "swapped", "shuffled"):
-        log(f"{name}: accuracy {report[name]['accuracy']:.3f} over {len(items)} held-out items")
+    shared, contexts = shared_contexts(settings, items)
+    for name in ("full", "no_image", "swapped", "shuffled", "shared"):
+        count = len(shared) if name == "shared" else len(items)
+        log(f"{name}: accuracy {report[name]['accuracy']:.3f} over {count} held-out items")
     report = {"what": "the assembled toy VLM on an eight-box task (MobileNetV2 encoder, trained "
                       "projector, stories260K decoder fine-tuned with it), not a production VLM",
               "settings": settings, "images_per_prompt": task.images, "image_tokens": 49,
@@ -472,6 +491,11 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
         write_prompts(os.path.join(tmp, f"prompts{suffix}.h5"),
                       _prompt_samples(task, chosen, labels, rows, names, with_images),
                       model=model_name)
+    write_prompts(os.path.join(tmp, "prompts_shared.h5"),
+                  _prompt_samples(task, shared, [test_labels[idx[t]] for t, idx in shared],
+                                  [rows_of(idx).cpu().numpy() for _, idx in shared],
+                                  [f"{c}_box{t + 1}" for c, (t, _) in zip(contexts, shared)],
+                                  contexts=contexts), model=model_name)
     return _publish(tmp, out, report, t0, log, "multi-image VLM")
 
 
