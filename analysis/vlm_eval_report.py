@@ -16,11 +16,17 @@ images in each), and reports, per policy and budget at equal memory:
   the answers' length in tokens.
 
     vlm_eval_report.py --budgets 10 20 40 60 --seed 0=DIR0 1=DIR1 ... --out OUT
+    vlm_eval_report.py --budgets 10 20 40 --seed ... --unit item [--order append] --out OUT
+
+(--unit item: the multi-image task's held-out items, experiments/vlm_multi_eval.sh; --order
+append: the question fed after compression, every policy compressing the context once to the
+same size, so memory is equal by construction and compared across policies, not to the budget.)
 
 A seed directory holds, as vlm_eval.sh writes them: live_<B>.csv and replay_<B>.csv (kvsim live
 evaluate and kvsim replay --summary at budget B% with --equal-memory), decisions_<B>.h5, the
-same for the policies that size their caches themselves under <B> = self, control_noimage.csv,
-control_swapped.csv, trace.h5 and build.json. Writes OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
+same for the policies that size their caches themselves under <B> = self (optional),
+control_noimage.csv, control_swapped.csv (control_shuffled.csv: optional), trace.h5 and
+build.json. Writes OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
 per budget and policy), OUT/vlm_eval_by_seed.csv (one row per seed, budget and policy: what the
 prediction card fits), OUT/vlm_comparisons.csv and, as PNG and PDF, OUT/vlm_accuracy_vs_memory,
 OUT/vlm_accuracy_vs_budget, OUT/vlm_accuracy_vs_image_kept and OUT/vlm_replay_vs_accuracy.
@@ -40,6 +46,10 @@ from figures import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import ranks, spearman  # noqa: E402
 
 SELF = "self"  # the budget label of the runs of policies that size their caches themselves
+CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image's tokens")),
+            "item": (("noimage", "no image tokens"),
+                     ("swapped", "the asked box's image of another class"),
+                     ("shuffled", "the images shuffled among the boxes"))}
 FLOORS = ("random", "downsample")
 REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
                   ("mean_output_rel_error", "output error ‖o − ô‖/‖o‖"),
@@ -158,11 +168,12 @@ def replay_by_image(directory, seed, budget):
     return out
 
 
-def load(seeds, budgets):
+def load(seeds, budgets, unit="image"):
     live, replay, images, controls, builds = [], [], [], [], {}
     for seed, directory in seeds:
         modality, heads = read_modality(os.path.join(directory, "trace.h5"))
-        for b in list(budgets) + [SELF]:
+        own = [SELF] if os.path.exists(os.path.join(directory, f"live_{SELF}.csv")) else []
+        for b in list(budgets) + own:
             live.append(live_rows(directory, seed, b))
             r = replay_rows(directory, seed, b)
             kept = image_kept(directory, b, modality, heads)
@@ -170,7 +181,7 @@ def load(seeds, budgets):
                 r[k] = r["policy"].map(lambda p: kept.get(p, {}).get(k, np.nan))
             replay.append(r)
             images.append(replay_by_image(directory, seed, b))
-        for c, name in (("noimage", "no image tokens"), ("swapped", "another image's tokens")):
+        for c, name in CONTROLS[unit]:
             t = read(os.path.join(directory, f"control_{c}.csv"))
             t = t[t["sample"] != "all"]
             controls.append(pd.DataFrame({"seed": seed, "control": name, "sample": t["sample"],
@@ -328,8 +339,24 @@ def cell(row, value):
             f"{fmt(row[f'{value}_ci_high'], '.2f')}]")
 
 
+def held_marks(table, order):
+    """(budget, policy) -> whether the peak held is more than 1% off what equal memory holds: the
+    budget (compress), or, with the question appended after compression, the budget's median
+    over policies (every policy holds the same context rows plus the question and answer)."""
+    budgeted = table[table["budget"] != SELF]
+    marks = {}
+    for b, g in budgeted.groupby("budget"):
+        target = 1.0 if order == "compress" else float(g["held"].median())
+        for _, r in g.iterrows():
+            marks[(b, r["policy"])] = abs(r["held"] / target - 1) > 0.01
+    return marks
+
+
 def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
-                 rho_pooled, rho_within, n_images, draws, oracle):
+                 rho_pooled, rho_within, n_images, draws, oracle, unit="image", order="compress"):
+    units = f"{unit}s"
+    seeds_word = "projector seeds" if unit == "image" else "training seeds"
+    marks = held_marks(table, order)
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
@@ -337,11 +364,15 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
     order = refs + [p for p in order if p not in refs]
     with open(path, "w", encoding="utf-8") as f:
         full = [b["full"]["accuracy"] for b in builds.values()]
-        f.write(f"{n_images} held-out images, {len(seeds)} projector seeds ({', '.join(map(str, seeds))}), "
-                f"budgets {', '.join(b + '%' for b in budgets)}, every budgeted policy at equal "
-                "memory (`--equal-memory`). Primary metric: accuracy, the greedy answer contains "
+        memory = ("every budgeted policy at equal memory (`--equal-memory`)" if order == "compress"
+                  else "the question fed after compression (kvpress's order): every policy "
+                  "compresses the context once to the same ceil(budget × context) entries, then "
+                  "appends the question and the answer (equal memory by construction)")
+        f.write(f"{n_images} held-out {units}, {len(seeds)} {seeds_word} "
+                f"({', '.join(map(str, seeds))}), budgets {', '.join(b + '%' for b in budgets)}, "
+                f"{memory}. Primary metric: accuracy, the greedy answer contains "
                 "the class word; exact match (nothing else) beside it. Cells: mean over seeds ± "
-                "SD over seeds [95% interval over images: percentile bootstrap of each image's "
+                f"SD over seeds [95% interval over {units}: percentile bootstrap of each {unit}'s "
                 "answers averaged over seeds and the random floor's draws].\n\n")
         f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
                 f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
@@ -359,7 +390,9 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
             f.write(f"| `text_only` (every image entry evicted after the prefill; holds {r['kv_fraction']:.2f}) | "
                     f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
         f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
-                "entries are more than 1% off the budget):\n\n| policy | " +
+                "entries are more than 1% off " +
+                ("the budget" if order == "compress" else "the budget's median over policies") +
+                "):\n\n| policy | " +
                 " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
         vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
         for p in order:
@@ -370,7 +403,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                     cells.append("–")
                     continue
                 r = r.iloc[0]
-                mark = "!" if abs(r["held"] - 1) > 0.01 else ""
+                mark = "!" if marks.get((b, p)) else ""
                 verdict = ""
                 if (b, p) in vs_random.index:
                     v = vs_random.loc[(b, p), "verdict"]
@@ -378,7 +411,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 cells.append(cell(r, "contains") + mark + verdict)
             name = f"`{p}`" + (f" ({draws} draws)" if p == "random" else "")
             f.write(f"| {name} | " + " | ".join(cells) + " |\n")
-        f.write("\n▲ / ▼: better / worse than `random` at that budget (paired over images, Holm "
+        f.write(f"\n▲ / ▼: better / worse than `random` at that budget (paired over {units}, Holm "
                 "over the budget's table, α = 0.05); no mark: no difference from the random "
                 "floor shown.\n\n")
         f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
@@ -389,7 +422,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
                 cells.append("–" if r.empty else cell(r.iloc[0], "exact"))
             f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
-        f.write("\n**Retention** (of the images the full cache answers right, the share still "
+        f.write(f"\n**Retention** (of the {units} the full cache answers right, the share still "
                 "right; mean over seeds) and the **ΔNLL** of the reference answer (nats per "
                 "token; mean over seeds):\n\n| policy | " +
                 " | ".join(f"retention {b}%" for b in budgets) + " | " +
@@ -402,9 +435,11 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 ret.append("–" if r.empty else fmt(r.iloc[0]["retention"]))
                 dn.append("–" if r.empty else fmt(r.iloc[0]["dnll"], "+.2f"))
             f.write(f"| `{p}` | " + " | ".join(ret) + " | " + " | ".join(dn) + " |\n")
-        f.write("\n**Policies that size their caches themselves** (one run each; compare them by "
-                "the memory they held, not with the budgeted table):\n\n| policy | held (peak, of "
-                "the full cache) | accuracy | exact | retention |\n|---|---|---|---|---|\n")
+        if not self_rows.empty:
+            f.write("\n**Policies that size their caches themselves** (one run each; compare them "
+                    "by the memory they held, not with the budgeted table):\n\n| policy | held "
+                    "(peak, of the full cache) | accuracy | exact | retention |\n"
+                    "|---|---|---|---|---|\n")
         for _, r in self_rows.sort_values("kv_fraction").iterrows():
             f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
                     f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
@@ -434,15 +469,22 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
         f.write(f"| the budget alone | {fmt(rho_pooled['budget'], '+.2f')} | " +
                 " | ".join("–" for _ in budgets) + " |\n")
         count, total = first
-        f.write("\n**What the task gives for free.** Live compresses the cache after the "
-                "prefill, so the first answer token is predicted from the full prompt: the "
-                f"greedy answers agree on it in {count:,} of {total:,} policy runs on an image. "
-                "The class words are spelled in several tokens (the reference answer: the word, "
+        if order == "compress":
+            f.write("\n**What the task gives for free.** Live compresses the cache after the "
+                    "prefill, so the first answer token is predicted from the full prompt: the "
+                    f"greedy answers agree on it in {count:,} of {total:,} policy runs on an "
+                    f"{unit}. ")
+        else:
+            f.write("\n**The first answer token.** The question is read after compression, so "
+                    "the first answer token is predicted from the compressed cache: the greedy "
+                    f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
+                    f"runs on an {unit}. ")
+        f.write("The class words are spelled in several tokens (the reference answer: the word, "
                 "its period and the end token): " +
                 ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
 
 
-def figures(table, live, budgets, out):
+def figures(table, live, budgets, out, unit="image"):
     written = []
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
@@ -470,7 +512,7 @@ def figures(table, live, budgets, out):
                       marker=style["marker"], ms=7, ls="none", mfc="none")
     full_line(ax)
     ax.set(title="Answer accuracy against memory held (mean over seeds; bars: 95% interval over "
-           "images)", xlabel="peak KV memory held while decoding (share of the full cache)",
+           f"{unit}s)", xlabel="peak KV memory held while decoding (share of the full cache)",
            ylabel="accuracy (answer contains the class word)")
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "vlm_accuracy_vs_memory", written)
@@ -481,7 +523,7 @@ def figures(table, live, budgets, out):
         accuracy_bars(ax, g["budget"].astype(float), g, label=p, lw=2.2 if p in FLOORS else 1.0,
                       ms=4, **policy_style(p))
     full_line(ax)
-    ax.set(title="Answer accuracy by budget at equal memory (bars: 95% interval over images)",
+    ax.set(title=f"Answer accuracy by budget at equal memory (bars: 95% interval over {unit}s)",
            xlabel="budget (% of the prompt's entries per layer and KV head)",
            ylabel="accuracy (answer contains the class word)")
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -522,6 +564,10 @@ def main(argv):
     ap.add_argument("--budgets", nargs="+", required=True, help="the budgets, in percent")
     ap.add_argument("--seed", nargs="+", required=True, help="SEED=DIRECTORY of each seed's run")
     ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--unit", choices=("image", "item"), default="image",
+                    help="what a sample is: a single-image prompt, or a multi-image task's item")
+    ap.add_argument("--order", choices=("compress", "append"), default="compress",
+                    help="whether the question was compressed with the prompt or appended after")
     a = ap.parse_args(argv)
     seeds = []
     for item in a.seed:
@@ -530,7 +576,7 @@ def main(argv):
             fail(f"--seed {item}: expected SEED=DIRECTORY of a vlm_eval.sh run")
         seeds.append((int(seed), directory))
     budgets = [b.rstrip("%") for b in a.budgets]
-    live, replay, replay_images, controls, builds = load(seeds, budgets)
+    live, replay, replay_images, controls, builds = load(seeds, budgets, a.unit)
     live, rename = merge_identical(live)
     replay, replay_images = renamed(replay, rename), renamed(replay_images, rename)
     # The full cache's own accuracy per image, the reference of the losses.
@@ -576,8 +622,9 @@ def main(argv):
     write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets,
                  [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
                  n_images, live[live["policy"] == "random"]["label"].nunique(),
-                 rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)))
-    figures(table, live, budgets, a.out)
+                 rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)),
+                 a.unit, a.order)
+    figures(table, live, budgets, a.out, a.unit)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0
 

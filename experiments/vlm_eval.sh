@@ -22,14 +22,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm}
 models=${2:-${KVSIM_MODELS:-$repo/../shared/models}}
 build=${3:-$repo/build}
-for part in mobilenet_v2/graph.json stories260K/config.json; do
-  [ -f "$models/$part" ] || { echo "vlm_eval: no $models/$part (set KVSIM_MODELS)" >&2; exit 1; }
-done
-[ -x "$build/kvsim" ] || { cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)"; }
-k="$build/kvsim"
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
-export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+name=vlm_eval
+. "$repo/experiments/vlm_setup.sh"
 small=""
 budgets=${VLM_EVAL_BUDGETS:-10 20 40 60}
 seeds=${VLM_EVAL_SEEDS:-0 1 2 3 4}

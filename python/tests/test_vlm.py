@@ -297,6 +297,49 @@ class SmallMultiBuild(unittest.TestCase):
                 self.assertEqual(rows.shape, (49, 64))
         self.assertIn("shared", self.report)
 
+    def test_the_multi_image_experiment_runs_on_the_small_model(self):
+        out = os.path.join(self.tmp, "multi_eval")
+        env = dict(os.environ, VLM_MULTI_SMALL="1", KVSIM_MODELS=MODELS,
+                   KVSIM_CACHE=os.path.join(self.tmp, "cache"))
+        build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
+        script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
+        r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        def rows(*path):
+            with open(os.path.join(out, *path)) as f:
+                return list(csv.DictReader(f))
+
+        compress, append = rows("compress", "vlm_eval.csv"), rows("append", "vlm_eval.csv")
+        names = lambda t: {row["policy"].split(", ")[0] for row in t}  # noqa: E731
+        self.assertLessEqual({"random", "hae", "madakv", "meda", "lookm", "text_only"},
+                             names(compress))
+        # Only the policies that can compress the context before the question run appended.
+        self.assertEqual(names(append), {"random", "downsample", "streamingllm", "h2o", "snapkv",
+                                         "pyramidkv", "adakv", "tova", "knorm",
+                                         "expected_attention"})
+        for budget in ("20", "60"):
+            held = {float(row["kv_fraction"]) for row in append if row["budget"] == budget}
+            self.assertEqual(len(held), 1, held)  # equal memory by construction
+            for row in compress:
+                if row["budget"] == budget and row["policy"] not in ("hae", "meda"):
+                    self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
+            # Appended, the question and the answer are held beyond the context's budget.
+            snapkv = [float(row["kv_fraction"]) for row in compress
+                      if row["budget"] == budget and row["policy"] == "snapkv"]
+            self.assertGreater(min(held), snapkv[0])
+        orders = rows("vlm_orders.csv")
+        self.assertEqual(len(orders), 2 * 10)  # two budgets, ten policies in both orders
+        for row in orders:
+            self.assertEqual(int(row["n"]), 16, row)  # the same held-out items in both orders
+        with open(os.path.join(out, "vlm_orders.md")) as f:
+            md = f.read()
+        self.assertIn("| `full` | 2 | 16 |", md)  # two contexts asked eight questions each
+        with open(os.path.join(out, "append", "vlm_eval.md")) as f:
+            self.assertIn("shuffled among the boxes (control prompt)", f.read())
+        for ext in ("png", "pdf"):
+            self.assertTrue(os.path.exists(os.path.join(out, f"vlm_orders.{ext}")))
+
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
         self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "multi_trace.h5")),
                          self.report["full"]["answers"])

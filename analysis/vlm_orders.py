@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Does the order matter, and do rankings survive longer prompts? Reads the two reports of
+experiments/vlm_multi_eval.sh (vlm_eval_report.py's outputs for the question compressed with the
+prompt, and appended after compression), its several-questions runs, and optionally the
+single-image task's report (experiments/vlm_eval.sh), and writes:
+
+- per budget and policy run in both orders: the accuracy in each, and the paired effect of
+  appending the question after compression (append − compress, paired over the same held-out
+  items, each item averaged over seeds and the random floor's draws; Holm over each budget's
+  policies); the verdicts against the random floor in each order;
+- the policies' rank correlation between the orders and, at the budgets both tasks ran, between
+  the single-image task and the eight-box task (compress order: the same protocol);
+- several questions on one compressed context: each policy's accuracy over the contexts' questions
+  with a 95% interval over contexts (the questions of one context are not independent), and the
+  share of contexts whose every question is answered right.
+
+    vlm_orders.py --compress DIR --append DIR --shared DIR --shared-budget 20 [--single DIR]
+                  --out OUT
+
+Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy) and, as PNG and
+PDF, OUT/vlm_orders (accuracy in each order, with intervals).
+"""
+import argparse
+import glob
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import new_figure, policy_style, save  # noqa: E402
+from replay_vs_live import spearman  # noqa: E402
+
+
+def fail(message):
+    sys.exit(f"vlm_orders: {message}")
+
+
+def read(path):
+    if not os.path.exists(path):
+        fail(f"{path}: no such file (run experiments/vlm_multi_eval.sh)")
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"sample": str,
+                                                                            "budget": str})
+
+
+def members(table):
+    """Rows of policies a report joined ("a, b": identical answers everywhere) repeated under
+    each member's own name."""
+    rows = []
+    for _, r in table.iterrows():
+        for name in str(r["policy"]).split(", "):
+            rows.append(dict(r, policy=name))
+    return pd.DataFrame(rows)
+
+
+def per_item(by_image):
+    """(budget, policy, sample) -> accuracy averaged over seeds (the draws are already
+    averaged per seed in the report's by-image table)."""
+    return by_image.groupby(["budget", "policy", "sample"], as_index=False)["contains"].mean()
+
+
+def order_effects(compress, append):
+    """Per budget: append − compress per item for each policy run in both orders, tested against
+    no difference (sign-flip, paired over items), Holm over the budget's policies."""
+    import kvsim
+
+    c, a = per_item(compress), per_item(append)
+    both = c.merge(a, on=["budget", "policy", "sample"], suffixes=("_compress", "_append"))
+    both["difference"] = both["contains_append"] - both["contains_compress"]
+    out = []
+    for budget, g in both.groupby("budget"):
+        zero = g.drop_duplicates("sample").assign(policy="no difference", difference=0.0)
+        table = pd.concat([g, zero])[["policy", "sample", "difference"]]
+        r = kvsim.compare(table, "difference", reference="no difference", higher_is_better=True)
+        r.insert(0, "budget", budget)
+        out.append(r)
+    return pd.concat(out, ignore_index=True)
+
+
+def random_verdicts(directory):
+    t = read(os.path.join(directory, "vlm_comparisons.csv"))
+    t = members(t[t["against"] == "random"])
+    return {(r["budget"], r["policy"]): r["verdict"] for _, r in t.iterrows()}
+
+
+def shared_accuracy(directory, budget):
+    """policy -> (contexts, questions, accuracy, 95% interval over contexts, share of contexts
+    with every question right), each (context, question) averaged over seeds and draws."""
+    import kvsim
+
+    frames = []
+    for path in sorted(glob.glob(os.path.join(directory, "seed*", f"live_{budget}.csv"))):
+        t = read(path)
+        t = t[t["sample"] != "all"]
+        frames.append(pd.DataFrame({"policy": t["policy"].str.replace(r"@seed\d+$", "",
+                                                                         regex=True),
+                                    "sample": t["sample"], "contains": t["answer_contains"],
+                                    "full": t["full_answer_contains"]}))
+    if not frames:
+        fail(f"{directory}: no seed*/live_{budget}.csv (run experiments/vlm_multi_eval.sh)")
+    t = pd.concat(frames, ignore_index=True)
+    t["context"] = t["sample"].str.replace(r"_box\d+$", "", regex=True)
+    item = t.groupby(["policy", "context", "sample"], as_index=False)[["contains", "full"]].mean()
+    full = item.drop_duplicates("sample").assign(policy="full", contains=lambda x: x["full"])
+    item = pd.concat([item, full], ignore_index=True)
+    context = item.groupby(["policy", "context"], as_index=False)["contains"].mean()
+    s = kvsim.summarize(context.rename(columns={"context": "sample"}), "contains")
+    every = (item.assign(right=item["contains"] >= 1 - 1e-9)
+             .groupby(["policy", "context"])["right"].all().groupby("policy").mean())
+    questions = item.groupby("policy")["sample"].nunique()
+    s["all_right"] = s["policy"].map(every)
+    s["questions"] = s["policy"].map(questions)
+    return s, len(frames)
+
+
+def fmt(x, spec=".3f"):
+    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
+
+
+def ranking_agreement(left, right, budgets):
+    """budget -> (Spearman ρ of the policies' accuracy, policies compared)."""
+    out = {}
+    for b in budgets:
+        l_ = left[left["budget"] == b].set_index("policy")["contains"]
+        r_ = right[right["budget"] == b].set_index("policy")["contains"]
+        common = sorted(set(l_.index) & set(r_.index))
+        out[b] = (spearman([l_[p] for p in common], [r_[p] for p in common]), len(common))
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--compress", required=True, help="vlm_eval_report.py's OUT, compress order")
+    ap.add_argument("--append", required=True, help="vlm_eval_report.py's OUT, append order")
+    ap.add_argument("--shared", required=True, help="the several-questions runs (seed*/)")
+    ap.add_argument("--shared-budget", required=True, help="their budget, in percent")
+    ap.add_argument("--single", help="the single-image task's report (vlm_eval.sh's OUT)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv")))
+              for o in ("compress", "append")}
+    by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
+                for o in ("compress", "append")}
+    verdicts = {o: random_verdicts(getattr(a, o)) for o in ("compress", "append")}
+    budgets = sorted(set(tables["append"]["budget"]) - {"self"}, key=float)
+    effects = order_effects(by_image["compress"], by_image["append"])
+    rows = []
+    for _, e in effects.iterrows():
+        b, p = e["budget"], e["policy"]
+        acc = {o: tables[o][(tables[o]["budget"] == b) & (tables[o]["policy"] == p)].iloc[0]
+               for o in ("compress", "append")}
+        rows.append({"budget": b, "policy": p, "n": e["n"],
+                     **{f"accuracy_{o}": acc[o]["contains"] for o in acc},
+                     **{f"accuracy_{o}_ci_low": acc[o]["contains_ci_low"] for o in acc},
+                     **{f"accuracy_{o}_ci_high": acc[o]["contains_ci_high"] for o in acc},
+                     **{f"vs_random_{o}": verdicts[o].get((b, p), "") for o in acc},
+                     **{f"held_{o}": acc[o]["kv_fraction"] for o in acc},
+                     "append_minus_compress": e["mean"], "ci_low": e["ci_low"],
+                     "ci_high": e["ci_high"], "p_holm": e["p_holm"], "verdict": e["verdict"]})
+    result = pd.DataFrame(rows)
+    os.makedirs(a.out, exist_ok=True)
+    result.to_csv(os.path.join(a.out, "vlm_orders.csv"), index=False, float_format="%.6g")
+    orders = ranking_agreement(tables["compress"], tables["append"], budgets)
+    single = None
+    if a.single:
+        single_table = members(read(os.path.join(a.single, "vlm_eval.csv")))
+        common = sorted(set(single_table["budget"]) & set(tables["compress"]["budget"]) - {"self"},
+                        key=float)
+        single = (ranking_agreement(single_table, tables["compress"], common),
+                  random_verdicts(a.single), common)
+    shared, shared_seeds = shared_accuracy(a.shared, a.shared_budget)
+    write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
+          shared, shared_seeds, a.shared_budget, tables)
+    figure(result, budgets, a.out)
+    print(open(os.path.join(a.out, "vlm_orders.md"), encoding="utf-8").read())
+    return 0
+
+
+def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds, shared_budget,
+          tables):
+    arrow = {"better": " ▲", "worse": " ▼"}
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
+                "seeds [95% interval over items]; ▲/▼ against `random` in that order; the effect "
+                "of appending the question after compression, append − compress, paired over the "
+                "same items, 95% interval, Holm over each budget's policies). The budget is a "
+                "share of the whole prompt when the question is compressed with it, of the "
+                "context when it is appended; appended, the question and the answer are held "
+                "uncompressed besides, so at one budget the append order holds more (held: peak "
+                "KV memory while decoding, share of the full cache, mean over items):\n\n"
+                "| budget | policy | compress | append | append − compress | shown |\n"
+                "|---|---|---|---|---|---|\n")
+        for b in budgets:
+            g = result[result["budget"] == b]
+            f.write(f"| {b}% | held | {fmt(g['held_compress'].mean())} | "
+                    f"{fmt(g['held_append'].mean())} | | |\n")
+            for _, r in g.sort_values("policy").iterrows():
+                cells = []
+                for o in ("compress", "append"):
+                    cells.append(f"{fmt(r[f'accuracy_{o}'])} [{fmt(r[f'accuracy_{o}_ci_low'], '.2f')}, "
+                                 f"{fmt(r[f'accuracy_{o}_ci_high'], '.2f')}]"
+                                 f"{arrow.get(r[f'vs_random_{o}'], '')}")
+                f.write(f"| {b}% | `{r['policy']}` | {cells[0]} | {cells[1]} | "
+                        f"{fmt(r['append_minus_compress'], '+.3f')} [{fmt(r['ci_low'], '+.2f')}, "
+                        f"{fmt(r['ci_high'], '+.2f')}] | {r['verdict']} |\n")
+        f.write("\nRank agreement of the policies' accuracy between the two orders (Spearman ρ "
+                "over the policies run in both): " + ", ".join(
+                    f"{b}%: {fmt(rho, '+.2f')} ({n} policies)" for b, (rho, n) in orders.items())
+                + ".\n\n")
+        if single is not None:
+            agreement, single_verdicts, common = single
+            f.write("**Short single-image prompts against the eight-box task** (both with the "
+                    "question compressed with the prompt, every policy at equal memory). Rank "
+                    "agreement of the policies' accuracy (Spearman ρ): " + ", ".join(
+                        f"{b}%: {fmt(rho, '+.2f')} ({n} policies)"
+                        for b, (rho, n) in agreement.items()) + ". Against `random` (▲ better, "
+                    "▼ worse, · no difference shown):\n\n| policy | " +
+                    " | ".join(f"single {b}% | eight-box {b}%" for b in common) + " |\n|---|" +
+                    "---|" * (2 * len(common)) + "\n")
+            mark = {"better": "▲", "worse": "▼"}
+            policies = sorted(set(p for (_, p) in verdicts["compress"]) |
+                              set(p for (_, p) in single_verdicts))
+            for p in policies:
+                cells = []
+                for b in common:
+                    for v in (single_verdicts, verdicts["compress"]):
+                        cells.append(mark.get(v.get((b, p)), "·") if (b, p) in v else "–")
+                f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
+            f.write("\n")
+        f.write(f"**Several questions on one compressed context** ({shared_budget}%, the question "
+                "appended after compression; each context compressed once and asked about each "
+                f"of its boxes; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
+                "interval over contexts, and the share of contexts whose every question is "
+                "answered right:\n\n| policy | contexts | questions | accuracy | every question "
+                "right |\n|---|---|---|---|---|\n")
+        for _, r in shared.sort_values("mean", ascending=False).iterrows():
+            f.write(f"| `{r['policy']}` | {int(r['n'])} | {int(r['questions'])} | "
+                    f"{fmt(r['mean'])} [{fmt(r['ci_low'], '.2f')}, {fmt(r['ci_high'], '.2f')}] | "
+                    f"{fmt(r['all_right'])} |\n")
+        f.write("\nRows are sorted by their mean only; the intervals say which differences the "
+                f"{int(shared['n'].max())} contexts can show.\n")
+
+
+def figure(result, budgets, out):
+    fig, axes = new_figure(1, len(budgets), figsize=(4.2 * len(budgets), 4), squeeze=False)
+    for ax, b in zip(axes[0], budgets):
+        g = result[result["budget"] == b].sort_values("policy")
+        for i, (_, r) in enumerate(g.iterrows()):
+            style = policy_style(r["policy"])
+            for dx, o, fill in ((-0.15, "compress", style["color"]), (0.15, "append", "white")):
+                y = r[f"accuracy_{o}"]
+                ax.errorbar(i + dx, y, yerr=[[y - r[f"accuracy_{o}_ci_low"]],
+                                             [r[f"accuracy_{o}_ci_high"] - y]],
+                            marker=style["marker"], color=style["color"], mfc=fill, capsize=2,
+                            ls="none", label=o if i == 0 else None)
+        ax.set_xticks(range(len(g)))
+        ax.set_xticklabels(g["policy"], rotation=60, ha="right", fontsize=7)
+        ax.set(title=f"budget {b}% of the prompt (compress) / context (append)",
+               ylabel="accuracy (answer contains the class word)", ylim=(0, 1))
+        ax.legend(fontsize=7, title="question", title_fontsize=7)
+    save(fig, out, "vlm_orders", [])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+#!/bin/sh
+# Which policies keep the answer when most of a long prompt is images, and does it matter whether
+# the question comes before or after compression? On the assembled VLM's eight-box task (eight
+# Fashion-MNIST images in numbered boxes, 392 of ~480 prompt positions, a question about one box;
+# `python -m kvsim.vlm build-multi`, weights trained elsewhere or here), for every training seed:
+# capture the full-cache answers, then replay the trace and run the model live with every policy
+# at several budgets at equal memory, in both orders:
+#   compress  the whole prompt, question included, is compressed (query-aware: SnapKV's window
+#             sees the question), `--equal-memory`, every budgeted policy and the seed methods;
+#   append    the context is compressed before the question is read (kvpress's pipeline), the
+#             question and answer appended: the policies with a `question` parameter, each
+#             compressing once to the same ceil(budget x context) entries (equal memory by
+#             construction: every policy holds the same rows at every step);
+# with the floors (random over several draws, downsample), the controls (no images; the asked
+# image swapped for another class; the images shuffled among the boxes) and, in the append order,
+# several questions on one compressed context (prompts_shared.h5: every box of 40 contexts asked
+# in turn). analysis/vlm_eval_report.py reports each order, analysis/vlm_orders.py compares them
+# (and the single-image task, if its report is given).
+# Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
+#   OUT_DIR    default demo/vlm_multi (from the current directory)
+#   MODELS_DIR default $KVSIM_MODELS, else the shared/models folder next to the repository
+#   BUILD_DIR  default the repository's build/
+# Environment: VLM_MULTI_WEIGHTS=DIR evaluates weights trained elsewhere (DIR/base-seedK, as
+#   experiments/vlm_multi_gpu.py writes them; without it each seed is trained here with
+#   steps=4000, hours per seed on a CPU); VLM_MULTI_BUDGETS ("10 20 40"), VLM_MULTI_SEEDS
+#   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
+#   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
+#   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_SMALL=1 builds the small CI model and
+#   evaluates one seed and two budgets (tests).
+set -eu
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-demo/vlm_multi}
+models=${2:-${KVSIM_MODELS:-$repo/../shared/models}}
+build=${3:-$repo/build}
+name=vlm_multi_eval
+. "$repo/experiments/vlm_setup.sh"
+budgets=${VLM_MULTI_BUDGETS:-10 20 40}
+seeds=${VLM_MULTI_SEEDS:-0 1 2 3 4}
+draws=${VLM_MULTI_DRAWS:-3}
+shared_budget=${VLM_MULTI_SHARED:-20}
+small=""
+if [ "${VLM_MULTI_SMALL:-0}" = 1 ]; then
+  small=--small; budgets=${VLM_MULTI_BUDGETS:-20 60}; seeds=${VLM_MULTI_SEEDS:-0}; draws=2
+fi
+mkdir -p "$out"
+# Runs quietly unless it fails; a step whose output exists is done (a rerun resumes).
+once() {
+  done_file=$1; log=$2; shift 2
+  [ -e "$done_file" ] && return 0
+  "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+}
+gen=8  # the longest answer, " sneaker." with the end token, is 8 tokens
+floors=random,downsample
+baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
+seed_methods=lookm,hae,madakv,meda
+self_sizing=text_only,fastv,vtw,avl,st3
+compressed="$floors,$baselines,$seed_methods"
+# The policies that can compress the context before the question (a `question` parameter), and
+# the settings that make each compress once, to ceil(budget x context) entries, then append.
+appended="$floors,$baselines"
+set -- --set '*.question=append' --set '*.decode=grow' --set '*.compress=prefill' \
+  --set h2o.mode=oneshot --set '*.budget_rounding=ceil'
+runs_c="" runs_a=""
+# VLM_MULTI_REPORT=0: the runs only (seeds split over processes, reported once all are done).
+for s in $seeds; do
+  if [ -n "$small" ]; then
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" --quiet)
+  elif [ -n "${VLM_MULTI_WEIGHTS:-}" ]; then
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --weights "$VLM_MULTI_WEIGHTS/base-seed$s" --quiet)
+  else
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --set seed="$s" --set steps=4000 --quiet)
+  fi
+  model="$vlm/model"
+  c="$out/compress/seed$s" a="$out/append/seed$s" q="$out/shared/seed$s"
+  mkdir -p "$c" "$a" "$q"
+  for d in "$c" "$a" "$q"; do cp "$vlm/build.json" "$d/build.json"; done
+  once "$c/trace.h5" "$c/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
+    --stop-at-eos -o "$c/trace.h5"
+  ln -sf "$(cd "$c" && pwd)/trace.h5" "$a/trace.h5"
+  for n in $budgets; do
+    once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" -p "$compressed,oracle" --budget "$n%" \
+      --equal-memory --seeds "$draws" --summary "$c/replay_$n.csv" --dump-decisions "$c/decisions_$n.h5"
+    once "$c/live_$n.csv" "$c/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+      -p "$compressed" --budget "$n%" --equal-memory --seeds "$draws" --gen $gen --stop-at-eos \
+      --no-timing --summary "$c/live_$n.csv"
+    once "$a/replay_$n.csv" "$a/replay_$n.log" "$k" replay "$a/trace.h5" -p "$appended" --budget "$n%" "$@" \
+      --seeds "$draws" --summary "$a/replay_$n.csv" --dump-decisions "$a/decisions_$n.h5"
+    once "$a/live_$n.csv" "$a/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+      -p "$appended" --budget "$n%" "$@" --seeds "$draws" --gen $gen --stop-at-eos --no-timing \
+      --summary "$a/live_$n.csv"
+  done
+  once "$c/replay_self.csv" "$c/replay_self.log" "$k" replay "$c/trace.h5" -p "$self_sizing" \
+    --summary "$c/replay_self.csv" --dump-decisions "$c/decisions_self.h5"
+  once "$c/live_self.csv" "$c/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+    -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$c/live_self.csv"
+  for control in noimage swapped shuffled; do
+    once "$c/control_$control.csv" "$c/control_$control.log" "$k" live evaluate -m "$model" \
+      --prompts "$vlm/prompts_$control.h5" -p full --gen $gen --stop-at-eos --no-timing \
+      --summary "$c/control_$control.csv"
+    cp "$c/control_$control.csv" "$a/"
+  done
+  # Several questions on one compressed context: each context compressed once, asked every box.
+  once "$q/live_$shared_budget.csv" "$q/live_$shared_budget.log" "$k" live evaluate -m "$model" \
+    --prompts "$vlm/prompts_shared.h5" -p "$appended" --budget "$shared_budget%" "$@" \
+    --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$q/live_$shared_budget.csv"
+  runs_c="$runs_c $s=$c" runs_a="$runs_a $s=$a"
+done
+[ "${VLM_MULTI_REPORT:-1}" = 0 ] && exit 0
+"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_c --unit item \
+  --out "$out/compress"
+"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_a --unit item \
+  --order append --out "$out/append"
+single=""
+[ -n "${VLM_MULTI_SINGLE:-}" ] && single="--single ${VLM_MULTI_SINGLE}"
+# shellcheck disable=SC2086
+"$py" "$repo/analysis/vlm_orders.py" --compress "$out/compress" --append "$out/append" \
+  --shared "$out/shared" --shared-budget "$shared_budget" $single --out "$out"
