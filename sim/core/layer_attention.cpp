@@ -89,11 +89,18 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   else if (tensors_.layer < needs.text_query_layers)
     compute_text_query_stats(threads);
   if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
-  parallel_for(H_, threads, [&](int h) {
-    if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
-      compute_prefill(h, kPrefillBlockRows);
-    if (G_ > 0) compute_decode(h);
-  });
+  if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
+    parallel_for(H_, threads, [&](int h) { compute_prefill(h, kPrefillBlockRows); });
+  if (G_ > 0) {
+    // A KV head's query heads in one product (each key packed once, not once per head), split
+    // into as many parts as keep the threads busy when there are fewer KV heads than threads.
+    const int parts = std::min(group_size(), std::max(1, (threads + Hkv_ - 1) / Hkv_));
+    parallel_for(Hkv_ * parts, threads, [&](int task) {
+      const int g = task / parts, part = task % parts, gs = group_size();
+      const int first = g * gs + part * gs / parts, last = g * gs + (part + 1) * gs / parts;
+      if (first < last) compute_decode(first, last);
+    });
+  }
   compute_output_norms();
   if (needs.key_ranking && G_ > 0) {
     ranking_.resize(static_cast<std::size_t>(G_) * Hkv_ * T_);
@@ -142,7 +149,9 @@ void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_rounded_colsums_) rounded_colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
   if (!decode) return;
-  decode_probs_.assign(static_cast<std::size_t>(G_) * H_ * T_, 0.0f);
+  // Every element is written by compute_decode (or the reference replay): left uninitialised,
+  // the [H, G, T] block is touched once, not zeroed first.
+  decode_probs_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(G_) * H_ * T_);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
   decode_mass_.assign(static_cast<std::size_t>(G_) * H_, 0.0);
   if (tensors_.has_v()) {
@@ -306,35 +315,47 @@ void LayerAttention::compute_output_norms() {
   }
 }
 
-void LayerAttention::compute_decode(int h) {
-  const int g = h / group_size();
-  const float* q = tensors_.query(P_, h);
+// Decode statistics of query heads first..last-1 (one KV head's): their G decode queries stacked
+// head-major into one product with the keys, written straight into decode_probs_ ([H, G, T], so
+// the rows (h, t) are contiguous at stride T), then each row's softmax and mass; with values,
+// the outputs by a second stacked product. The stacked products compute each element as the
+// per-head ones did (the same dot products, K blocked alike), so the bytes do not change.
+void LayerAttention::compute_decode(int first, int last) {
+  const int g = first / group_size(), heads = last - first, rows = heads * G_;
+  std::vector<float> q(static_cast<std::size_t>(rows) * d_);
+  for (int i = 0; i < heads; ++i)
+    for (int t = 0; t < G_; ++t)
+      std::copy_n(tensors_.query(P_ + t, first + i), d_,
+                  &q[(static_cast<std::size_t>(i) * G_ + t) * d_]);
   const float* k = tensors_.k.data() + static_cast<std::size_t>(g) * d_;
-  float* probs = &decode_probs_[static_cast<std::size_t>(h) * T_];
-  const int ld = H_ * T_;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G_, T_, d_, 1.0f, q, H_ * d_, k, Hkv_ * d_,
-              0.0f, probs, ld);
-  for (int t = 0; t < G_; ++t) {
-    float* row = probs + static_cast<std::size_t>(t) * ld;
-    const int n = P_ + t + 1;
-    decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
-    std::fill(row + n, row + T_, 0.0f);
-    double mass = 0;
-    for (int j = 0; j < n; ++j) mass += row[j];
-    decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
-  }
-  if (!full_output_.empty()) {
-    const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G_, d_, T_, 1.0f, probs, ld, v,
-                Hkv_ * d_, 0.0f, &full_output_[static_cast<std::size_t>(h) * d_], H_ * d_);
-    const float* norms = &value_norms_[static_cast<std::size_t>(g) * T_];
+  float* probs = &decode_probs_[static_cast<std::size_t>(first) * G_ * T_];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T_, d_, 1.0f, q.data(), d_, k,
+              Hkv_ * d_, 0.0f, probs, T_);
+  for (int h = first; h < last; ++h)
     for (int t = 0; t < G_; ++t) {
-      const float* row = probs + static_cast<std::size_t>(t) * ld;
+      float* row = &decode_probs_[(static_cast<std::size_t>(h) * G_ + t) * T_];
+      const int n = P_ + t + 1;
+      decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
+      std::fill(row + n, row + T_, 0.0f);
+      double mass = 0;
+      for (int j = 0; j < n; ++j) mass += row[j];
+      decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
+    }
+  if (full_output_.empty()) return;
+  const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
+  std::vector<float> out(static_cast<std::size_t>(rows) * d_);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d_, T_, 1.0f, probs, T_, v,
+              Hkv_ * d_, 0.0f, out.data(), d_);
+  const float* norms = &value_norms_[static_cast<std::size_t>(g) * T_];
+  for (int h = first; h < last; ++h)
+    for (int t = 0; t < G_; ++t) {
+      const std::size_t r = static_cast<std::size_t>(h - first) * G_ + t;
+      std::copy_n(&out[r * d_], d_, &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_]);
+      const float* row = decode_probs(t, h);
       double s = 0;
       for (int j = 0; j < P_ + t + 1; ++j) s += static_cast<double>(row[j]) * norms[j];
       full_value_norm_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(s);
     }
-  }
 }
 
 const float* LayerAttention::prefill_column_sums(int h) const {

@@ -3,6 +3,7 @@
 // policy, so nothing here is recomputed per policy.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -115,7 +116,7 @@ class LayerAttention {
   const float* text_query_column_max() const;
   // [T]: full-cache probabilities of decode step t (query P + t) for query head h; zero beyond.
   const float* decode_probs(int t, int h) const {
-    return &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
+    return &decode_probs_[(static_cast<std::size_t>(h) * G_ + t) * T_];
   }
   // Σ_j of decode_probs(t, h), summed in double in position order: the denominator of mass
   // recall, so that the full cache recalls exactly 1 and no subset more (float rounding leaves
@@ -150,7 +151,7 @@ class LayerAttention {
   void compute_prefill(int h, int block_rows);
   // A compact trace's statistics in place of those of the prompt rows it does not hold.
   void take_stored(const AttentionNeeds& needs);
-  void compute_decode(int h);
+  void compute_decode(int first_head, int last_head);
   void compute_value_norms(int threads);
   void compute_output_norms();
   void count_sparse(int h, const float* row, int i);
@@ -169,7 +170,7 @@ class LayerAttention {
   bool want_rounded_colsums_;
   std::vector<float> rounded_colsums_;     // [H, P]
   std::vector<float> window_rows_;         // [H, window, P]
-  std::vector<float> decode_probs_;        // [G, H, T]
+  std::unique_ptr<float[]> decode_probs_;  // [H, G, T]: a KV head's rows contiguous
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<double> decode_mass_;        // [G, H]
   std::vector<float> full_output_;         // [G, H, d]

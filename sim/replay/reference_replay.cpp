@@ -66,9 +66,10 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
     for (int t = 0; t < G_; ++t) {
       double lse = 0;
       const auto p = causal_row(tensors_, P_ + t, h, g, P_ + t + 1, scale_, d_, &lse);
-      float* row = &decode_probs_[(static_cast<std::size_t>(t) * H_ + h) * T_];
+      float* row = &decode_probs_[(static_cast<std::size_t>(h) * G_ + t) * T_];
       double mass = 0;
       for (std::size_t j = 0; j < p.size(); ++j) mass += row[j] = static_cast<float>(p[j]);
+      std::fill(row + p.size(), row + T_, 0.0f);
       decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
       decode_lse_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(lse);
       if (!tensors_.has_v()) continue;
