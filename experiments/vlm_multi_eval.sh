@@ -14,7 +14,8 @@
 # with the floors (random over several draws, downsample), the controls (no images; the asked
 # image swapped for another class; the images shuffled among the boxes) and, in the append order,
 # several questions on one compressed context (prompts_shared.h5: every box of 40 contexts asked
-# in turn). analysis/vlm_eval_report.py reports each order, analysis/vlm_orders.py compares them
+# in turn). analysis/vlm_eval_report.py reports each order and analysis/prediction_card.py tests
+# how well replay predicts its accuracy out of sample; analysis/vlm_orders.py compares the orders
 # (and the single-image task, if its report is given).
 # Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm_multi (from the current directory)
@@ -110,6 +111,12 @@ done
   --out "$out/compress"
 "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_a --unit item \
   --order append --out "$out/append"
+# The prediction cards: replay's output error -> live accuracy, tested out of sample, per order.
+for order in compress append; do
+  "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$order/vlm_eval_by_image.csv" \
+    --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 \
+    --out "$out/$order/card"
+done
 single=""
 [ -n "${VLM_MULTI_SINGLE:-}" ] && single="--single ${VLM_MULTI_SINGLE}"
 # shellcheck disable=SC2086

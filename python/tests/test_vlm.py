@@ -339,6 +339,8 @@ class SmallMultiBuild(unittest.TestCase):
             self.assertIn("shuffled among the boxes (control prompt)", f.read())
         for ext in ("png", "pdf"):
             self.assertTrue(os.path.exists(os.path.join(out, f"vlm_orders.{ext}")))
+        for order in ("compress", "append"):  # replay's prediction of the accuracy, per order
+            self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
 
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
         self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "multi_trace.h5")),
