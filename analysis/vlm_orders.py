@@ -10,6 +10,7 @@ single-image task's report (experiments/vlm_eval.sh), and writes:
   policies); the verdicts against the random floor in each order;
 - the policies' rank correlation between the orders and, at the budgets both tasks ran, between
   the single-image task and the eight-box task (compress order: the same protocol);
+- which image stays: the asked image's entries kept against the other images', per order;
 - several questions on one compressed context: each policy's accuracy over the contexts' questions
   with a 95% interval over contexts (the questions of one context are not independent), and the
   share of contexts whose every question is answered right.
@@ -17,12 +18,15 @@ single-image task's report (experiments/vlm_eval.sh), and writes:
     vlm_orders.py --compress DIR --append DIR --shared DIR --shared-budget 20 [--single DIR]
                   --out OUT
 
-Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy) and, as PNG and
-PDF, OUT/vlm_orders (accuracy in each order, with intervals).
+Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy),
+OUT/vlm_orders_coverage.csv (per order, budget and policy: the asked image's entries kept, the
+other images', and how often a layer's KV head keeps none of the asked image, from replay's
+dumped decisions) and, as PNG and PDF, OUT/vlm_orders (accuracy in each order, with intervals).
 """
 import argparse
 import glob
 import os
+import re
 import sys
 
 import numpy as np
@@ -114,6 +118,58 @@ def shared_accuracy(directory, budget):
     return s, len(frames)
 
 
+def _asked_kept_one(job):
+    """One seed's run of one order: {(budget, label): [asked kept, asked, other kept, other,
+    (item, layer, KV head) keeping none of the asked image, (item, layer, KV head)]}."""
+    import h5py
+
+    seed_dir, budgets = job
+    with h5py.File(os.path.join(seed_dir, "trace.h5"), "r") as f:
+        layout = {}
+        for name, g in f["samples"].items():
+            box = int(str(g.attrs["task"]).rsplit(" ", 1)[1]) - 1
+            media = g["media_id"][: int(g.attrs["prompt_len"])]
+            layout[name] = (media == box, (media >= 0) & (media != box))
+    sums = {}
+    for b in budgets:
+        path = os.path.join(seed_dir, f"decisions_{b}.h5")
+        if not os.path.exists(path):
+            continue
+        with h5py.File(path, "r") as f:
+            for label, g in f.items():
+                acc = sums.setdefault((b, re.sub(r"@seed\d+$", "", label)), np.zeros(6))
+                for sample, (asked, other) in layout.items():
+                    for layer in g["samples"][sample]["layers"].values():
+                        for head in layer["heads"].values():
+                            gone = [head[k][:, 1] for k in ("evicted", "merged")
+                                    if k in head and head[k].shape[0]]
+                            gone = np.unique(np.concatenate(gone)) if gone else np.zeros(0, int)
+                            gone = gone[gone < len(asked)]
+                            lost = int(asked[gone].sum())
+                            acc += [asked.sum() - lost, asked.sum(),
+                                    other.sum() - other[gone].sum(), other.sum(),
+                                    lost == asked.sum(), 1]
+    return sums
+
+
+def asked_image_kept(directories, budgets, processes=2):
+    """{(order directory, budget, policy): (share of the asked image's entries kept, share of
+    the other images' entries kept, share of (item, layer, KV head) keeping none of the asked
+    image)} over every seed's items, from the decisions replay dumped (the random floor's draws
+    pooled; merged entries count as gone); the asked box is the sample's task ("..., box k")."""
+    from multiprocessing import Pool
+
+    jobs = [(d, s) for d in directories for s in sorted(glob.glob(os.path.join(d, "seed*")))]
+    with Pool(processes) as pool:
+        parts = pool.map(_asked_kept_one, [(s, budgets) for _, s in jobs])
+    sums = {}
+    for (d, _), part in zip(jobs, parts):
+        for (b, p), v in part.items():
+            sums[(d, b, p)] = sums.get((d, b, p), 0) + v
+    return {k: (v[0] / max(v[1], 1), v[2] / max(v[3], 1), v[4] / max(v[5], 1))
+            for k, v in sums.items()}
+
+
 def fmt(x, spec=".3f"):
     return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
@@ -170,15 +226,21 @@ def main(argv):
         single = (ranking_agreement(single_table, tables["compress"], common),
                   random_verdicts(a.single), common)
     shared, shared_seeds = shared_accuracy(a.shared, a.shared_budget)
+    kept = asked_image_kept([a.compress, a.append], budgets)
+    coverage = pd.DataFrame([{"order": "compress" if d == a.compress else "append", "budget": b,
+                              "policy": p, "asked_image_kept": v[0], "other_images_kept": v[1],
+                              "asked_image_dropped": v[2]} for (d, b, p), v in kept.items()])
+    coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
+                    float_format="%.6g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
-          shared, shared_seeds, a.shared_budget, tables)
+          shared, shared_seeds, a.shared_budget, tables, coverage)
     figure(result, budgets, a.out)
     print(open(os.path.join(a.out, "vlm_orders.md"), encoding="utf-8").read())
     return 0
 
 
 def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds, shared_budget,
-          tables):
+          tables, coverage):
     arrow = {"better": " ▲", "worse": " ▼"}
     with open(path, "w", encoding="utf-8") as f:
         f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
@@ -228,6 +290,19 @@ def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds,
                         cells.append(mark.get(v.get((b, p)), "·") if (b, p) in v else "–")
                 f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
             f.write("\n")
+        f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
+                "items): the share of the asked image's entries kept, of the other images' "
+                "entries, and the share of (item, layer, KV head) that keep none of the asked "
+                "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
+                "asked image kept | other images kept | asked image dropped |\n|---|---|---|---|---|\n")
+        for (b, p), g in coverage.groupby(["budget", "policy"]):
+            cells = []
+            for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):
+                by = g.set_index("order")[column]
+                cells.append(" / ".join(fmt(by[o]) if o in by else "–"
+                                        for o in ("compress", "append")))
+            f.write(f"| {b}% | `{p}` | " + " | ".join(cells) + " |\n")
+        f.write("\n")
         f.write(f"**Several questions on one compressed context** ({shared_budget}%, the question "
                 "appended after compression; each context compressed once and asked about each "
                 f"of its boxes; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
