@@ -353,10 +353,11 @@ def held_marks(table, order):
 
 
 def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
-                 rho_pooled, rho_within, n_images, draws, oracle, unit="image", order="compress"):
+                 rho_pooled, rho_within, n_images, draws, oracle, unit="image",
+                 question="compress"):
     units = f"{unit}s"
     seeds_word = "projector seeds" if unit == "image" else "training seeds"
-    marks = held_marks(table, order)
+    marks = held_marks(table, question)
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
@@ -364,7 +365,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
     order = refs + [p for p in order if p not in refs]
     with open(path, "w", encoding="utf-8") as f:
         full = [b["full"]["accuracy"] for b in builds.values()]
-        memory = ("every budgeted policy at equal memory (`--equal-memory`)" if order == "compress"
+        memory = ("every budgeted policy at equal memory (`--equal-memory`)" if question == "compress"
                   else "the question fed after compression (kvpress's order): every policy "
                   "compresses the context once to the same ceil(budget × context) entries, then "
                   "appends the question and the answer (equal memory by construction)")
@@ -391,7 +392,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                     f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
         f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
                 "entries are more than 1% off " +
-                ("the budget" if order == "compress" else "the budget's median over policies") +
+                ("the budget" if question == "compress" else "the budget's median over policies") +
                 "):\n\n| policy | " +
                 " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
         vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
@@ -469,7 +470,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
         f.write(f"| the budget alone | {fmt(rho_pooled['budget'], '+.2f')} | " +
                 " | ".join("–" for _ in budgets) + " |\n")
         count, total = first
-        if order == "compress":
+        if question == "compress":
             f.write("\n**What the task gives for free.** Live compresses the cache after the "
                     "prefill, so the first answer token is predicted from the full prompt: the "
                     f"greedy answers agree on it in {count:,} of {total:,} policy runs on an "
