@@ -99,6 +99,7 @@ def shared_accuracy(directory, budget):
         t = t[t["sample"] != "all"]
         frames.append(pd.DataFrame({"policy": t["policy"].str.replace(r"@seed\d+$", "",
                                                                          regex=True),
+                                    "run": path + " " + t["policy"],
                                     "sample": t["sample"], "contains": t["answer_contains"],
                                     "full": t["full_answer_contains"]}))
     if not frames:
@@ -110,8 +111,11 @@ def shared_accuracy(directory, budget):
     item = pd.concat([item, full], ignore_index=True)
     context = item.groupby(["policy", "context"], as_index=False)["contains"].mean()
     s = kvsim.summarize(context.rename(columns={"context": "sample"}), "contains")
-    every = (item.assign(right=item["contains"] >= 1 - 1e-9)
-             .groupby(["policy", "context"])["right"].all().groupby("policy").mean())
+    # Every question of a context right in one run (a seed, a draw), then the mean over runs.
+    runs = pd.concat([t, t.drop_duplicates(["run", "sample"]).assign(
+        policy="full", run=lambda x: x["run"] + " full", contains=lambda x: x["full"])])
+    every = (runs.groupby(["policy", "run", "context"])["contains"].min().eq(1)
+             .groupby("policy").mean())
     questions = item.groupby("policy")["sample"].nunique()
     s["all_right"] = s["policy"].map(every)
     s["questions"] = s["policy"].map(questions)
