@@ -241,8 +241,7 @@ void write_prompt_file(const std::string& path, const std::vector<PromptSample>&
     if (!s.info.task.empty()) h5_write_string_attr(g.get(), "task", s.info.task);
     if (!s.info.reference.empty()) h5_write_string_attr(g.get(), "reference", s.info.reference);
     if (s.info.question_len >= 0) h5_write_int_attr(g.get(), "question_len", s.info.question_len);
-    if (!s.info.context_id.empty())
-      h5_write_string_attr(g.get(), "context_id", s.info.context_id);
+    if (!s.info.context_id.empty()) h5_write_string_attr(g.get(), "context_id", s.info.context_id);
     h5_write_1d(g.get(), "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, s.info.token_ids, where);
     h5_write_1d(g.get(), "modality", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.modality, where);
     h5_write_1d(g.get(), "segment", H5T_STD_U8LE, H5T_NATIVE_UINT8, s.info.segment, where);
