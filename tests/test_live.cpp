@@ -1105,6 +1105,7 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
     const CliRun r = kvsim(common + " -j" + std::to_string(i + 1) + " -o " + out +
                            ".csv --summary " + out + "_summary.csv");
     ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output.find("ms/token"), std::string::npos) << r.output;  // --no-timing
     bytes[i] = slurp(out + ".csv") + slurp(out + "_summary.csv");
   }
   EXPECT_EQ(bytes[0], bytes[1]);

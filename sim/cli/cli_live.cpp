@@ -324,10 +324,13 @@ EvalText evaluate_sample(Session& s, const std::string& name,
   for (const auto& r : live::evaluate_prompt(*s.engine, s.prompts->read(name), policies, o)) {
     live::append_eval_steps_csv(out.steps, r, o.timing);
     live::append_eval_summary_csv(out.summary, r, o.timing);
-    std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f %9.3f %7s\n",
+    // Without timing the listing has no latency column either (the result files have none).
+    char ms[16] = "";
+    if (o.timing) std::snprintf(ms, sizeof ms, " %9.3f", r.ms_per_token);
+    std::snprintf(line, sizeof line, "%-24s %-10s %9.4g %7.3f %6d %8.3f %10.3f%s %7s\n",
                   r.label.c_str(), r.sample.c_str(), r.mean_kl, r.top1_agreement,
                   r.first_divergence, r.answer_overlap,
-                  static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, r.ms_per_token,
+                  static_cast<double>(r.peak_kv_bytes) / r.full_peak_kv_bytes, ms,
                   !r.has_reference   ? "-"
                   : r.score.contains ? "yes"
                                      : "no");
@@ -404,8 +407,9 @@ int run_evaluate(const RunArgs& a, const World& world) {
   if (world.rank() != 0) return 0;
   EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
   char line[256];
-  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s %9s %7s\n", "policy", "sample",
-                "mean_kl", "top1", "diverge", "overlap", "kv_frac", "ms/token", "right");
+  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s%s %7s\n", "policy", "sample",
+                "mean_kl", "top1", "diverge", "overlap", "kv_frac", o.timing ? "  ms/token" : "",
+                "right");
   all.table += line;
   for (std::size_t i = 0; i < s->samples.size(); ++i) {
     const std::string& name = s->samples[i];
