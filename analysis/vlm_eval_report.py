@@ -99,6 +99,17 @@ def replay_rows(directory, seed, budget):
     return out
 
 
+def removed_by_head(group, sample):
+    """Per (layer, KV head) of `sample` in one policy's group of a --dump-decisions file: the
+    positions evicted or merged away by the end of decoding, unique and sorted."""
+    if sample not in group["samples"]:
+        return
+    for layer in group["samples"][sample]["layers"].values():
+        for head in layer["heads"].values():
+            gone = [head[k][:, 1] for k in ("evicted", "merged") if k in head and head[k].shape[0]]
+            yield np.unique(np.concatenate(gone)) if gone else np.zeros(0, dtype=np.int64)
+
+
 def read_kept(path, modality, heads):
     """label -> share of the prompt's image and of its text entries (over layers and KV heads:
     `heads` = L·Hkv) neither evicted nor merged away by the end of decoding, from a
@@ -112,16 +123,10 @@ def read_kept(path, modality, heads):
             for sample, (image, text) in modality.items():
                 total[0] += len(image) * heads
                 total[1] += len(text) * heads
-                if sample not in g["samples"]:
-                    continue
-                for layer in g["samples"][sample]["layers"].values():
-                    for head in layer["heads"].values():
-                        gone = set()
-                        for key in ("evicted", "merged"):
-                            if key in head and head[key].shape[0]:
-                                gone |= set(head[key][:, 1].tolist())
-                        removed[0] += len(gone & image)
-                        removed[1] += len(gone & text)
+                for gone in removed_by_head(g, sample):
+                    gone = set(gone.tolist())
+                    removed[0] += len(gone & image)
+                    removed[1] += len(gone & text)
             kept[label] = {"image_kept": 1 - removed[0] / max(total[0], 1),
                            "text_kept": 1 - removed[1] / max(total[1], 1)}
     return kept
@@ -339,14 +344,14 @@ def cell(row, value):
             f"{fmt(row[f'{value}_ci_high'], '.2f')}]")
 
 
-def held_marks(table, order):
+def held_marks(table, question):
     """(budget, policy) -> whether the peak held is more than 1% off what equal memory holds: the
     budget (compress), or, with the question appended after compression, the budget's median
     over policies (every policy holds the same context rows plus the question and answer)."""
     budgeted = table[table["budget"] != SELF]
     marks = {}
     for b, g in budgeted.groupby("budget"):
-        target = 1.0 if order == "compress" else float(g["held"].median())
+        target = 1.0 if question == "compress" else float(g["held"].median())
         for _, r in g.iterrows():
             marks[(b, r["policy"])] = abs(r["held"] / target - 1) > 0.01
     return marks

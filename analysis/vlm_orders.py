@@ -26,7 +26,6 @@ dumped decisions) and, as PNG and PDF, OUT/vlm_orders (accuracy in each order, w
 import argparse
 import glob
 import os
-import re
 import sys
 
 import numpy as np
@@ -35,6 +34,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import spearman  # noqa: E402
+from vlm_eval_report import fmt, group_of, removed_by_head  # noqa: E402
 
 
 def fail(message):
@@ -97,8 +97,7 @@ def shared_accuracy(directory, budget):
     for path in sorted(glob.glob(os.path.join(directory, "seed*", f"live_{budget}.csv"))):
         t = read(path)
         t = t[t["sample"] != "all"]
-        frames.append(pd.DataFrame({"policy": t["policy"].str.replace(r"@seed\d+$", "",
-                                                                         regex=True),
+        frames.append(pd.DataFrame({"policy": t["policy"].map(group_of),
                                     "run": path + " " + t["policy"],
                                     "sample": t["sample"], "contains": t["answer_contains"],
                                     "full": t["full_answer_contains"]}))
@@ -141,18 +140,13 @@ def _asked_kept_one(job):
             continue
         with h5py.File(path, "r") as f:
             for label, g in f.items():
-                acc = sums.setdefault((b, re.sub(r"@seed\d+$", "", label)), np.zeros(6))
+                acc = sums.setdefault((b, group_of(label)), np.zeros(6))
                 for sample, (asked, other) in layout.items():
-                    for layer in g["samples"][sample]["layers"].values():
-                        for head in layer["heads"].values():
-                            gone = [head[k][:, 1] for k in ("evicted", "merged")
-                                    if k in head and head[k].shape[0]]
-                            gone = np.unique(np.concatenate(gone)) if gone else np.zeros(0, int)
-                            gone = gone[gone < len(asked)]
-                            lost = int(asked[gone].sum())
-                            acc += [asked.sum() - lost, asked.sum(),
-                                    other.sum() - other[gone].sum(), other.sum(),
-                                    lost == asked.sum(), 1]
+                    for gone in removed_by_head(g, sample):
+                        gone = gone[gone < len(asked)]  # the prompt's positions
+                        lost = int(asked[gone].sum())
+                        acc += [asked.sum() - lost, asked.sum(), other.sum() - other[gone].sum(),
+                                other.sum(), lost == asked.sum(), 1]
     return sums
 
 
@@ -172,10 +166,6 @@ def asked_image_kept(directories, budgets, processes=2):
             sums[(d, b, p)] = sums.get((d, b, p), 0) + v
     return {k: (v[0] / max(v[1], 1), v[2] / max(v[3], 1), v[4] / max(v[5], 1))
             for k, v in sums.items()}
-
-
-def fmt(x, spec=".3f"):
-    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
 
 def ranking_agreement(left, right, budgets):
@@ -313,12 +303,13 @@ def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds,
                 "interval over contexts, and the share of contexts whose every question is "
                 "answered right:\n\n| policy | contexts | questions | accuracy | every question "
                 "right |\n|---|---|---|---|---|\n")
-        for _, r in shared.sort_values("mean", ascending=False).iterrows():
+        names = sorted(shared["policy"], key=lambda p: (p != "full", p))  # full, then by name
+        for _, r in shared.set_index("policy", drop=False).loc[names].iterrows():
             f.write(f"| `{r['policy']}` | {int(r['n'])} | {int(r['questions'])} | "
                     f"{fmt(r['mean'])} [{fmt(r['ci_low'], '.2f')}, {fmt(r['ci_high'], '.2f')}] | "
                     f"{fmt(r['all_right'])} |\n")
-        f.write("\nRows are sorted by their mean only; the intervals say which differences the "
-                f"{int(shared['n'].max())} contexts can show.\n")
+        f.write(f"\nRows in name order; the intervals over the {int(shared['n'].max())} contexts "
+                "say which differences they can show.\n")
 
 
 def figure(result, budgets, out):

@@ -26,8 +26,9 @@
 #   steps=4000, hours per seed on a CPU); VLM_MULTI_BUDGETS ("10 20 40"), VLM_MULTI_SEEDS
 #   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
-#   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_SMALL=1 builds the small CI model and
-#   evaluates one seed and two budgets (tests).
+#   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
+#   split over processes); VLM_MULTI_SMALL=1 builds the small CI model and evaluates one seed and
+#   two budgets (tests).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm_multi}
@@ -62,7 +63,6 @@ appended="$floors,$baselines"
 set -- --set '*.question=append' --set '*.decode=grow' --set '*.compress=prefill' \
   --set h2o.mode=oneshot --set '*.budget_rounding=ceil'
 runs_c="" runs_a=""
-# VLM_MULTI_REPORT=0: the runs only (seeds split over processes, reported once all are done).
 for s in $seeds; do
   if [ -n "$small" ]; then
     vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" --quiet)
@@ -106,6 +106,7 @@ for s in $seeds; do
     --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$q/live_$shared_budget.csv"
   runs_c="$runs_c $s=$c" runs_a="$runs_a $s=$a"
 done
+# VLM_MULTI_REPORT=0: the runs only (seeds split over processes, reported once all are done).
 [ "${VLM_MULTI_REPORT:-1}" = 0 ] && exit 0
 "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_c --unit item \
   --out "$out/compress"

@@ -281,10 +281,6 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   try {
     s.task = h5_read_string_attr(g.get(), "task").value_or("");
     s.reference = h5_read_string_attr(g.get(), "reference").value_or("");
-  } catch (const TraceError& e) {
-    throw TraceError(where(name) + ": " + e.what());
-  }
-  try {
     s.context_id = h5_read_string_attr(g.get(), "context_id").value_or("");
   } catch (const TraceError& e) {
     throw TraceError(where(name) + ": " + e.what());

@@ -176,6 +176,17 @@ int PromptReader::prompt_len(const std::string& name) const {
   return static_cast<int>(shape[0]);
 }
 
+std::string PromptReader::context_id(const std::string& name) const {
+  const std::string where = path_ + ": sample '" + name + "'";
+  if (!h5_path_exists(file_.get(), "samples/" + name)) throw TraceError(where + ": no such sample");
+  H5Handle g(H5Gopen2(file_.get(), ("samples/" + name).c_str(), H5P_DEFAULT));
+  try {
+    return h5_read_string_attr(g.get(), "context_id").value_or("");
+  } catch (const TraceError& e) {
+    throw TraceError(where + ": " + e.what());
+  }
+}
+
 namespace {
 
 // The sample's context as comparable parts: the first C = P - question positions of every
@@ -210,8 +221,8 @@ void check_shared_contexts(const PromptReader& prompts, const std::vector<std::s
   std::map<std::string, Context> first;
   static const char* kPart[] = {"token_ids", "modality", "segment", "media_id", "position_ids"};
   for (const auto& name : samples) {
+    if (prompts.context_id(name).empty()) continue;  // the common case: nothing more is read
     const PromptSample p = prompts.read(name);
-    if (p.info.context_id.empty()) continue;
     Context c = context_of(p);
     const auto [it, inserted] = first.emplace(p.info.context_id, c);
     if (inserted) continue;

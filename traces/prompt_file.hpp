@@ -40,6 +40,8 @@ class PromptReader {
   PromptSample read(const std::string& name) const;
   // The sample's prompt length, from its token_ids' shape alone (splitting work by cost).
   int prompt_len(const std::string& name) const;
+  // The sample's context_id attribute alone ("" when it has none).
+  std::string context_id(const std::string& name) const;
 
  private:
   std::string path_;
@@ -48,8 +50,9 @@ class PromptReader {
 };
 
 // Checks that the samples naming one context_id share their context: the same prompt less the
-// question (token ids, modality, segment, media ids, M-RoPE ids and image rows), and a
-// question_len each. Throws TraceError naming the file and the two samples otherwise.
+// question (question_length: question_len, else the text after the last image), that is the same
+// token ids, modality, segment, media ids, M-RoPE ids and image rows. Throws TraceError naming
+// the file and the two samples otherwise. Samples without a context_id are not read.
 void check_shared_contexts(const PromptReader& prompts, const std::vector<std::string>& samples);
 
 void write_prompt_file(const std::string& path, const std::vector<PromptSample>& samples,
