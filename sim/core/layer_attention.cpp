@@ -57,6 +57,37 @@ float softmax_inplace(float* x, int n, float scale) {
   return kernels::active().softmax_inplace(x, n, scale);
 }
 
+namespace {
+
+// out[k] = Σ_{j < first_len + k} rows[k·stride + j] (· weights[j] when given), in double, each sum
+// in ascending j as a plain loop adds it: the rows' chains are interleaved, kRows at a time, so
+// that the additions overlap instead of each waiting on the last (the same bytes, several times
+// faster than one row after another).
+template <bool kWeighted>
+void ascending_row_sums(const float* rows, std::size_t stride, int count, int first_len,
+                        const float* weights, double* out) {
+  constexpr int kRows = 8;
+  for (int k0 = 0; k0 < count; k0 += kRows) {
+    const int m = std::min(kRows, count - k0), common = first_len + k0;
+    const float* block = rows + static_cast<std::size_t>(k0) * stride;
+    double acc[kRows] = {};
+    for (int j = 0; j < common; ++j)
+      for (int k = 0; k < kRows; ++k)
+        if (k < m) {
+          const double x = block[static_cast<std::size_t>(k) * stride + j];
+          acc[k] += kWeighted ? x * weights[j] : x;
+        }
+    for (int k = 0; k < m; ++k) {
+      const float* row = block + static_cast<std::size_t>(k) * stride;
+      for (int j = common; j < common + k; ++j)
+        acc[k] += kWeighted ? static_cast<double>(row[j]) * weights[j] : row[j];
+      out[k0 + k] = acc[k];
+    }
+  }
+}
+
+}  // namespace
+
 LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const SampleInfo& sample,
                                LayerTensors tensors, const AttentionNeeds& needs)
     : sample_(sample),
@@ -147,7 +178,15 @@ void LayerAttention::set_token_row(int position, const float* q, const float* k,
 void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   if (want_rounded_colsums_) rounded_colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
-  window_rows_.assign(static_cast<std::size_t>(H_) * window_ * P_, 0.0f);
+  // Window row r is query P - window + r: its causal part is written by whoever computes the
+  // prefill, so only the masked tail is zeroed here (the block is touched once, not twice).
+  window_rows_ =
+      std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(H_) * window_ * P_);
+  for (int h = 0; h < H_; ++h)
+    for (int r = 0; r < window_; ++r) {
+      float* row = &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
+      std::fill(row + P_ - window_ + r + 1, row + P_, 0.0f);
+    }
   if (!decode) return;
   // Every element is written by compute_decode (or the reference replay): left uninitialised,
   // the [H, G, T] block is touched once, not zeroed first.
@@ -331,31 +370,32 @@ void LayerAttention::compute_decode(int first, int last) {
   float* probs = &decode_probs_[static_cast<std::size_t>(first) * G_ * T_];
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T_, d_, 1.0f, q.data(), d_, k,
               Hkv_ * d_, 0.0f, probs, T_);
-  for (int h = first; h < last; ++h)
+  std::vector<double> sums(G_);
+  for (int h = first; h < last; ++h) {
     for (int t = 0; t < G_; ++t) {
       float* row = &decode_probs_[(static_cast<std::size_t>(h) * G_ + t) * T_];
       const int n = P_ + t + 1;
       decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
       std::fill(row + n, row + T_, 0.0f);
-      double mass = 0;
-      for (int j = 0; j < n; ++j) mass += row[j];
-      decode_mass_[static_cast<std::size_t>(t) * H_ + h] = mass;
     }
+    ascending_row_sums<false>(decode_probs(0, h), T_, G_, P_ + 1, nullptr, sums.data());
+    for (int t = 0; t < G_; ++t) decode_mass_[static_cast<std::size_t>(t) * H_ + h] = sums[t];
+  }
   if (full_output_.empty()) return;
   const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
   std::vector<float> out(static_cast<std::size_t>(rows) * d_);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d_, T_, 1.0f, probs, T_, v,
               Hkv_ * d_, 0.0f, out.data(), d_);
   const float* norms = &value_norms_[static_cast<std::size_t>(g) * T_];
-  for (int h = first; h < last; ++h)
+  for (int h = first; h < last; ++h) {
     for (int t = 0; t < G_; ++t) {
       const std::size_t r = static_cast<std::size_t>(h - first) * G_ + t;
       std::copy_n(&out[r * d_], d_, &full_output_[(static_cast<std::size_t>(t) * H_ + h) * d_]);
-      const float* row = decode_probs(t, h);
-      double s = 0;
-      for (int j = 0; j < P_ + t + 1; ++j) s += static_cast<double>(row[j]) * norms[j];
-      full_value_norm_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(s);
     }
+    ascending_row_sums<true>(decode_probs(0, h), T_, G_, P_ + 1, norms, sums.data());
+    for (int t = 0; t < G_; ++t)
+      full_value_norm_[static_cast<std::size_t>(t) * H_ + h] = static_cast<float>(sums[t]);
+  }
 }
 
 const float* LayerAttention::prefill_column_sums(int h) const {

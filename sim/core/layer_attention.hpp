@@ -169,7 +169,7 @@ class LayerAttention {
   std::vector<float> colsums_;  // [H, P]
   bool want_rounded_colsums_;
   std::vector<float> rounded_colsums_;     // [H, P]
-  std::vector<float> window_rows_;         // [H, window, P]
+  std::unique_ptr<float[]> window_rows_;   // [H, window, P]: rows written before they are read
   std::unique_ptr<float[]> decode_probs_;  // [H, G, T]: a KV head's rows contiguous
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<double> decode_mass_;        // [G, H]

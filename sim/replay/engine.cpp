@@ -221,6 +221,8 @@ class SharedStepAttention {
   std::vector<std::int32_t> listed_;  // positions handed to deferred_
   std::vector<double> rescale_;
   std::vector<float> o_hat_;
+  std::vector<const float*> group_rows_;  // plain_sums' scratch
+  std::vector<double> group_sums_;
   DeferredOutputError deferred_;
 };
 
@@ -275,10 +277,44 @@ void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& ou
   }
 }
 
+// out[r] = Σ_e rows[r][positions[e]] in double, each sum in ascending e as a plain loop adds it:
+// the rows' chains are interleaved, kRows at a time, so that the additions overlap instead of
+// each waiting on the last (the same bytes).
+void gathered_sums(const float* const* rows, int count, const std::int32_t* positions, int n,
+                   double* out) {
+  constexpr int kRows = 8;
+  for (int r0 = 0; r0 < count; r0 += kRows) {
+    const int m = std::min(kRows, count - r0);
+    double acc[kRows] = {};
+    for (int e = 0; e < n; ++e) {
+      const std::int32_t pos = positions[e];
+      for (int k = 0; k < kRows; ++k)
+        if (k < m) acc[k] += rows[r0 + k][pos];
+    }
+    std::copy_n(acc, m, out + r0);
+  }
+}
+
 void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
   const int n = cache_->size(g), group = att_.group_size();
   const bool all_attended = cache_->attended_size(g) == n;
   const std::int32_t* positions = cache_->positions(g).data();
+  // The usual case: the layer attends with its own attention and every entry is attended, so the
+  // recall is the renormalisation's weight, and the group's sums take one pass over the entries.
+  if (!everything && all_attended &&
+      att_.decode_probs(step_, g * group) == ref_.decode_probs(step_, g * group)) {
+    group_rows_.resize(group);
+    group_sums_.resize(group);
+    for (int r = 0; r < group; ++r) group_rows_[r] = att_.decode_probs(step_, g * group + r);
+    gathered_sums(group_rows_.data(), group, positions, n, group_sums_.data());
+    for (int r = 0; r < group; ++r) {
+      const int h = g * group + r;
+      // Positions ascend in the cache, as in decode_mass: a subset's sum cannot exceed it.
+      mass_sum += group_sums_[r] / ref_.decode_mass(step_, h);
+      inverse_weight_[static_cast<std::size_t>(h)] = 1.0 / group_sums_[r];
+    }
+    return;
+  }
   for (int r = 0; r < group; ++r) {
     const int h = g * group + r;
     double weight = 0;
@@ -291,11 +327,8 @@ void SharedStepAttention::plain_sums(int g, bool everything, double& mass_sum) {
       const float* pf_ref = ref_.decode_probs(step_, h);
       double recall = 0;
       if (pf == pf_ref) {  // the layer attends with its own attention: one sum serves both
-        if (all_attended)  // the usual case: no mask to read
-          for (int e = 0; e < n; ++e) recall += pf[positions[e]];
-        else
-          for (int e = 0; e < n; ++e)
-            if (cache_->attended(g, e)) recall += pf[positions[e]];
+        for (int e = 0; e < n; ++e)
+          if (cache_->attended(g, e)) recall += pf[positions[e]];
         weight = recall;
       } else {
         for (int e = 0; e < n; ++e) {
@@ -487,7 +520,10 @@ bool may_pipeline(const TraceInfo& info, const SampleInfo& sample, const ReplayO
 }  // namespace
 
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample) {
-  return 4.0 * sample.total_len() * (info.num_heads + 2.0 * info.num_kv_heads) * info.head_dim;
+  // A compact trace holds the query rows from compact_first_row on only.
+  const double query_rows = sample.total_len() - sample.compact_first_row;
+  return 4.0 * info.head_dim *
+         (query_rows * info.num_heads + 2.0 * sample.total_len() * info.num_kv_heads);
 }
 
 TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads) {

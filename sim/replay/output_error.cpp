@@ -68,15 +68,19 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratc
   // Complement rows: the full-cache probabilities of the missing positions.
   std::vector<float>& weights = scratch.weights;
   weights.assign(static_cast<std::size_t>(m) * u, 0.0f);
+  std::vector<std::int32_t>& row_columns = scratch.row_columns;
   for (int b = 0; b < count; ++b) {
     const Row& row = rows[b];
     const std::int32_t* positions = &head.positions[row.positions];
+    // The row's columns once for the whole group.
+    row_columns.resize(row.n);
+    for (int e = 0; e < row.n; ++e) row_columns[e] = column_of[positions[e]];
     for (int r = 0; r < group; ++r) {
       const float* pf = att_.decode_probs(row.step, g * group + r);
       const double scale = row.complement ? 1.0 : head.scales[row.scales + r];
       float* out = &weights[(static_cast<std::size_t>(b) * group + r) * u];
       for (int e = 0; e < row.n; ++e)
-        out[column_of[positions[e]]] = static_cast<float>(pf[positions[e]] * scale);
+        out[row_columns[e]] = static_cast<float>(pf[positions[e]] * scale);
     }
   }
   std::vector<float>& o_hat = scratch.o_hat;

@@ -47,7 +47,7 @@ class DeferredOutputError {
     std::vector<double> scales;
   };
   struct Scratch {
-    std::vector<std::int32_t> column_of, columns;
+    std::vector<std::int32_t> column_of, columns, row_columns;
     std::vector<float> values, weights, o_hat;
   };
   void finish_block(int g, const Row* rows, int count, Scratch& scratch,
