@@ -376,4 +376,73 @@ void write_attention_stats(
   publish(path);
 }
 
+namespace {
+
+// The mean of values[(l·heads + h)·stride + offset] over layers [first, last) and every head,
+// NaN left out (NaN when nothing is left).
+double band_mean(const std::vector<double>& values, int heads, int stride, int offset, int first,
+                 int last) {
+  double sum = 0;
+  int n = 0;
+  for (int l = first; l < last; ++l)
+    for (int h = 0; h < heads; ++h) {
+      const double v = values[(static_cast<std::size_t>(l) * heads + h) * stride + offset];
+      if (std::isnan(v)) continue;
+      sum += v;
+      ++n;
+    }
+  return n ? sum / n : NAN;
+}
+
+// "mean [min, max]" over the samples' values (NaN left out), or "-".
+std::string across_samples(const std::vector<double>& values) {
+  double sum = 0, lo = INFINITY, hi = -INFINITY;
+  int n = 0;
+  for (double v : values) {
+    if (std::isnan(v)) continue;
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    ++n;
+  }
+  if (!n) return "-";
+  char text[64];
+  if (n == 1)
+    std::snprintf(text, sizeof text, "%.3f", sum);
+  else
+    std::snprintf(text, sizeof text, "%.3f [%.3f, %.3f]", sum / n, lo, hi);
+  return text;
+}
+
+}  // namespace
+
+std::string stats_digest(const std::vector<std::pair<std::string, SampleAttentionStats>>& samples,
+                         double epsilon) {
+  if (samples.empty()) return "";
+  const int layers = samples.front().second.layers, heads = samples.front().second.heads;
+  const int bands = std::min(3, layers);
+  char line[256];
+  std::snprintf(line, sizeof line, "%-10s  %-26s  %s\n", "layers", "prompt sparsity (<= eps)",
+                "prompt attention on vision keys");
+  std::string out = line;
+  for (int b = 0; b < bands; ++b) {
+    const int first = layers * b / bands, last = layers * (b + 1) / bands;
+    std::vector<double> sparsity, vision;
+    for (const auto& [name, s] : samples) {
+      sparsity.push_back(band_mean(s.sparsity_causal, heads, 3, 0, first, last));
+      vision.push_back(band_mean(s.modality_share, heads, 2, 1, first, last));
+    }
+    const std::string range = last - first == 1
+                                  ? std::to_string(first)
+                                  : std::to_string(first) + "-" + std::to_string(last - 1);
+    std::snprintf(line, sizeof line, "%-10s  %-26s  %s\n", range.c_str(),
+                  across_samples(sparsity).c_str(), across_samples(vision).c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line,
+                "(eps = %g; means over each band's layers and heads; %zu sample(s)%s)\n", epsilon,
+                samples.size(), samples.size() > 1 ? ": their mean [min, max]" : "");
+  return out + line;
+}
+
 }  // namespace kvsim

@@ -60,6 +60,14 @@ void write_attention_stats(
     const std::string& path, const TraceReader& reader, const StatsOptions& options,
     const std::vector<std::pair<std::string, SampleAttentionStats>>& samples);
 
+// The console digest of `kvsim stats`: per band of layers (the first, middle and last third, or
+// each layer when there are fewer than three), the share of causal prompt attention entries ≤ ε
+// and the share of prompt attention mass on vision keys, each averaged over the band's layers and
+// heads; the mean over samples and their range, with the sample count. NaN values (no key of a
+// modality) are left out; "-" where none is left.
+std::string stats_digest(const std::vector<std::pair<std::string, SampleAttentionStats>>& samples,
+                         double epsilon);
+
 // The metric primitives, exposed for the tests.
 // A-VL Eq. 2: |T1 ∩ T2| / k with k = ceil(p·N) and T the top-k of each (ties to the later index).
 double ppci(const std::vector<double>& a, const std::vector<double>& b, double p);

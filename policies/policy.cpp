@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/core/suggest.hpp"
 #include "traces/mrope.hpp"
 
 namespace kvsim {
@@ -117,7 +118,8 @@ const PolicyInfo& PolicyRegistry::get(const std::string& name) const {
   if (it == policies_.end()) {
     std::string known;
     for (const auto& [n, _] : policies_) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown policy '" + name + "' (known: " + known + ")");
+    throw std::invalid_argument("unknown policy '" + name + "'" + did_you_mean(name, names()) +
+                                " (known: " + known + ")");
   }
   return it->second;
 }
@@ -183,8 +185,13 @@ PolicyConfig make_policy_config(const std::string& name,
     const PolicyPreset* preset = find_preset(base);
     if (!preset) {
       std::string known;
-      for (const auto& p : policy_presets()) known += (known.empty() ? "" : ", ") + p.name;
-      throw std::invalid_argument("unknown preset '" + base + "' (known: " + known + ")");
+      std::vector<std::string> names;
+      for (const auto& p : policy_presets()) {
+        known += (known.empty() ? "" : ", ") + p.name;
+        names.push_back(p.name);
+      }
+      throw std::invalid_argument("unknown preset '" + base + "'" + did_you_mean(base, names) +
+                                  " (known: " + known + ")");
     }
     policy = preset->policy;
     values = preset->params;

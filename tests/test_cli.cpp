@@ -78,6 +78,75 @@ TEST(Cli, HelpEverywhere) {
   EXPECT_NE(kvsim("").code, 0);  // a subcommand is required
 }
 
+TEST(Cli, ListingIsOneLineEachAndUnknownNamesSuggest) {
+  // `kvsim --help` lists a line per subcommand; the paragraph is in the subcommand's own help.
+  const CliRun top = kvsim("--help");
+  EXPECT_NE(
+      top.output.find("Replay a trace through eviction policies and measure what they lose\n"),
+      std::string::npos)
+      << top.output;
+  EXPECT_EQ(top.output.find("Teacher-forced"), std::string::npos) << top.output;
+  EXPECT_NE(kvsim("replay --help").output.find("Teacher-forced"), std::string::npos);
+  const std::string trace =
+      TinyTrace{.prompt_len = 4, .weights = {1, 1, 1, 1, 1, 1}}.write("suggest.h5");
+  CliRun r = kvsim("replay " + trace + " -p h2o --samplez s0");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("kvsim: unknown option '--samplez': did you mean '--sample'?"),
+            std::string::npos)
+      << r.output;
+  r = kvsim("replay " + trace + " -p h2oo");
+  EXPECT_NE(r.output.find("unknown policy 'h2oo' (did you mean 'h2o'?)"), std::string::npos)
+      << r.output;
+  r = kvsim("replay " + trace + " -p h2o --set h2o.recnt=3");
+  EXPECT_NE(r.output.find("h2o: unknown parameter 'recnt' (did you mean 'recent'?)"),
+            std::string::npos)
+      << r.output;
+  r = kvsim("policies snapkv:kvpres");
+  EXPECT_NE(r.output.find("no policy or preset 'snapkv:kvpres' (did you mean 'snapkv:kvpress'?)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, PoliciesBrief) {
+  // A line per policy, then a line per preset; the parameters are left to the full listing.
+  const CliRun r = kvsim("policies --brief h2o");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  ASSERT_EQ(got.size(), 6u) << r.output;
+  EXPECT_EQ(got[0].rfind("h2o  Heavy hitters", 0), 0u) << got[0];
+  EXPECT_EQ(got[2], "Presets:");
+  for (int i = 3; i < 6; ++i) EXPECT_EQ(got[i].rfind("h2o:", 0), 0u) << got[i];
+  EXPECT_EQ(r.output.find("budget_rounding"), std::string::npos);
+  EXPECT_NE(kvsim("policies --brief --json").code, 0);  // one form at a time
+  // The full listing starts every parameter's meaning in one column, whatever its type's length.
+  const CliRun full = kvsim("policies h2o");
+  std::size_t column = std::string::npos;
+  std::istringstream rows(full.output);
+  for (std::string line; std::getline(rows, line);) {
+    if (line.rfind("    ", 0) != 0) continue;
+    const std::size_t at = line.find("  ", line.find("default ") + 8 + 1);
+    const std::size_t meaning = line.find_first_not_of(' ', at);
+    if (column == std::string::npos) column = meaning;
+    EXPECT_EQ(meaning, column) << line;
+  }
+  EXPECT_NE(column, std::string::npos) << full.output;
+}
+
+TEST(Cli, SweepToAnUnwritablePlaceNamesTheOption) {
+  const std::string trace =
+      TinyTrace{.prompt_len = 4, .weights = {1, 1, 1, 1, 1, 1}}.write("sweep_unwritable.h5");
+  const std::string blocker = temp_path("sweep_blocker");
+  std::ofstream(blocker) << "a file, not a directory\n";
+  const CliRun r = kvsim("sweep --trace " + trace + " --policy h2o --out " + blocker + "/sub");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("kvsim: error: --out " + blocker + "/sub: cannot write there: "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("filesystem error"), std::string::npos) << r.output;
+}
+
 TEST(Cli, PoliciesByNameAndAsJson) {
   // A policy name brings its presets; a preset name only itself; unknown names list the known.
   CliRun r = kvsim("policies snapkv hae:table1");
@@ -265,11 +334,10 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   const std::string trace = t.write("cli_tiny.h5");
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(
-      r.output.find(
-          "unknown parameter 'bugdet' (valid: budget, budget_rounding, caches, merge, question, "
-          "recent, mode, normalize)"),
-      std::string::npos)
+  EXPECT_NE(r.output.find("unknown parameter 'bugdet' (did you mean 'budget'?) (valid: budget, "
+                          "budget_rounding, caches, merge, question, "
+                          "recent, mode, normalize)"),
+            std::string::npos)
       << r.output;
   r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");
   EXPECT_NE(r.code, 0);

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "policies/policy.hpp"
+#include "sim/core/suggest.hpp"
 #include "sim/replay/config.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -56,7 +57,32 @@ TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
   const std::string type = error_of([] { make_policy_config("streamingllm", {{"sinks", "x"}}); });
   EXPECT_NE(type.find("'sinks' = 'x' is not an integer"), std::string::npos) << type;
   const std::string policy = error_of([] { make_policy_config("h3o", {}); });
-  EXPECT_NE(policy.find("unknown policy 'h3o' (known: "), std::string::npos) << policy;
+  EXPECT_NE(policy.find("unknown policy 'h3o' (did you mean 'h2o'?) (known: "), std::string::npos)
+      << policy;
+}
+
+TEST(Params, UnknownNamesSuggestTheNearest) {
+  // One edit of a short name, a swap of neighbours, a dropped letter; nothing for another word.
+  EXPECT_EQ(nearest_name("h2oo", {"h2o", "hae", "tova"}), "h2o");
+  EXPECT_EQ(nearest_name("recnet", {"budget", "recent", "mode"}), "recent");
+  EXPECT_EQ(nearest_name("--samples", {"--sample", "--out"}), "--sample");
+  EXPECT_EQ(nearest_name("window", {"budget", "recent", "mode"}), "");
+  EXPECT_EQ(nearest_name("ab", {"xy"}), "");
+  // The nearest wins over an earlier, farther one; a tie goes to the first listed.
+  EXPECT_EQ(nearest_name("snapkv:kvpres",
+                         {"snapkv:original", "snapkv:kvcache-factory", "snapkv:kvpress"}),
+            "snapkv:kvpress");
+  EXPECT_EQ(nearest_name("tova1", {"tova2", "tova3"}), "tova2");
+  EXPECT_EQ(did_you_mean("recnt", {"recent"}), " (did you mean 'recent'?)");
+  EXPECT_EQ(did_you_mean("zzz", {"recent"}), "");
+  const std::string param = error_of([] { make_policy_config("h2o", {{"recnt", "3"}}); });
+  EXPECT_NE(param.find("h2o: unknown parameter 'recnt' (did you mean 'recent'?) (valid: "),
+            std::string::npos)
+      << param;
+  const std::string preset = error_of([] { make_policy_config("snapkv:kvpres", {}); });
+  EXPECT_NE(preset.find("unknown preset 'snapkv:kvpres' (did you mean 'snapkv:kvpress'?)"),
+            std::string::npos)
+      << preset;
 }
 
 TEST(Config, IniSectionsAndSetOverrides) {

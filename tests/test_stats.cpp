@@ -69,6 +69,36 @@ TEST(Stats, TinyTraceByHand) {
   EXPECT_NEAR(st.cross_modal_entropy_mean_of_heads[0], 2 * std::log(2.0), 1e-6);
 }
 
+TEST(Stats, DigestByBandOfLayers) {
+  // Two samples of four layers, one head: bands {0}, {1}, {2, 3}; band means of the layers, then
+  // the samples' mean and range; NaN (no vision key) left out.
+  auto sample = [](std::vector<double> sparsity, std::vector<double> vision) {
+    SampleAttentionStats s;
+    s.layers = 4;
+    s.heads = 1;
+    for (int l = 0; l < 4; ++l) {
+      s.sparsity_causal.insert(s.sparsity_causal.end(), {sparsity[l], 0, 0});
+      s.modality_share.insert(s.modality_share.end(), {1 - vision[l], vision[l]});
+    }
+    return s;
+  };
+  const std::vector<std::pair<std::string, SampleAttentionStats>> samples = {
+      {"a", sample({0.1, 0.2, 0.5, 0.7}, {0.4, 0.3, 0.2, NAN})},
+      {"b", sample({0.3, 0.4, 0.7, 0.9}, {0.6, 0.5, 0.1, 0.3})}};
+  const std::string digest = stats_digest(samples, 1e-4);
+  // Band 2-3: sample a (0.5 + 0.7) / 2 = 0.6 and vision 0.2 (NaN left out); b 0.8 and 0.2.
+  for (const char* row : {"0           0.200 [0.100, 0.300]        0.500 [0.400, 0.600]\n",
+                          "1           0.300 [0.200, 0.400]        0.400 [0.300, 0.500]\n",
+                          "2-3         0.700 [0.600, 0.800]        0.200 [0.200, 0.200]\n",
+                          "2 sample(s): their mean [min, max]"})
+    EXPECT_NE(digest.find(row), std::string::npos) << row << "\n" << digest;
+  // A text-only sample: no vision share anywhere.
+  const std::string text_only =
+      stats_digest({{"t", sample({0.1, 0.2, 0.3, 0.4}, {NAN, NAN, NAN, NAN})}}, 1e-4);
+  EXPECT_NE(text_only.find("2-3         0.350                       -\n"), std::string::npos)
+      << text_only;
+}
+
 TEST(Stats, KeySimilarityByHand) {
   // d = 1, so a key's cosine with another is the product of their signs (0 for k = ln 1 = 0).
   // modality [T I I I T], w = [2 3 .5 4 1] -> keys [+ + - + 0], v = [1 2 3 -5 4].

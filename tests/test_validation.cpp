@@ -303,6 +303,19 @@ TEST(Validation, TruncatedFile) {
         cut, static_cast<std::uintmax_t>(std::filesystem::file_size(full) * frac));
     EXPECT_THROW(read_everything(cut), TraceError) << frac;
   }
+  // Cut after the superblock: the message gives both lengths, not HDF5's field names.
+  const std::string cut = temp_path("truncated_lengths.h5");
+  std::filesystem::copy_file(full, cut, std::filesystem::copy_options::overwrite_existing);
+  const auto size = std::filesystem::file_size(full);
+  std::filesystem::resize_file(cut, 1000);
+  auto thousands = [](std::uintmax_t n) {
+    std::string digits = std::to_string(n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i)
+      out += (i > 0 && (digits.size() - i) % 3 == 0 ? "," : "") + std::string(1, digits[i]);
+    return out;
+  };
+  expect_error(
+      cut, {"the file is 1,000 bytes, its header says " + thousands(size) + ": a truncated copy?"});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "traces/hdf5_util.hpp"
 
+#include <cstdio>
 #include <mutex>
 #include <sstream>
 
@@ -49,6 +50,32 @@ void silence_hdf5_errors() {
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
 }
 
+namespace {
+
+std::string with_thousands(unsigned long long n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// HDF5's own words for a short file ("truncated file: eof = 1000000, sblock->base_addr = 0,
+// stored_eof = 2615448") in the user's: how long the file is and how long it should be.
+std::string plain_hdf5_message(const std::string& msg) {
+  unsigned long long eof = 0, base = 0, stored = 0;
+  if (std::sscanf(msg.c_str(),
+                  "truncated file: eof = %llu, sblock->base_addr = %llu, stored_eof = %llu", &eof,
+                  &base, &stored) == 3 &&
+      base == 0)
+    return "the file is " + with_thousands(eof) + " bytes, its header says " +
+           with_thousands(stored) + ": a truncated copy?";
+  return msg;
+}
+
+}  // namespace
+
 std::string hdf5_last_error() {
   std::string msg;
   H5Ewalk2(
@@ -60,7 +87,7 @@ std::string hdf5_last_error() {
       },
       &msg);
   H5Eclear2(H5E_DEFAULT);
-  return msg;
+  return plain_hdf5_message(msg);
 }
 
 bool h5_path_exists(hid_t loc, const std::string& path) {

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "policies/policy.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/core/suggest.hpp"
 
 namespace kvsim::cli {
 
@@ -14,14 +16,42 @@ std::string range_of(const ParamSpec& s) {
   return " in [" + CLI::detail::to_string(s.min) + ", " + CLI::detail::to_string(s.max) + "]";
 }
 
+const char* lookahead_mark(const PolicyInfo& p) {
+  return p.lookahead ? "  [lookahead: reads future attention, upper reference]" : "";
+}
+
+// Columns as wide as this policy's longest name, type (with its range) and default, so that
+// every parameter's meaning starts in one column.
 void print_policy(const PolicyInfo& p) {
-  std::printf("%s%s\n  %s\n  source: %s\n", p.name.c_str(),
-              p.lookahead ? "  [lookahead: reads future attention, upper reference]" : "",
-              p.summary.c_str(), p.provenance.c_str());
+  std::printf("%s%s\n  %s\n  source: %s\n", p.name.c_str(), lookahead_mark(p), p.summary.c_str(),
+              p.provenance.c_str());
+  int name_width = 0, type_width = 0, default_width = 0;
+  for (const auto& s : p.params) {
+    name_width = std::max<int>(name_width, s.name.size());
+    type_width = std::max<int>(type_width, (param_type_name(s) + range_of(s)).size());
+    default_width = std::max<int>(default_width, s.default_value.size());
+  }
   for (const auto& s : p.params)
-    std::printf("    %-10s %-14s default %-6s%s  %s\n", s.name.c_str(), param_type_name(s).c_str(),
-                s.default_value.c_str(), range_of(s).c_str(), s.doc.c_str());
+    std::printf("    %-*s  %-*s  default %-*s  %s\n", name_width, s.name.c_str(), type_width,
+                (param_type_name(s) + range_of(s)).c_str(), default_width, s.default_value.c_str(),
+                s.doc.c_str());
   std::printf("\n");
+}
+
+// --brief: a line per policy and per preset.
+void print_brief(const std::vector<std::string>& policies,
+                 const std::vector<const PolicyPreset*>& presets) {
+  int policy_width = 0, preset_width = 0;
+  for (const auto& n : policies) policy_width = std::max<int>(policy_width, n.size());
+  for (const PolicyPreset* p : presets) preset_width = std::max<int>(preset_width, p->name.size());
+  const auto& registry = PolicyRegistry::instance();
+  for (const auto& n : policies) {
+    const PolicyInfo& p = registry.get(n);
+    std::printf("%-*s  %s%s\n", policy_width, n.c_str(), p.summary.c_str(), lookahead_mark(p));
+  }
+  if (!presets.empty() && !policies.empty()) std::printf("\nPresets:\n");
+  for (const PolicyPreset* p : presets)
+    std::printf("%-*s  %s\n", preset_width, p->name.c_str(), p->summary.c_str());
 }
 
 nlohmann::json policy_json(const PolicyInfo& p) {
@@ -52,7 +82,9 @@ std::pair<std::vector<std::string>, std::vector<const PolicyPreset*>> select(
     if (!known.count(n)) {
       std::string valid;
       for (const auto& k : known) valid += (valid.empty() ? "" : ", ") + k;
-      throw std::invalid_argument("no policy or preset '" + n + "' (known: " + valid + ")");
+      throw std::invalid_argument("no policy or preset '" + n + "'" +
+                                  did_you_mean(n, {known.begin(), known.end()}) +
+                                  " (known: " + valid + ")");
     }
   std::vector<std::string> policies;
   std::vector<const PolicyPreset*> presets;
@@ -75,15 +107,23 @@ Runner add_policies(CLI::App& app) {
   app.footer(
       "Examples:\n  kvsim policies                  every policy and preset\n"
       "  kvsim policies snapkv hae:table1  SnapKV with its presets, and one HAE preset\n"
+      "  kvsim policies --brief          a line per policy and preset\n"
       "  kvsim policies --json > policies.json");
   auto names = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
+  auto brief = std::make_shared<bool>(false);
   app.add_option("names", *names, "Policies or presets to show (default: all)");
+  app.add_flag("--brief", *brief, "A line per policy and preset: the name and what it does");
   app.add_flag("--json", *json,
-               "Print JSON: {policies: [...], presets: [...]}, as kvsim.policies()");
-  return [names, json] {
+               "Print JSON: {policies: [...], presets: [...]}, as kvsim.policies()")
+      ->excludes("--brief");
+  return [names, json, brief] {
     const auto [policies, presets] = select(*names);
     const auto& registry = PolicyRegistry::instance();
+    if (*brief) {
+      print_brief(policies, presets);
+      return 0;
+    }
     if (*json) {
       nlohmann::json out = {{"policies", nlohmann::json::array()},
                             {"presets", nlohmann::json::array()}};

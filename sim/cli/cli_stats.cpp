@@ -84,8 +84,8 @@ Runner add_stats(CLI::App& app) {
     }
     progress.finish();
     write_attention_stats(*out, reader, *o, results);
-    std::printf("wrote %s: %zu sample(s), %d layers\n", out->c_str(), names.size(),
-                reader.info().num_layers);
+    std::printf("wrote %s: %zu sample(s), %d layers\n%s", out->c_str(), names.size(),
+                reader.info().num_layers, stats_digest(results, o->epsilon).c_str());
     return 0;
   };
 }

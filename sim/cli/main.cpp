@@ -2,12 +2,57 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
+#include <sstream>
 
 #include "sim/cli/cli.hpp"
 #include "sim/core/partial_files.hpp"
+#include "sim/core/suggest.hpp"
 #include "sim/replay/mpi_world.hpp"
+
+namespace {
+
+// `kvsim --help` lists each subcommand by its one line; the paragraph a subcommand sets as its
+// description stays in its own --help.
+class ListingFormatter : public CLI::Formatter {
+ public:
+  std::map<const CLI::App*, std::string> one_line;
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const auto it = one_line.find(sub);
+    if (it == one_line.end()) return CLI::Formatter::make_subcommand(sub);
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), it->second, get_column_width());
+    return out.str();
+  }
+};
+
+// For arguments the parser did not expect: the nearest long option of the subcommand that was
+// being parsed (or of the commands above it) to each unknown --name.
+void suggest_options(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> known;
+  for (const CLI::App* at = &app; at;) {
+    for (const CLI::Option* opt : at->get_options())
+      for (const auto& name : opt->get_lnames()) known.push_back("--" + name);
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : at->get_subcommands({}))
+      if (sub->parsed()) next = sub;
+    at = next;
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--", 2) != 0 || !argv[i][2]) continue;
+    std::string given = argv[i];
+    given = given.substr(0, given.find('='));
+    if (std::find(known.begin(), known.end(), given) != known.end()) continue;
+    const std::string nearest = kvsim::nearest_name(given, known);
+    if (!nearest.empty())
+      std::fprintf(stderr, "kvsim: unknown option '%s': did you mean '%s'?\n", given.c_str(),
+                   nearest.c_str());
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Layers are read and freed one after another in blocks of tens of MiB; keeping them in the
@@ -19,9 +64,12 @@ int main(int argc, char** argv) {
                " - replay attention traces (kvtrace v1) through KV-cache eviction policies"};
   app.require_subcommand(1);
   app.set_version_flag("--version", KVSIM_VERSION);
+  auto listing = std::make_shared<ListingFormatter>();
+  app.formatter(listing);
   std::map<CLI::App*, kvsim::cli::Runner> runners;
   auto add = [&](const char* name, const char* about, auto adder) {
     CLI::App* sub = app.add_subcommand(name, about);
+    listing->one_line[sub] = about;
     runners[sub] = adder(*sub);
   };
   add("synth", "Write a synthetic multimodal kvtrace v1 file", kvsim::cli::add_synth);
@@ -41,7 +89,13 @@ int main(int argc, char** argv) {
       kvsim::cli::add_live);
   add("policies", "List every policy with its parameters, defaults and provenance",
       kvsim::cli::add_policies);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) suggest_options(app, argc, argv);
+    return code;
+  }
   kvsim::remove_partials_on_interrupt();
   try {
     for (auto& [sub, run] : runners)

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "sim/core/suggest.hpp"
+
 namespace kvsim {
 
 namespace {
@@ -182,9 +184,14 @@ ParamSet resolve_params(const std::string& owner, const std::vector<ParamSpec>& 
                            [&](const ParamSpec& s) { return s.name == name; });
     if (it == specs.end()) {
       std::string valid;
-      for (const auto& s : specs) valid += (valid.empty() ? "" : ", ") + s.name;
-      throw std::invalid_argument(owner + ": unknown parameter '" + key +
-                                  "' (valid: " + (valid.empty() ? "none" : valid) + ")");
+      std::vector<std::string> names;
+      for (const auto& s : specs) {
+        valid += (valid.empty() ? "" : ", ") + s.name;
+        names.push_back(s.name);
+      }
+      throw std::invalid_argument(owner + ": unknown parameter '" + key + "'" +
+                                  did_you_mean(key, names) +
+                                  " (valid: " + (valid.empty() ? "none" : valid) + ")");
     }
     check_value(owner, *it, value);
     values[key] = value;

@@ -445,7 +445,11 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::function<void(long, long)>& progress) {
   validate_configurations(traces, configs, o);  // before anything is written
   const fs::path items_dir = fs::path(o.out_dir) / "items";
-  fs::create_directories(items_dir);
+  std::error_code error;
+  fs::create_directories(items_dir, error);
+  if (error)
+    throw std::runtime_error("--out " + o.out_dir + ": cannot write there: " + error.message());
+  check_writable((items_dir / "probe").string(), "--out");
   struct Item {
     std::string trace, hash, sample;
     int prompt_len = 0;
