@@ -71,6 +71,14 @@ inline void check_samples(const TraceReader& reader, const std::vector<std::stri
   }
 }
 
+// A warning the command line prints as "kvsim: warning: TEXT", given to Python as a UserWarning
+// attributed to the caller of the kvsim function (a leading "warning: " is dropped; "" is none).
+inline void warn_python(std::string text) {
+  if (text.empty()) return;
+  if (text.rfind("warning: ", 0) == 0) text.erase(0, 9);
+  if (PyErr_WarnEx(PyExc_UserWarning, text.c_str(), 2) < 0) throw py::error_already_set();
+}
+
 // An exception raised by the user's Python code inside the engine, carried across the engine's
 // threads as a C++ error and raised again in Python as itself (its type and traceback, so that a
 // debugger lands in the user's code), with `where` added as a note.

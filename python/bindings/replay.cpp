@@ -9,6 +9,7 @@
 #include "sim/core/params.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/replay/note_tally.hpp"
 
 namespace kvsim::python {
 
@@ -92,6 +93,11 @@ struct PolicySet {
 
   int seeds = 1;
   bool equal_memory = false;
+  // The named policies with the parameters the user chose, and those equal memory cannot hold:
+  // for the warnings `kvsim replay` gives of them.
+  std::vector<std::string> named;
+  std::map<std::string, std::map<std::string, std::string>> chosen_params;
+  std::vector<std::string> self_sizing;
 
   // A named policy: once, or once per seed (seeded_label) when it draws and is given no seed;
   // under equal memory held to its budget (hold_to_budget, sim/replay/config.hpp).
@@ -99,8 +105,9 @@ struct PolicySet {
            const std::string& budget) {
     check_new(label);
     const std::map<std::string, std::string> chosen = params;
+    named.push_back(label);
+    chosen_params[label] = chosen;
     if (!budget.empty()) apply_default_budget(label, budget, params);
-    std::vector<std::string> self_sizing;  // kvsim.replay does not warn of them
     for (PolicyConfig& c : policy_runs(label, params, chosen, seeds, equal_memory, self_sizing))
       configs.push_back(std::move(c));
   }
@@ -177,6 +184,18 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
   return set;
 }
 
+// What `kvsim replay` warns of before it starts, as Python warnings: a budget some policies do
+// not take, one that replaces a self-sizing default, policies equal memory cannot hold, and what
+// the policies adjusted on these samples (e.g. a window clamped to a small budget).
+void warn_before_replay(const PolicySet& set, const std::string& budget, const Replayer& replayer,
+                        const std::vector<std::string>& samples) {
+  warn_python(budget_ignored_warning(set.named, budget));
+  warn_python(budget_replaced_warning(set.named, set.chosen_params, budget));
+  warn_python(self_sizing_warning(set.self_sizing));
+  for (const auto& [label, notes] : replayer.validate(samples))
+    for (const std::string& note : notes) warn_python(note);
+}
+
 py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
                   int threads, const std::string& budget, bool diagnostics, bool decisions,
                   const py::object& progress, int seeds, bool equal_memory) {
@@ -190,8 +209,10 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   long layers_done = 0;
   Replayer replayer(reader, set.configs,
                     ReplayOptions{.threads = thread_count(threads), .diagnostics = diagnostics});
+  warn_before_replay(set, budget, replayer, names);
   Columns columns;
   Decisions log;
+  NoteTally noted;  // what the policies note while replaying (e.g. MadaKV's dry budget)
   run_without_gil([&] {
     for (const auto& s : names)
       replayer.replay_sample(
@@ -200,6 +221,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
             const std::string& label = set.configs[r.policy_index].label;
             columns.add(label, r);
             if (decisions) log.add(label, r);
+            for (const std::string& n : r.notes) noted.add(r.policy_index, s, n);
           },
           [&](int) {
             interruption_point();
@@ -212,6 +234,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
             }
           });
   });
+  for (const auto& [policy, note] : noted.lines(names.size())) warn_python(note);
   if (!decisions) return columns.to_dict();
   return py::make_tuple(columns.to_dict(), log.to_dict());
 }

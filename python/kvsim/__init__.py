@@ -360,8 +360,9 @@ class ScorerPolicy(Policy):
     is kept), and kvsim's C++ selectors do the rest, with the parameters of the built-in
     policies:
 
-    budget: entries kept per KV head (a count, "20%" of the prompt, or
-        "compression_ratio:0.8" as kvpress); window: the newest entries always kept;
+    budget (required, no default: kvpress's presses state their compression_ratio too): entries
+        kept per KV head (a count, "20%" of the prompt, or "compression_ratio:0.8" as kvpress,
+        which keeps int(P * 0.2)); window: the newest entries always kept;
         sinks: the first entries always kept; selection: "per_head" (each head its own best)
         or "adaptive" (kvpress's AdaKVPress: a floor of int(alpha * budget) per head, the rest
         jointly across heads); decode: False to compress at the end of the prefill only (as
@@ -372,7 +373,7 @@ class ScorerPolicy(Policy):
     newer entry, as every built-in selection does. Each call of score() costs what its numpy
     code costs plus one gather and one selection per KV head (docs/python.md)."""
 
-    def __init__(self, budget="20%", window=0, sinks=0, selection="per_head", alpha=0.2,
+    def __init__(self, budget, window=0, sinks=0, selection="per_head", alpha=0.2,
                  decode=False):
         if selection not in ("per_head", "adaptive"):
             raise ValueError(f"{type(self).__name__}: selection must be 'per_head' or "

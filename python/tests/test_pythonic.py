@@ -226,11 +226,41 @@ class Scorer(unittest.TestCase):
                 return np.zeros(3)
 
         with self.assertRaises(ValueError):
-            kvsim.replay(self.trace, [Wrong()])
+            kvsim.replay(self.trace, [Wrong(budget="30%")])
         with self.assertRaises(ValueError):
-            KnormPress(selection="global")
+            KnormPress(budget="30%", selection="global")
         with self.assertRaises(ValueError):
             KnormPress(budget="lots")
+        # No default budget: a press states what it keeps, as kvpress's compression_ratio.
+        self.assertIs(inspect.signature(kvsim.ScorerPolicy).parameters["budget"].default,
+                      inspect.Parameter.empty)
+        with self.assertRaises(TypeError):
+            KnormPress()
+
+    def test_replay_warns_as_the_command_line_does(self):
+        # A budget a self-sizing policy does not take, and a window clamped to a small budget:
+        # Python warnings, in the words `kvsim replay` prints, attributed to the caller.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kvsim.replay(self.trace, ["h2o", "st3"], budget="20%", samples=["000000"])
+        texts = [str(w.message) for w in caught]
+        self.assertTrue(any(t.startswith("the budget 20% does not apply to st3") for t in texts),
+                        texts)
+        self.assertTrue(all(w.category is UserWarning for w in caught))
+        self.assertTrue(all(w.filename == __file__ for w in caught), [w.filename for w in caught])
+        cli = subprocess.run([BINARY, "replay", self.trace, "-p", "snapkv", "--set",
+                              "snapkv.budget=3", "-s", "000000"], capture_output=True, text=True)
+        cli_warnings = [line[len("kvsim: warning: "):] for line in cli.stderr.splitlines()
+                        if line.startswith("kvsim: warning: ")]
+        self.assertTrue(cli_warnings, cli.stderr)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kvsim.replay(self.trace, {"snapkv": {"budget": 3}}, samples=["000000"])
+        self.assertEqual([str(w.message) for w in caught], cli_warnings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with self.assertRaises(UserWarning):
+                kvsim.replay(self.trace, {"snapkv": {"budget": 3}}, samples=["000000"])
 
 
 

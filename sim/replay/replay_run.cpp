@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "sim/core/partial_files.hpp"
+#include "sim/replay/note_tally.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
@@ -143,7 +144,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
   }
   std::map<int, std::string> states;  // without a checkpoint: each sample's state, in memory
   std::vector<std::string> todo;
-  std::map<int, std::vector<std::pair<std::string, int>>> noted;  // policy -> note, samples
+  NoteTally noted;
   for (const auto& s : samples) {
     if (checkpoint && checkpoint->finished(index.at(s)))
       ++report.samples_resumed;
@@ -192,7 +193,6 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
     const std::string origin = checkpoint ? checkpoint->file(i, "done") : s;
     std::istringstream state(checkpoint ? checkpoint->state(i) : states.at(i));
     std::string line, summary_lines;
-    std::set<std::pair<int, std::string>> sample_notes;
     while (std::getline(state, line)) {
       if (line.rfind(kNoteLine, 0) == 0) {
         std::istringstream in(line.substr(std::char_traits<char>::length(kNoteLine)));
@@ -200,15 +200,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
         std::string text;
         in >> policy;
         std::getline(in >> std::ws, text);
-        if (sample_notes.insert({policy, text}).second) {
-          auto& list = noted[policy];
-          auto it = std::find_if(list.begin(), list.end(),
-                                 [&](const auto& e) { return e.first == text; });
-          if (it == list.end())
-            list.emplace_back(text, 1);
-          else
-            ++it->second;
-        }
+        noted.add(policy, s, text);
         continue;
       }
       if (line.rfind(kBoundsLine, 0) != 0) {
@@ -229,14 +221,11 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
     if (decisions) decisions->copy_sample(checkpoint->file(i, "decisions.h5"), s);
   }
   auto all_notes = notes;
-  for (const auto& [policy, list] : noted)
-    for (const auto& [text, count] : list) {
-      const std::string note = text + " (" + std::to_string(count) + " of " +
-                               std::to_string(samples.size()) + " sample(s))";
-      report.notes.push_back(note);
-      if (policy >= 0 && policy < static_cast<int>(policies.size()))
-        all_notes[policies[policy].label].push_back(note);
-    }
+  for (const auto& [policy, note] : noted.lines(samples.size())) {
+    report.notes.push_back(note);
+    if (policy >= 0 && policy < static_cast<int>(policies.size()))
+      all_notes[policies[policy].label].push_back(note);
+  }
   if (steps) {
     steps->close();
     write_policies_sidecar(outputs.steps_csv, policies, all_notes);  // beside results that exist
