@@ -1129,5 +1129,37 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
   EXPECT_EQ(replay.code, 0) << replay.output;
 }
 
+TEST(LiveCli, PolicyNotesInReplaysWords) {
+  // SnapKV with 3 entries under its window notes the clamp: live evaluate says it as replay says
+  // it of the captured trace, on the console, in the policies sidecar and in the summary rows.
+  const std::string dir = temp_path("notes_model"), prompts = temp_path("notes_prompts.h5");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(kvsim("live make-model -o " + dir + " --arch llama").code, 0);
+  ASSERT_EQ(kvsim("live make-prompt -o " + prompts + " --samples 2 --prompt-len 40").code, 0);
+  const std::string trace = temp_path("notes_capture.h5");
+  ASSERT_EQ(kvsim("live capture -m " + dir + " --prompts " + prompts + " --gen 3 -o " + trace).code,
+            0);
+  const CliRun replay = kvsim("replay " + trace + " -p snapkv --set snapkv.budget=3");
+  ASSERT_EQ(replay.code, 0) << replay.output;
+  std::vector<std::string> warnings;
+  std::istringstream lines(replay.output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("kvsim: warning: snapkv:", 0) == 0) warnings.push_back(line);
+  ASSERT_EQ(warnings.size(), 1u) << replay.output;
+  EXPECT_NE(warnings[0].find("(2 of 2 sample(s))"), std::string::npos) << warnings[0];
+  const std::string out = temp_path("notes_eval");
+  const CliRun live = kvsim("live evaluate -m " + dir + " --prompts " + prompts +
+                            " -p snapkv --set snapkv.budget=3 --gen 3 --no-timing -o " + out +
+                            ".csv --summary " + out + "_summary.csv");
+  ASSERT_EQ(live.code, 0) << live.output;
+  EXPECT_NE(live.output.find(warnings[0] + "\n"), std::string::npos) << live.output;
+  const std::string note = warnings[0].substr(std::string("kvsim: warning: ").size());
+  EXPECT_NE(slurp(out + ".policies.csv").find(note), std::string::npos);
+  const std::string bare = note.substr(0, note.rfind(" (2 of 2"));
+  const std::string summary = slurp(out + "_summary.csv");
+  EXPECT_NE(summary.find(",notes,"), std::string::npos);
+  EXPECT_NE(summary.find("\"" + bare + "\""), std::string::npos) << summary;
+}
+
 }  // namespace
 }  // namespace kvsim::test

@@ -201,6 +201,44 @@ TEST(Sweep, ContentHashSeesEveryByte) {
   EXPECT_THROW(file_content_hash(temp_path("no_such_file")), std::runtime_error);
 }
 
+TEST(Sweep, PolicyNotesReachTheConsoleAndNotesCsv) {
+  // MadaKV's conserve reading runs dry at layer 1 of this trace (test_madakv.cpp works it out):
+  // the sweep says so in replay's words, prefixed by the configuration, and lists it per
+  // (trace, sample) in OUT/notes.csv; also when the items are read back by a resumed sweep.
+  const std::string trace = TinyTrace{
+      .prompt_len = 7,
+      .weights = {3, 4, 1, 1, 2, 2.5, 1, 1},
+      .modality = {0, 1, 1, 1, 1, 0, 0, 0},
+      .layers = 2,
+      .layer_power = {1, 0}}.write("sweep_notes.h5");
+  const std::string replayed =
+      kvsim("replay " + trace +
+            " -p madakv --set madakv.budget=4 --set madakv.proxy=1 --set madakv.theta=0.8 "
+            "--set madakv.hcc_reading=conserve")
+          .output;
+  const std::size_t at = replayed.find("kvsim: warning: madakv: with hcc_reading = conserve");
+  ASSERT_NE(at, std::string::npos) << replayed;
+  const std::string warning = replayed.substr(at, replayed.find('\n', at) - at);
+  const std::string note = warning.substr(std::string("kvsim: warning: ").size());
+  const std::string out = temp_path("sweep_notes");
+  fs::remove_all(out);
+  const std::string args = "sweep --trace " + trace +
+                           " --policy madakv --set madakv.proxy=1 --set madakv.theta=0.8 "
+                           "--set madakv.hcc_reading=conserve --grid madakv.budget=4,40 --out " +
+                           out;
+  for (int run = 0; run < 2; ++run) {  // the second run finds every item done
+    const CliRun r = kvsim(args);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("kvsim: warning: madakv[budget=4]: " + note + "\n"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("madakv[budget=40]: madakv"), std::string::npos) << r.output;
+  }
+  const std::string bare = note.substr(0, note.rfind(" (1 of 1"));
+  ASSERT_EQ(bare.find(','), std::string::npos);  // so the CSV field is not quoted
+  EXPECT_EQ(read_all(fs::path(out) / "notes.csv"),
+            "trace,sample,label,note\n" + trace + ",s0,madakv[budget=4]," + bare + "\n");
+}
+
 TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
   const std::string trace = sweep_trace("sweep.h5");
   const std::string a = temp_path("sweep_a"), b = temp_path("sweep_b"),

@@ -6,10 +6,10 @@
 #include <map>
 
 #include "python/bindings/python_policy.hpp"
+#include "sim/core/note_tally.hpp"
 #include "sim/core/params.hpp"
 #include "sim/replay/config.hpp"
 #include "sim/replay/engine.hpp"
-#include "sim/replay/note_tally.hpp"
 
 namespace kvsim::python {
 

@@ -31,6 +31,7 @@ py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::st
                     }
                   });
   });
+  for (const std::string& note : r.notes) warn_python(note);
   py::dict d;
   d["configurations"] = configs.size();
   d["items"] = r.items_total;

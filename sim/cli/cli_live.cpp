@@ -417,11 +417,17 @@ int run_evaluate(const RunArgs& a, const World& world) {
                    ? in_memory[i]
                    : EvalText::parse(read_whole(store->path(i, name)), store->path(i, name)));
   }
+  const live::EvalReport report = live::report_evaluation(all.summary, policies);
+  // What the policies noted while running, in replay's words: on the console and in the sidecar.
+  std::map<std::string, std::vector<std::string>> notes;
+  for (const auto& [label, note] : report.notes) {
+    std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
+    notes[label].push_back(note);
+  }
   if (!a.out.empty()) {
     write_whole(a.out, all.steps);
-    write_policies_sidecar(a.out, policies);
+    write_policies_sidecar(a.out, policies, notes);
   }
-  const live::EvalReport report = live::report_evaluation(all.summary, policies);
   if (!a.summary.empty()) write_whole(a.summary, report.summary_csv);
   if (store) store->clear();
   std::printf(

@@ -68,6 +68,8 @@ int run_sweep_command(SweepArgs a, int rank) {
                                   });
   if (progress) progress->finish();
   if (rank != 0) return 0;
+  for (const std::string& note : r.notes)
+    std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
   std::printf("%s", r.table.c_str());
   std::printf(
       "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "

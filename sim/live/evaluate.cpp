@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <stdexcept>
 #include <xtensor/xview.hpp>
 
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
 #include "sim/core/compact_trace.hpp"
+#include "sim/core/note_tally.hpp"
 #include "sim/live/pieces.hpp"
 #include "sim/replay/results.hpp"
 #include "traces/half.hpp"
@@ -370,6 +372,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     s.full_peak_kv_bytes = full.peak_kv_entries * full.bytes_per_entry;
     s.ms_per_token = mean_ms(gr);
     s.full_ms_per_token = mean_ms(full);
+    s.notes = gr.policy_notes;
     out.push_back(std::move(s));
   }
   return out;
@@ -409,13 +412,39 @@ void append_eval_steps_csv(std::string& out, const EvalSummary& s, bool timing) 
   }
 }
 
+namespace {
+
+// A row's notes in one CSV field, " | " between them (notes are sentences: they hold commas and
+// semicolons, not bars).
+constexpr const char* kNoteSeparator = " | ";
+
+std::string join_notes(const std::vector<std::string>& notes) {
+  std::string out;
+  for (const auto& n : notes) out += (out.empty() ? "" : kNoteSeparator) + n;
+  return out;
+}
+
+std::vector<std::string> split_notes(const std::string& field) {
+  std::vector<std::string> out;
+  const std::string separator = kNoteSeparator;
+  for (std::size_t from = 0; from < field.size();) {
+    std::size_t to = field.find(separator, from);
+    if (to == std::string::npos) to = field.size();
+    out.push_back(field.substr(from, to - from));
+    from = to + separator.size();
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string eval_summary_csv_header() {
   return "policy,sample,budget,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
          "answer_overlap,exact_match,token_match,answer_exact,answer_contains,full_answer_exact,"
          "full_answer_contains,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
          "ref_ppl,ref_ppl_full,prompt_kv_bytes,"
          "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token,answer,"
-         "full_answer,reference\n";
+         "full_answer,reference,notes\n";
 }
 
 void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing) {
@@ -454,6 +483,7 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   out += ',' + (s.has_answers ? csv_quote(s.answer) : std::string());
   out += ',' + (s.has_answers ? csv_quote(s.full_answer) : std::string());
   out += ',' + (s.has_reference ? csv_quote(s.reference) : std::string());
+  out += ',' + csv_quote(join_notes(s.notes));
   out += '\n';
 }
 
@@ -507,6 +537,20 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
     held[i] = held_over_budget(t, i, config.count(label[i]) ? config.at(label[i]) : nullptr);
   }
   EvalReport out;
+  NoteTally noted;
+  std::map<std::string, int> policy_index;
+  for (const auto& p : policies)
+    policy_index.emplace(p.label, static_cast<int>(policy_index.size()));
+  std::set<std::string> samples;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    samples.insert(sample[i]);
+    const auto at = policy_index.find(label[i]);
+    if (at != policy_index.end())
+      for (const std::string& n : split_notes(t.rows[i][t.column("notes")]))
+        noted.add(at->second, sample[i], n);
+  }
+  for (const auto& [policy, note] : noted.lines(samples.size()))
+    out.notes.emplace_back(policies[policy].label, note);
   out.summary_csv = eval_summary_csv_header();
   out.summary_csv.pop_back();
   out.summary_csv += std::string(",") + kOverallColumns + "\n";
@@ -522,8 +566,8 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
   // Overall rows: each run, then each seed group, by their per-sample tables.
   std::map<std::string, SampleTable> column;  // header name -> table, runs kept apart
   std::map<std::string, SampleTable> pooled;  // the same with seed groups pooled
-  const std::vector<std::string> text = {"policy", "sample",      "budget",
-                                         "answer", "full_answer", "reference"};
+  const std::vector<std::string> text = {"policy",      "sample",    "budget", "answer",
+                                         "full_answer", "reference", "notes"};
   std::vector<std::string> numeric;
   for (const auto& h : t.header)
     if (std::find(text.begin(), text.end(), h) == text.end()) numeric.push_back(h);

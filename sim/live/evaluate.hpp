@@ -88,6 +88,8 @@ struct EvalSummary {  // one policy on one sample
   std::int64_t prompt_kv_bytes = 0, peak_kv_bytes = 0, full_peak_kv_bytes = 0;
   double ms_per_token = NAN, full_ms_per_token = NAN;
   std::vector<EvalStep> steps;
+  // What the policy noted on this sample (its greedy run; Policy::notes), each once.
+  std::vector<std::string> notes;
 };
 
 // Runs every policy on one prompt: full greedy (+ reference) baseline, then per policy a
@@ -112,6 +114,9 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
 // from the budget by more than 1%.
 struct EvalReport {
   std::string summary_csv, table;
+  // The per-sample rows' notes: per policy label, each distinct note with the number of samples
+  // that gave it ("TEXT (K of N sample(s))", as replay reports them), in policy order.
+  std::vector<std::pair<std::string, std::string>> notes;
 };
 EvalReport report_evaluation(const std::string& per_sample_csv,
                              const std::vector<PolicyConfig>& policies);

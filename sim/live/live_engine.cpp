@@ -254,6 +254,16 @@ class PolicyLoop {
     return held;
   }
 
+  // What the layers' instances noted (Policy::notes), each distinct note once in the order first
+  // noted: an instance also sees the lower layers' prefills, so a note may come from several.
+  std::vector<std::string> notes() const {
+    std::vector<std::string> out;
+    for (const auto& policy : policies_)
+      for (const std::string& n : policy->notes())
+        if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+    return out;
+  }
+
  private:
   // The layer's view, `visible` positions existing (the prompt by default).
   LayerView view(int l, int visible = -1) const {
@@ -362,6 +372,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
     r.predicted.push_back(argmax(logits));
     if (o.keep_logits) r.logits.push_back(std::move(logits));
   }
+  if (loop) r.policy_notes = loop->notes();
   return r;
 }
 

@@ -79,6 +79,8 @@ struct RunResult {
   std::int64_t peak_kv_entries = 0;    // most rows during decoding, the question's steps included
   std::vector<KvCache> caches;         // per layer, the policy's final cache (empty without one)
   std::int64_t bytes_per_entry = 0;    // key + value of one row as the backend stores them
+  // What the policy noted while running (Policy::notes, e.g. a budget that ran dry), each once.
+  std::vector<std::string> policy_notes;
 };
 
 class LiveEngine {

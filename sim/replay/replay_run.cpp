@@ -6,8 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "sim/core/note_tally.hpp"
 #include "sim/core/partial_files.hpp"
-#include "sim/replay/note_tally.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
@@ -61,7 +61,7 @@ struct SampleSink {
   }
   void add(const LayerResult& r) {
     for (const std::string& n : r.notes)
-      notes += kNoteLine + std::to_string(r.policy_index) + " " + one_line(n) + "\n";
+      notes += kNoteLine + std::to_string(r.policy_index) + " " + note_on_one_line(n) + "\n";
     summary.add(r);
     if (steps) steps->write(r);
     if (bounds) bounds->write(r);
@@ -79,11 +79,6 @@ struct SampleSink {
                " " + std::to_string(bounds->corollary_failures) + "\n";
     }
     return state;
-  }
-  static std::string one_line(std::string text) {
-    for (char& c : text)
-      if (c == '\n') c = ' ';
-    return text;
   }
   std::string name;
   int index;

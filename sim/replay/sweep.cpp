@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "analysis/bootstrap.hpp"
+#include "sim/core/note_tally.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/replay/config.hpp"
@@ -270,6 +271,8 @@ const char* kItemHeader =
     "layer,kv_head,steps,mean_cache_size,mean_attended_size,mean_mass_recall,min_mass_recall,"
     "mean_output_rel_error,mean_output_value_error,mean_kv_bytes,peak_cache_size\n";
 const char* kPrefixHeader = "trace,trace_hash,sample,label,policy,params,";
+// After an item's rows: one line per distinct note the policy made on the sample (Policy::notes).
+const char* kItemNote = "#note ";
 
 // A parameter's column in the results file: its name, unless a fixed column has it.
 std::string parameter_column(const std::string& key) {
@@ -499,16 +502,25 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
     std::vector<PolicyConfig> run;
     for (std::size_t c : todo[i]) run.push_back(configs[c]);
     std::vector<std::string> text(run.size());
+    std::vector<std::vector<std::string>> notes(run.size());
     for (std::size_t c = 0; c < run.size(); ++c) text[c] = kItemHeader;
     Replayer(reader, run, {.threads = item_threads})
         .replay_sample(
-            it.sample, [&](const LayerResult& r) { text[r.policy_index] += layer_rows(r); },
+            it.sample,
+            [&](const LayerResult& r) {
+              text[r.policy_index] += layer_rows(r);
+              auto& noted = notes[r.policy_index];
+              for (const std::string& n : r.notes)
+                if (std::find(noted.begin(), noted.end(), n) == noted.end()) noted.push_back(n);
+            },
             [&](int) {
               const std::lock_guard<std::mutex> lock(report_mutex);
               if (progress) progress(++layers_done, layers_total);
             });
-    for (std::size_t c = 0; c < run.size(); ++c)
+    for (std::size_t c = 0; c < run.size(); ++c) {
+      for (const std::string& n : notes[c]) text[c] += kItemNote + note_on_one_line(n) + "\n";
       write_atomically(items_dir / (key_of(it, run[c]) + ".csv"), text[c]);
+    }
     const std::lock_guard<std::mutex> lock(report_mutex);
     report.items_run += static_cast<long>(run.size());
   };
@@ -564,6 +576,8 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   for (const auto& k : keys) all += parameter_column(k) + ",";
   all += kItemHeader;
   std::vector<ConfigMeans> means(configs.size());
+  NoteTally noted;
+  std::string notes_csv = "trace,sample,label,note\n";
   for (const auto& it : items)
     for (std::size_t ci = 0; ci < configs.size(); ++ci) {
       const PolicyConfig& c = configs[ci];
@@ -582,11 +596,21 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
       std::string line;
       std::getline(in, line);  // header
       while (std::getline(in, line)) {
+        if (line.rfind(kItemNote, 0) == 0) {
+          const std::string note = line.substr(std::char_traits<char>::length(kItemNote));
+          noted.add(static_cast<int>(ci), it.trace + "\n" + it.sample, note);
+          notes_csv += csv_quote(it.trace) + "," + csv_quote(it.sample) + "," + csv_quote(c.label) +
+                       "," + csv_quote(note) + "\n";
+          continue;
+        }
         all += prefix + line + "\n";
         means[ci].add(it.trace + "\n" + it.sample, line, entries);
       }
     }
   write_atomically(fs::path(o.out_dir) / "results.csv", all);
+  write_atomically(fs::path(o.out_dir) / "notes.csv", notes_csv);
+  for (const auto& [config, note] : noted.lines(items.size()))
+    report.notes.push_back(configs[config].label + ": " + note);
   report.table = means_table(configs, means);
   return report;
 }

@@ -63,6 +63,9 @@ struct SweepReport {
   // Per configuration, means over every (trace, sample, layer, KV head) row: the table printed at
   // the end of a sweep.
   std::string table;
+  // What the configurations noted while replaying (e.g. MadaKV's dry budget): "LABEL: NOTE (K of
+  // N sample(s))", N the (trace, sample) items; each (trace, sample) in out_dir/notes.csv.
+  std::vector<std::string> notes;
 };
 
 // Every configuration is first created on every (trace, sample): those that cannot run are listed

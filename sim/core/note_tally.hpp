@@ -11,6 +11,13 @@
 
 namespace kvsim {
 
+// A note as one line of a state or item file (newlines become spaces).
+inline std::string note_on_one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n') c = ' ';
+  return text;
+}
+
 class NoteTally {
  public:
   // Policy `policy` noted `text` on sample `sample` (a sample counts once per note).
