@@ -49,7 +49,7 @@ class CMakeBuild(build_ext):
         os.makedirs(os.path.join(out, "bin"), exist_ok=True)
         shutil.copy2(os.path.join(build, "kvsim"), os.path.join(out, "bin", "kvsim"))
         os.makedirs(os.path.join(out, "analysis"), exist_ok=True)
-        for name in ("__init__.py", "figures.py", "sweep_report.py"):
+        for name in ("__init__.py", "figure_style.py", "figures.py", "sweep_report.py"):
             shutil.copyfile(os.path.join(package, "analysis", name),
                             os.path.join(out, "analysis", name))
 

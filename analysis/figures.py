@@ -26,76 +26,19 @@ from collections import defaultdict
 
 import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
 
 # Metrics that do not apply (no image tokens, no decode steps) are NaN in the result files; their
 # means are NaN too, which the plots leave blank.
 warnings.filterwarnings("ignore", message="Mean of empty slice")
 warnings.filterwarnings("ignore", message="All-NaN slice encountered")
 
-# One colour per policy, the same in every figure and every run (presets use their policy's).
-POLICY_COLOURS = {
-    "full": "#000000", "oracle": "#7f7f7f", "streamingllm": "#bcbd22", "h2o": "#1f77b4",
-    "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#393b79", "tova": "#8c564b",
-    "lookm": "#e377c2", "fastv": "#637939", "vtw": "#9c9ede", "hae": "#d62728",
-    "madakv": "#2ca02c", "avl": "#ff7f0e", "st3": "#8c6d31", "meda": "#e7ba52",
-    "knorm": "#843c39", "expected_attention": "#ad494a",
-    # the floors and the image-free reference: greys and muted tones
-    "random": "#a5a5a5", "downsample": "#6b6ecf", "text_only": "#cedb9c",
-}
-
-
-def policy_colour(name):
-    """The policy's fixed colour; a preset, a tagged run and a row merging identical policies
-    ("tova, tova:kvpress") take their (first) policy's."""
-    base = name.split(", ")[0].split(":")[0].split("@")[0].split("[")[0]
-    if base in POLICY_COLOURS:
-        return POLICY_COLOURS[base]
-    palette = matplotlib.colormaps["tab20"].colors
-    return palette[sum(map(ord, base)) % len(palette)]
-
-
-MARKERS = "osD^v<>ph*XP"
-LINESTYLES = ["-", "--", "-.", ":"]
-
-
-def policy_style(name):
-    """Colour (fixed per policy), marker and line style (fixed per label), so that sixteen curves
-    stay distinguishable in print and in greyscale."""
-    h = sum((i + 1) * ord(c) for i, c in enumerate(name))
-    return {"color": policy_colour(name), "marker": MARKERS[h % len(MARKERS)],
-            "linestyle": LINESTYLES[(h // len(MARKERS)) % len(LINESTYLES)]}
-
-
-def layer_axis(ax):
-    """Layers are whole numbers: no 0.5 ticks on small traces."""
-    from matplotlib.ticker import MaxNLocator
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def new_figure(rows=1, cols=1, figsize=None, **kwargs):
-    """A Figure and its axes, outside pyplot's global state: nothing accumulates over a long
-    run, and a notebook shows a returned Figure once."""
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(rows, cols, **kwargs)
-
-
-def save(fig, out, stem, written, context=None):
-    """PNG and PDF in the directory `out`, or, when `out` is a dict (kvsim.plot), the finished
-    Figure under `stem`. `context` (trace and sample) goes above the panels' own titles."""
-    for ax in fig.axes:
-        if ax.get_xlabel() == "layer":
-            layer_axis(ax)
-    if context:
-        fig.suptitle(context, fontsize=9)
-    fig.tight_layout()
-    if isinstance(out, dict):
-        out[stem] = fig
-        return
-    for ext in ("png", "pdf"):
-        path = os.path.join(out, f"{stem}.{ext}")
-        fig.savefig(path, dpi=150)
-        written.append(path)
+try:
+    from .figure_style import (label_points, layer_axis, new_figure,  # noqa: F401
+                               policy_colour, policy_style, readable_legend, save)
+except ImportError:  # run as a script from analysis/
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figure_style import (label_points, layer_axis, new_figure,  # noqa: F401
+                              policy_colour, policy_style, readable_legend, save)
 
 
 def find_inputs(paths):
@@ -297,8 +240,9 @@ def recall_by_layer_figure(m, where):
             ax.plot(layers, values, ms=3, label=label, **policy_style(label))
         ax.set(title=f"{where}: mean {title}", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
         layer_axis(ax)
-        ax.legend(fontsize=6, ncol=2)
+    readable_legend(fig, axes[0][-1], len(m.labels))
     return fig
+
 
 
 def replay_figures(paths, out, written, means=None):
@@ -309,6 +253,7 @@ def replay_figures(paths, out, written, means=None):
     # swept, placed at the entries it actually held.
     points = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])
     names = defaultdict(set)  # curve -> the labels it was given
+    seeded = False
     sources = [(os.path.splitext(os.path.basename(p))[0], None, p) for p in paths]
     sources += [(tag, m, None) for tag, m in means or ()]
     for tag, m, path in sources:
@@ -322,35 +267,44 @@ def replay_figures(paths, out, written, means=None):
                 continue
             # A curve joins configurations that differ in their budget alone (hae and hae:table1
             # at one budget each are two points of two curves, not one line).
-            rest = tuple(sorted((k, v) for k, v in p.items() if k not in ("budget",
-                                                                          "compression_ratio")))
+            # A random floor's seeds pool into one curve (the title says so).
+            rest = tuple(sorted((k, v) for k, v in p.items()
+                                if k not in ("budget", "compression_ratio", "seed")))
+            seeded |= "seed" in p
             acc = points[((policy, rest), p["budget"])]
             names[(policy, rest)].add(label.split("@")[0].split("[")[0])
             for i, x in enumerate(m.total[label]):
                 acc[i] += x
-    curves = defaultdict(list)  # curve -> [(mean entries held, mean error, mean recall)]
-    for (key, _), t in points.items():
-        curves[key].append((t[0] / t[1], t[2] / t[3] if t[3] else np.nan, t[4] / t[1]))
+    # curve -> [(mean entries held, mean error, mean recall, budget as given)]
+    curves = defaultdict(list)
+    for (key, budget), t in points.items():
+        curves[key].append((t[0] / t[1], t[2] / t[3] if t[3] else np.nan, t[4] / t[1], budget))
+    curves = {key: pts for key, pts in curves.items() if len(pts) >= 2}
     multi = {}
     for key, pts in curves.items():
-        if len(pts) < 2:
-            continue
         name = min(names[key]) if len(names[key]) == 1 else key[0]
-        if name in multi:  # two curves of one policy: name them by their parameters
-            name += " (" + ",".join(f"{k}={v}" for k, v in key[1]) + ")"
+        # Several curves of one policy: each named by the parameters that tell them apart.
+        siblings = [dict(k[1]) for k in curves if k[0] == key[0]]
+        differ = sorted({k for s in siblings for k in s
+                         if len({str(t.get(k)) for t in siblings}) > 1})
+        if differ:
+            name += " (" + ", ".join(f"{k}={dict(key[1]).get(k, '-')}" for k in differ) + ")"
         multi[name] = sorted(pts)
     if multi:
         fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
         for policy, pts in sorted(multi.items()):
-            xs, errors, recalls = zip(*pts)
+            xs, errors, recalls, budgets = zip(*pts)
             a1.plot(xs, errors, label=policy, **policy_style(policy))
             a2.plot(xs, recalls, label=policy, **policy_style(policy))
-        held = "KV entries held per head while decoding (mean, measured)"
-        a1.set(title="Output error vs memory held", xlabel=held,
+            label_points(a1, xs, errors, budgets)
+            label_points(a2, xs, recalls, budgets)
+        held = "KV entries held per head (mean while decoding)"
+        pooled = "; seeds pooled" if seeded else ""
+        a1.set(title=f"Output error vs memory held (labels: budgets{pooled})", xlabel=held,
                ylabel="mean relative output error ‖o − ô‖/‖o‖")
-        a2.set(title="Mass recall vs memory held", xlabel=held, ylabel="mean mass recall")
-        a1.legend(fontsize=8)
-        a2.legend(fontsize=8)
+        a2.set(title=f"Mass recall vs memory held (labels: budgets{pooled})", xlabel=held,
+               ylabel="mean mass recall")
+        readable_legend(fig, a2, len(multi))
         save(fig, out, "budget_vs_error", written)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import new_figure, policy_style, save  # noqa: E402
+from figure_style import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import spearman  # noqa: E402
 
 RESAMPLES = 1000

@@ -25,7 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import new_figure, policy_style, save  # noqa: E402
+from figure_style import new_figure, policy_style, save  # noqa: E402
 
 REPLAY_METRICS = [("mean_mass_recall", "replay mass recall", -1),
                   ("mean_output_rel_error", "replay output error ‖o − ô‖/‖o‖", 1),

@@ -7,23 +7,28 @@ Writes DIR/table.csv and DIR/table.md (one row per configuration: mean mass reca
 output errors, mean cache size, KV memory per decode step summed over layers and heads, averaged
 over the samples and traces), DIR/table_by_trace.csv/.md when the sweep has several traces (the
 same per trace and configuration, first column `trace`), DIR/<policy>_<key>.png/.pdf (each swept
-parameter against recall and error, averaged over the policy's other axes) and DIR/pareto.png/.pdf
-(KV memory against recall and error, one point per configuration, with each policy's Pareto
-front). Needs Debian's python3-matplotlib.
+parameter against recall and error, one line per setting of the policy's other axes, up to six;
+beyond, one line averaged over them, which the title says, as it says when seeds are pooled),
+DIR/held_vs_error.png/.pdf (every policy swept over budgets against the entries it held, the
+budgets labelled) and DIR/pareto.png/.pdf (KV memory against recall and error, one point per
+configuration, with each policy's Pareto front). Needs Debian's python3-matplotlib.
 """
 import argparse
 import csv
 import os
+import re
 import sys
 from collections import defaultdict
 
 import numpy as np
 
 try:
-    from .figures import new_figure, policy_colour, save  # inside the kvsim package
+    from .figure_style import (label_points, new_figure, policy_colour,  # in the package
+                               policy_style, readable_legend, save)
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figures import new_figure, policy_colour, save
+    from figure_style import (label_points, new_figure, policy_colour, policy_style,
+                              readable_legend, save)
 
 
 def parse_label(label):
@@ -123,74 +128,166 @@ def write_tables(table, out, name="table"):
                 "samples.\n")
 
 
+# Without the kvsim module (a script run outside the package): what a percentage of each size
+# parameter is a percentage of, and which parameters count KV entries.
+PERCENT_OF = {"budget": "the prompt length", "recent": "the budget"}
+ENTRY_COUNTS = {"budget", "recent", "window", "sinks", "rc_size", "hold"}
+# One line per setting of the axes not plotted up to this many settings; an average beyond.
+MOST_LINES = 6
+# The memory axis: each point where its budget landed, labelled with the budget given.
+HELD = "KV entries held per head (mean while decoding; labels: budgets)"
+
+
+def parameter_specs():
+    """{policy: {parameter: spec}} from kvsim.policies(), or {} without the kvsim module."""
+    try:
+        import kvsim
+    except ImportError:
+        return {}
+    return {p["name"]: {q["name"]: q for q in p["params"]} for p in kvsim.policies()}
+
+
+def axis_label(policy, key, raw_values, specs):
+    """The axis's name with its unit: "% of the budget" for percentages (what the parameter's
+    documentation says they are of), "entries" for counts of KV entries."""
+    spec = specs.get(policy, {}).get(key)
+    if all(str(v).endswith("%") for v in raw_values):
+        base = PERCENT_OF.get(key)
+        if spec:
+            m = re.search(r"percentage of (the [a-z ]+?)(?: \(|[,;:]|$)", spec["doc"])
+            base = m.group(1) if m else base
+        return f"{key} (% of {base})" if base else f"{key} (%)"
+    counts = spec["type"].startswith("count") if spec else key in ENTRY_COUNTS
+    return f"{key} (entries)" if counts else key
+
+
+def setting_text(rest):
+    return ", ".join(f"{k}={v}" for k, v in rest)
+
+
+def lines_of(entries, key):
+    """The configurations of one policy that set `key`, as lines: {setting of the other axes
+    (seed left out, its runs pooled): {value of key: [rows]}}; more than MOST_LINES settings are
+    pooled into one line (setting None). Returns the lines, the axes pooled and whether seeds
+    were."""
+    lines, others, seeded = defaultdict(lambda: defaultdict(list)), set(), False
+    for axes, r in entries:
+        if key not in axes:
+            continue
+        seeded |= "seed" in axes
+        rest = tuple(sorted((k, v) for k, v in axes.items() if k not in (key, "seed")))
+        others.update(k for k, _ in rest)
+        lines[rest][axes[key]].append(r)
+    pooled = []
+    if len(lines) > MOST_LINES:
+        merged = defaultdict(list)
+        for by_value in lines.values():
+            for value, rs in by_value.items():
+                merged[value] += rs
+        lines, pooled = {None: merged}, sorted(others)
+    return lines, pooled, seeded
+
+
+def hidden_axes_text(pooled, seeded):
+    """What a figure averages over that it does not show, for its title."""
+    parts = ([f"averaged over {', '.join(pooled)}"] if pooled else []) + (
+        ["seeds pooled"] if seeded else [])
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def axis_figures(table, out, written):
+    """Per policy and swept parameter: recall and output error against the parameter, one line per
+    setting of the policy's other axes (a budget drawn where it landed: the entries held)."""
+    specs = parameter_specs()
     by_policy = defaultdict(list)
     for r in table:
         name, axes = parse_label(r["label"])
         by_policy[name].append((axes, r))
     for name, entries in by_policy.items():
-        keys = sorted({k for axes, _ in entries for k in axes})
+        keys = sorted({k for axes, _ in entries for k in axes} - {"seed"})
         for key in keys:
-            groups, raw = defaultdict(list), {}
-            for axes, r in entries:
-                if key in axes:
-                    groups[axis_value(axes[key])].append(r)
-                    raw[axis_value(axes[key])] = axes[key]  # as written, e.g. "20%"
-            if len(groups) < 2:
+            lines, pooled, seeded = lines_of(entries, key)
+            if max(len(by_value) for by_value in lines.values()) < 2:
                 continue
-            xs = sorted(groups, key=lambda v: (isinstance(v, str), v))
+            raw_values = {v for by_value in lines.values() for v in by_value}
+            numeric = not any(isinstance(axis_value(v), str) for v in raw_values)
+            categories = sorted(raw_values, key=lambda v: (isinstance(axis_value(v), str),
+                                                          axis_value(v)))
             fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.6))
-            labels = [str(x) for x in xs]
-            pos = np.arange(len(xs)) if any(isinstance(x, str) for x in xs) else np.array(xs, dtype=float)
-            xlabel = key
-            if key == "budget":
-                # A budget is drawn where it landed: the entries each configuration really held
-                # (prefill-only policies grow while decoding; some size their caches themselves).
-                held = [np.mean([r["mean_cache_size"] for r in groups[x]]) for x in xs]
-                order = np.argsort(held, kind="stable")
+            for rest, by_value in sorted(lines.items(), key=lambda kv: setting_text(kv[0] or ())):
+                values = sorted(by_value, key=lambda v: (isinstance(axis_value(v), str),
+                                                         axis_value(v)))
+                rows = [by_value[v] for v in values]
+                if key == "budget":  # where each budget landed: the entries it held
+                    xs = [np.mean([r["mean_cache_size"] for r in rs]) for rs in rows]
+                elif numeric:
+                    xs = [axis_value(v) for v in values]
+                else:
+                    xs = [categories.index(v) for v in values]
+                order = np.argsort(xs, kind="stable")
                 xs = [xs[i] for i in order]
-                labels = [raw[x] for x in xs]
-                pos = np.array([held[i] for i in order])
-                xlabel = "KV entries held per head while decoding (mean, measured)"
-            a1.plot(pos, [np.mean([r["mean_mass_recall"] for r in groups[x]]) for x in xs], marker="o",
-                    color=policy_colour(name))
-            a2.plot(pos, [np.nanmean([r["mean_output_rel_error"] for r in groups[x]]) for x in xs],
-                    marker="o", color=policy_colour(name))
-            for ax, ylabel in ((a1, "mean mass recall"), (a2, "mean relative output error")):
-                ax.set(xlabel=xlabel, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}")
+                values = [values[i] for i in order]
+                rows = [rows[i] for i in order]
+                label = setting_text(rest) if rest else name
+                style = policy_style(name + (f" ({label})" if rest else ""))
+                recall = [np.mean([r["mean_mass_recall"] for r in rs]) for rs in rows]
+                error = [np.nanmean([r["mean_output_rel_error"] for r in rs]) for rs in rows]
+                a1.plot(xs, recall, label=label, ms=4, **style)
+                a2.plot(xs, error, label=label, ms=4, **style)
                 if key == "budget":
-                    for x, label, y in zip(pos, labels, ax.lines[0].get_ydata()):
-                        ax.annotate(label, (x, y), fontsize=7, textcoords="offset points",
-                                    xytext=(3, 3))
-                elif any(isinstance(x, str) for x in xs):
-                    ax.set_xticks(pos, labels)
+                    label_points(a1, xs, recall, values)
+                    label_points(a2, xs, error, values)
+            xlabel = (HELD if key == "budget" else axis_label(name, key, raw_values, specs))
+            hidden = hidden_axes_text(pooled, seeded)
+            for ax, ylabel in ((a1, "mean mass recall"), (a2, "mean relative output error")):
+                ax.set(xlabel=xlabel, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}{hidden}")
+                if not numeric and key != "budget":
+                    ax.set_xticks(range(len(categories)), categories)
+            if len(lines) > 1:
+                readable_legend(fig, a2, len(lines))
             save(fig, out, f"{name}_{key}", written)
 
 
 def held_figure(table, out, written):
-    """Every policy swept over budgets as one curve, recall and output error against the KV
-    entries it held while decoding (so policies that grow while decoding sit where they landed,
-    not at their nominal budget)."""
-    curves = defaultdict(list)
+    """Every policy swept over budgets, recall and output error against the KV entries it held
+    while decoding (so policies that grow while decoding sit where they landed, not at their
+    nominal budget): one curve per setting of the policy's other axes, each point labelled with
+    its budget."""
+    curves, pooled_any, seeded_any = {}, [], False
+    by_policy = defaultdict(list)
     for r in table:
         name, axes = parse_label(r["label"])
-        if "budget" in axes:
-            curves[name].append(r)
-    curves = {k: sorted(v, key=lambda r: r["mean_cache_size"]) for k, v in curves.items()
-              if len(v) >= 2}
+        by_policy[name].append((axes, r))
+    for name, entries in by_policy.items():
+        lines, pooled, seeded = lines_of(entries, "budget")
+        pooled_any += [f"{name}'s {k}" for k in pooled]
+        seeded_any |= seeded
+        for rest, by_budget in lines.items():
+            if len(by_budget) >= 2:
+                curves[(name, rest or ())] = by_budget
     if not curves:
         return
+    several = defaultdict(int)
+    for name, _ in curves:
+        several[name] += 1
     fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
-    for name, rs in sorted(curves.items()):
-        x = [r["mean_cache_size"] for r in rs]
-        a1.plot(x, [r["mean_mass_recall"] for r in rs], marker="o", ms=3, label=name,
-                color=policy_colour(name))
-        a2.plot(x, [r["mean_output_rel_error"] for r in rs], marker="o", ms=3,
-                color=policy_colour(name))
-    held = "KV entries held per head while decoding (mean, measured)"
-    a1.set(title="Mass recall vs memory held", xlabel=held, ylabel="mean mass recall")
-    a2.set(title="Output error vs memory held", xlabel=held, ylabel="mean relative output error")
-    a1.legend(fontsize=7, ncol=2)
+    for (name, rest), by_budget in sorted(curves.items(), key=lambda kv: (kv[0][0],
+                                                                          setting_text(kv[0][1]))):
+        points = sorted((np.mean([r["mean_cache_size"] for r in rs]),
+                         np.mean([r["mean_mass_recall"] for r in rs]),
+                         np.nanmean([r["mean_output_rel_error"] for r in rs]), budget)
+                        for budget, rs in by_budget.items())
+        xs, recall, error, budgets = zip(*points)
+        label = name + (f" ({setting_text(rest)})" if several[name] > 1 and rest else "")
+        a1.plot(xs, recall, label=label, ms=4, **policy_style(label))
+        a2.plot(xs, error, label=label, ms=4, **policy_style(label))
+        label_points(a1, xs, recall, budgets)
+        label_points(a2, xs, error, budgets)
+    hidden = hidden_axes_text(pooled_any, seeded_any)
+    a1.set(title=f"Mass recall vs memory held{hidden}", xlabel=HELD, ylabel="mean mass recall")
+    a2.set(title=f"Output error vs memory held{hidden}", xlabel=HELD,
+           ylabel="mean relative output error")
+    readable_legend(fig, a2, len(curves))
     save(fig, out, "held_vs_error", written)
 
 
@@ -202,8 +299,11 @@ def pareto_figure(table, out, written):
     for policy, rs in sorted(by_policy.items()):
         rs = sorted(rs, key=lambda r: r["kv_mib_per_step"])
         x = [r["kv_mib_per_step"] for r in rs]
-        a1.scatter(x, [r["mean_mass_recall"] for r in rs], color=policy_colour(policy), label=policy, s=18)
-        a2.scatter(x, [r["mean_output_rel_error"] for r in rs], color=policy_colour(policy), s=18)
+        marker = policy_style(policy)["marker"]
+        a1.scatter(x, [r["mean_mass_recall"] for r in rs], color=policy_colour(policy),
+                   marker=marker, label=policy, s=18)
+        a2.scatter(x, [r["mean_output_rel_error"] for r in rs], color=policy_colour(policy),
+                   marker=marker, s=18)
         best, front = -1.0, []
         for r in rs:  # Pareto front: more recall for more memory only
             if r["mean_mass_recall"] > best:
@@ -215,7 +315,7 @@ def pareto_figure(table, out, written):
            ylabel="mean mass recall")
     a2.set(title="KV memory vs output error", xlabel="KV cache per decode step (MiB, all layers)",
            ylabel="mean relative output error")
-    a1.legend(fontsize=7, ncol=2)
+    readable_legend(fig, a2, len(by_policy))
     save(fig, out, "pareto", written)
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import new_figure, policy_style, save  # noqa: E402
+from figure_style import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import ranks, spearman  # noqa: E402
 
 SELF = "self"  # the budget label of the runs of policies that size their caches themselves

@@ -64,6 +64,49 @@ class Plot(unittest.TestCase):
             held = sorted(df.groupby("label")["mean_cache_size"].mean())
             np.testing.assert_allclose(line.get_xdata(), held, rtol=1e-9)
 
+    def test_sweep_figures_draw_a_line_per_setting_of_the_other_axes(self):
+        # h2o over two budgets x two recent windows: held_vs_error has one curve per recent value
+        # (not one zig-zag line), each point at the entries its configuration held and labelled
+        # with its budget; h2o_recent has one line per budget, its axis in % of the budget.
+        out = os.path.join(self.dir, "sweep_axes")
+        res = kvsim.sweep(self.trace, ["h2o"], out,
+                          grid={"h2o.budget": ["10%", "40%"], "h2o.recent": ["25%", "75%"]})
+        df = pd.DataFrame(res)
+        held = df.groupby("label")["mean_cache_size"].mean()
+        figs = kp.sweep(res)
+        recall_axes = figs["held_vs_error"].axes[0]
+        lines = {l.get_label(): l for l in recall_axes.lines}
+        self.assertEqual(set(lines), {"h2o (recent=25%)", "h2o (recent=75%)"})
+        for recent in ("25%", "75%"):
+            expected = sorted(held[f"h2o[budget={b},recent={recent}]"] for b in ("10%", "40%"))
+            np.testing.assert_allclose(lines[f"h2o (recent={recent})"].get_xdata(), expected)
+        self.assertEqual(sorted(t.get_text() for t in recall_axes.texts),
+                         ["10%", "10%", "40%", "40%"])
+        self.assertNotIn("averaged", recall_axes.get_title())
+        recent_axes = figs["h2o_recent"].axes[0]
+        by_budget = {l.get_label(): l for l in recent_axes.lines}
+        self.assertEqual(set(by_budget), {"budget=10%", "budget=40%"})
+        recall = df.groupby("label")["mean_mass_recall"].mean()
+        np.testing.assert_allclose(by_budget["budget=10%"].get_ydata(),
+                                   [recall["h2o[budget=10%,recent=25%]"],
+                                    recall["h2o[budget=10%,recent=75%]"]], rtol=1e-9)
+        np.testing.assert_allclose(by_budget["budget=10%"].get_xdata(), [25, 75])
+        self.assertEqual(recent_axes.get_xlabel(), "recent (% of the budget)")
+
+    def test_every_policy_has_its_own_colour_and_marker(self):
+        from kvsim.analysis import figure_style as fs
+
+        names = [p["name"] for p in kvsim.policies()]
+        self.assertEqual(sorted(set(names) - set(fs.POLICY_COLOURS)), [])
+        self.assertEqual(sorted(set(names) - set(fs.POLICY_MARKERS)), [])
+        self.assertEqual(len(set(fs.POLICY_COLOURS[n] for n in names)), len(names))
+        self.assertEqual(len(set(fs.POLICY_MARKERS[n] for n in names)), len(names))
+        # presets, tagged runs, sweep configurations and curves take their policy's
+        for label in ("snapkv:kvpress", "random@seed2", "h2o[budget=10%]", "h2o (recent=25%)"):
+            base = label.split(":")[0].split("@")[0].split("[")[0].split(" (")[0]
+            self.assertEqual(fs.policy_style(label)["color"], fs.POLICY_COLOURS[base])
+            self.assertEqual(fs.policy_style(label)["marker"], fs.POLICY_MARKERS[base])
+
     def test_attention_map_is_the_causal_softmax_of_one_head(self):
         t = kvsim.Trace(self.trace)
         s = t.sample(t.samples()[0])

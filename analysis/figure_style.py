@@ -1,0 +1,119 @@
+"""The look every kvsim figure shares: a fixed colour and marker per policy (presets and tagged
+runs take their policy's), a line style per label, figures outside pyplot's global state, and
+saving as PNG and PDF (or into a dict, for kvsim.plot). Used by figures.py, sweep_report.py and
+the experiments' reports."""
+import os
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+# One colour per policy, the same in every figure and every run (presets use their policy's).
+POLICY_COLOURS = {
+    "full": "#000000", "oracle": "#7f7f7f", "streamingllm": "#bcbd22", "h2o": "#1f77b4",
+    "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#393b79", "tova": "#8c564b",
+    "lookm": "#e377c2", "fastv": "#637939", "vtw": "#9c9ede", "hae": "#d62728",
+    "madakv": "#2ca02c", "avl": "#ff7f0e", "st3": "#8c6d31", "meda": "#e7ba52",
+    "knorm": "#843c39", "expected_attention": "#ad494a",
+    # the floors and the image-free reference: greys and muted tones
+    "random": "#a5a5a5", "downsample": "#6b6ecf", "text_only": "#cedb9c",
+}
+
+
+def policy_colour(name):
+    """The policy's fixed colour; a preset, a tagged run and a row merging identical policies
+    ("tova, tova:kvpress") take their (first) policy's."""
+    base = base_policy(name)
+    if base in POLICY_COLOURS:
+        return POLICY_COLOURS[base]
+    palette = matplotlib.colormaps["tab20"].colors
+    return palette[sum(map(ord, base)) % len(palette)]
+
+
+# One marker per policy, likewise, no two alike.
+POLICY_MARKERS = {
+    "full": "o", "oracle": "*", "streamingllm": "v", "h2o": "s", "snapkv": "D",
+    "pyramidkv": "^", "adakv": "<", "tova": ">", "lookm": "p", "fastv": "h", "vtw": "H",
+    "hae": "X", "madakv": "P", "avl": "d", "st3": "8", "meda": "+", "knorm": "1",
+    "expected_attention": "2", "random": "x", "downsample": "3", "text_only": "4",
+}
+MARKERS = "osD^v<>ph*XP"
+LINESTYLES = ["-", "--", "-.", ":"]
+
+
+def base_policy(name):
+    """The policy of a label: a preset, a tagged run ("@seed0"), a sweep configuration ("[...]"),
+    a curve of one setting ("h2o (recent=25%)") and a row merging identical policies ("tova,
+    tova:kvpress") take their (first) policy's."""
+    return name.split(" (")[0].split(", ")[0].split(":")[0].split("@")[0].split("[")[0]
+
+
+def policy_marker(name):
+    """The policy's fixed marker (one from its name for a policy not listed)."""
+    base = base_policy(name)
+    return POLICY_MARKERS.get(base, MARKERS[sum(map(ord, base)) % len(MARKERS)])
+
+
+def policy_style(name):
+    """Colour and marker (fixed per policy) and line style (fixed per label), so that sixteen
+    curves stay distinguishable in print and in greyscale."""
+    h = sum((i + 1) * ord(c) for i, c in enumerate(name))
+    return {"color": policy_colour(name), "marker": policy_marker(name),
+            "linestyle": LINESTYLES[h % len(LINESTYLES)]}
+
+
+def layer_axis(ax):
+    """Layers are whole numbers: no 0.5 ticks on small traces."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def new_figure(rows=1, cols=1, figsize=None, **kwargs):
+    """A Figure and its axes, outside pyplot's global state: nothing accumulates over a long
+    run, and a notebook shows a returned Figure once."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(rows, cols, **kwargs)
+
+
+def save(fig, out, stem, written, context=None):
+    """PNG and PDF in the directory `out`, or, when `out` is a dict (kvsim.plot), the finished
+    Figure under `stem`. `context` (trace and sample) goes above the panels' own titles."""
+    for ax in fig.axes:
+        if ax.get_xlabel() == "layer":
+            layer_axis(ax)
+    if context:
+        fig.suptitle(context, fontsize=9)
+    fig.tight_layout()
+    if isinstance(out, dict):
+        out[stem] = fig
+        return
+    for ext in ("png", "pdf"):
+        path = os.path.join(out, f"{stem}.{ext}")
+        fig.savefig(path, dpi=150)
+        written.append(path)
+
+
+def readable_legend(fig, ax, entries):
+    """One legend for the figure's labelled artists (every panel's, each label once) on `ax`,
+    readable in print (8 pt): inside the axes for a few entries, beside them for more."""
+    handles, labels = [], []
+    for panel in fig.axes:
+        for h, label in zip(*panel.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    if not labels:
+        return
+    if entries <= 6:
+        ax.legend(handles, labels, fontsize=8)
+        return
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1),
+              borderaxespad=0, ncol=1 if entries <= 16 else 2)
+    fig.set_figwidth(fig.get_figwidth() + (2.2 if entries <= 16 else 4.2))
+
+
+def label_points(ax, xs, ys, labels):
+    """Each point's label (its budget) beside it, small."""
+    for x, y, text in zip(xs, ys, labels):
+        if np.isfinite(x) and np.isfinite(y):
+            ax.annotate(str(text), (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
