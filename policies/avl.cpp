@@ -1,5 +1,5 @@
 // avl: A-VL, adaptive attention for large vision-language models
-// (paper 002_7cc99d31b4b71964, "A-VL Design", Fig. 6-7, Tables 1 and 3).
+// (the A-VL paper, "A-VL Design", Fig. 6-7, Tables 1 and 3).
 //
 // Vision, per layer (Adaptive Text-Aware Vision Attention): image tokens are ranked by the last
 // prompt token's attention averaged over heads (Eq. 1). The top C% are core, the top S% (S > C)
@@ -185,7 +185,8 @@ const PolicyRegistration reg({
     .name = "avl",
     .summary = "Core / secondary / minor image caches chosen per layer by the last prompt token, "
                "periodic update decode, FastV-style prefill pruning, H2O text window.",
-    .provenance = "A-VL (paper 002), A-VL Design, Tables 1 and 3 (LLaVA-1.5-7B)",
+    .provenance = "A-VL: Adaptive Attention for Large Vision-Language Models (Zhang et al.), A-VL "
+                  "Design, Tables 1 and 3 (LLaVA-1.5-7B)",
     .params = {{"S", ParamType::kFloat, "45",
                 "secondary image tokens kept, % of the layer's image tokens", 0, 100},
                {"C", ParamType::kFloat, "30", "core image tokens attended, % (C <= S)", 0, 100},

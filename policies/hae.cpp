@@ -1,4 +1,4 @@
-// hae: Hierarchical Adaptive Eviction (paper 000_ce12ff538502dc34, Sec. 2.2, Fig. 1, Table 5).
+// hae: Hierarchical Adaptive Eviction (the HAE paper, Sec. 2.2, Fig. 1, Table 5).
 //
 // Prefill — Dual-Attention Pruning (DAP), first layer only, indices broadcast to every layer:
 //   A_j = Σ_{i ∈ text queries} A_{i,j}                                   (Eq. 1)
@@ -250,7 +250,9 @@ const PolicyRegistration reg({
     .name = "hae",
     .summary = "Dual-Attention Pruning of vision tokens in layer 0, broadcast to all layers, then "
                "cumulative-score eviction through a recycle bin while decoding.",
-    .provenance = "HAE (paper 000), Sec. 2.2 Eq. 1-5, Definition 2, Table 5 (HAE-LLaVA)",
+    .provenance =
+        "HAE, Hierarchical Adaptive Eviction for KV Cache Management in Multimodal Language Models "
+        "(anonymous, under review), Sec. 2.2 Eq. 1-5, Definition 2, Table 5 (HAE-LLaVA)",
     .params = {{"budget",
                 ParamType::kSize,
                 "auto",

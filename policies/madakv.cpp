@@ -1,5 +1,5 @@
 // madakv: Modality Preference Adaptation + Hierarchical Compression Compensation
-// (paper 001_94695719419aacf3, Sec. 3.3, Eq. 6-11, Table 3 ablation).
+// (the MadaKV paper, Sec. 3.3, Eq. 6-11, Table 3 ablation).
 //
 // At the end of each layer's prefill, per KV head h:
 //   ψ(i) = Σ_{j ∈ proxy} α_{j→i}: attention from the last `proxy` prompt tokens     (Eq. 7)
@@ -326,7 +326,8 @@ const PolicyRegistration reg({
     .name = "madakv",
     .summary = "Per-head modality budgets from proxy-token preference, with inter-layer "
                "compression compensation from modality sparsity.",
-    .provenance = "MadaKV (paper 001), Sec. 3.3 Eq. 6-11, Table 3",
+    .provenance = "MadaKV: Adaptive Modality-Perception KV Cache Eviction (Li, Jiang et al.), Sec. "
+                  "3.3 Eq. 6-11, Table 3",
     .params =
         {budget_param(),
          budget_rounding_param(false),

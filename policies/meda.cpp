@@ -1,5 +1,5 @@
 // meda: Multimodal Entropy-guided Dynamic Allocation with KV merging
-// (paper 004_e44d9128330c3619, Sec. 3.2-3.3 and 4.4).
+// (the MEDA paper, Sec. 3.2-3.3 and 4.4).
 //
 // Layer budgets (Eq. 4-7): E_CM^l = -(E_TV^l + E_VT^l), the cross-modal attention entropy of the
 // prompt (text queries over vision keys, vision queries over text keys) of the attention
@@ -153,7 +153,8 @@ const PolicyRegistration reg({
     .name = "meda",
     .summary = "Cross-modal-entropy layer budgets, text-prior selection with a recent window, "
                "and average merging of every unselected entry into its most similar kept key.",
-    .provenance = "MEDA (paper 004), Sec. 3.2-3.3 Eq. 4-12, Sec. 4.4",
+    .provenance = "MEDA: Dynamic KV Cache Allocation for Multimodal Long-Context Inference (Wan et "
+                  "al.), Sec. 3.2-3.3 Eq. 4-12, Sec. 4.4",
     .params = {budget_param("10%"),
                budget_rounding_param(false),
                decode_mode_param(),

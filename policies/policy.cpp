@@ -403,4 +403,16 @@ int resolve_budget(const ParamSet& params, int prompt_len, const std::string& po
   return resolve_budget_split(params, prompt_len, policy).total;
 }
 
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const int cap = policy.capacity(layer, g);
+    if (cap >= 0 && cache.size(g) > cap)
+      throw std::logic_error(label + ": holds " + std::to_string(cache.size(g)) +
+                             " entries in layer " + std::to_string(layer) + ", KV head " +
+                             std::to_string(g) + " after " + hook + ", above its capacity " +
+                             std::to_string(cap));
+  }
+}
+
 }  // namespace kvsim

@@ -277,6 +277,12 @@ struct PolicyRegistration {
 // a special value (hae's "auto").
 int budget_entries(const PolicyConfig& policy, int prompt_len);
 
+// The Policy contract after a hook: no (layer, KV head) of `cache` holds more than the policy's
+// declared capacity. Throws std::logic_error naming the label, layer, head and hook. (Ordering and
+// uniqueness are kept by KvCache's edits themselves.)
+void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
+                    const std::string& label);
+
 // A command line's --budget: sets overrides["budget"] when the policy (or preset) `name` declares
 // a budget and the overrides do not already set one (nor compression_ratio). Returns whether the
 // policy has a budget at all.

@@ -1,5 +1,5 @@
 // st3: Progressive Visual Token Pruning + Visual Token Annealing
-// (paper 003_8a726b4968cab955, Methodology, Eq. 3 and 7-9, Alg. 1 and 3, Tables 3 and 6).
+// (the ST3 paper, Methodology, Eq. 3 and 7-9, Alg. 1 and 3, Tables 3 and 6).
 //
 // PVTP (prefill, Eq. 3, Alg. 1): layers 0-2 keep every visual token. From layer 3, every S layers
 // (3, 3 + S, 3 + 2S, ... < L) the visual tokens still present are cut to the top of the previous
@@ -189,7 +189,8 @@ const PolicyRegistration reg({
     .name = "st3",
     .summary = "Progressive visual token pruning every S layers from layer 3, then visual token "
                "annealing of each layer's visual cache while decoding.",
-    .provenance = "ST3 (paper 003), Eq. 3 and 7-9, Alg. 3, Table 3 (LLaVA-1.5-7B) and Table 6",
+    .provenance = "ST3: Spatial-Temporal Visual Token Trimming (Zhuang et al.), Eq. 3 and 7-9, "
+                  "Alg. 3, Table 3 (LLaVA-1.5-7B) and Table 6",
     .params = {{"S", ParamType::kInt, "7", "pruning stride in layers", 1, 1e9},
                {"R", ParamType::kFloat, "12.25",
                 "visual tokens pruned at each strided layer, % of |V|", 0, 100},

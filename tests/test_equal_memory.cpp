@@ -2,7 +2,7 @@
 // decode step; --set '*.key=value'; the policies that size themselves are reported apart.
 #include <gtest/gtest.h>
 
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"

@@ -4,7 +4,7 @@
 
 #include "policies/policy.hpp"
 #include "sim/core/suggest.hpp"
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {

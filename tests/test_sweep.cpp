@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/replay/sweep.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"

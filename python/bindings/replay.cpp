@@ -3,12 +3,13 @@
 // the same float32 values (the CSV prints them with %.9g, which round-trips float32 exactly).
 // Empty CSV cells are NaN. The GIL is released while the engine works; Ctrl-C (KeyboardInterrupt)
 // is checked after every layer and stops the replay with the exception.
+#include <algorithm>
 #include <map>
 
 #include "python/bindings/python_policy.hpp"
 #include "sim/core/note_tally.hpp"
 #include "sim/core/params.hpp"
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 
 namespace kvsim::python {
@@ -100,7 +101,7 @@ struct PolicySet {
   std::vector<std::string> self_sizing;
 
   // A named policy: once, or once per seed (seeded_label) when it draws and is given no seed;
-  // under equal memory held to its budget (hold_to_budget, sim/replay/config.hpp).
+  // under equal memory held to its budget (hold_to_budget, policies/policy_config.hpp).
   void add(const std::string& label, std::map<std::string, std::string> params,
            const std::string& budget) {
     check_new(label);
@@ -186,13 +187,20 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
 
 // What `kvsim replay` warns of before it starts, as Python warnings: a budget some policies do
 // not take, one that replaces a self-sizing default, policies equal memory cannot hold, and what
-// the policies adjusted on these samples (e.g. a window clamped to a small budget).
-void warn_before_replay(const PolicySet& set, const std::string& budget, const Replayer& replayer,
+// the named policies adjusted on these samples (e.g. a window clamped to a small budget; Python
+// policies are left out, so that their start() runs once per sample, in the replay).
+void warn_before_replay(const PolicySet& set, const std::string& budget, const TraceReader& reader,
                         const std::vector<std::string>& samples) {
   warn_python(budget_ignored_warning(set.named, budget));
   warn_python(budget_replaced_warning(set.named, set.chosen_params, budget));
   warn_python(self_sizing_warning(set.self_sizing));
-  for (const auto& [label, notes] : replayer.validate(samples))
+  std::vector<PolicyConfig> named;
+  for (const PolicyConfig& c : set.configs)
+    if (std::none_of(set.python_infos.begin(), set.python_infos.end(),
+                     [&](const auto& info) { return info.get() == c.info; }))
+      named.push_back(c);
+  if (named.empty()) return;
+  for (const auto& [label, notes] : Replayer(reader, named, {}).validate(samples))
     for (const std::string& note : notes) warn_python(note);
 }
 
@@ -209,7 +217,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   long layers_done = 0;
   Replayer replayer(reader, set.configs,
                     ReplayOptions{.threads = thread_count(threads), .diagnostics = diagnostics});
-  warn_before_replay(set, budget, replayer, names);
+  warn_before_replay(set, budget, reader, names);
   Columns columns;
   Decisions log;
   NoteTally noted;  // what the policies note while replaying (e.g. MadaKV's dry budget)

@@ -12,8 +12,8 @@
 #include "sim/core/progress.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
-#include "sim/replay/config.hpp"
-#include "sim/replay/mpi_world.hpp"
+#include "policies/policy_config.hpp"
+#include "sim/core/mpi_world.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
 

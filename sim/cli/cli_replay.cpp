@@ -7,7 +7,7 @@
 #include "analysis/prediction_card.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/progress.hpp"
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"

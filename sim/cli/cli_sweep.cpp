@@ -8,8 +8,8 @@
 
 #include "sim/cli/cli.hpp"
 #include "sim/core/progress.hpp"
-#include "sim/replay/config.hpp"
-#include "sim/replay/mpi_world.hpp"
+#include "policies/policy_config.hpp"
+#include "sim/core/mpi_world.hpp"
 #include "sim/replay/sweep.hpp"
 
 namespace kvsim::cli {

@@ -10,7 +10,7 @@
 #include "sim/cli/cli.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/core/suggest.hpp"
-#include "sim/replay/mpi_world.hpp"
+#include "sim/core/mpi_world.hpp"
 
 namespace {
 

@@ -10,9 +10,11 @@
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
 #include "sim/core/compact_trace.hpp"
+#include "sim/core/csv_format.hpp"
 #include "sim/core/note_tally.hpp"
+#include "sim/core/partial_files.hpp"
+#include "sim/core/result_files.hpp"
 #include "sim/live/pieces.hpp"
-#include "sim/replay/results.hpp"
 #include "traces/half.hpp"
 
 namespace kvsim::live {

@@ -4,8 +4,6 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "sim/replay/engine.hpp"
-
 namespace kvsim::live {
 
 std::int32_t argmax(const std::vector<float>& logits) {

@@ -46,18 +46,6 @@ void check_compact_holds(const TraceReader& reader, const AttentionNeeds& needs,
                                 " is a compact trace, and the policy needs " + missing);
 }
 
-void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
-                    const std::string& label) {
-  for (int g = 0; g < cache.kv_heads(); ++g) {
-    const int cap = policy.capacity(layer, g);
-    if (cap >= 0 && cache.size(g) > cap)
-      throw std::logic_error(label + ": holds " + std::to_string(cache.size(g)) +
-                             " entries in layer " + std::to_string(layer) + ", KV head " +
-                             std::to_string(g) + " after " + hook + ", above its capacity " +
-                             std::to_string(cap));
-  }
-}
-
 namespace {
 
 // Corollary 2.1's comparison at one decode step, for policies that expose their scores.

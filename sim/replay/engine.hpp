@@ -183,12 +183,6 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
 void check_compact_holds(const TraceReader& reader, const AttentionNeeds& needs,
                          const std::string& label);
 
-// Checks a cache after a policy's hook against the policy's declared capacity. Throws
-// std::logic_error naming the label, layer, head and hook. (Ordering and uniqueness are kept by
-// KvCache's edits themselves; replay_layer checks them after the prefill and the last step.)
-void check_capacity(const Policy& policy, const KvCache& cache, int layer, const char* hook,
-                    const std::string& label);
-
 // The engine's decode-step attention for one policy in one layer whose policy attends with `att`
 // and is measured against `ref`: gathers the shared full-cache probabilities of the attended
 // entries and renormalises them (merged entries attend with their merged key); output errors are

@@ -17,7 +17,7 @@
 #include "sim/core/note_tally.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/results.hpp"
 

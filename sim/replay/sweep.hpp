@@ -34,7 +34,7 @@ std::vector<PolicyConfig> expand_grid(
 // or "*.key=v" for every policy that has the key), and --budget for every policy that has one
 // and no grid or --set for it (an axis on the budget wins). `seeds` > 1 adds an axis seed = 0 ..
 // seeds − 1 for every policy that declares `seed` and is given none; `equal_memory` holds every
-// configuration to its budget (hold_to_budget, sim/replay/config.hpp).
+// configuration to its budget (hold_to_budget, policies/policy_config.hpp).
 struct SweepConfigOptions {
   int seeds = 1;
   bool equal_memory = false;

@@ -7,7 +7,7 @@
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
 #include "analysis/prediction_card.hpp"
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/live/checkpoint.hpp"
 #include "sim/core/params.hpp"
 #include "sim/replay/sweep.hpp"

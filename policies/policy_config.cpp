@@ -1,4 +1,4 @@
-#include "sim/replay/config.hpp"
+#include "policies/policy_config.hpp"
 
 #include <algorithm>
 #include <boost/program_options.hpp>

@@ -1,4 +1,4 @@
-#include "sim/replay/mpi_world.hpp"
+#include "sim/core/mpi_world.hpp"
 
 #include <algorithm>
 #include <cstdio>
