@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <map>
 
+#include "policies/policy_config.hpp"
 #include "python/bindings/python_policy.hpp"
 #include "sim/core/note_tally.hpp"
 #include "sim/core/params.hpp"
-#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 
 namespace kvsim::python {
