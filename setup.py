@@ -20,12 +20,69 @@ from setuptools.command.build_ext import build_ext
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+def progress(text):
+    """A stage of the build where the user sees it: pip keeps a build's own output to itself
+    unless run with -v, so without a terminal on stderr the line goes to the terminal itself
+    (when there is one), and to stderr for `pip -v` and logs."""
+    line = f"kvsim: {text}"
+    print(line, file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        return
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(line + "\n")
+    except OSError:
+        pass
+
+
+def cache_source(build):
+    """The source directory a build directory's CMake cache was made for, or None."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def same_path(a, b):
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def run_build(command):
+    """`cmake --build`, its lines passed on (for pip -v) and its percentage shown as it goes."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    shown = None
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        if line.startswith("[") and "%]" in line[:7]:
+            percent = line[1:line.index("%]")].strip()
+            if percent != shown and int(percent) % 10 == 0:
+                progress(f"[2/3] compiling: {percent}%")
+                shown = percent
+    if proc.wait() != 0:
+        sys.exit(f"kvsim: the build failed (cmake exited with {proc.returncode}); its output is "
+                 f"above (pip install -v shows it in full)")
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         tag = sys.implementation.cache_tag
         build = os.path.abspath(os.environ.get("KVSIM_BUILD_DIR") or
                                 os.path.join(ROOT, "build", f"pip-{tag}"))
         reuse = bool(os.environ.get("KVSIM_BUILD_DIR"))
+        # A CMake cache made for another checkout (a moved or copied tree) cannot be reused:
+        # ours is started afresh, a given one is named with the fix.
+        made_for = cache_source(build)
+        if made_for and not same_path(made_for, ROOT):
+            if reuse:
+                sys.exit(f"kvsim: KVSIM_BUILD_DIR={build} holds a CMake cache made for {made_for}, "
+                         f"not this checkout ({ROOT}): remove that directory or point "
+                         f"KVSIM_BUILD_DIR elsewhere")
+            progress(f"{build} was configured for {made_for}; starting it afresh")
+            shutil.rmtree(build)
         configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPython3_EXECUTABLE={sys.executable}", "-DKVSIM_PYTHON=ON"]
         # A fresh build makes only what the package needs; a given build directory is used as
@@ -33,9 +90,18 @@ class CMakeBuild(build_ext):
         configure += ["-DKVSIM_TESTS=OFF", "-DKVSIM_BENCH=OFF", "-DKVSIM_CUDA=OFF",
                       "-DKVSIM_MPI=OFF"] + shlex.split(os.environ.get("KVSIM_CMAKE_ARGS", ""))
         if not reuse or not os.path.exists(os.path.join(build, "CMakeCache.txt")):
-            subprocess.run(configure, check=True)
-        subprocess.run(["cmake", "--build", build, "-j", str(os.cpu_count() or 1), "--target",
-                        "_kvsim", "kvsim"], check=True)
+            progress(f"[1/3] configuring with CMake in {build}")
+            result = subprocess.run(configure, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            sys.stderr.write(result.stdout)
+            if result.returncode != 0:
+                sys.exit(f"kvsim: CMake could not configure the build (exit {result.returncode}); "
+                         f"its output is above. Missing packages: run ./install-deps.sh")
+        progress("[2/3] compiling the module and the kvsim command (a few minutes on 2 cores; "
+                 "pip install -v shows the compiler's lines)")
+        run_build(["cmake", "--build", build, "-j", str(os.cpu_count() or 1), "--target",
+                   "_kvsim", "kvsim"])
+        progress("[3/3] copying the module, the kvsim command and the figures code in place")
         package = os.path.join(build, "python", "kvsim")
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         module = os.path.join(package, "_kvsim" + suffix)

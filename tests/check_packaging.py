@@ -9,6 +9,7 @@ Usage: check_packaging.py SOURCE_DIR BUILD_DIR
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,63 @@ print("replayed", len(df), "rows with", kvsim.__version__)
         if not os.path.exists(os.path.join(work, "figs", "r_recall_by_layer.png")):
             sys.exit("kvsim figures from the installed package drew nothing")
         print(out.strip() + "; `kvsim` and `python -m kvsim` run from the venv")
+        check_stale_caches(source, pip, work)
+
+
+def check_stale_caches(source, pip, work):
+    """A build directory whose CMake cache was made for another checkout: a given one
+    (KVSIM_BUILD_DIR) is one line naming it and the fix; the default one, in a copy of the
+    tree, is started afresh (a stub `cmake` on PATH records the call and fails the configure,
+    so that nothing is compiled)."""
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+
+    def stale(build):
+        os.makedirs(build)
+        with open(os.path.join(build, "CMakeCache.txt"), "w") as f:
+            f.write("CMAKE_HOME_DIRECTORY:INTERNAL=/a/moved/checkout\n")
+
+    given = os.path.join(work, "given-build")
+    stale(given)
+    r = subprocess.run([pip, "install", "--no-build-isolation", source], capture_output=True,
+                       text=True, env=dict(env, KVSIM_BUILD_DIR=given))
+    expected = (f"kvsim: KVSIM_BUILD_DIR={given} holds a CMake cache made for /a/moved/checkout, "
+                f"not this checkout ({source}): remove that directory or point KVSIM_BUILD_DIR "
+                "elsewhere")
+    if r.returncode == 0 or expected not in r.stdout + r.stderr:
+        sys.exit(f"a stale KVSIM_BUILD_DIR was not named:\n{r.stdout}{r.stderr}")
+    copy = os.path.join(work, "copy")
+    files = subprocess.run(["git", "-C", source, "ls-files"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    for name in files:
+        if os.path.exists(os.path.join(source, name)):
+            os.makedirs(os.path.dirname(os.path.join(copy, name)), exist_ok=True)
+            shutil.copy2(os.path.join(source, name), os.path.join(copy, name))
+    tag = subprocess.run([os.path.join(os.path.dirname(pip), "python"), "-c",
+                          "import sys; print(sys.implementation.cache_tag)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    default = os.path.join(copy, "build", f"pip-{tag}")
+    stale(default)
+    stub = os.path.join(work, "stub-bin")
+    os.makedirs(stub)
+    calls = os.path.join(work, "cmake-calls")
+    with open(os.path.join(stub, "cmake"), "w") as f:
+        f.write(f'#!/bin/sh\necho "$@" >> {calls}\necho "stub cmake: no build here"\nexit 1\n')
+    os.chmod(os.path.join(stub, "cmake"), 0o755)
+    r = subprocess.run([pip, "install", "-v", "--no-build-isolation", copy], capture_output=True,
+                       text=True, env=dict(env, PATH=stub + os.pathsep + env["PATH"]))
+    output = r.stdout + r.stderr
+    for wanted in (f"kvsim: {default} was configured for /a/moved/checkout; starting it afresh",
+                   f"kvsim: [1/3] configuring with CMake in {default}",
+                   "kvsim: CMake could not configure the build (exit 1)"):
+        if wanted not in output:
+            sys.exit(f"missing {wanted!r} in the install's output:\n{output}")
+    if os.path.exists(os.path.join(default, "CMakeCache.txt")):
+        sys.exit("the stale CMake cache was left in place")
+    called = open(calls).read()
+    if f"-S {copy} -B {default}" not in called:
+        sys.exit(f"cmake was not configured for the copy: {called}")
+    print("stale CMake caches: a given one named with the fix, the default one started afresh")
 
 
 if __name__ == "__main__":

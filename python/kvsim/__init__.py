@@ -11,7 +11,18 @@ section "Python".
 """
 import sys as _sys
 
+# What an interpreter without numpy is told (a python3 on PATH that is not Debian's, say).
+_NEEDS_NUMPY = (f"kvsim needs numpy, which this interpreter ({_sys.executable}) lacks: use "
+                f"Debian's /usr/bin/python3 (./install-deps.sh installs python3-numpy, -pandas "
+                f"and -matplotlib), or install numpy into this one")
+
 try:
+    import numpy as _numpy  # noqa: F401  (the C++ module hands out numpy arrays)
+except ImportError:
+    _numpy = None
+try:
+    if _numpy is None:
+        raise ImportError(_NEEDS_NUMPY)
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__,
                          compact_trace, policies, presets, prompt_statistics, resolve_budget,
                          write_trace)
@@ -25,17 +36,22 @@ except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g.
               _glob.glob(_os.path.join(_os.path.dirname(__file__), "_kvsim*.so"))]
     _here = (f"this interpreter is {_sys.executable} (Python {_sys.version.split()[0]}, "
              f"ABI tag {_sys.implementation.cache_tag})")
-    if _built:
-        _why = (f"the module here was built for another interpreter ({', '.join(_built)}); "
-                f"{_here}: run `pip install .` (or CMake) with this interpreter")
+    if _numpy is None:
+        _why = _NEEDS_NUMPY
+    elif _built:
+        _why = ("it needs the C++ module kvsim._kvsim, which could not be imported: the module "
+                f"here was built for another interpreter ({', '.join(_built)}); {_here}: run "
+                "`pip install .` (or CMake) with this interpreter")
     else:
-        _why = (f"{_missing}; {_here}: build it with `pip install .` from the checkout, or with "
-                f"CMake (docs/python.md)")
+        _why = (f"it needs the C++ module kvsim._kvsim, which could not be imported: {_missing}; "
+                f"{_here}: build it with `pip install .` from the checkout, or with CMake "
+                "(docs/python.md)")
 
     def __getattr__(name):
-        raise ImportError(f"kvsim.{name} needs the C++ module kvsim._kvsim, which could not be "
-                          f"imported: {_why}")
+        raise ImportError(f"kvsim.{name} is unavailable: {_why}")
 else:
+    _why = None
+
     def _trace_len(self):
         return len(self.samples())
 
@@ -60,6 +76,12 @@ else:
     Trace.__enter__ = _trace_enter
     Trace.__exit__ = _trace_exit
     Trace.keys = Trace.samples
+
+
+def _require_engine(name):
+    """ImportError naming what is missing (numpy, or the C++ module) before kvsim.NAME runs."""
+    if _why is not None:
+        raise ImportError(f"kvsim.{name} is unavailable: {_why}")
 
 
 def _progress_callback(progress, what):
@@ -118,6 +140,7 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     per eviction (into_position -1) and per merge. Errors: FileNotFoundError, KeyError,
     ValueError (a parameter, naming it and the policy), and a Python policy's own exception as
     itself, with a note naming the policy."""
+    _require_engine("replay")
     callback, bar = _progress_callback(progress, "replay")
     try:
         out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback,
@@ -139,6 +162,7 @@ def stats(trace, samples=None, as_frame=False, **options):
     same options (epsilon, concentration, ppci, dap_r, dap_alpha, key_quantiles, threads).
     as_frame=True: one DataFrame of the per-layer datasets (sample, layer, then one column per
     dataset that has one value per layer)."""
+    _require_engine("stats")
     out = _stats(trace, samples, **options)
     if not as_frame:
         return out
@@ -170,6 +194,7 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
     called after every replayed layer. seeds: a `seed` axis 0 .. seeds - 1 for every policy that
     draws (random) and is given no seed (like --seeds). equal_memory: hold every configuration to
     its budget (like --equal-memory)."""
+    _require_engine("sweep")
     import csv
     import os
 
@@ -247,6 +272,7 @@ def summarize(results, metrics, resamples=2000, seed=0):
     over seeds (NAME@seedK) are one policy, each sample's value their mean, with the SD of the
     runs' means in seed_sd. The interval is the seeded percentile bootstrap over samples
     (docs/outputs.md); with one sample there is none (NaN)."""
+    _require_engine("summarize")
     import pandas as pd
 
     from ._kvsim import _summarize
@@ -272,6 +298,7 @@ def compare(results, metric, reference="full", policies=None, higher_is_better=N
     power) and verdict ("better", "worse" or "no difference shown": never an order that the
     test does not show). higher_is_better: None for kvsim's own columns, else say. KeyError for
     a missing column or policy."""
+    _require_engine("compare")
     import pandas as pd
 
     from ._kvsim import _compare
@@ -297,6 +324,7 @@ def register(name, factory, params=(), summary="", provenance="Python"):
     string as str). params: dicts with "name", "type" (int, float, bool, size, choice, string),
     "default", and optionally "doc", "min", "max", "choices". A name registered from Python may
     be registered again (the new definition replaces it); a built-in name may not."""
+    _require_engine("register")
     from ._kvsim import _register
 
     _register(name, factory, [dict(p) for p in params], summary, provenance)

@@ -8,9 +8,18 @@ a look at one head's attention. Nothing is written; nothing goes through pyplot'
     kvsim.plot.budget_curves({b: kvsim.replay("trace.h5", ["h2o"], budget=b)
                               for b in ("10%", "20%", "40%")})
 """
+import importlib
 import math
+import sys
 
-import numpy as np
+try:
+    import numpy as np
+    importlib.import_module("matplotlib")
+except ImportError as _missing:
+    raise ImportError(f"kvsim.plot needs numpy and matplotlib; this interpreter "
+                      f"({sys.executable}) lacks {_missing.name}: use Debian's /usr/bin/python3 "
+                      f"(./install-deps.sh installs python3-numpy and python3-matplotlib), or "
+                      f"install it into this one") from None
 
 from .analysis import figures as _figures
 from .analysis import sweep_report as _sweep_report

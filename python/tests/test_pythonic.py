@@ -237,6 +237,29 @@ class Scorer(unittest.TestCase):
         with self.assertRaises(TypeError):
             KnormPress()
 
+    def test_an_interpreter_without_numpy_is_told_what_to_use(self):
+        # numpy hidden from a fresh interpreter (as under a python3 that is not Debian's): kvsim
+        # imports, and each use names what is missing and which interpreter has it.
+        code = ("import sys; sys.modules['numpy'] = None\n"
+                "import kvsim\n"
+                "for use in (lambda: kvsim.replay(%r, 'h2o'), lambda: kvsim.Trace(%r),\n"
+                "            lambda: __import__('kvsim.plot')):\n"
+                "    try:\n"
+                "        use()\n"
+                "    except ImportError as e:\n"
+                "        print(e)\n" % (self.trace, self.trace))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        self.assertEqual(len(out), 3, out)
+        self.assertTrue(out[0].startswith("kvsim.replay is unavailable: kvsim needs numpy, "
+                                          f"which this interpreter ({sys.executable}) lacks"),
+                        out[0])
+        self.assertTrue(out[1].startswith("kvsim.Trace is unavailable: kvsim needs numpy"), out[1])
+        self.assertTrue(out[2].startswith("kvsim.plot needs numpy and matplotlib; this "
+                                          f"interpreter ({sys.executable}) lacks numpy"), out[2])
+        for line in out:
+            self.assertIn("/usr/bin/python3", line)
+
     def test_replay_warns_as_the_command_line_does(self):
         # A budget a self-sizing policy does not take, and a window clamped to a small budget:
         # Python warnings, in the words `kvsim replay` prints, attributed to the caller.
