@@ -3,8 +3,8 @@
 #include <fstream>
 
 #include "policies/policy.hpp"
-#include "sim/core/suggest.hpp"
 #include "policies/policy_config.hpp"
+#include "sim/core/suggest.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {

@@ -280,6 +280,59 @@ TEST(Sweep, ResultsDoNotDependOnThreadsAndSurviveSigkill) {
   EXPECT_EQ(reference, read_all(fs::path(killed) / "results.csv"));
 }
 
+TEST(Sweep, InterruptSaysWhatIsKeptAndHowToResume) {
+  // Ctrl-C (SIGINT) once some items are stored: the message says how many are kept, where, and
+  // how to resume, and the count is the items on disk; the resumed sweep writes the same file
+  // as an uninterrupted one. 24 samples, so that the sweep is still running when it is stopped.
+  SynthConfig c;
+  c.layers = 6;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.samples = 24;
+  c.media_tokens = 240;
+  c.gen_tokens = 12;
+  const std::string trace = temp_path("sweep_sigint.h5");
+  synth_write(c, trace);
+  const std::string whole = temp_path("sweep_sigint_whole");
+  fs::remove_all(whole);
+  ASSERT_EQ(std::system(sweep_args(trace, whole, 2).c_str()), 0);
+  const std::string reference = read_all(fs::path(whole) / "results.csv");
+  const std::string interrupted = temp_path("sweep_sigint"), log = temp_path("sweep_sigint.log");
+  fs::remove_all(interrupted);
+  const pid_t child = fork();
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + sweep_args(trace, interrupted, 1) + " 2> " + log).c_str(), nullptr);
+    _exit(127);
+  }
+  const fs::path stored = fs::path(interrupted) / "items";
+  auto count_items = [&] {
+    long n = 0;
+    if (fs::exists(stored))
+      for (const auto& e : fs::directory_iterator(stored)) n += e.path().extension() == ".csv";
+    return n;
+  };
+  for (int i = 0; i < 4000 && count_items() < 9; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  kill(child, SIGINT);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 128 + SIGINT) << "the sweep ended before it was interrupted";
+  const long kept_items = count_items();
+  EXPECT_GE(kept_items, 9);
+  EXPECT_LT(kept_items, 9 * 24);
+  const std::string kept = std::to_string(kept_items) + " of 216 items (trace, sample, " +
+                           "configuration) are kept in " + stored.string() +
+                           "; the (trace, sample)s being replayed are lost with all their " +
+                           "configurations; rerun the same command to resume";
+  const std::string said = read_all(log);
+  EXPECT_NE(said.find("kvsim: interrupted\nkvsim: " + kept + "\n"), std::string::npos) << said;
+  ASSERT_EQ(std::system(sweep_args(trace, interrupted, 2).c_str()), 0);
+  EXPECT_EQ(reference, read_all(fs::path(interrupted) / "results.csv"));
+}
+
 }  // namespace
 }  // namespace kvsim::test
 

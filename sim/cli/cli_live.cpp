@@ -8,12 +8,12 @@
 #include <random>
 #include <thread>
 
+#include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/core/mpi_world.hpp"
 #include "sim/core/progress.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
-#include "policies/policy_config.hpp"
-#include "sim/core/mpi_world.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
 

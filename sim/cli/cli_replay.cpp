@@ -5,9 +5,9 @@
 #include <thread>
 
 #include "analysis/prediction_card.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/progress.hpp"
-#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"

@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "sim/cli/cli.hpp"
-#include "sim/core/progress.hpp"
 #include "policies/policy_config.hpp"
+#include "sim/cli/cli.hpp"
 #include "sim/core/mpi_world.hpp"
+#include "sim/core/progress.hpp"
 #include "sim/replay/sweep.hpp"
 
 namespace kvsim::cli {
@@ -87,8 +87,9 @@ Runner add_sweep(CLI::App& app) {
       "of one (trace, sample) replay together and share the attention work. Each finished "
       "(trace, sample, configuration) is stored atomically in OUT/items under a key of the "
       "trace's content hash, the sample, the policy, its resolved parameters and the kvsim "
-      "version: rerunning skips what is done, and an interrupted sweep loses only the item in "
-      "flight. OUT/results.csv holds every finished item, one row per (configuration, layer, KV "
+      "version: rerunning skips what is done, and an interrupted sweep loses only the (trace, "
+      "sample)s being replayed, with all their configurations. OUT/results.csv holds every "
+      "finished item, one row per (configuration, layer, KV "
       "head). Built with MPI, `mpirun -n N kvsim sweep ...` spreads the (trace, sample) items over "
       "ranks and writes the same results file.");
   app.footer(

@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "sim/cli/cli.hpp"
+#include "sim/core/mpi_world.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/core/suggest.hpp"
-#include "sim/core/mpi_world.hpp"
 
 namespace {
 

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "analysis/bootstrap.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/core/note_tally.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
-#include "policies/policy_config.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/results.hpp"
 
@@ -496,6 +496,16 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                            ReplayOptions{}.prefetch_limit_bytes);
   int item_threads = o.threads;  // MPI ranks run their items one at a time
   std::mutex report_mutex;       // progress and the report, from side-by-side items
+  // What an interrupt keeps: every item finished so far (they are written as each (trace,
+  // sample) ends); the configurations of the (trace, sample)s being replayed are lost.
+  auto note_kept = [&] {
+    set_interrupt_note(std::to_string(report.items_done_before + report.items_run) + " of " +
+                       std::to_string(report.items_total) + " items (trace, sample, " +
+                       "configuration) are kept in " + items_dir.string() +
+                       "; the (trace, sample)s being replayed are lost with all their " +
+                       "configurations; rerun the same command to resume");
+  };
+  note_kept();
   auto run_item = [&](std::size_t i) {
     const Item& it = items[i];
     TraceReader reader(it.trace);
@@ -523,6 +533,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
     }
     const std::lock_guard<std::mutex> lock(report_mutex);
     report.items_run += static_cast<long>(run.size());
+    note_kept();
   };
 #ifdef KVSIM_WITH_MPI
   int ranks = 1, rank = 0, initialized = 0;
@@ -607,6 +618,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
         means[ci].add(it.trace + "\n" + it.sample, line, entries);
       }
     }
+  set_interrupt_note("");
   write_atomically(fs::path(o.out_dir) / "results.csv", all);
   write_atomically(fs::path(o.out_dir) / "notes.csv", notes_csv);
   for (const auto& [config, note] : noted.lines(items.size()))

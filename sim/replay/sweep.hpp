@@ -2,7 +2,8 @@
 // (trace, sample) replay together, so they share one attention computation per layer. Each
 // finished (trace, sample, configuration) is written atomically under a key derived from the
 // trace's content hash, the sample, the policy, its resolved parameters and the kvsim version:
-// rerunning a sweep skips what is done, and a killed sweep loses only the work item in flight.
+// rerunning a sweep skips what is done, and a killed sweep loses only the (trace, sample)s in
+// flight, with all their configurations.
 #pragma once
 
 #include <cstdint>
