@@ -1129,6 +1129,54 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
   EXPECT_EQ(replay.code, 0) << replay.output;
 }
 
+TEST(LiveCli, PromptsAreCheckedAgainstTheModelFirst) {
+  // Before any work: the embedding width and every token and reference id against the model,
+  // each error naming the prompt file and the sample; and a model without a vocabulary, on
+  // prompts with reference answers, is a warning that accuracy stays empty.
+  const std::string dir = temp_path("fit_model"), prompts = temp_path("fit_prompts.h5");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(kvsim("live make-model -o " + dir + " --arch llama").code, 0);  // hidden 64, V 256
+  PromptSample p = tiny_prompt(12, 3, 0, 64);
+  p.info.reference = "a cat";
+  write_prompt_file(prompts, {p});
+  const std::string run = "live evaluate -m " + dir + " --prompts " + prompts + " -p h2o --gen 2";
+  CliRun r = kvsim(run);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("kvsim: warning: " + dir +
+                          " has no vocabulary (vocab.json or "
+                          "tokenizer.json; --tokenizer names one): the answers cannot be "
+                          "decoded, so answer accuracy is left empty for the 1 sample(s) with a "
+                          "reference answer\n"),
+            std::string::npos)
+      << r.output;
+  const PromptSample wide = tiny_prompt(12, 3, 3, 64, 16);  // image rows 16 wide
+  write_prompt_file(prompts, {wide});
+  r = kvsim(run);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(
+      r.output.find("kvsim: error: " + prompts + ", sample '" + p.info.name +
+                    "': inputs_embeds rows have 16 columns, the hidden_size of " + dir + " is 64"),
+      std::string::npos)
+      << r.output;
+  PromptSample outside = p;
+  outside.info.token_ids[5] = 300;
+  write_prompt_file(prompts, {outside});
+  r = kvsim(run);
+  EXPECT_NE(r.output.find(prompts + ", sample '" + p.info.name +
+                          "': token id 300 at position 5 "
+                          "is outside the vocabulary of " +
+                          dir + " [0, 256)"),
+            std::string::npos)
+      << r.output;
+  PromptSample reference = p;
+  reference.reference_ids = {3, -1};
+  write_prompt_file(prompts, {reference});
+  r = kvsim(run);
+  EXPECT_NE(r.output.find("': reference token id -1 at position 1 is outside the vocabulary"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(LiveCli, PolicyNotesInReplaysWords) {
   // SnapKV with 3 entries under its window notes the clamp: live evaluate says it as replay says
   // it of the captured trace, on the console, in the policies sidecar and in the summary rows.

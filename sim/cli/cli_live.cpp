@@ -209,6 +209,37 @@ void add_model_options(CLI::App& app, RunArgs& a) {
   add_threads_option(app, a.threads, "Threads for the prompt statistics");
 }
 
+// Every sample fits the model before any work: its inputs_embeds as wide as the model's hidden
+// size, its token ids (but at the positions inputs_embeds fills) and reference ids inside the
+// vocabulary. Errors name the prompt file, the sample and, for an id, its position. Returns how
+// many samples carry a reference answer.
+int check_prompts_fit_model(const PromptReader& prompts, const std::vector<std::string>& samples,
+                            const live::ModelConfig& c, const std::string& model) {
+  int with_reference = 0;
+  for (const auto& name : samples) {
+    const PromptSample p = prompts.read(name);
+    const std::string where = prompts.path() + ", sample '" + name + "': ";
+    if (p.embed_dim != 0 && p.embed_dim != c.hidden_size)
+      throw std::invalid_argument(where + "inputs_embeds rows have " + std::to_string(p.embed_dim) +
+                                  " columns, the hidden_size of " + model + " is " +
+                                  std::to_string(c.hidden_size));
+    std::vector<bool> embedded(p.info.token_ids.size(), false);
+    for (int e : p.embed_positions()) embedded[e] = true;
+    auto check = [&](const std::vector<std::int32_t>& ids, const char* what, bool skip) {
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if ((!skip || !embedded[i]) && (ids[i] < 0 || ids[i] >= c.vocab_size))
+          throw std::invalid_argument(where + what + " id " + std::to_string(ids[i]) +
+                                      " at position " + std::to_string(i) +
+                                      " is outside the vocabulary of " + model + " [0, " +
+                                      std::to_string(c.vocab_size) + ")");
+    };
+    check(p.info.token_ids, "token", true);
+    check(p.reference_ids, "reference token", false);
+    with_reference += !p.info.reference.empty();
+  }
+  return with_reference;
+}
+
 struct Session {
   live::Checkpoint checkpoint;
   std::unique_ptr<live::Backend> backend;
@@ -226,7 +257,9 @@ struct Session {
     prompts = std::make_unique<PromptReader>(a.prompts);
     samples = a.samples.empty() ? prompts->sample_names() : a.samples;
     check_shared_contexts(*prompts, samples);  // several questions on one context
+    with_reference = check_prompts_fit_model(*prompts, samples, model->config(), a.model);
   }
+  int with_reference = 0;  // samples whose prompt carries a reference answer
   // Which samples this rank runs: all of them in one process; under mpirun a fixed split by
   // tokens (prompt + decode steps), the same on every rank.
   std::vector<bool> share(const World& world, int gen) const {
@@ -385,6 +418,12 @@ int run_evaluate(const RunArgs& a, const World& world) {
   try {
     store = evaluate_store(a, policies, o);
     s = std::make_unique<Session>(a, world.local_rank());
+    if (!vocabulary && s->with_reference > 0 && world.rank() == 0)
+      std::fprintf(stderr,
+                   "kvsim: warning: %s has no vocabulary (vocab.json or tokenizer.json; "
+                   "--tokenizer names one): the answers cannot be decoded, so answer accuracy "
+                   "is left empty for the %d sample(s) with a reference answer\n",
+                   a.model.c_str(), s->with_reference);
     const std::vector<bool> here = s->share(world, a.gen);
     Progress progress(count_true(here), "live evaluate");
     for (std::size_t i = 0; i < s->samples.size(); ++i) {
