@@ -504,6 +504,27 @@ TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
                "sample 's3': inputs_embeds rows have 16 columns, the model's hidden_size is 32");
 }
 
+TEST(VlmCheckpoint, Float64EmbeddingsAreReadAsFloat32) {
+  // numpy's default dtype written straight by h5py: converted, not refused.
+  const PromptSample s = tiny_prompt(12, 3, 3, 64, 16);
+  const std::string path = temp_path("embeds64.h5");
+  write_prompt_file(path, {s});
+  {
+    H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    const std::string name = "samples/" + s.info.name + "/inputs_embeds";
+    ASSERT_GE(H5Ldelete(f.get(), name.c_str(), H5P_DEFAULT), 0);
+    const std::vector<double> wide(s.inputs_embeds.begin(), s.inputs_embeds.end());
+    const hsize_t dims[2] = {3, 16};
+    H5Handle space(H5Screate_simple(2, dims, nullptr));
+    H5Handle d(H5Dcreate2(f.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT,
+                          H5P_DEFAULT, H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data()), 0);
+  }
+  const PromptSample back = PromptReader(path).read(s.info.name);
+  EXPECT_EQ(back.embed_dim, 16);
+  EXPECT_EQ(back.inputs_embeds, s.inputs_embeds);  // float -> double -> float is exact
+}
+
 TEST(VlmCheckpoint, PositionIdsInPromptFiles) {
   PromptSample s = tiny_prompt(12, 3, 6, 64);
   for (const auto& p : qwen2_vl_positions(3, 2, 3, 3))

@@ -58,9 +58,9 @@ void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
     throw TraceError(where + ": shape must be [Nv, hidden] with Nv = " + std::to_string(vision) +
                      " vision positions (modality != 0)");
   H5Handle type(H5Dget_type(d.get()));
-  if (H5Tget_class(type.get()) != H5T_FLOAT ||
-      (H5Tget_size(type.get()) != 2 && H5Tget_size(type.get()) != 4))
-    throw TraceError(where + ": element type must be float16 or float32");
+  const std::size_t bytes = H5Tget_size(type.get());
+  if (H5Tget_class(type.get()) != H5T_FLOAT || (bytes != 2 && bytes != 4 && bytes != 8))
+    throw TraceError(where + ": element type must be float16, float32 or float64");
   h5_check_written(d.get(), static_cast<double>(shape[0]) * shape[1] * H5Tget_size(type.get()),
                    where);
   s.embed_dim = static_cast<int>(shape[1]);
@@ -74,11 +74,14 @@ void read_embeds(hid_t g, PromptSample& s, const std::string& where) {
       throw TraceError(where + ": non-finite value at flat index " + std::to_string(bad));
     return;
   }
+  // float32 as stored; float64 (numpy's default) converted by HDF5, as the model computes in
+  // float32 at most.
   if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.inputs_embeds.data()) < 0)
     throw TraceError(where + ": cannot read: " + hdf5_last_error());
   const std::size_t bad = first_non_finite(s.inputs_embeds.data(), s.inputs_embeds.size());
   if (bad != s.inputs_embeds.size())
-    throw TraceError(where + ": non-finite value at flat index " + std::to_string(bad));
+    throw TraceError(where + ": non-finite value at flat index " + std::to_string(bad) +
+                     (bytes == 8 ? " (as float32: beyond its range?)" : ""));
 }
 
 }  // namespace

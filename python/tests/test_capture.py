@@ -328,5 +328,23 @@ class CaptureTest(unittest.TestCase):
                 capture.greedy(self.model.step, [1, 2, 3, 4, 5, 6], gen=3)
 
 
+
+class CommandLine(unittest.TestCase):
+    def test_a_missing_dependency_is_named(self):
+        # Debian has torch but not transformers: the message names transformers alone.
+        import importlib.util
+        import subprocess
+        import sys
+
+        if importlib.util.find_spec("transformers") is not None:
+            self.skipTest("transformers is installed here")
+        r = subprocess.run([sys.executable, "-m", "kvsim.capture", "--model", "m", "--prompts",
+                            "p.jsonl", "--out", "t.h5"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stderr.strip(),
+                         f"python -m kvsim.capture needs transformers, which this interpreter "
+                         f"({sys.executable}) lacks; neither torch nor transformers is a "
+                         f"dependency of kvsim itself")
+
 if __name__ == "__main__":
     unittest.main()

@@ -2,7 +2,13 @@
 file from a Hugging Face transformers checkpoint (kvsim.capture.hf), greedy, full cache."""
 import argparse
 import json
+import importlib.util
 import sys
+
+
+def missing_modules(names):
+    """The modules of `names` this interpreter cannot import, in order."""
+    return [n for n in names if importlib.util.find_spec(n) is None]
 
 
 def load(model_dir, device, dtype):
@@ -81,11 +87,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.stats_on_device and not a.compact:
         ap.error("--stats-on-device needs --compact WINDOW")
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        sys.exit("python -m kvsim.capture needs transformers (and torch); neither is a "
-                 "dependency of kvsim itself")
+    missing = missing_modules(("torch", "transformers"))
+    if missing:
+        sys.exit(f"python -m kvsim.capture needs {' and '.join(missing)}, which this interpreter "
+                 f"({sys.executable}) lacks; neither torch nor transformers is a dependency of "
+                 f"kvsim itself")
     from .hf import capture_pretrained
 
     model, processor = load(a.model, a.device, a.model_dtype)
