@@ -16,8 +16,14 @@
 #   BUILD_DIR  default the repository's build/
 # Environment: VLM_EVAL_SMALL=1 builds the small CI model and evaluates two budgets and two seeds
 #   (tests); VLM_EVAL_BUDGETS overrides the budgets ("10 20 40 60"), VLM_EVAL_SEEDS the projector
-#   seeds ("0 1 2 3 4"), VLM_EVAL_DRAWS the random floor's draws (5).
+#   seeds ("0 1 2 3 4"), VLM_EVAL_DRAWS the random floor's draws (5); VLM_EVAL_POLICIES the
+#   budgeted policies and presets, comma-separated (default: the baselines, the seed methods and
+#   the kvpress presets; the floors random and downsample always run), VLM_EVAL_SELF_SIZING the
+#   policies that size themselves (default text_only,fastv,vtw,avl,st3; empty: none), and
+#   VLM_EVAL_SET settings for every run, space-separated as --set takes them
+#   ("h2o.recent=25% snapkv.window=16").
 set -eu
+set -f  # no pathname expansion: settings such as '*.decode=cap' pass as written
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm}
 models=${2:-${KVSIM_MODELS:-$repo/../shared/models}}
@@ -39,9 +45,22 @@ baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
 seed_methods=lookm,hae,madakv,meda
 presets=snapkv:kvpress,streamingllm:kvpress,tova:kvpress,pyramidkv:kvpress,knorm:kvpress,expected_attention:kvpress,adakv:kvpress,lookm:released
 floors=random,downsample
-budgeted=$floors,$baselines,$seed_methods,$presets
+budgeted=$floors,${VLM_EVAL_POLICIES:-$baselines,$seed_methods,$presets}
 # Sizing their caches themselves: one run each, not a budget.
-self_sizing=text_only,fastv,vtw,avl,st3
+self_sizing=${VLM_EVAL_SELF_SIZING-text_only,fastv,vtw,avl,st3}
+# The user's settings that apply to the policies of a run (comma-separated), as --set options:
+# an assignment NAME.key=value joins the runs that list NAME (or every run, for '*').
+settings_for() {
+  found=""
+  for assignment in ${VLM_EVAL_SET:-}; do
+    case ",$1," in *",${assignment%%.*},"*) found="$found --set $assignment" ;; esac
+    [ "${assignment%%.*}" = "*" ] && found="$found --set $assignment"
+  done
+  echo "$found"
+}
+# What this run chose, beside its results.
+printf 'budgeted: %s\nself-sizing: %s\nset: %s\nbudgets: %s\nseeds: %s\ndraws: %s\n' \
+  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-}" "$budgets" "$seeds" "$draws" >"$out/settings.txt"
 runs=""
 for s in $seeds; do
   dir="$out/seed$s"
@@ -54,17 +73,25 @@ for s in $seeds; do
     --stop-at-eos -o "$dir/trace.h5"
   for n in $budgets; do
     # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.
+    # shellcheck disable=SC2046  # settings_for: one word per --set and assignment
     quiet "$dir/replay_$n.log" "$k" replay "$dir/trace.h5" -p "$budgeted,oracle" --budget "$n%" \
       --equal-memory --seeds "$draws" --summary "$dir/replay_$n.csv" \
-      --dump-decisions "$dir/decisions_$n.h5"
+      --dump-decisions "$dir/decisions_$n.h5" $(settings_for "$budgeted,oracle")
+    # shellcheck disable=SC2046
     quiet "$dir/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
       -p "$budgeted" --budget "$n%" --equal-memory --seeds "$draws" --gen $gen --stop-at-eos \
-      --no-timing --summary "$dir/live_$n.csv"
+      --no-timing --summary "$dir/live_$n.csv" $(settings_for "$budgeted")
   done
-  quiet "$dir/replay_self.log" "$k" replay "$dir/trace.h5" -p "$self_sizing" \
-    --summary "$dir/replay_self.csv" --dump-decisions "$dir/decisions_self.h5"
-  quiet "$dir/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-    -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$dir/live_self.csv"
+  if [ -n "$self_sizing" ]; then
+    # shellcheck disable=SC2046
+    quiet "$dir/replay_self.log" "$k" replay "$dir/trace.h5" -p "$self_sizing" \
+      --summary "$dir/replay_self.csv" --dump-decisions "$dir/decisions_self.h5" \
+      $(settings_for "$self_sizing")
+    # shellcheck disable=SC2046
+    quiet "$dir/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
+      -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$dir/live_self.csv" \
+      $(settings_for "$self_sizing")
+  fi
   # The controls, measured by the same code path: the answer must come from the image.
   for c in noimage swapped; do
     quiet "$dir/control_$c.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts_$c.h5" \

@@ -170,6 +170,33 @@ class SmallBuild(unittest.TestCase):
                      "vlm_accuracy_vs_image_kept", "vlm_replay_vs_accuracy"):
             for ext in ("png", "pdf"):
                 self.assertTrue(os.path.exists(os.path.join(out, f"{stem}.{ext}")), stem)
+        # A choice of policies and settings: the floors and h2o alone, one seed and budget, no
+        # self-sizing runs, h2o's window set for the runs that have h2o (and '*' for all).
+        chosen = os.path.join(self.tmp, "eval_chosen")
+        r = subprocess.run([os.path.join(REPO, "experiments", "vlm_eval.sh"), chosen, MODELS,
+                            build], capture_output=True, text=True,
+                           env=dict(env, VLM_EVAL_POLICIES="h2o", VLM_EVAL_SELF_SIZING="",
+                                    VLM_EVAL_SEEDS="0", VLM_EVAL_BUDGETS="20",
+                                    VLM_EVAL_SET="h2o.recent=2 *.sinks=0"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(chosen, "vlm_eval.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual({row["policy"].split(", ")[0] for row in rows},
+                         {"random", "downsample", "h2o"})
+        self.assertFalse(os.path.exists(os.path.join(chosen, "seed0", "live_self.csv")))
+        with open(os.path.join(chosen, "settings.txt")) as f:
+            said = f.read()
+        self.assertIn("budgeted: random,downsample,h2o\n", said)
+        self.assertIn("set: h2o.recent=2 *.sinks=0\n", said)
+        # The settings reach kvsim: a misspelt one stops the run, named.
+        r = subprocess.run([os.path.join(REPO, "experiments", "vlm_eval.sh"),
+                            os.path.join(self.tmp, "eval_misspelt"), MODELS, build],
+                           capture_output=True, text=True,
+                           env=dict(env, VLM_EVAL_POLICIES="h2o", VLM_EVAL_SELF_SIZING="",
+                                    VLM_EVAL_SEEDS="0", VLM_EVAL_BUDGETS="20",
+                                    VLM_EVAL_SET="h2o.recnt=2"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("h2o: unknown parameter 'recnt' (did you mean 'recent'?)", r.stderr)
 
 
 class SmallMultiBuild(unittest.TestCase):
