@@ -20,6 +20,7 @@ const PolicyRegistration reg({
     .merges = false,
     .needs_for = {},
     .create = [](const ParamSet&, const SampleInfo&) { return std::make_unique<FullCache>(); },
+    .keeps_everything = true,
 });
 
 }  // namespace

@@ -210,6 +210,7 @@ const PolicyRegistration reg({
           const std::string& match = p.get_string("match");
           return !match.empty() && matched_policy(match, p.get_string("budget")).appends_question();
         },
+    .regret_reference_for = [](const ParamSet& p) { return p.get_string("match"); },
 });
 
 }  // namespace

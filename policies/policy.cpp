@@ -210,7 +210,7 @@ bool policy_declares(const std::string& name, const std::string& param) {
 std::optional<std::map<std::string, std::string>> equal_memory_overrides(
     const PolicyConfig& config) {
   const PolicyInfo& info = *config.info;
-  if (info.name == "full" || !declares(info, "budget")) return std::nullopt;
+  if (info.keeps_everything || !declares(info, "budget")) return std::nullopt;
   const auto& current = config.params.values();
   std::map<std::string, std::string> wanted;
   if (declares(info, "budget_rounding")) wanted["budget_rounding"] = "ceil";
@@ -249,7 +249,7 @@ std::string budget_ignored_warning(const std::vector<std::string>& names,
   for (const auto& n : names) {
     const PolicyInfo& info = *make_policy_config(n, {}).info;
     // `full` is the reference with no eviction: a budget has nothing to reach there.
-    if (info.name != "full" && !declares(info, "budget"))
+    if (!info.keeps_everything && !declares(info, "budget"))
       ignored += (ignored.empty() ? "" : ", ") + n;
     else if (preset_pins_budget(n))
       pinned += (pinned.empty() ? "" : ", ") + n;

@@ -195,6 +195,12 @@ struct PolicyInfo {
   // at most its budget's entries after every hook, beyond those every budgeted policy gets
   // (equal_memory_overrides); unset: none. Throws std::invalid_argument when it cannot.
   std::function<std::map<std::string, std::string>(const ParamSet&)> equal_memory;
+  // Never evicts: the reference every metric is measured against, with no budget to hold (full).
+  bool keeps_everything = false;
+  // A lookahead reference regret is measured against (replay's `regret` column): given its
+  // parameters, the label of the policy whose memory it matches step by step, or "" when it holds
+  // its own budget (then it serves policies whose budget resolves alike); unset: not a reference.
+  std::function<std::string(const ParamSet&)> regret_reference_for;
 };
 
 class PolicyRegistry {

@@ -167,7 +167,7 @@ std::vector<PolicyConfig> policy_runs(const std::string& name,
   for (PolicyConfig& run : runs) {
     if (std::optional<PolicyConfig> held = hold_to_budget(run, chosen))
       run = std::move(*held);
-    else if (run.info->name != "full")
+    else if (!run.info->keeps_everything)
       self_sizing.push_back(run.label);
   }
   return runs;

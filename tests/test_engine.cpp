@@ -527,5 +527,32 @@ TEST(Engine, DiagnosticsByHand) {
   EXPECT_TRUE(std::isnan(plain[0].steps[0][0].regret));
 }
 
+TEST(Engine, RegretReferencesDeclareThemselves) {
+  // The engine finds the regret reference by what a policy declares at registration, not by its
+  // name: the oracle registered again under another name serves alike, and a policy without the
+  // declaration (here h2o twice) gives no regret.
+  PolicyConfig hindsight = make_policy_config("oracle", {{"budget", "2"}});
+  PolicyInfo renamed = *hindsight.info;
+  renamed.name = hindsight.label = "hindsight";
+  hindsight.info = &renamed;
+  TinyTrace t{.prompt_len = 4, .weights = {4, 1, 2, 1, 1, 1}};
+  TraceReader reader(t.write("regret_reference.h5"));
+  std::vector<LayerResult> out;
+  Replayer(reader, {make_policy_config("h2o", {{"budget", "2"}}), hindsight},
+           {.threads = 1, .diagnostics = true})
+      .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
+  EXPECT_NEAR(out[0].steps[0][0].regret, 7.0 / 9 - 6.0 / 9, 1e-6);  // as in DiagnosticsByHand
+  out.clear();
+  Replayer(reader,
+           {make_policy_config("h2o", {{"budget", "2"}}),
+            make_policy_config("h2o:paper", {{"budget", "2"}})},
+           {.threads = 1, .diagnostics = true})
+      .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
+  EXPECT_TRUE(std::isnan(out[0].steps[0][0].regret));
+  EXPECT_TRUE(PolicyRegistry::instance().get("full").keeps_everything);
+  for (const auto& name : PolicyRegistry::instance().names())
+    if (name != "full") EXPECT_FALSE(PolicyRegistry::instance().get(name).keeps_everything) << name;
+}
+
 }  // namespace
 }  // namespace kvsim::test

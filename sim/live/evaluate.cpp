@@ -634,7 +634,7 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
     out.summary_csv += line + "\n";
     const MeanSummary frac = stat("kv_fraction");
     rows.push_back({name, any.seeds[p], c, e, k, d, frac.mean, h,
-                    cfg && cfg->info->name != "full" && budget_entries(*cfg, 1 << 20) < 0});
+                    cfg && !cfg->info->keeps_everything && budget_entries(*cfg, 1 << 20) < 0});
   };
   std::vector<std::string> groups;
   for (const auto& p : policies) {

@@ -469,18 +469,20 @@ StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerA
 }
 
 void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies) {
+  // A reference declares itself (PolicyInfo::regret_reference_for), and the policy it matches.
+  auto is_reference = [&](const LayerResult& o) {
+    return static_cast<bool>(policies[o.policy_index].info->regret_reference_for);
+  };
   auto match_of = [&](const LayerResult& o) {
-    const auto& values = policies[o.policy_index].params.values();
-    const auto it = values.find("match");
-    return it == values.end() ? std::string() : it->second;
+    const PolicyConfig& c = policies[o.policy_index];
+    return c.info->regret_reference_for(c.params);
   };
   for (auto& r : results) {
     // An oracle matched to this policy (equal memory at every step), else a plain oracle whose
     // budget resolved to the same count; either with as many cache heads.
     auto oracle_for = [&](bool matched) {
       return std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
-        if (policies[o.policy_index].info->name != "oracle" || o.steps.size() != r.steps.size())
-          return false;
+        if (!is_reference(o) || o.steps.size() != r.steps.size()) return false;
         return matched ? match_of(o) == policies[r.policy_index].label
                        : match_of(o).empty() && r.budget_entries >= 0 &&
                              o.budget_entries == r.budget_entries;

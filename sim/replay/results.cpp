@@ -284,7 +284,7 @@ Summary::Reported Summary::report(const std::string& label, const std::vector<in
   row.error_ci = bootstrap_ratio(error, error_count);
   row.value_error_ci = bootstrap_ratio(value_error, error_count);
   const PolicyConfig& first = policies_[members.front()];
-  row.sizes_itself = first.info->name != "full";
+  row.sizes_itself = !first.info->keeps_everything;
   for (const auto& [key, ps] : per_sample_) {
     if (std::find(members.begin(), members.end(), key.first) == members.end()) continue;
     if (ps.budget >= 0) row.sizes_itself = false;

@@ -202,7 +202,7 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
     for (const auto& [k, v] : chosen[c.label.substr(0, c.label.find('['))])
       mine[k] = v.empty() ? c.params.values().at(k) : v;
     std::optional<PolicyConfig> h = hold_to_budget(c, mine);
-    if (!h && c.info->name != "full") self_sizing.push_back(c.label);
+    if (!h && !c.info->keeps_everything) self_sizing.push_back(c.label);
     held.push_back(h ? std::move(*h) : c);
   }
   if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
