@@ -212,6 +212,12 @@ class Processor:
         out["input_ids"] = torch.tensor([ids])
         return out
 
+    @staticmethod
+    def tokenizer(text, add_special_tokens=True):
+        """The processor's tokenizer: spells text alone, as the processor spells its text part."""
+        assert not add_special_tokens
+        return {"input_ids": [5 + (ord(c) % 40) for c in text]}
+
 
 def reference_qkv(model, ids, pixel_values, P):
     """q (after RoPE), k, v of every decoder layer for the whole sequence, one causal pass in
@@ -320,9 +326,10 @@ class CaptureHF(unittest.TestCase):
         processor = Processor()
         d = tempfile.mkdtemp()
         trace, prompts = os.path.join(d, "t.h5"), os.path.join(d, "p.h5")
-        hf.capture_pretrained(model, processor, [{"name": "a", "text": "a cat", "images": ["x"]},
+        hf.capture_pretrained(model, processor, [{"name": "a", "text": "a cat", "images": ["x"],
+                                                  "answer": ["cat", "a cat"]},
                                                  {"name": "b", "text": "hello"}], trace, gen=3,
-                              dtype="float32", prompts_out=prompts)
+                              dtype="float32", prompts_out=prompts, reference_field="answer")
         self.assertFalse("forward" in vars(model.model.language_model))  # the wrapper is gone
         inputs = processor("a cat", images=["x"])
         ids = inputs["input_ids"][0].tolist()
@@ -340,10 +347,34 @@ class CaptureHF(unittest.TestCase):
             self.assertEqual(pos.shape, (len(ids), 3))
             self.assertEqual(pos[:8].tolist(), [[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3],
                                                 [3, 3, 4], [3, 4, 3], [3, 4, 4], [5, 5, 5]])
+            # the reference answer (the first of the dataset's list) and its tokens alone
+            self.assertEqual(g.attrs["reference"], "cat")
+            self.assertEqual(list(g["reference_ids"][()]), [5 + (ord(c) % 40) for c in "cat"])
             b = f["samples/b"]
+            self.assertNotIn("reference", b.attrs)
+            self.assertNotIn("reference_ids", b)
             self.assertNotIn("inputs_embeds", b)
             P = len(b["token_ids"][()])
             self.assertEqual(b["position_ids"][()].tolist(), [[i, i, i] for i in range(P)])
+
+    def test_references_beside_the_prompts(self):
+        from kvsim.capture.__main__ import read_prompts
+
+        d = tempfile.mkdtemp()
+        prompts, answers = os.path.join(d, "p.jsonl"), os.path.join(d, "a.txt")
+        with open(prompts, "w") as f:
+            f.write('{"name": "a", "text": "x"}\n{"name": "b", "text": "y"}\n')
+        with open(answers, "w") as f:
+            f.write("cat\ndog\n")
+        self.assertEqual([p["answer"] for p in read_prompts(prompts, answers, "answer")],
+                         ["cat", "dog"])
+        with open(answers, "w") as f:
+            f.write("cat\n")
+        with self.assertRaises(SystemExit) as e:
+            read_prompts(prompts, answers)
+        self.assertEqual(str(e.exception), f"python -m kvsim.capture: {answers} has 1 "
+                         f"reference(s) for the 2 prompt(s) of {prompts}: one line per prompt, "
+                         f"in order")
 
     def test_rotary_of_reads_each_config_form(self):
         from kvsim.capture import hf

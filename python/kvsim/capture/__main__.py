@@ -38,8 +38,10 @@ def load(model_dir, device, dtype):
     return model.to(device), processor
 
 
-def read_prompts(path):
-    """JSON lines: {"name", "text" | "messages", optional "images", "videos" (paths), "task"}."""
+def read_prompts(path, references=None, reference_field="reference"):
+    """JSON lines: {"name", "text" | "messages", optional "images", "videos" (paths), "task", and
+    the reference answer under `reference_field`}. `references`: a text file of one reference
+    answer per line, in the prompts' order (it sets each prompt's `reference_field`)."""
     prompts = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -53,6 +55,16 @@ def read_prompts(path):
                 from PIL import Image
                 p["images"] = [Image.open(x).convert("RGB") for x in p["images"]]
             prompts.append(p)
+    if references:
+        with open(references, encoding="utf-8") as f:
+            answers = [line.rstrip("\n") for line in f]
+        while answers and not answers[-1]:
+            answers.pop()
+        if len(answers) != len(prompts):
+            sys.exit(f"python -m kvsim.capture: {references} has {len(answers)} reference(s) for "
+                     f"the {len(prompts)} prompt(s) of {path}: one line per prompt, in order")
+        for p, answer in zip(prompts, answers):
+            p[reference_field] = answer
     return prompts
 
 
@@ -60,8 +72,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m kvsim.capture", description=__doc__.split("\n")[0],
         epilog="example:\n  python -m kvsim.capture --model llava-1.5-7b-hf --prompts p.jsonl "
-               "--out trace.h5 --gen 32 --device cuda\n"
-               "  p.jsonl: {\"name\": \"000000\", \"messages\": [...], \"images\": [\"a.jpg\"]}",
+               "--out trace.h5 --gen 32 --device cuda --prompts-out p.h5\n"
+               "  p.jsonl, one prompt per line; {\"type\": \"image\"} is where the image goes "
+               "(the same for LLaVA and Qwen2-VL), \"reference\" the answer kvsim live "
+               "evaluate scores:\n"
+               "  {\"name\": \"000000\", \"messages\": [{\"role\": \"user\", \"content\": "
+               "[{\"type\": \"image\"}, {\"type\": \"text\", \"text\": \"What animal is "
+               "this? Answer in one word.\"}]}], \"images\": [\"cat.jpg\"], \"reference\": "
+               "\"cat\"}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint directory")
     ap.add_argument("--prompts", required=True, help="JSON lines, one prompt each")
@@ -74,6 +92,12 @@ def main(argv=None):
     ap.add_argument("--prompts-out", help="also write the prompts as a kvprompt file (token ids, "
                                           "the language model's input embeddings at the image "
                                           "positions, M-RoPE position ids) for kvsim live")
+    ap.add_argument("--reference-field", default="reference", metavar="FIELD",
+                    help="the prompts' field holding the reference answer (a dataset's answer "
+                         "column; the first of a list), written with --prompts-out for kvsim "
+                         "live evaluate's accuracy and ΔNLL (default: reference)")
+    ap.add_argument("--references", metavar="FILE",
+                    help="reference answers beside the prompts: one line per prompt, in order")
     ap.add_argument("--compact", type=int, metavar="WINDOW", default=0,
                     help="write a compact trace: each layer's prompt statistics computed as the "
                          "model runs, only the query rows windows of up to WINDOW prompt rows read kept (kvsim compact; "
@@ -95,11 +119,12 @@ def main(argv=None):
     from .hf import capture_pretrained
 
     model, processor = load(a.model, a.device, a.model_dtype)
-    prompts = read_prompts(a.prompts)
+    prompts = read_prompts(a.prompts, a.references, a.reference_field)
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
                        prompts_out=a.prompts_out, compact_window=a.compact or None,
                        compact_entropies=not (a.no_entropies or a.stats_on_device),
                        compact_on_device=a.stats_on_device,
+                       reference_field=a.reference_field,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))
     print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)

@@ -228,16 +228,41 @@ def generated_position_ids(prompt_ids, gen):
     return np.concatenate([prompt_ids, tail], axis=1).astype(np.int32)
 
 
-def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, task=None):
+def reference_of(prompt, field):
+    """A prompt's reference answer: its `field` (a dataset's answer column), the first of a list
+    of answers (VQA's several annotators), or None."""
+    value = prompt.get(field)
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    return None if value is None else str(value)
+
+
+def reference_token_ids(processor, reference):
+    """The reference answer's token ids as the model's tokenizer spells it on its own, without
+    special tokens (what `kvsim live evaluate` teacher-forces after the prompt for ΔNLL)."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    ids = tokenizer(reference, add_special_tokens=False)["input_ids"]
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if ids and isinstance(ids[0], list):  # a batch of one
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, task=None,
+                  reference=None, reference_ids=None):
     """A kvprompt sample (kvsim.prompts.write) of what the language model received: the token
     ids, the input embeddings at the media positions, and for M-RoPE the three position ids of
-    each token ([P, 3]). Raises CaptureError naming the sample when media positions have no
-    embeddings."""
+    each token ([P, 3]); with the reference answer (text, and its token ids) when given. Raises
+    CaptureError naming the sample when media positions have no embeddings."""
     P = len(token_ids)
     sample = {"token_ids": [int(i) for i in token_ids], "modality": modality,
               "media_id": media_id, "segment": np.ones(P, dtype=np.uint8)}
     if task:
         sample["task"] = task
+    if reference is not None:
+        sample["reference"] = reference
+        if reference_ids:
+            sample["reference_ids"] = reference_ids
     media = np.flatnonzero(np.asarray(modality) != 0)
     if len(media):
         if embeds is None:
@@ -256,7 +281,8 @@ def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, tas
 
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
                        progress=None, prompts_out=None, compact_window=None,
-                       compact_entropies=True, compact_on_device=False):
+                       compact_entropies=True, compact_on_device=False,
+                       reference_field="reference"):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
     kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
@@ -264,11 +290,12 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     gen + 1 new tokens, the last of which is never fed back. With `prompts_out`, also writes the
     prompts as a kvprompt file (the token ids, the language model's input embeddings at the
     media positions, M-RoPE position ids), so that `kvsim live` runs the very same inputs on the
-    checkpoint. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
+    checkpoint, and each prompt's reference answer (its `reference_field`, a dataset's answer
+    column; the first of a list) as the `reference` attribute and its token ids, which `kvsim live
+    evaluate` scores the answers and ΔNLL against. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
     prompt statistics computed as the model runs, only the query rows windows of up to that many
     rows read kept (compact_on_device: computed with torch where the model runs, without the
     entropies; Recorder.compact). Returns the Recorder."""
-    import torch
 
     recorder = Recorder()
     if compact_window:
@@ -288,7 +315,7 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     samples = {}
     try:
         _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress,
-                     prompts_out)
+                     prompts_out, reference_field)
     finally:
         if decoder is not None:
             decoder.remove()
@@ -301,7 +328,7 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
 
 
 def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, progress,
-                 prompts_out):
+                 prompts_out, reference_field):
     import torch
 
     config = model.config
@@ -335,7 +362,10 @@ def _capture_all(model, processor, prompts, gen, recorder, decoder, samples, pro
                 prompt_ids = position_ids.detach().cpu().numpy()[-3:, 0, :P]  # drop a text row
                 recorder.set_position_ids(generated_position_ids(prompt_ids, gen))
         if prompts_out:
-            samples[name] = prompt_sample(name, ids[0].tolist(), modality, media, embeds,
-                                          position_ids, task=prompt.get("task"))
+            reference = reference_of(prompt, reference_field)
+            samples[name] = prompt_sample(
+                name, ids[0].tolist(), modality, media, embeds, position_ids,
+                task=prompt.get("task"), reference=reference,
+                reference_ids=reference_token_ids(processor, reference) if reference else None)
         if progress:
             progress(i + 1, len(prompts))
