@@ -441,34 +441,167 @@ void validate_configurations(const std::vector<std::string>& traces,
     for (const auto& n : notes) o.on_note(n);
 }
 
+// One (trace, sample) of a sweep: all its configurations replay together.
+struct SweepItem {
+  std::string trace, hash, sample;
+  int prompt_len = 0;
+};
+
+std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
+                                  const std::vector<std::string>& samples) {
+  std::vector<SweepItem> items;
+  for (const auto& t : traces) {
+    TraceReader reader(t);
+    const std::string hash = file_content_hash(t);
+    for (const auto& s : samples.empty() ? reader.sample_names() : samples)
+      items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
+  }
+  return items;
+}
+
+// The file name of one (trace, sample, configuration). The item format is part of the key: a
+// finished item of another format is not reused.
+std::string item_key(const SweepItem& it, const PolicyConfig& c) {
+  return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
+                 "\n" KVSIM_VERSION "\n" + kItemHeader);
+}
+
+fs::path prepare_items_dir(const std::string& out_dir) {
+  const fs::path items_dir = fs::path(out_dir) / "items";
+  std::error_code error;
+  fs::create_directories(items_dir, error);
+  if (error)
+    throw std::runtime_error("--out " + out_dir + ": cannot write there: " + error.message());
+  check_writable((items_dir / "probe").string(), "--out");
+  return items_dir;
+}
+
+// Replays one item's configurations `run` together: per configuration, its item file's text
+// (its rows, then one kItemNote line per distinct note it made).
+std::vector<std::string> replay_item(const SweepItem& it, const std::vector<PolicyConfig>& run,
+                                     int threads, const std::function<void()>& on_layer) {
+  TraceReader reader(it.trace);
+  std::vector<std::string> text(run.size(), kItemHeader);
+  std::vector<std::vector<std::string>> notes(run.size());
+  Replayer(reader, run, {.threads = threads})
+      .replay_sample(
+          it.sample,
+          [&](const LayerResult& r) {
+            text[r.policy_index] += layer_rows(r);
+            auto& noted = notes[r.policy_index];
+            for (const std::string& n : r.notes)
+              if (std::find(noted.begin(), noted.end(), n) == noted.end()) noted.push_back(n);
+          },
+          [&](int) { on_layer(); });
+  for (std::size_t c = 0; c < run.size(); ++c)
+    for (const std::string& n : notes[c]) text[c] += kItemNote + note_on_one_line(n) + "\n";
+  return text;
+}
+
+#ifdef KVSIM_WITH_MPI
+// Under mpirun with more than one rank: rank 0 hands out the items with work one at a time
+// (dynamic load balancing), the others replay them; returns false on a single process. Item
+// files are keyed and atomic, so the order of completion is irrelevant.
+bool run_items_over_ranks(std::size_t items, const std::vector<std::vector<std::size_t>>& todo,
+                          const std::function<void(std::size_t)>& run_item,
+                          const std::function<void(long, long)>& progress, long& items_run,
+                          bool& writes_results) {
+  int ranks = 1, rank = 0, initialized = 0;
+  MPI_Initialized(&initialized);  // library callers (tests) run without MPI_Init: one process
+  if (initialized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (ranks <= 1) return false;
+  enum { kRequest = 1, kAssign = 2 };
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::size_t next = 0;
+    for (int active = ranks - 1; active > 0;) {
+      int dummy = 0;
+      MPI_Status st;
+      MPI_Recv(&dummy, 1, MPI_INT, MPI_ANY_SOURCE, kRequest, MPI_COMM_WORLD, &st);
+      while (next < items && todo[next].empty()) ++next;
+      int assign = next < items ? static_cast<int>(next++) : -1;
+      if (assign < 0) --active;
+      if (assign >= 0 && progress) progress(assign + 1, static_cast<long>(items));
+      MPI_Send(&assign, 1, MPI_INT, st.MPI_SOURCE, kAssign, MPI_COMM_WORLD);
+    }
+  } else {
+    for (;;) {
+      int dummy = 0, assign = -1;
+      MPI_Send(&dummy, 1, MPI_INT, 0, kRequest, MPI_COMM_WORLD);
+      MPI_Recv(&assign, 1, MPI_INT, 0, kAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (assign < 0) break;
+      run_item(static_cast<std::size_t>(assign));
+    }
+  }
+  long run_here = items_run;
+  MPI_Reduce(&run_here, &items_run, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);  // every item file is in place
+  writes_results = rank == 0;   // rank 0 writes the results file
+  return true;
+}
+#endif
+
+// The results file from every item of this sweep, in a fixed order (trace, sample,
+// configuration), notes.csv beside it, and the report's notes and table.
+void assemble_results(const std::vector<SweepItem>& items, const std::vector<PolicyConfig>& configs,
+                      const fs::path& items_dir, const std::string& out_dir, SweepReport& report) {
+  std::set<std::string> keys;  // one column per parameter of any configuration
+  for (const auto& c : configs)
+    for (const auto& kv : c.params.values()) keys.insert(kv.first);
+  std::string all = std::string(kPrefixHeader) + "budget_entries,budget_fraction,";
+  for (const auto& k : keys) all += parameter_column(k) + ",";
+  all += kItemHeader;
+  std::vector<ConfigMeans> means(configs.size());
+  NoteTally noted;
+  std::string notes_csv = "trace,sample,label,note\n";
+  for (const auto& it : items)
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+      const PolicyConfig& c = configs[ci];
+      const int entries = budget_entries(c, it.prompt_len);
+      std::string prefix =
+          csv_quote(it.trace) + "," + it.hash + "," + csv_quote(it.sample) + "," +
+          csv_quote(c.label) + "," + c.info->name + "," + csv_quote(c.params.str()) + "," +
+          (entries < 0 ? ","
+                       : std::to_string(entries) + "," +
+                             num(static_cast<double>(entries) / it.prompt_len) + ",");
+      for (const auto& k : keys) {
+        const auto v = c.params.values().find(k);
+        prefix += (v == c.params.values().end() ? "" : csv_quote(v->second)) + ",";
+      }
+      std::ifstream in(items_dir / (item_key(it, c) + ".csv"));
+      std::string line;
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) {
+        if (line.rfind(kItemNote, 0) == 0) {
+          const std::string note = line.substr(std::char_traits<char>::length(kItemNote));
+          noted.add(static_cast<int>(ci), it.trace + "\n" + it.sample, note);
+          notes_csv += csv_quote(it.trace) + "," + csv_quote(it.sample) + "," + csv_quote(c.label) +
+                       "," + csv_quote(note) + "\n";
+          continue;
+        }
+        all += prefix + line + "\n";
+        means[ci].add(it.trace + "\n" + it.sample, line, entries);
+      }
+    }
+  write_atomically(fs::path(out_dir) / "results.csv", all);
+  write_atomically(fs::path(out_dir) / "notes.csv", notes_csv);
+  for (const auto& [config, note] : noted.lines(items.size()))
+    report.notes.push_back(configs[config].label + ": " + note);
+  report.table = means_table(configs, means);
+}
+
 }  // namespace
 
 SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::vector<PolicyConfig>& configs, const SweepOptions& o,
                       const std::function<void(long, long)>& progress) {
   validate_configurations(traces, configs, o);  // before anything is written
-  const fs::path items_dir = fs::path(o.out_dir) / "items";
-  std::error_code error;
-  fs::create_directories(items_dir, error);
-  if (error)
-    throw std::runtime_error("--out " + o.out_dir + ": cannot write there: " + error.message());
-  check_writable((items_dir / "probe").string(), "--out");
-  struct Item {
-    std::string trace, hash, sample;
-    int prompt_len = 0;
-  };
-  std::vector<Item> items;
-  for (const auto& t : traces) {
-    TraceReader reader(t);
-    const std::string hash = file_content_hash(t);
-    for (const auto& s : o.samples.empty() ? reader.sample_names() : o.samples)
-      items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
-  }
-  auto key_of = [&](const Item& it, const PolicyConfig& c) {
-    // The item format is part of the key: a finished item of another format is not reused.
-    return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
-                   "\n" KVSIM_VERSION "\n" + kItemHeader);
-  };
+  const fs::path items_dir = prepare_items_dir(o.out_dir);
+  const std::vector<SweepItem> items = list_items(traces, o.samples);
+  // What is left to run: per item, the configurations without an item file.
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());
   long layers_total = 0, layers_done = 0;
@@ -477,7 +610,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   double largest_layer = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     for (std::size_t c = 0; c < configs.size(); ++c)
-      if (fs::exists(items_dir / (key_of(items[i], configs[c]) + ".csv")))
+      if (fs::exists(items_dir / (item_key(items[i], configs[c]) + ".csv")))
         ++report.items_done_before;
       else
         todo[i].push_back(c);
@@ -507,123 +640,31 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   };
   note_kept();
   auto run_item = [&](std::size_t i) {
-    const Item& it = items[i];
-    TraceReader reader(it.trace);
     std::vector<PolicyConfig> run;
     for (std::size_t c : todo[i]) run.push_back(configs[c]);
-    std::vector<std::string> text(run.size());
-    std::vector<std::vector<std::string>> notes(run.size());
-    for (std::size_t c = 0; c < run.size(); ++c) text[c] = kItemHeader;
-    Replayer(reader, run, {.threads = item_threads})
-        .replay_sample(
-            it.sample,
-            [&](const LayerResult& r) {
-              text[r.policy_index] += layer_rows(r);
-              auto& noted = notes[r.policy_index];
-              for (const std::string& n : r.notes)
-                if (std::find(noted.begin(), noted.end(), n) == noted.end()) noted.push_back(n);
-            },
-            [&](int) {
-              const std::lock_guard<std::mutex> lock(report_mutex);
-              if (progress) progress(++layers_done, layers_total);
-            });
-    for (std::size_t c = 0; c < run.size(); ++c) {
-      for (const std::string& n : notes[c]) text[c] += kItemNote + note_on_one_line(n) + "\n";
-      write_atomically(items_dir / (key_of(it, run[c]) + ".csv"), text[c]);
-    }
+    const std::vector<std::string> text = replay_item(items[i], run, item_threads, [&] {
+      const std::lock_guard<std::mutex> lock(report_mutex);
+      if (progress) progress(++layers_done, layers_total);
+    });
+    for (std::size_t c = 0; c < run.size(); ++c)
+      write_atomically(items_dir / (item_key(items[i], run[c]) + ".csv"), text[c]);
     const std::lock_guard<std::mutex> lock(report_mutex);
     report.items_run += static_cast<long>(run.size());
     note_kept();
   };
+  bool distributed = false, writes_results = true;
 #ifdef KVSIM_WITH_MPI
-  int ranks = 1, rank = 0, initialized = 0;
-  MPI_Initialized(&initialized);  // library callers (tests) run without MPI_Init: one process
-  if (initialized) {
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  }
-  if (ranks > 1) {
-    // Rank 0 hands out (trace, sample) items one at a time (dynamic load balancing); the others
-    // replay them. Results files are keyed and atomic, so the order of completion is irrelevant.
-    enum { kRequest = 1, kAssign = 2 };
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-      std::size_t next = 0;
-      for (int active = ranks - 1; active > 0;) {
-        int dummy = 0;
-        MPI_Status st;
-        MPI_Recv(&dummy, 1, MPI_INT, MPI_ANY_SOURCE, kRequest, MPI_COMM_WORLD, &st);
-        while (next < items.size() && todo[next].empty()) ++next;
-        int assign = next < items.size() ? static_cast<int>(next++) : -1;
-        if (assign < 0) --active;
-        if (assign >= 0 && progress) progress(assign + 1, static_cast<long>(items.size()));
-        MPI_Send(&assign, 1, MPI_INT, st.MPI_SOURCE, kAssign, MPI_COMM_WORLD);
-      }
-    } else {
-      for (;;) {
-        int dummy = 0, assign = -1;
-        MPI_Send(&dummy, 1, MPI_INT, 0, kRequest, MPI_COMM_WORLD);
-        MPI_Recv(&assign, 1, MPI_INT, 0, kAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        if (assign < 0) break;
-        run_item(static_cast<std::size_t>(assign));
-      }
-    }
-    long run_here = report.items_run;
-    MPI_Reduce(&run_here, &report.items_run, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Barrier(MPI_COMM_WORLD);   // every item file is in place
-    if (rank != 0) return report;  // rank 0 writes the results file
-  } else
+  distributed = run_items_over_ranks(items.size(), todo, run_item, progress, report.items_run,
+                                     writes_results);
 #endif
-  {
+  if (!distributed) {
     item_threads = std::max(1, o.threads / side_by_side);
     parallel_for(static_cast<int>(pending.size()), side_by_side,
                  [&](int p) { run_item(pending[p]); });
   }
-  // The results file: every item of this sweep, in a fixed order (trace, sample, configuration).
-  std::set<std::string> keys;  // one column per parameter of any configuration
-  for (const auto& c : configs)
-    for (const auto& kv : c.params.values()) keys.insert(kv.first);
-  std::string all = std::string(kPrefixHeader) + "budget_entries,budget_fraction,";
-  for (const auto& k : keys) all += parameter_column(k) + ",";
-  all += kItemHeader;
-  std::vector<ConfigMeans> means(configs.size());
-  NoteTally noted;
-  std::string notes_csv = "trace,sample,label,note\n";
-  for (const auto& it : items)
-    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
-      const PolicyConfig& c = configs[ci];
-      const int entries = budget_entries(c, it.prompt_len);
-      std::string prefix =
-          csv_quote(it.trace) + "," + it.hash + "," + csv_quote(it.sample) + "," +
-          csv_quote(c.label) + "," + c.info->name + "," + csv_quote(c.params.str()) + "," +
-          (entries < 0 ? ","
-                       : std::to_string(entries) + "," +
-                             num(static_cast<double>(entries) / it.prompt_len) + ",");
-      for (const auto& k : keys) {
-        const auto v = c.params.values().find(k);
-        prefix += (v == c.params.values().end() ? "" : csv_quote(v->second)) + ",";
-      }
-      std::ifstream in(items_dir / (key_of(it, c) + ".csv"));
-      std::string line;
-      std::getline(in, line);  // header
-      while (std::getline(in, line)) {
-        if (line.rfind(kItemNote, 0) == 0) {
-          const std::string note = line.substr(std::char_traits<char>::length(kItemNote));
-          noted.add(static_cast<int>(ci), it.trace + "\n" + it.sample, note);
-          notes_csv += csv_quote(it.trace) + "," + csv_quote(it.sample) + "," + csv_quote(c.label) +
-                       "," + csv_quote(note) + "\n";
-          continue;
-        }
-        all += prefix + line + "\n";
-        means[ci].add(it.trace + "\n" + it.sample, line, entries);
-      }
-    }
+  if (!writes_results) return report;
   set_interrupt_note("");
-  write_atomically(fs::path(o.out_dir) / "results.csv", all);
-  write_atomically(fs::path(o.out_dir) / "notes.csv", notes_csv);
-  for (const auto& [config, note] : noted.lines(items.size()))
-    report.notes.push_back(configs[config].label + ": " + note);
-  report.table = means_table(configs, means);
+  assemble_results(items, configs, items_dir, o.out_dir, report);
   return report;
 }
 
