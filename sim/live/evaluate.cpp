@@ -277,6 +277,57 @@ double mean_ms(const RunResult& r) {
 
 }  // namespace
 
+namespace {
+
+// The steps every run of a prompt is evaluated over: with stop tokens, the full cache's answer
+// ends at the first one predicted (predicted[k], produced by step k - 1): k steps, at least one;
+// else all of them.
+int answer_steps(const RunResult& full, const EvalOptions& o) {
+  for (int k = 0; k <= o.gen_len && !o.stop_tokens.empty(); ++k)
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), full.predicted[k]) !=
+        o.stop_tokens.end())
+      return std::max(k, 1);
+  return o.gen_len;
+}
+
+// A policy's runs against the full cache's over G steps: per step, the teacher-forced run's KL
+// and top-1 agreement and the greedy run's tokens and memory; then where the greedy answers
+// (the prefill's token and one per step) first differ, their overlap and token match.
+void compare_with_full(const RunResult& full, const RunResult& tf, const RunResult& gr, int G,
+                       EvalSummary& s) {
+  s.gen_len = G;
+  for (int t = 0; t < G; ++t) {
+    EvalStep st;
+    st.step = t;
+    st.position = s.prompt_len + t;
+    st.kl = kl_divergence(full.logits[t], tf.logits[t]);
+    st.top1_agree = full.predicted[t + 1] == tf.predicted[t + 1];
+    st.full_token = full.predicted[t + 1];
+    st.policy_token = gr.predicted[t + 1];
+    st.kv_entries = gr.steps[t].kv_entries;
+    st.kv_bytes = st.kv_entries * gr.bytes_per_entry;
+    st.ms = 1000.0 * gr.steps[t].seconds;
+    s.mean_kl += st.kl;
+    s.max_kl = std::max(s.max_kl, st.kl);
+    s.top1_agreement += st.top1_agree;
+    s.steps.push_back(st);
+  }
+  s.mean_kl /= G;
+  s.top1_agreement /= G;
+  const int answer = G + 1;  // predicted[0..G]: the prefill's token and one per step
+  s.first_divergence = answer;
+  for (int i = 0; i < answer; ++i)
+    if (gr.predicted[i] != full.predicted[i]) {
+      s.first_divergence = i;
+      break;
+    }
+  s.answer_overlap =
+      static_cast<double>(longest_common_subsequence(gr.predicted, full.predicted)) / answer;
+  s.token_match = token_match_rate(gr.predicted, full.predicted);
+}
+
+}  // namespace
+
 std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample& prompt,
                                          const std::vector<PolicyConfig>& policies,
                                          const EvalOptions& o) {
@@ -289,15 +340,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
   base.keep_logits = true;
   base.check_invariants = o.check_invariants;
   RunResult full = engine.run(pp, base);
-  // With stop tokens the answer ends at the first one predicted (predicted[k], produced by step
-  // k - 1): k steps, at least one; every policy runs those steps.
-  int G = o.gen_len;
-  for (int k = 0; k <= o.gen_len && !o.stop_tokens.empty(); ++k)
-    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), full.predicted[k]) !=
-        o.stop_tokens.end()) {
-      G = std::max(k, 1);
-      break;
-    }
+  const int G = answer_steps(full, o);  // every policy runs those steps
   if (G < o.gen_len) {
     base.steps = G;
     keep_first_steps(full, G);
@@ -330,35 +373,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     if (const auto b = policy.params.values().find("budget"); b != policy.params.values().end())
       s.budget = b->second;
     s.prompt_len = prompt.info.prompt_len;
-    s.gen_len = G;
-    for (int t = 0; t < G; ++t) {
-      EvalStep st;
-      st.step = t;
-      st.position = s.prompt_len + t;
-      st.kl = kl_divergence(full.logits[t], tf.logits[t]);
-      st.top1_agree = full.predicted[t + 1] == tf.predicted[t + 1];
-      st.full_token = full.predicted[t + 1];
-      st.policy_token = gr.predicted[t + 1];
-      st.kv_entries = gr.steps[t].kv_entries;
-      st.kv_bytes = st.kv_entries * gr.bytes_per_entry;
-      st.ms = 1000.0 * gr.steps[t].seconds;
-      s.mean_kl += st.kl;
-      s.max_kl = std::max(s.max_kl, st.kl);
-      s.top1_agreement += st.top1_agree;
-      s.steps.push_back(st);
-    }
-    s.mean_kl /= G;
-    s.top1_agreement /= G;
-    const int answer = G + 1;  // predicted[0..G]: the prefill's token and one per step
-    s.first_divergence = answer;
-    for (int i = 0; i < answer; ++i)
-      if (gr.predicted[i] != full.predicted[i]) {
-        s.first_divergence = i;
-        break;
-      }
-    s.answer_overlap =
-        static_cast<double>(longest_common_subsequence(gr.predicted, full.predicted)) / answer;
-    s.token_match = token_match_rate(gr.predicted, full.predicted);
+    compare_with_full(full, tf, gr, G, s);
     if (o.vocabulary)
       score_answers(*o.vocabulary, prompt.info.reference, policy_answer, full.predicted,
                     o.stop_tokens, s);
