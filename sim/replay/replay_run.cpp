@@ -114,18 +114,61 @@ class Concatenation {
 
 }  // namespace
 
-ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& reader,
-                           const std::vector<PolicyConfig>& policies, const ReplayOptions& options,
-                           const std::vector<std::string>& samples, const ReplayOutputs& outputs,
-                           const std::map<std::string, std::vector<std::string>>& notes,
-                           const std::function<void()>& on_layer) {
-  std::map<std::string, int> index;  // a sample's place in the trace names its checkpoint files
+namespace {
+
+// Each sample's place in the trace (it names the sample's checkpoint files); throws when
+// `samples` names one twice.
+std::map<std::string, int> sample_index(const TraceReader& reader,
+                                        const std::vector<std::string>& samples) {
+  std::map<std::string, int> index;
   for (const auto& name : reader.sample_names())
     index.emplace(name, static_cast<int>(index.size()));
   std::set<std::string> seen;
   for (const auto& s : samples)
     if (!seen.insert(s).second)
       throw std::invalid_argument("sample '" + s + "' is given more than once");
+  return index;
+}
+
+// A finished sample's state: its notes go to `noted`, its bound-check counts to `report`; returns
+// the summary's lines.
+std::string read_sample_state(const std::string& text, const std::string& sample, NoteTally& noted,
+                              ReplayRunReport& report) {
+  std::istringstream state(text);
+  std::string line, summary_lines;
+  while (std::getline(state, line)) {
+    if (line.rfind(kNoteLine, 0) == 0) {
+      std::istringstream in(line.substr(std::char_traits<char>::length(kNoteLine)));
+      int policy = -1;
+      std::string note;
+      in >> policy;
+      std::getline(in >> std::ws, note);
+      noted.add(policy, sample, note);
+      continue;
+    }
+    if (line.rfind(kBoundsLine, 0) != 0) {
+      summary_lines += line + "\n";
+      continue;
+    }
+    long counts[4] = {0, 0, 0, 0};
+    std::istringstream(line.substr(std::char_traits<char>::length(kBoundsLine))) >> counts[0] >>
+        counts[1] >> counts[2] >> counts[3];
+    report.theorem_rows += counts[0];
+    report.theorem_failures += counts[1];
+    report.flushes += counts[2];
+    report.corollary_failures += counts[3];
+  }
+  return summary_lines;
+}
+
+}  // namespace
+
+ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& reader,
+                           const std::vector<PolicyConfig>& policies, const ReplayOptions& options,
+                           const std::vector<std::string>& samples, const ReplayOutputs& outputs,
+                           const std::map<std::string, std::vector<std::string>>& notes,
+                           const std::function<void()>& on_layer) {
+  const std::map<std::string, int> index = sample_index(reader, samples);
 
   ReplayRunReport report;
   std::unique_ptr<ReplayCheckpoint> checkpoint;
@@ -186,30 +229,8 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
   for (const auto& s : samples) {
     const int i = index.at(s);
     const std::string origin = checkpoint ? checkpoint->file(i, "done") : s;
-    std::istringstream state(checkpoint ? checkpoint->state(i) : states.at(i));
-    std::string line, summary_lines;
-    while (std::getline(state, line)) {
-      if (line.rfind(kNoteLine, 0) == 0) {
-        std::istringstream in(line.substr(std::char_traits<char>::length(kNoteLine)));
-        int policy = -1;
-        std::string text;
-        in >> policy;
-        std::getline(in >> std::ws, text);
-        noted.add(policy, s, text);
-        continue;
-      }
-      if (line.rfind(kBoundsLine, 0) != 0) {
-        summary_lines += line + "\n";
-        continue;
-      }
-      long counts[4] = {0, 0, 0, 0};
-      std::istringstream(line.substr(std::char_traits<char>::length(kBoundsLine))) >> counts[0] >>
-          counts[1] >> counts[2] >> counts[3];
-      report.theorem_rows += counts[0];
-      report.theorem_failures += counts[1];
-      report.flushes += counts[2];
-      report.corollary_failures += counts[3];
-    }
+    const std::string summary_lines =
+        read_sample_state(checkpoint ? checkpoint->state(i) : states.at(i), s, noted, report);
     summary.add_sample_state(s, summary_lines, origin);
     if (steps) steps->append(checkpoint->file(i, "steps.csv"));
     if (bounds) bounds->append(checkpoint->file(i, "bounds.csv"));
