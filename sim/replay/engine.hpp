@@ -36,15 +36,15 @@ struct StepMetrics {
   int misses_top = -1;       // top-10% keys evicted earlier: irrecoverable misses
   float evicted_mass = NAN;  // mass on evicted (no longer stored) positions
   float cumulative_evicted_mass = NAN;  // running sum of evicted_mass over the steps so far
-  float regret = NAN;  // recall of `oracle` at the same budget minus this policy's (set by the CLI)
+  // Recall of the regret reference (the oracle) at equal memory minus this policy's (set_regret;
+  // NaN without a reference in the run).
+  float regret = NAN;
 };
 
-// Everything one policy did in one layer of one sample.
 // A decode step at which a policy removed d >= 1 entries of a KV head (--bounds): the sum of the
 // policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
 // held before the removal (what a greedy evictor would have lost; entries the policy could not
-// remove score +inf). HAE Corollary 2.1 claims
-// realized <= greedy.
+// remove score +inf). HAE Corollary 2.1 claims realized <= greedy.
 struct FlushEvent {
   int step = 0, kv_head = 0, removed = 0;
   double realized = 0, greedy = 0;
@@ -60,6 +60,7 @@ struct TheoremCheck {
   double loss = NAN;      // largest full-cache attention mass on the c keys at any decode step
 };
 
+// Everything one policy did in one layer of one sample.
 struct LayerResult {
   int policy_index = 0;
   std::string sample;
@@ -86,9 +87,10 @@ struct ReplayOptions {
   double prefetch_limit_bytes = 256.0 * (1 << 20);
 };
 
-// Sets StepMetrics::regret of every result: the mass recall of an `oracle` result of the same
-// layer, minus the result's. The oracle is one whose `match` is the result's label (it held
-// exactly what the policy held), else a plain oracle whose budget resolved to the same count
+// Sets StepMetrics::regret of every result: the mass recall of a regret reference's result of the
+// same layer (a policy whose registration declares regret_reference_for: the oracle), minus the
+// result's. The reference is one matched to the result's label (it held exactly what the policy
+// held), else an unmatched one whose budget resolved to the same count
 // (LayerResult::budget_entries); either with as many cache heads.
 void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies);
 
@@ -99,7 +101,8 @@ void set_regret(std::vector<LayerResult>& layer_results, const std::vector<Polic
 TraceInfo info_with_kv_heads(TraceInfo info, int kv_heads);
 LayerTensors repeat_kv_heads(const LayerTensors& tensors, int group);
 
-// Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight).
+// Bytes of one layer's q, k and v of a sample in float32 (what replay holds per layer in flight):
+// a compact trace's query rows from compact_first_row on only.
 double layer_tensor_bytes(const TraceInfo& info, const SampleInfo& sample);
 // Whether the HDF5 library serialises its own calls, so that several threads may read traces.
 bool hdf5_serialises_calls();
