@@ -137,17 +137,20 @@ class PythonPolicy final : public Policy {
 AttentionNeeds needs_of(const py::object& obj, const std::string& label) {
   AttentionNeeds n;
   if (!py::hasattr(obj, "needs")) return n;
+  // Every field of AttentionNeeds by its name, as text (a list: its items comma-separated).
   for (const auto& [key, value] : obj.attr("needs").cast<py::dict>()) {
-    const std::string k = py::str(key);
-    if (k == "prefill_column_sums")
-      n.prefill_column_sums = value.cast<bool>();
-    else if (k == "prefill_window")
-      n.prefill_window = value.cast<int>();
-    else if (k == "text_query_layers")
-      n.text_query_layers = value.cast<int>();
+    std::string text;
+    if (py::isinstance<py::bool_>(value))
+      text = value.cast<bool>() ? "true" : "false";
+    else if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value))
+      for (const auto& item : value) text += (text.empty() ? "" : ",") + std::string(py::str(item));
     else
-      throw py::value_error("Python policy '" + label + "': unknown need '" + k +
-                            "' (known: prefill_column_sums, prefill_window, text_query_layers)");
+      text = py::str(value);
+    try {
+      set_attention_need(n, py::str(key), text);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error("Python policy '" + label + "': " + e.what());
+    }
   }
   return n;
 }

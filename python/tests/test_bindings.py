@@ -231,6 +231,42 @@ class PythonPolicyTest(Fixture):
                 if col != "policy":
                     np.testing.assert_array_equal(values[dm], values[do], (name, col))
 
+    def test_every_kind_of_need_is_declared_by_name(self):
+        class Declares(kvsim.Policy):
+            needs = {"prefill_column_sums": True, "sample_window_sums": [4, 2],
+                     "sparsity_epsilon": 0.001, "sample_entropies": True,
+                     "prefill_column_sums_rounded": False}
+
+            def on_prefill(self, view, cache):
+                pass
+
+        res = kvsim.replay(self.trace, {"declares": Declares()}, samples=["000000"])
+        self.assertGreater(len(res["policy"]), 0)
+
+        class Misspelt(kvsim.Policy):
+            needs = {"prefil_window": 4}
+
+            def on_prefill(self, view, cache):
+                pass
+
+        with self.assertRaises(ValueError) as e:
+            kvsim.replay(self.trace, {"misspelt": Misspelt()}, samples=["000000"])
+        self.assertIn("Python policy 'misspelt': unknown need 'prefil_window' (did you mean "
+                      "'prefill_window'?) (known: prefill_column_sums, prefill_window, "
+                      "text_query_layers, sample_entropies, sample_window_sums, "
+                      "sparsity_epsilon, key_ranking, prefill_column_sums_rounded, "
+                      "prompt_queries)", str(e.exception))
+
+        class Negative(kvsim.Policy):
+            needs = {"prefill_window": -1}
+
+            def on_prefill(self, view, cache):
+                pass
+
+        with self.assertRaisesRegex(ValueError, "need 'prefill_window' takes a count >= 0, "
+                                    "not '-1'"):
+            kvsim.replay(self.trace, {"negative": Negative()}, samples=["000000"])
+
     def test_views_statistics_and_errors(self):
         seen = {}
 

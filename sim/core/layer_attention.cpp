@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
+#include <stdexcept>
 
 #include "sim/core/kernels/kernels.hpp"
 #include "sim/core/parallel.hpp"
+#include "sim/core/suggest.hpp"
 #include "traces/half.hpp"
 
 namespace kvsim {
@@ -26,6 +29,79 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   prefill_window = std::max(prefill_window, o.prefill_window);
   prefill_column_sums_rounded |= o.prefill_column_sums_rounded;
   prompt_queries |= o.prompt_queries;
+}
+
+namespace {
+
+bool need_flag(const std::string& name, const std::string& value) {
+  if (value == "true" || value == "True" || value == "1") return true;
+  if (value == "false" || value == "False" || value == "0") return false;
+  throw std::invalid_argument("need '" + name + "' takes true or false, not '" + value + "'");
+}
+
+int need_count(const std::string& name, const std::string& value) {
+  std::size_t used = 0;
+  int n = -1;
+  try {
+    n = std::stoi(value, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != value.size() || n < 0)
+    throw std::invalid_argument("need '" + name + "' takes a count >= 0, not '" + value + "'");
+  return n;
+}
+
+}  // namespace
+
+const std::vector<std::string>& attention_need_names() {
+  static const std::vector<std::string> names = {
+      "prefill_column_sums", "prefill_window",   "text_query_layers", "sample_entropies",
+      "sample_window_sums",  "sparsity_epsilon", "key_ranking",       "prefill_column_sums_rounded",
+      "prompt_queries"};
+  return names;
+}
+
+void set_attention_need(AttentionNeeds& n, const std::string& name, const std::string& value) {
+  if (name == "prefill_column_sums") {
+    n.prefill_column_sums = need_flag(name, value);
+  } else if (name == "prefill_window") {
+    n.prefill_window = need_count(name, value);
+  } else if (name == "text_query_layers") {
+    n.text_query_layers = need_count(name, value);
+  } else if (name == "sample_entropies") {
+    n.sample_entropies = need_flag(name, value);
+  } else if (name == "sample_window_sums") {
+    std::vector<int> windows;
+    std::stringstream ss(value);
+    for (std::string w; std::getline(ss, w, ',');)
+      if (const int n_w = need_count(name, w); n_w > 0) windows.push_back(n_w);
+    std::sort(windows.begin(), windows.end());
+    windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
+    n.sample_window_sums = windows;
+  } else if (name == "sparsity_epsilon") {
+    std::size_t used = 0;
+    double eps = -1;
+    try {
+      eps = std::stod(value, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != value.size() || !(eps >= 0 && eps < 1))
+      throw std::invalid_argument("need 'sparsity_epsilon' takes a number in [0, 1), not '" +
+                                  value + "'");
+    n.sparsity_epsilon = eps;
+  } else if (name == "key_ranking") {
+    n.key_ranking = need_flag(name, value);
+  } else if (name == "prefill_column_sums_rounded") {
+    n.prefill_column_sums_rounded = need_flag(name, value);
+  } else if (name == "prompt_queries") {
+    n.prompt_queries = need_flag(name, value);
+  } else {
+    std::string known;
+    for (const auto& k : attention_need_names()) known += (known.empty() ? "" : ", ") + k;
+    throw std::invalid_argument("unknown need '" + name + "'" +
+                                did_you_mean(name, attention_need_names()) + " (known: " + known +
+                                ")");
+  }
 }
 
 std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& trace) {

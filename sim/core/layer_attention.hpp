@@ -39,6 +39,13 @@ struct AttentionNeeds {
   void merge(const AttentionNeeds& o);
 };
 
+// The fields of AttentionNeeds by name, and one set by name from text ("true", "32", "0.001",
+// "16,32" for the window sums): how a policy written outside C++ (Python) declares what it reads,
+// every kind of need alike. Throws std::invalid_argument naming the field and what it takes, or
+// listing the names.
+const std::vector<std::string>& attention_need_names();
+void set_attention_need(AttentionNeeds& needs, const std::string& name, const std::string& value);
+
 // What the compact trace described by `trace` lacks of `needs`: the statistic, what the trace
 // holds and what to do ("" when it holds everything, as a full trace does).
 std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& trace);
