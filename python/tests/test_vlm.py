@@ -93,6 +93,34 @@ def assert_same_files(test, first, second, names):
             test.assertEqual(a.read(), b.read(), name)
 
 
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def check_committed_numbers(test, produced, name):
+    """The experiment's small setting gives the numbers committed in python/tests/data/NAME, to
+    the last printed digit: a change of the code that moves them shows here, and the committed
+    file (and the docs quoting the experiment) are regenerated with it. KVSIM_UPDATE_EXPECTED=1
+    writes the file instead."""
+    expected = os.path.join(EXPECTED, name)
+    with open(produced) as f:
+        fresh = f.read()
+    if os.environ.get("KVSIM_UPDATE_EXPECTED") == "1":
+        os.makedirs(EXPECTED, exist_ok=True)
+        with open(expected, "w") as f:
+            f.write(fresh)
+        return
+    with open(expected) as f:
+        committed = f.read()
+    if fresh != committed:
+        fresh_rows, committed_rows = fresh.splitlines(), committed.splitlines()
+        differing = [f"  now:       {a}\n  committed: {b}"
+                     for a, b in zip(fresh_rows, committed_rows) if a != b][:3]
+        test.fail(f"{produced} differs from the committed {expected} "
+                  f"({len(fresh_rows)} rows against {len(committed_rows)}); first differences:\n" +
+                  "\n".join(differing) + "\nrerun with KVSIM_UPDATE_EXPECTED=1 if the change is "
+                  "meant, and regenerate the docs' numbers")
+
+
 class SmallBuild(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -159,6 +187,7 @@ class SmallBuild(unittest.TestCase):
             if row["budget"] != "self":  # every budgeted policy at its budget, or flagged
                 self.assertTrue(abs(float(row["held"]) - 1) <= 0.01 or row["policy"] in
                                 ("hae", "meda"), row)
+        check_committed_numbers(self, os.path.join(out, "vlm_eval.csv"), "vlm_eval_small.csv")
         with open(os.path.join(out, "vlm_eval.md")) as f:
             md = f.read()
         for phrase in ("Spearman", "no image tokens (control prompt)", "Kendall's W",
