@@ -137,8 +137,8 @@ namespace {
 
 // out[k] = Σ_{j < first_len + k} rows[k·stride + j] (· weights[j] when given), in double, each sum
 // in ascending j as a plain loop adds it: the rows' chains are interleaved, kRows at a time, so
-// that the additions overlap instead of each waiting on the last (the same bytes, several times
-// faster than one row after another).
+// that the additions overlap instead of each waiting on the last (the same bytes as one row
+// after another, in less time: docs/performance.md).
 template <bool kWeighted>
 void ascending_row_sums(const float* rows, std::size_t stride, int count, int first_len,
                         const float* weights, double* out) {
