@@ -540,6 +540,47 @@ std::string interval(const Interval& i) {
 
 }  // namespace
 
+namespace {
+
+// The per-sample rows' notes: per policy, each distinct note with the samples that gave it.
+std::vector<std::pair<std::string, std::string>> tallied_notes(
+    const CsvTable& t, const std::vector<std::string>& label,
+    const std::vector<std::string>& sample, const std::vector<PolicyConfig>& policies) {
+  NoteTally noted;
+  std::map<std::string, int> policy_index;
+  for (const auto& p : policies)
+    policy_index.emplace(p.label, static_cast<int>(policy_index.size()));
+  std::set<std::string> samples;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    samples.insert(sample[i]);
+    const auto at = policy_index.find(label[i]);
+    if (at != policy_index.end())
+      for (const std::string& n : split_notes(t.rows[i][t.column("notes")]))
+        noted.add(at->second, sample[i], n);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [policy, note] : noted.lines(samples.size()))
+    out.emplace_back(policies[policy].label, note);
+  return out;
+}
+
+// Per run and per seed group: the per-sample peak held over the budget furthest from 1.
+std::map<std::string, double> furthest_held(const std::vector<std::string>& label,
+                                            const std::vector<double>& held) {
+  std::map<std::string, double> worst;
+  for (std::size_t i = 0; i < label.size(); ++i) {
+    if (std::isnan(held[i])) continue;
+    for (const std::string& key : {label[i], seed_group_of(label[i])}) {
+      if (key.empty()) continue;
+      auto [it, added] = worst.emplace(key, held[i]);
+      if (!added && std::fabs(held[i] - 1) > std::fabs(it->second - 1)) it->second = held[i];
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
 EvalReport report_evaluation(const std::string& per_sample_csv,
                              const std::vector<PolicyConfig>& policies) {
   const CsvTable t = parse_csv_table(per_sample_csv, "live evaluate summary");
@@ -554,20 +595,7 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
     held[i] = held_over_budget(t, i, config.count(label[i]) ? config.at(label[i]) : nullptr);
   }
   EvalReport out;
-  NoteTally noted;
-  std::map<std::string, int> policy_index;
-  for (const auto& p : policies)
-    policy_index.emplace(p.label, static_cast<int>(policy_index.size()));
-  std::set<std::string> samples;
-  for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    samples.insert(sample[i]);
-    const auto at = policy_index.find(label[i]);
-    if (at != policy_index.end())
-      for (const std::string& n : split_notes(t.rows[i][t.column("notes")]))
-        noted.add(at->second, sample[i], n);
-  }
-  for (const auto& [policy, note] : noted.lines(samples.size()))
-    out.notes.emplace_back(policies[policy].label, note);
+  out.notes = tallied_notes(t, label, sample, policies);
   out.summary_csv = eval_summary_csv_header();
   out.summary_csv.pop_back();
   out.summary_csv += std::string(",") + kOverallColumns + "\n";
@@ -595,15 +623,7 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
   }
   column["delta_nll"] = per_sample_values(label, sample, delta, {}, false);
   pooled["delta_nll"] = per_sample_values(label, sample, delta);
-  std::map<std::string, double> worst_held;  // per run and per group
-  for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    if (std::isnan(held[i])) continue;
-    for (const std::string& key : {label[i], seed_group_of(label[i])}) {
-      if (key.empty()) continue;
-      auto [it, added] = worst_held.emplace(key, held[i]);
-      if (!added && std::fabs(held[i] - 1) > std::fabs(it->second - 1)) it->second = held[i];
-    }
-  }
+  const std::map<std::string, double> worst_held = furthest_held(label, held);
   struct Overall {
     std::string label;
     int seeds;
