@@ -28,7 +28,8 @@
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
 #   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
 #   split over processes); VLM_MULTI_SMALL=1 builds the small CI model and evaluates one seed and
-#   two budgets (tests).
+#   two budgets (tests); VLM_MULTI_DOCS=FILE writes the run's tables into the marked regions of
+#   FILE (docs/real_model.md: analysis/docs_tables.py).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm_multi}
@@ -123,3 +124,7 @@ single=""
 # shellcheck disable=SC2086
 "$py" "$repo/analysis/vlm_orders.py" --compress "$out/compress" --append "$out/append" \
   --shared "$out/shared" --shared-budget "$shared_budget" $single --out "$out"
+# The docs quote this run: its tables written into the document's marked regions.
+if [ -n "${VLM_MULTI_DOCS:-}" ]; then
+  "$py" "$repo/analysis/docs_tables.py" "$out" "$VLM_MULTI_DOCS"
+fi

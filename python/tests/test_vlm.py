@@ -397,6 +397,29 @@ class SmallMultiBuild(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, f"vlm_orders.{ext}")))
         for order in ("compress", "append"):  # replay's prediction of the accuracy, per order
             self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
+        # The docs' eight-box tables are the run's: written in by analysis/docs_tables.py, and a
+        # document that quotes another run is told apart.
+        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py"), out]
+        doc = os.path.join(self.tmp, "real_model.md")
+        with open(os.path.join(REPO, "docs", "real_model.md")) as f:
+            committed = f.read()
+        with open(doc, "w") as f:
+            f.write(committed)
+        r = subprocess.run(tool + [doc, "--check"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stderr)  # the committed doc quotes the full run
+        self.assertIn("differs from the run", r.stderr)
+        r = subprocess.run(tool + [doc], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("5 table(s) rewritten", r.stdout)
+        self.assertEqual(subprocess.run(tool + [doc, "--check"]).returncode, 0)
+        with open(doc) as f:
+            rewritten = f.read()
+        with open(os.path.join(out, "vlm_orders.md")) as f:
+            shared = [line for line in f.read().split("\n") if line.startswith("| `full` | 2 |")]
+        self.assertEqual(len(shared), 1)
+        self.assertIn(shared[0], rewritten)
+        outside = lambda t: t.split("## Eight images")[0]  # noqa: E731
+        self.assertEqual(outside(rewritten), outside(committed))  # nothing else touched
 
     def test_kvsim_live_gives_the_answers_the_build_measured(self):
         self.assertEqual(live_answers(self.dir, os.path.join(self.tmp, "multi_trace.h5")),
