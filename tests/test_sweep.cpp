@@ -120,14 +120,14 @@ TEST(Sweep, GridsAreBoundedAndIniErrorsTerminate) {
                  "cfg.ini: line '%canonical_option%': not a [section], a key = value or a comment");
 }
 
-std::string sweep_trace(const std::string& name) {
+std::string sweep_trace(const std::string& name, int samples = 6, int media_tokens = 120) {
   SynthConfig c;
   c.layers = 6;
   c.heads = 4;
   c.kv_heads = 2;
   c.head_dim = 16;
-  c.samples = 6;
-  c.media_tokens = 120;
+  c.samples = samples;
+  c.media_tokens = media_tokens;
   c.gen_tokens = 12;
   c.write.dtype = DType::kFloat32;
   const std::string path = temp_path(name);
@@ -284,16 +284,7 @@ TEST(Sweep, InterruptSaysWhatIsKeptAndHowToResume) {
   // Ctrl-C (SIGINT) once some items are stored: the message says how many are kept, where, and
   // how to resume, and the count is the items on disk; the resumed sweep writes the same file
   // as an uninterrupted one. 24 samples, so that the sweep is still running when it is stopped.
-  SynthConfig c;
-  c.layers = 6;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 16;
-  c.samples = 24;
-  c.media_tokens = 240;
-  c.gen_tokens = 12;
-  const std::string trace = temp_path("sweep_sigint.h5");
-  synth_write(c, trace);
+  const std::string trace = sweep_trace("sweep_sigint.h5", 24, 240);
   const std::string whole = temp_path("sweep_sigint_whole");
   fs::remove_all(whole);
   ASSERT_EQ(std::system(sweep_args(trace, whole, 2).c_str()), 0);

@@ -209,32 +209,14 @@ void add_model_options(CLI::App& app, RunArgs& a) {
   add_threads_option(app, a.threads, "Threads for the prompt statistics");
 }
 
-// Every sample fits the model before any work: its inputs_embeds as wide as the model's hidden
-// size, its token ids (but at the positions inputs_embeds fills) and reference ids inside the
-// vocabulary. Errors name the prompt file, the sample and, for an id, its position. Returns how
-// many samples carry a reference answer.
+// Every sample fits the model before any work (live::check_prompt_fits_model, errors naming the
+// prompt file, the sample and the model). Returns how many samples carry a reference answer.
 int check_prompts_fit_model(const PromptReader& prompts, const std::vector<std::string>& samples,
                             const live::ModelConfig& c, const std::string& model) {
   int with_reference = 0;
   for (const auto& name : samples) {
     const PromptSample p = prompts.read(name);
-    const std::string where = prompts.path() + ", sample '" + name + "': ";
-    if (p.embed_dim != 0 && p.embed_dim != c.hidden_size)
-      throw std::invalid_argument(where + "inputs_embeds rows have " + std::to_string(p.embed_dim) +
-                                  " columns, the hidden_size of " + model + " is " +
-                                  std::to_string(c.hidden_size));
-    std::vector<bool> embedded(p.info.token_ids.size(), false);
-    for (int e : p.embed_positions()) embedded[e] = true;
-    auto check = [&](const std::vector<std::int32_t>& ids, const char* what, bool skip) {
-      for (std::size_t i = 0; i < ids.size(); ++i)
-        if ((!skip || !embedded[i]) && (ids[i] < 0 || ids[i] >= c.vocab_size))
-          throw std::invalid_argument(where + what + " id " + std::to_string(ids[i]) +
-                                      " at position " + std::to_string(i) +
-                                      " is outside the vocabulary of " + model + " [0, " +
-                                      std::to_string(c.vocab_size) + ")");
-    };
-    check(p.info.token_ids, "token", true);
-    check(p.reference_ids, "reference token", false);
+    live::check_prompt_fits_model(p, c, prompts.path() + ", sample '" + name + "': ", model);
     with_reference += !p.info.reference.empty();
   }
   return with_reference;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -51,57 +52,72 @@ int need_count(const std::string& name, const std::string& value) {
   return n;
 }
 
+double need_fraction(const std::string& name, const std::string& value) {
+  std::size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(value, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != value.size() || !(x >= 0 && x < 1))
+    throw std::invalid_argument("need '" + name + "' takes a number in [0, 1), not '" + value +
+                                "'");
+  return x;
+}
+
+std::vector<int> need_windows(const std::string& name, const std::string& value) {
+  std::vector<int> windows;
+  std::stringstream ss(value);
+  for (std::string w; std::getline(ss, w, ',');)
+    if (const int n = need_count(name, w); n > 0) windows.push_back(n);
+  std::sort(windows.begin(), windows.end());
+  windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
+  return windows;
+}
+
+// Every field of AttentionNeeds, by name, with how it is set from text.
+struct NeedField {
+  std::string name;
+  std::function<void(AttentionNeeds&, const std::string& name, const std::string& value)> set;
+};
+
+const std::vector<NeedField>& need_fields() {
+  using N = AttentionNeeds;
+  using S = const std::string&;
+  static const std::vector<NeedField> fields = {
+      {"prefill_column_sums", [](N& n, S k, S v) { n.prefill_column_sums = need_flag(k, v); }},
+      {"prefill_window", [](N& n, S k, S v) { n.prefill_window = need_count(k, v); }},
+      {"text_query_layers", [](N& n, S k, S v) { n.text_query_layers = need_count(k, v); }},
+      {"sample_entropies", [](N& n, S k, S v) { n.sample_entropies = need_flag(k, v); }},
+      {"sample_window_sums", [](N& n, S k, S v) { n.sample_window_sums = need_windows(k, v); }},
+      {"sparsity_epsilon", [](N& n, S k, S v) { n.sparsity_epsilon = need_fraction(k, v); }},
+      {"key_ranking", [](N& n, S k, S v) { n.key_ranking = need_flag(k, v); }},
+      {"prefill_column_sums_rounded",
+       [](N& n, S k, S v) { n.prefill_column_sums_rounded = need_flag(k, v); }},
+      {"prompt_queries", [](N& n, S k, S v) { n.prompt_queries = need_flag(k, v); }},
+  };
+  return fields;
+}
+
 }  // namespace
 
 const std::vector<std::string>& attention_need_names() {
-  static const std::vector<std::string> names = {
-      "prefill_column_sums", "prefill_window",   "text_query_layers", "sample_entropies",
-      "sample_window_sums",  "sparsity_epsilon", "key_ranking",       "prefill_column_sums_rounded",
-      "prompt_queries"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& f : need_fields()) out.push_back(f.name);
+    return out;
+  }();
   return names;
 }
 
-void set_attention_need(AttentionNeeds& n, const std::string& name, const std::string& value) {
-  if (name == "prefill_column_sums") {
-    n.prefill_column_sums = need_flag(name, value);
-  } else if (name == "prefill_window") {
-    n.prefill_window = need_count(name, value);
-  } else if (name == "text_query_layers") {
-    n.text_query_layers = need_count(name, value);
-  } else if (name == "sample_entropies") {
-    n.sample_entropies = need_flag(name, value);
-  } else if (name == "sample_window_sums") {
-    std::vector<int> windows;
-    std::stringstream ss(value);
-    for (std::string w; std::getline(ss, w, ',');)
-      if (const int n_w = need_count(name, w); n_w > 0) windows.push_back(n_w);
-    std::sort(windows.begin(), windows.end());
-    windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
-    n.sample_window_sums = windows;
-  } else if (name == "sparsity_epsilon") {
-    std::size_t used = 0;
-    double eps = -1;
-    try {
-      eps = std::stod(value, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != value.size() || !(eps >= 0 && eps < 1))
-      throw std::invalid_argument("need 'sparsity_epsilon' takes a number in [0, 1), not '" +
-                                  value + "'");
-    n.sparsity_epsilon = eps;
-  } else if (name == "key_ranking") {
-    n.key_ranking = need_flag(name, value);
-  } else if (name == "prefill_column_sums_rounded") {
-    n.prefill_column_sums_rounded = need_flag(name, value);
-  } else if (name == "prompt_queries") {
-    n.prompt_queries = need_flag(name, value);
-  } else {
-    std::string known;
-    for (const auto& k : attention_need_names()) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("unknown need '" + name + "'" +
-                                did_you_mean(name, attention_need_names()) + " (known: " + known +
-                                ")");
-  }
+void set_attention_need(AttentionNeeds& needs, const std::string& name, const std::string& value) {
+  for (const auto& f : need_fields())
+    if (f.name == name) return f.set(needs, name, value);
+  std::string known;
+  for (const auto& k : attention_need_names()) known += (known.empty() ? "" : ", ") + k;
+  throw std::invalid_argument("unknown need '" + name + "'" +
+                              did_you_mean(name, attention_need_names()) + " (known: " + known +
+                              ")");
 }
 
 std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& trace) {

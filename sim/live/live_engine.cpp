@@ -47,15 +47,32 @@ bool LiveEngine::needs_question_after(const std::vector<PolicyConfig>& policies)
   return false;
 }
 
+void check_prompt_fits_model(const PromptSample& p, const ModelConfig& c, const std::string& where,
+                             const std::string& model) {
+  if (p.embed_dim != 0 && p.embed_dim != c.hidden_size)
+    throw std::invalid_argument(
+        where + "inputs_embeds rows have " + std::to_string(p.embed_dim) + " columns, " +
+        (model.empty() ? "the model's hidden_size" : "the hidden_size of " + model) + " is " +
+        std::to_string(c.hidden_size));
+  std::vector<bool> embedded(p.info.token_ids.size(), false);
+  for (int e : p.embed_positions()) embedded[e] = true;
+  auto check = [&](const std::vector<std::int32_t>& ids, const char* what, bool skip) {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if ((!skip || !embedded[i]) && (ids[i] < 0 || ids[i] >= c.vocab_size))
+        throw std::invalid_argument(
+            where + what + " id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+            " is outside the vocabulary" + (model.empty() ? "" : " of " + model) + " [0, " +
+            std::to_string(c.vocab_size) + ")");
+  };
+  check(p.info.token_ids, "token", true);
+  check(p.reference_ids, "reference token", false);
+}
+
 PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
                                    const AttentionNeeds& needs, bool question_after) {
   const ModelConfig& c = model_.config();
   const int P = prompt.info.prompt_len, T = P + gen_len;
-  if (prompt.embed_dim != 0 && prompt.embed_dim != c.hidden_size)
-    throw std::invalid_argument("sample '" + prompt.info.name + "': inputs_embeds rows have " +
-                                std::to_string(prompt.embed_dim) +
-                                " columns, the model's hidden_size is " +
-                                std::to_string(c.hidden_size));
+  check_prompt_fits_model(prompt, c, "sample '" + prompt.info.name + "': ");
   if (c.mrope() && prompt.position_ids.empty())
     throw std::invalid_argument("sample '" + prompt.info.name +
                                 "': the model uses M-RoPE (rope_scaling.mrope_section) and the "

@@ -111,4 +111,12 @@ class LiveEngine {
 // The index of the largest logit (the lowest index among ties).
 std::int32_t argmax(const std::vector<float>& logits);
 
+// That a prompt fits the model: its inputs_embeds as wide as the hidden size, its token ids (but
+// at the positions inputs_embeds fills) and reference ids inside the vocabulary. Errors start
+// with `where` ("sample 's': ", or the file before it) and name `model` when given ("the model"
+// otherwise). LiveEngine::prepare checks it; the command line checks every prompt before any
+// work.
+void check_prompt_fits_model(const PromptSample& prompt, const ModelConfig& config,
+                             const std::string& where, const std::string& model = "");
+
 }  // namespace kvsim::live

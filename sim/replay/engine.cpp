@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "sim/core/kernels/kernels.hpp"
+#include "sim/core/note_tally.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/replay/bounds.hpp"
 
@@ -575,14 +576,15 @@ Value& entry(std::vector<std::pair<std::string, Value>>& list, const std::string
 
 std::map<std::string, std::vector<std::string>> Replayer::validate(
     const std::vector<std::string>& samples) const {
-  std::vector<std::pair<std::string, std::vector<std::string>>> errors;   // message -> samples
-  std::map<std::string, std::vector<std::pair<std::string, int>>> notes;  // label -> note, count
+  std::vector<std::pair<std::string, std::vector<std::string>>> errors;  // message -> samples
+  NoteTally noted;
   for (const std::string& name : samples) {
     const SampleInfo sample = reader_.read_sample(name);
-    for (const auto& p : policies_) {
+    for (std::size_t i = 0; i < policies_.size(); ++i) {
+      const PolicyConfig& p = policies_[i];
       try {
         const std::unique_ptr<Policy> instance = create_for_sample(p, sample);
-        for (const std::string& n : instance->notes()) ++entry(notes[p.label], n);
+        for (const std::string& n : instance->notes()) noted.add(static_cast<int>(i), name, n);
       } catch (const std::invalid_argument& e) {
         entry(errors, e.what()).push_back(name);
       }
@@ -595,10 +597,8 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
     throw std::invalid_argument(msg);
   }
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& [label, list] : notes)
-    for (const auto& [text, count] : list)
-      out[label].push_back(text + " (" + std::to_string(count) + " of " +
-                           std::to_string(samples.size()) + " sample(s))");
+  for (const auto& [policy, note] : noted.lines(samples.size()))
+    out[policies_[policy].label].push_back(note);
   return out;
 }
 
