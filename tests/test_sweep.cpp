@@ -314,14 +314,91 @@ TEST(Sweep, InterruptSaysWhatIsKeptAndHowToResume) {
   const long kept_items = count_items();
   EXPECT_GE(kept_items, 9);
   EXPECT_LT(kept_items, 9 * 24);
-  const std::string kept = std::to_string(kept_items) + " of 216 items (trace, sample, " +
-                           "configuration) are kept in " + stored.string() +
-                           "; the (trace, sample)s being replayed are lost with all their " +
-                           "configurations; rerun the same command to resume";
+  // The count is updated as each file is stored: a signal between a file's rename and its count
+  // (instructions apart) finds the count one behind.
   const std::string said = read_all(log);
-  EXPECT_NE(said.find("kvsim: interrupted\nkvsim: " + kept + "\n"), std::string::npos) << said;
+  const std::string kept = " of 216 items (trace, sample, configuration) are kept in " +
+                           stored.string() +
+                           ", and the finished layers of the (trace, sample)s being replayed; " +
+                           "rerun the same command to resume\n";
+  const bool exact = said.find("kvsim: interrupted\nkvsim: " + std::to_string(kept_items) + kept) !=
+                     std::string::npos;
+  const bool one_behind = said.find("kvsim: interrupted\nkvsim: " + std::to_string(kept_items - 1) +
+                                    kept) != std::string::npos;
+  EXPECT_TRUE(exact || one_behind) << said;
   ASSERT_EQ(std::system(sweep_args(trace, interrupted, 2).c_str()), 0);
   EXPECT_EQ(reference, read_all(fs::path(interrupted) / "results.csv"));
+}
+
+// Every policy and preset at its defaults (20% where it takes a budget) is stopped part-way
+// through an item, after the layer count given, and resumed: the rerun starts each configuration
+// at its next layer (its instance first sees the lower layers' prefills) and writes the file an
+// uninterrupted sweep writes, byte for byte. A progress file this sweep did not write is ignored.
+TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
+  // 6 layers per sample; one sample for two threads (items side by side would interleave).
+  const std::string trace = sweep_trace("sweep_layers.h5", 2, 120),
+                    single = sweep_trace("sweep_layers1.h5", 1, 120);
+  std::vector<std::string> names;
+  for (const std::string& n : PolicyRegistry::instance().names())
+    if (n.rfind("test_", 0) != 0) names.push_back(n);  // policies the tests register themselves
+  for (const auto& p : policy_presets()) names.push_back(p.name);
+  const std::vector<PolicyConfig> configs = sweep_configs(names, {}, {}, "20%");
+  const long n = static_cast<long>(configs.size());
+  auto uninterrupted = [&](const std::string& t, const std::string& name) {
+    const std::string out = temp_path(name);
+    fs::remove_all(out);
+    run_sweep({t}, configs, {.out_dir = out, .threads = 1});
+    return read_all(fs::path(out) / "results.csv");
+  };
+  const std::string reference = uninterrupted(trace, "sweep_layers_whole"),
+                    single_reference = uninterrupted(single, "sweep_layers1_whole");
+  struct Stop {};
+  struct Case {
+    long stop_after;  // layers replayed before the interrupt (the first item has 6)
+    int threads;
+    long done_before, resumed, layers_resumed;
+  };
+  // Stopped after an item's last layer, the item lost that layer only (it was not yet stored).
+  for (const Case& c : {Case{4, 1, 0, n, 4 * n}, Case{6, 1, 0, n, 5 * n}, Case{9, 1, n, n, 3 * n},
+                        Case{4, 2, 0, n, 4 * n}}) {
+    SCOPED_TRACE("stopped after " + std::to_string(c.stop_after) + " layers, " +
+                 std::to_string(c.threads) + " thread(s)");
+    const std::string& t = c.threads == 1 ? trace : single;
+    const std::string out =
+        temp_path("sweep_layers_" + std::to_string(c.stop_after) + "_" + std::to_string(c.threads));
+    fs::remove_all(out);
+    long layers = 0;
+    EXPECT_THROW(run_sweep({t}, configs, {.out_dir = out, .threads = c.threads},
+                           [&](long, long) {
+                             if (++layers == c.stop_after) throw Stop{};
+                           }),
+                 Stop);
+    const SweepReport resumed = run_sweep({t}, configs, {.out_dir = out, .threads = c.threads});
+    EXPECT_EQ(resumed.items_done_before, c.done_before);
+    EXPECT_EQ(resumed.items_resumed, c.resumed);
+    EXPECT_EQ(resumed.layers_resumed, c.layers_resumed);
+    EXPECT_EQ(read_all(fs::path(out) / "results.csv"),
+              c.threads == 1 ? reference : single_reference);
+    for (const auto& e : fs::directory_iterator(fs::path(out) / "items"))
+      EXPECT_NE(e.path().extension(), ".progress") << "left behind: " << e.path();
+  }
+  // A progress file that is not one this format wrote is ignored: its item is replayed whole.
+  const std::string damaged = temp_path("sweep_layers_damaged");
+  fs::remove_all(damaged);
+  long layers = 0;
+  EXPECT_THROW(run_sweep({trace}, configs, {.out_dir = damaged, .threads = 1},
+                         [&](long, long) {
+                           if (++layers == 3) throw Stop{};
+                         }),
+               Stop);
+  long progress_files = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(damaged) / "items"))
+    if (e.path().extension() == ".progress" && ++progress_files)
+      std::ofstream(e.path()) << "kvsim sweep progress of a (trace, sample)\nlayer,kv_head\n";
+  ASSERT_EQ(progress_files, 1);
+  const SweepReport resumed = run_sweep({trace}, configs, {.out_dir = damaged, .threads = 1});
+  EXPECT_EQ(resumed.items_resumed, 0);
+  EXPECT_EQ(read_all(fs::path(damaged) / "results.csv"), reference);
 }
 
 }  // namespace

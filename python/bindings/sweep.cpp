@@ -37,6 +37,7 @@ py::dict sweep(const std::vector<std::string>& traces, const std::vector<std::st
   d["items"] = r.items_total;
   d["done_before"] = r.items_done_before;
   d["run"] = r.items_run;
+  d["resumed"] = r.items_resumed;
   return d;
 }
 

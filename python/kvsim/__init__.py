@@ -182,8 +182,8 @@ def stats(trace, samples=None, as_frame=False, **options):
 def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, threads=0,
           as_frame=False, progress=None, seeds=5, equal_memory=False):
     """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
-    on every trace and sample; finished items are kept under `out` (a rerun skips them, an
-    interrupted sweep loses only the (trace, sample)s being replayed). Returns OUT/results.csv as
+    on every trace and sample; finished items are kept under `out` (a rerun skips them, and
+    resumes an interrupted (trace, sample) after the last layer it finished). Returns OUT/results.csv as
     a dict of numpy columns (numbers as float64 / int64, names as object arrays), or with
     as_frame=True a pandas DataFrame.
 

@@ -71,11 +71,13 @@ int run_sweep_command(SweepArgs a, int rank) {
   for (const std::string& note : r.notes)
     std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
   std::printf("%s", r.table.c_str());
-  std::printf(
-      "sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run; "
-      "results in %s\n",
-      configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run,
-      (std::filesystem::path(a.out) / "results.csv").string().c_str());  // "out/" gives no "//"
+  std::printf("sweep: %zu configuration(s) x %zu trace(s); %ld item(s): %ld already done, %ld run",
+              configs.size(), files.size(), r.items_total, r.items_done_before, r.items_run);
+  if (r.items_resumed > 0)
+    std::printf(" (%ld resumed where an interrupted run stopped, %ld of their %ld layers kept)",
+                r.items_resumed, r.layers_resumed, r.layers_of_resumed);
+  std::printf("; results in %s\n",
+              (std::filesystem::path(a.out) / "results.csv").string().c_str());  // no "out//"
   return 0;
 }
 
@@ -87,8 +89,9 @@ Runner add_sweep(CLI::App& app) {
       "of one (trace, sample) replay together and share the attention work. Each finished "
       "(trace, sample, configuration) is stored atomically in OUT/items under a key of the "
       "trace's content hash, the sample, the policy, its resolved parameters and the kvsim "
-      "version: rerunning skips what is done, and an interrupted sweep loses only the (trace, "
-      "sample)s being replayed, with all their configurations. OUT/results.csv holds every "
+      "version: rerunning skips what is done, and resumes an interrupted (trace, sample) at the "
+      "layer after the last it finished (the layer in flight is all an interrupt loses). "
+      "OUT/results.csv holds every "
       "finished item, one row per (configuration, layer, KV "
       "head). Built with MPI, `mpirun -n N kvsim sweep ...` spreads the (trace, sample) items over "
       "ranks and writes the same results file.");

@@ -109,6 +109,10 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
 
   LayerResult r;
   r.layer = att.layer();
+  if (options.prefill_only) {
+    r.notes.assign(policy.notes().begin() + noted, policy.notes().end());
+    return r;
+  }
   r.steps.assign(Hkv, std::vector<StepMetrics>(G));
   r.prefill_kept_min = P;
   for (int g = 0; g < Hkv; ++g) r.prefill_kept_min = std::min(r.prefill_kept_min, cache.size(g));
@@ -602,11 +606,28 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
   return out;
 }
 
+std::vector<bool> Replayer::prefill_only_at(int layer, const std::vector<int>& first_layers) const {
+  std::vector<bool> prefill_only(policies_.size(), false);
+  if (!first_layers.empty())
+    for (std::size_t p = 0; p < policies_.size(); ++p) prefill_only[p] = layer < first_layers[p];
+  return prefill_only;
+}
+
+bool Replayer::prompt_statistics_suffice(const std::vector<bool>& prefill_only) const {
+  if (needs_.key_ranking) return false;
+  for (std::size_t p = 0; p < policies_.size(); ++p)
+    if (!prefill_only[p] || policies_[p].info->lookahead) return false;  // lookahead: at prefill
+  return true;
+}
+
 void Replayer::replay_sample(const std::string& sample_name,
                              const std::function<void(const LayerResult&)>& on_result,
-                             const std::function<void(int)>& on_layer) {
+                             const std::function<void(int)>& on_layer,
+                             const std::vector<int>& first_layers) {
   const SampleInfo sample = reader_.read_sample(sample_name);
   const TraceInfo& info = reader_.info();
+  if (!first_layers.empty() && first_layers.size() != policies_.size())
+    throw std::logic_error("replay_sample: one first layer per policy");
   // Policies are created per sample: their state may carry from lower to higher layers.
   std::vector<std::unique_ptr<Policy>> instances;
   const int question = question_length(sample);
@@ -625,8 +646,12 @@ void Replayer::replay_sample(const std::string& sample_name,
   // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
   // shows them, and no result depends on which thread computed it.
   const bool pipelined = may_pipeline(info, sample, options_);
+  // A layer where every policy only catches up on the prefill needs the prompt statistics alone.
   auto prepare = [&](int l, LayerTensors storage) {
     reader_.read_layer_into(sample, l, storage);
+    if (prompt_statistics_suffice(prefill_only_at(l, first_layers)))
+      return std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, info, sample,
+                                              std::move(storage), needs_, options_.threads);
     return std::make_unique<LayerAttention>(info, sample, std::move(storage), needs_,
                                             options_.threads);
   };
@@ -642,8 +667,8 @@ void Replayer::replay_sample(const std::string& sample_name,
     std::future<std::unique_ptr<LayerAttention>> next;
     if (pipelined && l + 1 < info.num_layers)
       next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
-    std::vector<LayerResult> results =
-        replay_policies(*att, sources, instances, stats, sample, question);
+    std::vector<LayerResult> results = replay_policies(*att, sources, instances, stats, sample,
+                                                       question, prefill_only_at(l, first_layers));
     if (delivered.valid()) delivered.get();
     if (pipelined)
       delivered = std::async(std::launch::async, deliver, std::move(results), l);
@@ -756,9 +781,18 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                                    const std::map<int, LayerTensors>& sources,
                                                    std::vector<std::unique_ptr<Policy>>& instances,
                                                    const SampleStats& stats,
-                                                   const SampleInfo& sample, int question) const {
+                                                   const SampleInfo& sample, int question,
+                                                   const std::vector<bool>& prefill_only) const {
   const TraceInfo& info = reader_.info();
   const int l = att.layer();
+  // Statistics derived from `att` hold what it holds: the prompt's alone when they suffice.
+  const bool prompt_only = prompt_statistics_suffice(prefill_only);
+  auto derived = [&](const TraceInfo& i, const SampleInfo& s, LayerTensors t) {
+    if (prompt_only)
+      return std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, i, s, std::move(t),
+                                              needs_, options_.threads);
+    return std::make_unique<LayerAttention>(i, s, std::move(t), needs_, options_.threads);
+  };
   // Layers that inherit another layer's q/k attend with it but are measured against their own.
   std::map<int, std::unique_ptr<LayerAttention>> heirs;
   for (const auto& p : policies_) {
@@ -771,8 +805,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     mixed.q_first_row = sources.at(src).q_first_row;
     mixed.stored = sources.at(src).stored;
     mixed.v = att.tensors().v;
-    heirs[src] =
-        std::make_unique<LayerAttention>(info, sample, std::move(mixed), needs_, options_.threads);
+    heirs[src] = derived(info, sample, std::move(mixed));
   }
   // Policies with one cache per query head replay the layer with K and V repeated per query
   // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
@@ -787,11 +820,9 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   for (const auto& p : policies_) {
     const Shape s = shape_of(p);
     if (s == Shape{false, false} || shaped.count(s)) continue;
-    shaped[s] = std::make_unique<LayerAttention>(
-        s.first ? info_with_kv_heads(info, info.num_heads) : info,
-        s.second ? context_only(sample, question) : sample,
-        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), needs_,
-        options_.threads);
+    shaped[s] = derived(s.first ? info_with_kv_heads(info, info.num_heads) : info,
+                        s.second ? context_only(sample, question) : sample,
+                        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors());
   }
   std::vector<LayerResult> results(policies_.size());
   // Threads the policies leave idle batch their output errors, head by head.
@@ -804,11 +835,16 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
     try {
+      const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
+                                             .record_flushes = options_.bounds,
+                                             .appended_steps = shape.second ? question : 0,
+                                             .prefill_only = prefill_only[i]};
       results[i] =
           replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
-                       dtype_bytes(sample.dtype),
-                       {options_.check_invariants, options_.bounds, shape.second ? question : 0},
-                       shared_step_attention(attended, measured, finish_threads));
+                       dtype_bytes(sample.dtype), layer_options,
+                       prefill_only[i] ? StepAttentionModel{}
+                                       : shared_step_attention(attended, measured, finish_threads));
+      if (prefill_only[i]) return;
       if (options_.bounds)
         results[i].theorem = check_theorem_2_1(measured, results[i], options_.bounds_epsilon);
     } catch (const std::logic_error& e) {
@@ -819,8 +855,12 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     results[i].budget_entries =
         budget_entries(policies_[i], sample.prompt_len - (shape.second ? question : 0));
   });
-  set_regret(results, policies_);
-  return results;
+  // Results of the policies that replayed the layer, in policy order.
+  std::vector<LayerResult> replayed;
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (!prefill_only[i]) replayed.push_back(std::move(results[i]));
+  set_regret(replayed, policies_);
+  return replayed;
 }
 
 }  // namespace kvsim

@@ -126,9 +126,13 @@ class Replayer {
       const std::vector<std::string>& samples) const;
 
   // Calls on_result for every (layer, policy) in that order, and on_layer after each layer.
+  // `first_layers[p]` (empty: all 0) resumes policy p at that layer: its instance first sees the
+  // prefill of every lower layer (no decode steps, no results), which under the Policy contract
+  // (no decode-time state carried across layers) leaves it as a run from layer 0 would have.
   void replay_sample(const std::string& sample,
                      const std::function<void(const LayerResult&)>& on_result,
-                     const std::function<void(int layer)>& on_layer = {});
+                     const std::function<void(int layer)>& on_layer = {},
+                     const std::vector<int>& first_layers = {});
   // replay_sample for every sample, results delivered in sample order, exactly as one after the
   // other. With several threads and small layers, samples run side by side, each on a share of
   // the threads and its own reader; a finished sample waits for those before it (at most twice
@@ -139,12 +143,20 @@ class Replayer {
                       const std::function<void(int layer)>& on_layer = {});
 
  private:
-  // Every policy through one layer (in parallel); results in policy order.
+  // Every policy through one layer (in parallel); results in policy order. Policies with
+  // `prefill_only[i]` see the layer's prefill alone and give no result; when all do, `att` may
+  // hold the prompt statistics alone (LayerAttention::PromptOnly).
   std::vector<LayerResult> replay_policies(const LayerAttention& att,
                                            const std::map<int, LayerTensors>& sources,
                                            std::vector<std::unique_ptr<Policy>>& instances,
                                            const SampleStats& stats, const SampleInfo& sample,
-                                           int question) const;
+                                           int question,
+                                           const std::vector<bool>& prefill_only) const;
+  // Which policies only catch up on layer `layer`'s prefill (below their first layer).
+  std::vector<bool> prefill_only_at(int layer, const std::vector<int>& first_layers) const;
+  // Whether the prompt's statistics serve a layer where `prefill_only` says who catches up: no
+  // policy replays its decode steps, none reads future attention at its prefill.
+  bool prompt_statistics_suffice(const std::vector<bool>& prefill_only) const;
 
   const TraceReader& reader_;
   std::vector<PolicyConfig> policies_;
@@ -175,6 +187,9 @@ struct LayerReplayOptions {
   // compression (`question = append`): appended without a hook and without metrics. Results then
   // hold the later steps only, numbered from 0 (decisions too), as the whole sample numbers them.
   int appended_steps = 0;
+  // Only the prefill hook (a resumed policy catching up on a lower layer): the result holds the
+  // layer and its notes, no steps.
+  bool prefill_only = false;
 };
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,

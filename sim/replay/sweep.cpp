@@ -444,7 +444,7 @@ void validate_configurations(const std::vector<std::string>& traces,
 // One (trace, sample) of a sweep: all its configurations replay together.
 struct SweepItem {
   std::string trace, hash, sample;
-  int prompt_len = 0;
+  int prompt_len = 0, layers = 0;
 };
 
 std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
@@ -454,7 +454,7 @@ std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
     TraceReader reader(t);
     const std::string hash = file_content_hash(t);
     for (const auto& s : samples.empty() ? reader.sample_names() : samples)
-      items.push_back({t, hash, s, reader.read_sample(s).prompt_len});
+      items.push_back({t, hash, s, reader.read_sample(s).prompt_len, reader.info().num_layers});
   }
   return items;
 }
@@ -476,25 +476,103 @@ fs::path prepare_items_dir(const std::string& out_dir) {
   return items_dir;
 }
 
-// Replays one item's configurations `run` together: per configuration, its item file's text
-// (its rows, then one kItemNote line per distinct note it made).
+// What one configuration of an item has measured so far: the rows of its first `layers` layers
+// and the distinct notes it made on them.
+struct ItemProgress {
+  int layers = 0;
+  std::string rows;
+  std::vector<std::string> notes;
+
+  void add(const LayerResult& r) {
+    rows += layer_rows(r);
+    for (const std::string& n : r.notes) {
+      const std::string line = note_on_one_line(n);
+      if (std::find(notes.begin(), notes.end(), line) == notes.end()) notes.push_back(line);
+    }
+  }
+  // The item file's text: header, rows, one kItemNote line per note.
+  std::string text() const {
+    std::string out = std::string(kItemHeader) + rows;
+    for (const std::string& n : notes) out += kItemNote + n + "\n";
+    return out;
+  }
+};
+
+// While a (trace, sample) replays, its configurations' progress is kept in one progress file
+// (rewritten atomically after every layer, so a resumed sweep loses at most the layer in flight):
+// kProgressHead, then per configuration a line "#item KEY LAYERS" followed by its item file's text
+// of those layers without the header.
+const char* kProgressHead = "kvsim sweep progress of a (trace, sample)\n";
+const char* kProgressItem = "#item ";
+
+fs::path progress_path(const fs::path& items_dir, const SweepItem& it) {
+  return items_dir / (fnv_hex(it.hash + "\n" + it.sample + "\n" KVSIM_VERSION "\n" + kItemHeader +
+                              kProgressHead) +
+                      ".progress");
+}
+
+std::string progress_text(const std::vector<std::string>& keys,
+                          const std::vector<ItemProgress>& done) {
+  std::string out = kProgressHead;
+  for (std::size_t c = 0; c < keys.size(); ++c) {
+    if (done[c].layers == 0) continue;
+    out += kProgressItem + keys[c] + " " + std::to_string(done[c].layers) + "\n" + done[c].rows;
+    for (const std::string& n : done[c].notes) out += kItemNote + n + "\n";
+  }
+  return out;
+}
+
+// The layers an interrupted run finished of each configuration (by item key) of an item of
+// `layers` layers: none when there is no progress file or it is not one this format wrote (the
+// item is then replayed whole), and none for a configuration it lacks.
+std::map<std::string, ItemProgress> read_progress(const fs::path& path, int layers) {
+  std::map<std::string, ItemProgress> found;
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.rfind(kProgressHead, 0) != 0) return {};
+  std::istringstream lines(text.substr(std::char_traits<char>::length(kProgressHead)));
+  ItemProgress* current = nullptr;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(kProgressItem, 0) == 0) {
+      std::istringstream head(line.substr(std::char_traits<char>::length(kProgressItem)));
+      std::string key;
+      int done = 0;
+      if (!(head >> key >> done) || done <= 0 || done >= layers) return {};
+      current = &(found[key] = ItemProgress{});  // configurations alike share a key
+      current->layers = done;
+    } else if (!current) {
+      return {};
+    } else if (line.rfind(kItemNote, 0) == 0) {
+      current->notes.push_back(line.substr(std::char_traits<char>::length(kItemNote)));
+    } else {
+      current->rows += line + "\n";
+    }
+  }
+  return found;
+}
+
+// Replays one item's configurations `run` (item keys `keys`) together, each from the layer
+// `done` says it reached, keeping their progress in `progress_file` after every layer: per
+// configuration, its item file's text (its rows, then one kItemNote line per distinct note).
 std::vector<std::string> replay_item(const SweepItem& it, const std::vector<PolicyConfig>& run,
+                                     const std::vector<std::string>& keys,
+                                     std::vector<ItemProgress> done, const fs::path& progress_file,
                                      int threads, const std::function<void()>& on_layer) {
   TraceReader reader(it.trace);
-  std::vector<std::string> text(run.size(), kItemHeader);
-  std::vector<std::vector<std::string>> notes(run.size());
+  std::vector<int> first_layers;
+  for (const ItemProgress& p : done) first_layers.push_back(p.layers);
   Replayer(reader, run, {.threads = threads})
       .replay_sample(
-          it.sample,
-          [&](const LayerResult& r) {
-            text[r.policy_index] += layer_rows(r);
-            auto& noted = notes[r.policy_index];
-            for (const std::string& n : r.notes)
-              if (std::find(noted.begin(), noted.end(), n) == noted.end()) noted.push_back(n);
+          it.sample, [&](const LayerResult& r) { done[r.policy_index].add(r); },
+          [&](int l) {
+            for (std::size_t c = 0; c < run.size(); ++c)
+              if (first_layers[c] <= l) done[c].layers = l + 1;
+            if (l + 1 < it.layers) write_atomically(progress_file, progress_text(keys, done));
+            on_layer();
           },
-          [&](int) { on_layer(); });
-  for (std::size_t c = 0; c < run.size(); ++c)
-    for (const std::string& n : notes[c]) text[c] += kItemNote + note_on_one_line(n) + "\n";
+          first_layers);
+  std::vector<std::string> text;
+  for (const ItemProgress& p : done) text.push_back(p.text());
   return text;
 }
 
@@ -609,11 +687,21 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   std::vector<std::size_t> pending;
   double largest_layer = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    for (std::size_t c = 0; c < configs.size(); ++c)
-      if (fs::exists(items_dir / (item_key(items[i], configs[c]) + ".csv")))
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      const fs::path file = items_dir / (item_key(items[i], configs[c]) + ".csv");
+      if (fs::exists(file)) {
         ++report.items_done_before;
-      else
-        todo[i].push_back(c);
+        continue;
+      }
+      todo[i].push_back(c);
+    }
+    const auto kept = read_progress(progress_path(items_dir, items[i]), items[i].layers);
+    for (std::size_t c : todo[i]) {
+      const auto found = kept.find(item_key(items[i], configs[c]));
+      if (found != kept.end())
+        ++report.items_resumed, report.layers_resumed += found->second.layers,
+            report.layers_of_resumed += items[i].layers;
+    }
     if (todo[i].empty()) continue;
     pending.push_back(i);
     const TraceReader reader(items[i].trace);
@@ -630,27 +718,41 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   int item_threads = o.threads;  // MPI ranks run their items one at a time
   std::mutex report_mutex;       // progress and the report, from side-by-side items
   // What an interrupt keeps: every item finished so far (they are written as each (trace,
-  // sample) ends); the configurations of the (trace, sample)s being replayed are lost.
+  // sample) ends), and the finished layers of those being replayed.
   auto note_kept = [&] {
     set_interrupt_note(std::to_string(report.items_done_before + report.items_run) + " of " +
                        std::to_string(report.items_total) + " items (trace, sample, " +
                        "configuration) are kept in " + items_dir.string() +
-                       "; the (trace, sample)s being replayed are lost with all their " +
-                       "configurations; rerun the same command to resume");
+                       ", and the finished layers of the (trace, sample)s being replayed; rerun " +
+                       "the same command to resume");
   };
   note_kept();
   auto run_item = [&](std::size_t i) {
+    const fs::path progress_file = progress_path(items_dir, items[i]);
+    const auto kept = read_progress(progress_file, items[i].layers);
     std::vector<PolicyConfig> run;
-    for (std::size_t c : todo[i]) run.push_back(configs[c]);
-    const std::vector<std::string> text = replay_item(items[i], run, item_threads, [&] {
+    std::vector<std::string> keys;
+    std::vector<ItemProgress> done;
+    for (std::size_t c : todo[i]) {
+      run.push_back(configs[c]);
+      keys.push_back(item_key(items[i], configs[c]));
+      const auto found = kept.find(keys.back());
+      done.push_back(found == kept.end() ? ItemProgress{} : found->second);
+    }
+    const std::vector<std::string> text =
+        replay_item(items[i], run, keys, std::move(done), progress_file, item_threads, [&] {
+          const std::lock_guard<std::mutex> lock(report_mutex);
+          if (progress) progress(++layers_done, layers_total);
+        });
+    // Counted as each is stored, so that an interrupt's count lags the files by at most one.
+    for (std::size_t c = 0; c < run.size(); ++c) {
+      write_atomically(items_dir / (keys[c] + ".csv"), text[c]);
       const std::lock_guard<std::mutex> lock(report_mutex);
-      if (progress) progress(++layers_done, layers_total);
-    });
-    for (std::size_t c = 0; c < run.size(); ++c)
-      write_atomically(items_dir / (item_key(items[i], run[c]) + ".csv"), text[c]);
-    const std::lock_guard<std::mutex> lock(report_mutex);
-    report.items_run += static_cast<long>(run.size());
-    note_kept();
+      ++report.items_run;
+      note_kept();
+    }
+    std::error_code ignored;  // a progress file left behind is ignored once its items exist
+    fs::remove(progress_file, ignored);
   };
   bool distributed = false, writes_results = true;
 #ifdef KVSIM_WITH_MPI

@@ -2,8 +2,12 @@
 // (trace, sample) replay together, so they share one attention computation per layer. Each
 // finished (trace, sample, configuration) is written atomically under a key derived from the
 // trace's content hash, the sample, the policy, its resolved parameters and the kvsim version:
-// rerunning a sweep skips what is done, and a killed sweep loses only the (trace, sample)s in
-// flight, with all their configurations.
+// rerunning a sweep skips what is done. While a (trace, sample) replays, its configurations'
+// finished layers are kept beside their items (one .progress file), so a killed sweep loses at
+// most the layer in flight:
+// the rerun resumes the item at its next layer, each policy instance first seeing the prefill of
+// the layers below (the Policy contract: no decode-time state crosses layers), with the same
+// results as an uninterrupted run.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,9 @@ struct SweepOptions {
 
 struct SweepReport {
   long items_total = 0, items_done_before = 0, items_run = 0;
+  // Items an interrupted run left part-way, resumed at their next layer: the layers they had,
+  // of all their layers.
+  long items_resumed = 0, layers_resumed = 0, layers_of_resumed = 0;
   // Per configuration, means over every (trace, sample, layer, KV head) row: the table printed at
   // the end of a sweep.
   std::string table;
