@@ -330,29 +330,53 @@ TEST(Sweep, InterruptSaysWhatIsKeptAndHowToResume) {
   EXPECT_EQ(reference, read_all(fs::path(interrupted) / "results.csv"));
 }
 
-// Every policy and preset at its defaults (20% where it takes a budget) is stopped part-way
-// through an item, after the layer count given, and resumed: the rerun starts each configuration
-// at its next layer (its instance first sees the lower layers' prefills) and writes the file an
-// uninterrupted sweep writes, byte for byte. A progress file this sweep did not write is ignored.
-TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
-  // 6 layers per sample; one sample for two threads (items side by side would interleave).
-  const std::string trace = sweep_trace("sweep_layers.h5", 2, 120),
-                    single = sweep_trace("sweep_layers1.h5", 1, 120);
+struct Stop {};
+
+// A sweep stopped (by its progress callback) after `stop_after` replayed layers.
+void stopped_sweep(const std::string& trace, const std::vector<PolicyConfig>& configs,
+                   const std::string& out, long stop_after, int threads) {
+  long layers = 0;
+  EXPECT_THROW(run_sweep({trace}, configs, {.out_dir = out, .threads = threads},
+                         [&](long, long) {
+                           if (++layers == stop_after) throw Stop{};
+                         }),
+               Stop);
+}
+
+std::string uninterrupted_results(const std::string& trace,
+                                  const std::vector<PolicyConfig>& configs,
+                                  const std::string& out) {
+  fs::remove_all(out);
+  run_sweep({trace}, configs, {.out_dir = out, .threads = 1});
+  return read_all(fs::path(out) / "results.csv");
+}
+
+// Every registered policy and preset (lookahead ones or not), at its defaults and 20% where it
+// takes a budget.
+std::vector<PolicyConfig> every_configuration(bool with_lookahead) {
   std::vector<std::string> names;
   for (const std::string& n : PolicyRegistry::instance().names())
     if (n.rfind("test_", 0) != 0) names.push_back(n);  // policies the tests register themselves
   for (const auto& p : policy_presets()) names.push_back(p.name);
-  const std::vector<PolicyConfig> configs = sweep_configs(names, {}, {}, "20%");
+  std::vector<PolicyConfig> configs;
+  for (PolicyConfig& c : sweep_configs(names, {}, {}, "20%"))
+    if (with_lookahead || !c.info->lookahead) configs.push_back(std::move(c));
+  return configs;
+}
+
+// Every policy and preset is stopped part-way through an item, after the layer count given, and
+// resumed: the rerun starts each configuration at its next layer (its instance first sees the
+// lower layers' prefills) and writes the file an uninterrupted sweep writes, byte for byte.
+TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
+  // 6 layers per sample; one sample for two threads (items side by side would interleave).
+  const std::string trace = sweep_trace("sweep_layers.h5", 2, 120),
+                    single = sweep_trace("sweep_layers1.h5", 1, 120);
+  const std::vector<PolicyConfig> configs = every_configuration(true);
   const long n = static_cast<long>(configs.size());
-  auto uninterrupted = [&](const std::string& t, const std::string& name) {
-    const std::string out = temp_path(name);
-    fs::remove_all(out);
-    run_sweep({t}, configs, {.out_dir = out, .threads = 1});
-    return read_all(fs::path(out) / "results.csv");
-  };
-  const std::string reference = uninterrupted(trace, "sweep_layers_whole"),
-                    single_reference = uninterrupted(single, "sweep_layers1_whole");
-  struct Stop {};
+  const std::string reference =
+                        uninterrupted_results(trace, configs, temp_path("sweep_layers_whole")),
+                    single_reference =
+                        uninterrupted_results(single, configs, temp_path("sweep_layers1_whole"));
   struct Case {
     long stop_after;  // layers replayed before the interrupt (the first item has 6)
     int threads;
@@ -367,12 +391,7 @@ TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
     const std::string out =
         temp_path("sweep_layers_" + std::to_string(c.stop_after) + "_" + std::to_string(c.threads));
     fs::remove_all(out);
-    long layers = 0;
-    EXPECT_THROW(run_sweep({t}, configs, {.out_dir = out, .threads = c.threads},
-                           [&](long, long) {
-                             if (++layers == c.stop_after) throw Stop{};
-                           }),
-                 Stop);
+    stopped_sweep(t, configs, out, c.stop_after, c.threads);
     const SweepReport resumed = run_sweep({t}, configs, {.out_dir = out, .threads = c.threads});
     EXPECT_EQ(resumed.items_done_before, c.done_before);
     EXPECT_EQ(resumed.items_resumed, c.resumed);
@@ -385,12 +404,7 @@ TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
   // A progress file that is not one this format wrote is ignored: its item is replayed whole.
   const std::string damaged = temp_path("sweep_layers_damaged");
   fs::remove_all(damaged);
-  long layers = 0;
-  EXPECT_THROW(run_sweep({trace}, configs, {.out_dir = damaged, .threads = 1},
-                         [&](long, long) {
-                           if (++layers == 3) throw Stop{};
-                         }),
-               Stop);
+  stopped_sweep(trace, configs, damaged, 3, 1);
   long progress_files = 0;
   for (const auto& e : fs::directory_iterator(fs::path(damaged) / "items"))
     if (e.path().extension() == ".progress" && ++progress_files)
@@ -399,6 +413,22 @@ TEST(Sweep, AnInterruptedItemResumesAtItsNextLayer) {
   const SweepReport resumed = run_sweep({trace}, configs, {.out_dir = damaged, .threads = 1});
   EXPECT_EQ(resumed.items_resumed, 0);
   EXPECT_EQ(read_all(fs::path(damaged) / "results.csv"), reference);
+}
+
+// Without a lookahead policy, the layers a resumed item catches up on are computed with the
+// prompt's statistics alone (LayerAttention::PromptOnly): the same results.
+TEST(Sweep, ResumingWithoutLookaheadCatchesUpOnPromptStatistics) {
+  const std::string trace = sweep_trace("sweep_layers_causal.h5", 1, 120);
+  const std::vector<PolicyConfig> configs = every_configuration(false);
+  ASSERT_LT(configs.size(), every_configuration(true).size());
+  const std::string reference =
+      uninterrupted_results(trace, configs, temp_path("sweep_causal_whole"));
+  const std::string out = temp_path("sweep_causal_stopped");
+  fs::remove_all(out);
+  stopped_sweep(trace, configs, out, 5, 1);
+  const SweepReport resumed = run_sweep({trace}, configs, {.out_dir = out, .threads = 1});
+  EXPECT_EQ(resumed.layers_resumed, 5 * static_cast<long>(configs.size()));
+  EXPECT_EQ(read_all(fs::path(out) / "results.csv"), reference);
 }
 
 }  // namespace
