@@ -170,9 +170,6 @@ const PolicyRegistration reg({
         {
             budget_param(),
             budget_rounding_param(false),
-            decode_mode_param(),
-            caches_param(),
-            question_param(),
             {"alpha", ParamType::kFloat, "0.2", "per-head floor, share of B - window", 0, 1},
             {"safeguard",
              ParamType::kChoice,
@@ -197,6 +194,7 @@ const PolicyRegistration reg({
              {"snapkv", "h2o", "knorm", "expected_attention"}},
         },
         concat(window_optional(snapkv_scoring_params()), expected_attention_params())),
+    .switches = {.decode = true, .caches = true, .question = true},
     .needs = {},
     .lookahead = false,
     .merges = false,

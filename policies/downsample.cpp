@@ -191,8 +191,8 @@ const PolicyRegistration reg({
     .summary = "The grid floor: keeps the text, then image and video tokens on a uniform grid "
                "(2-D stride over a patch grid, every k-th token otherwise) up to the budget.",
     .provenance = "kvsim; the downsampling baseline of VTC-Bench, on cache entries",
-    .params = {budget_param(), budget_rounding_param(false), grid_param(), decode_mode_param(),
-               question_param()},
+    .params = {budget_param(), budget_rounding_param(false), grid_param()},
+    .switches = {.decode = true, .question = true},
     .needs = {},
     .lookahead = false,
     .merges = false,

@@ -240,9 +240,8 @@ const PolicyRegistration reg({
                "modelled as a Gaussian (kvpress's ExpectedAttentionPress).",
     .provenance = "Devoto et al. 2025 (arXiv 2510.00636); NVIDIA/kvpress "
                   "kvpress/presses/expected_attention_press.py (ExpectedAttentionPress)",
-    .params = concat({budget_param(), budget_rounding_param(false), decode_mode_param(),
-                      question_param()},
-                     expected_attention_params()),
+    .params = concat({budget_param(), budget_rounding_param(false)}, expected_attention_params()),
+    .switches = {.decode = true, .question = true},
     .needs = {.prompt_queries = true},
     .lookahead = false,
     .merges = false,

@@ -103,9 +103,7 @@ const PolicyRegistration reg({
     .provenance = "Zhang et al. 2023, H2O, Sec. 4 / Algorithm 1",
     .params = {budget_param(),
                budget_rounding_param(true),
-               caches_param(),
                prompt_merge_param(),
-               question_param(),
                {"recent", ParamType::kSize, "50%",
                 "most recent entries always kept: a count, or a percentage of the budget "
                 "(rounded down)",
@@ -126,6 +124,7 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"none", "queries"}}},
+    .switches = {.caches = true, .question = true},
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
     .lookahead = false,
     .merges = false,

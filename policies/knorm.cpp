@@ -40,7 +40,8 @@ const PolicyRegistration reg({
     .summary = "Keeps the prompt entries whose keys have the smallest L2 norm; no attention read.",
     .provenance = "Devoto et al. 2024 (arXiv 2406.11430); NVIDIA/kvpress "
                   "kvpress/presses/knorm_press.py (KnormPress)",
-    .params = {budget_param(), budget_rounding_param(false), decode_mode_param(), question_param()},
+    .params = {budget_param(), budget_rounding_param(false)},
+    .switches = {.decode = true, .question = true},
     .needs = {},
     .lookahead = false,
     .merges = false,

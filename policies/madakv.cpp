@@ -331,7 +331,6 @@ const PolicyRegistration reg({
     .params =
         {budget_param(),
          budget_rounding_param(false),
-         decode_mode_param(),
          {"proxy", ParamType::kInt, "8", "proxy tokens: the last prompt tokens (Eq. 7)", 1, 1e9},
          {"theta", ParamType::kFloat, "0.9", "sparsity threshold θ (Eq. 9)", 0, 1},
          {"mpa", ParamType::kBool, "true", "modality preference adaptation (Eq. 6-8)"},
@@ -351,6 +350,7 @@ const PolicyRegistration reg({
           {"scaled", "conserve", "conserve_capped", "literal", "literal_mean", "need"}},
          {"max_overspend", ParamType::kFloat, "1",
           "conserve_capped: a head keeps at most (1 + max_overspend) * phi^l entries", 0, 1e9}},
+    .switches = {.decode = true},
     .needs = {},
     .lookahead = false,
     .merges = false,

@@ -171,7 +171,6 @@ const PolicyRegistration reg({
     .provenance = "kvsim (offline reference: future full-cache attention mass)",
     .params = {budget_param(),
                budget_rounding_param(false),
-               caches_param(),
                {"match",
                 ParamType::kString,
                 "",
@@ -190,6 +189,7 @@ const PolicyRegistration reg({
                     return e.what();
                   }
                 }}},
+    .switches = {.caches = true},
     .needs = {},
     .lookahead = true,
     .merges = false,

@@ -89,9 +89,21 @@ bool declares(const PolicyInfo& info, const std::string& param) {
                      [&](const ParamSpec& s) { return s.name == param; });
 }
 
-// A policy that declares `decode` is created through its decode mode.
-void wrap_decode_mode(PolicyInfo& info) {
-  if (!declares(info, "decode")) return;
+// The parameters of the switches a policy offers, appended to its own (which may not take their
+// names), and `decode` implemented: the policy is created through its decode mode.
+void add_switches(PolicyInfo& info) {
+  const PolicySwitches& offers = info.switches;
+  for (const auto& [offered, spec] :
+       {std::pair{offers.decode, decode_mode_param()},
+        std::pair{offers.compress, compress_when_param()}, std::pair{offers.caches, caches_param()},
+        std::pair{offers.question, question_param()}}) {
+    if (declares(info, spec.name))
+      throw std::invalid_argument("policy '" + info.name + "' declares a parameter '" + spec.name +
+                                  "', the name of a switch the registry adds: offer the switch "
+                                  "(PolicyInfo::switches) or name the parameter otherwise");
+    if (offered) info.params.push_back(spec);
+  }
+  if (!offers.decode) return;
   info.create = [create = info.create](const ParamSet& p, const SampleInfo& s) {
     return apply_decode_mode(create(p, s), p);
   };
@@ -100,7 +112,7 @@ void wrap_decode_mode(PolicyInfo& info) {
 }  // namespace
 
 void PolicyRegistry::add(PolicyInfo info) {
-  wrap_decode_mode(info);
+  add_switches(info);
   const std::string name = info.name;
   if (!policies_.emplace(name, std::move(info)).second)
     throw std::logic_error("policy '" + name + "' registered twice");
@@ -109,7 +121,7 @@ void PolicyRegistry::add(PolicyInfo info) {
 void PolicyRegistry::replace(PolicyInfo info) {
   const auto it = policies_.find(info.name);
   if (it == policies_.end()) throw std::logic_error("policy '" + info.name + "' is not registered");
-  wrap_decode_mode(info);
+  add_switches(info);
   it->second = std::move(info);
 }
 
@@ -214,10 +226,12 @@ std::optional<std::map<std::string, std::string>> equal_memory_overrides(
   const auto& current = config.params.values();
   std::map<std::string, std::string> wanted;
   if (declares(info, "budget_rounding")) wanted["budget_rounding"] = "ceil";
-  if (declares(info, "decode")) wanted["decode"] = "cap";
-  if (declares(info, "compress")) wanted["compress"] = "every_step";
-  if (declares(info, "question")) wanted["question"] = "compress";
-  if (declares(info, "caches")) wanted["caches"] = "kv_head";
+  // The switches that would let it hold more: growing while decoding, compressing the prompt
+  // once, the question uncompressed, one cache per query head.
+  if (info.switches.decode) wanted[decode_mode_param().name] = "cap";
+  if (info.switches.compress) wanted[compress_when_param().name] = "every_step";
+  if (info.switches.question) wanted[question_param().name] = "compress";
+  if (info.switches.caches) wanted[caches_param().name] = "kv_head";
   if (info.equal_memory)
     for (const auto& [k, v] : info.equal_memory(config.params)) wanted[k] = v;
   std::map<std::string, std::string> out;

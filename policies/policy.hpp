@@ -169,11 +169,25 @@ class Policy {
   std::vector<std::string> notes_;
 };
 
+// Switches a policy offers beside its own parameters, declared at its registration (a
+// capability, not a parameter name): the registry adds each one's standard parameter to the
+// policy's and implements `decode` by wrapping `create`; the engine (`caches`, `question`) and the
+// equal-memory rule read them through PolicyConfig. A policy that offers `compress` or `question`
+// reads its value itself (`compress` changes when it evicts; `question = append` must refuse a
+// configuration that evicts while decoding: check_question_once).
+struct PolicySwitches {
+  bool decode = false;    // decode = grow | cap | every:N (decode_mode_param)
+  bool compress = false;  // compress = every_step | prefill (compress_when_param)
+  bool caches = false;    // caches = kv_head | query_head (caches_param)
+  bool question = false;  // question = compress | append (question_param)
+};
+
 struct PolicyInfo {
   std::string name;
-  std::string summary;     // one line
-  std::string provenance;  // paper and section, or repository and file
-  std::vector<ParamSpec> params;
+  std::string summary;            // one line
+  std::string provenance;         // paper and section, or repository and file
+  std::vector<ParamSpec> params;  // its own; the registry appends those of its switches
+  PolicySwitches switches;
   AttentionNeeds needs;    // statistics computed once per layer for the whole run
   bool lookahead = false;  // reads future attention: an upper reference, not a deployable policy
   bool merges = false;     // may merge entries (decision dumps then carry `merged`)
@@ -229,15 +243,13 @@ struct PolicyConfig {
   // `caches = query_head`: the policy runs on the layer with its KV heads repeated per query head.
   bool query_head_caches() const {
     if (info->query_head_caches) return info->query_head_caches(params);
-    const auto it = params.values().find("caches");
-    return it != params.values().end() && it->second == "query_head";
+    return info->switches.caches && params.get_string("caches") == "query_head";
   }
   // `question = append`: the policy compresses the context and the question is appended after
   // (the engine replays it on the sample split at its question: traces/kvtrace.hpp).
   bool appends_question() const {
     if (info->appends_question) return info->appends_question(params);
-    const auto it = params.values().find("question");
-    return it != params.values().end() && it->second == "append";
+    return info->switches.question && params.get_string("question") == "append";
   }
 };
 
@@ -306,8 +318,9 @@ std::string budget_replaced_warning(
     const std::map<std::string, std::map<std::string, std::string>>& overrides,
     const std::string& budget);
 
+// The parameters of the PolicySwitches, which the registry appends to a policy that offers them.
 // `decode` (policies/decode_mode.cpp): grow | cap | every:N, what a policy that compresses only
-// the prompt does while decoding. A policy that declares it is wrapped by the registry, so every
+// the prompt does while decoding. A policy that offers it is wrapped by the registry, so every
 // caller of `create` (replay, the live path, Python) gets the mode.
 ParamSpec decode_mode_param();
 std::unique_ptr<Policy> apply_decode_mode(std::unique_ptr<Policy> policy, const ParamSet& params);

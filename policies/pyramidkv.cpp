@@ -124,10 +124,7 @@ const PolicyRegistration reg({
         {
             budget_param(),
             budget_rounding_param(false),
-            decode_mode_param(),
-            caches_param(),
             prompt_merge_param(),
-            question_param(),
             {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
             {"rounding",
              ParamType::kChoice,
@@ -139,6 +136,7 @@ const PolicyRegistration reg({
              {"exact", "reference", "kvpress"}},
         },
         snapkv_scoring_params()),
+    .switches = {.decode = true, .caches = true, .question = true},
     .needs = {},
     .lookahead = false,
     .merges = false,

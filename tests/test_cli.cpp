@@ -335,8 +335,7 @@ TEST(Cli, BadInputExitsNonZeroWithAMessage) {
   r = kvsim("replay --trace " + trace + " --policy h2o --set h2o.bugdet=3");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("unknown parameter 'bugdet' (did you mean 'budget'?) (valid: budget, "
-                          "budget_rounding, caches, merge, question, "
-                          "recent, mode, normalize)"),
+                          "budget_rounding, merge, recent, mode, normalize, caches, question)"),
             std::string::npos)
       << r.output;
   r = kvsim("replay --trace " + trace + " --policy h2o --set snapkv.window=3");

@@ -554,5 +554,80 @@ TEST(Engine, RegretReferencesDeclareThemselves) {
     if (name != "full") EXPECT_FALSE(PolicyRegistry::instance().get(name).keeps_everything) << name;
 }
 
+// Test-only policy offering every switch but `compress` (which a policy implements itself): at the
+// prefill each KV head keeps its first `budget` positions; it never evicts while decoding (its
+// `decode` mode may).
+class KeepFirst final : public Policy {
+ public:
+  explicit KeepFirst(int budget) : budget_(budget) {}
+  void on_prefill(const LayerView&, KvCache& cache) override {
+    cache.evict_positions_if([&](int pos) { return pos >= budget_; });
+  }
+  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+
+ private:
+  int budget_;
+};
+
+const PolicyRegistration switches_reg({
+    .name = "test_offers_switches",
+    .summary = "test only",
+    .provenance = "tests",
+    .params = {budget_param("3")},
+    .switches = {.decode = true, .caches = true, .question = true},
+    .needs = {},
+    .lookahead = false,
+    .merges = false,
+    .needs_for = {},
+    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
+      return std::make_unique<KeepFirst>(resolve_budget(p, s.prompt_len, "test_offers_switches"));
+    },
+});
+
+TEST(Engine, SwitchesAreOfferedAtRegistrationNotNamed) {
+  // The registry appends the offered switches' parameters after the policy's own.
+  std::vector<std::string> names;
+  for (const ParamSpec& s : PolicyRegistry::instance().get("test_offers_switches").params)
+    names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"budget", "decode", "caches", "question"}));
+  // What the engine reads comes from the switches' values.
+  EXPECT_FALSE(make_policy_config("test_offers_switches", {}).query_head_caches());
+  EXPECT_TRUE(
+      make_policy_config("test_offers_switches", {{"caches", "query_head"}}).query_head_caches());
+  EXPECT_TRUE(
+      make_policy_config("test_offers_switches", {{"question", "append"}}).appends_question());
+  // `decode` is implemented by the registry's wrapper: grow appends every token, cap holds what
+  // the prefill kept (3 entries, and the step's own token while it attends).
+  const std::string trace = small_synthetic_trace("offers_switches.h5", 1);
+  for (const auto& [mode, held] : {std::pair{"grow", 0}, std::pair{"cap", 4}}) {
+    const auto out = run_policy(trace, "test_offers_switches", {{"decode", mode}});
+    const auto& steps = out.at(0).steps.at(0);
+    for (std::size_t t = 0; t < steps.size(); ++t)
+      EXPECT_EQ(steps[t].cache_size, held ? held : 4 + static_cast<int>(t)) << mode << " " << t;
+  }
+  // Equal memory turns every offered switch to the reading that holds the least.
+  PolicyConfig roomy =
+      make_policy_config("test_offers_switches",
+                         {{"decode", "grow"}, {"caches", "query_head"}, {"question", "append"}});
+  EXPECT_EQ(equal_memory_overrides(roomy),
+            (std::map<std::string, std::string>{
+                {"caches", "kv_head"}, {"decode", "cap"}, {"question", "compress"}}));
+  // A policy may not take a switch's name for a parameter of its own (the engine would read it).
+  PolicyInfo impostor = PolicyRegistry::instance().get("test_offers_switches");
+  impostor.name = "test_impostor";
+  impostor.switches = {};
+  impostor.params = {caches_param()};
+  try {
+    PolicyRegistry::instance().add(impostor);
+    ADD_FAILURE() << "a parameter named like a switch was registered";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "policy 'test_impostor' declares a parameter 'caches', the name of a switch the "
+                 "registry adds: offer the switch (PolicyInfo::switches) or name the parameter "
+                 "otherwise");
+  }
+  EXPECT_THROW(PolicyRegistry::instance().get("test_impostor"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace kvsim::test

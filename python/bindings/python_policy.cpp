@@ -410,10 +410,31 @@ std::set<std::string>& python_names() {
   return names;
 }
 
+// The switches a Python policy may offer: those the registry and the engine implement (`decode`
+// by the registry's wrapper, `caches` and `question` by the engine). `compress` changes when a
+// policy evicts, which only the policy itself can do.
+PolicySwitches switches_offered(const std::string& name, const std::vector<std::string>& offered) {
+  PolicySwitches s;
+  for (const std::string& o : offered) {
+    if (o == "decode")
+      s.decode = true;
+    else if (o == "caches")
+      s.caches = true;
+    else if (o == "question")
+      s.question = true;
+    else
+      throw py::value_error("kvsim.register('" + name + "'): unknown switch '" + o +
+                            "' (a Python policy may offer decode, caches and question)");
+  }
+  return s;
+}
+
 void register_policy(const std::string& name, py::object factory, const py::list& params,
-                     const std::string& summary, const std::string& provenance) {
+                     const std::string& summary, const std::string& provenance,
+                     const std::vector<std::string>& switches) {
   PolicyInfo info = registered_python_policy(name, std::move(factory), param_specs(name, params),
                                              summary, provenance);
+  info.switches = switches_offered(name, switches);
   if (python_names().count(name)) {
     PolicyRegistry::instance().replace(std::move(info));
     return;
@@ -463,7 +484,7 @@ PolicyInfo registered_python_policy(const std::string& name, py::object factory,
 void bind_python_policy(py::module_& m) {
   bind_handles(m);
   m.def("_register", &register_policy, py::arg("name"), py::arg("factory"), py::arg("params"),
-        py::arg("summary"), py::arg("provenance"));
+        py::arg("summary"), py::arg("provenance"), py::arg("switches"));
 }
 
 }  // namespace kvsim::python

@@ -313,7 +313,7 @@ def compare(results, metric, reference="full", policies=None, higher_is_better=N
     return _frame(frame, integer={"n", "wins", "ties", "losses"})
 
 
-def register(name, factory, params=(), summary="", provenance="Python"):
+def register(name, factory, params=(), summary="", provenance="Python", switches=()):
     """Registers a policy written in Python under `name`, with typed parameters, so that it is
     used like a built-in one in this process: by name in kvsim.replay and kvsim.sweep (grids over
     its parameters included), listed by kvsim.policies(), its values checked against the
@@ -322,12 +322,18 @@ def register(name, factory, params=(), summary="", provenance="Python"):
     factory: a kvsim.Policy subclass (or any callable) called per sample with the resolved
     parameters as keyword arguments (int, float and bool as Python values; size, choice and
     string as str). params: dicts with "name", "type" (int, float, bool, size, choice, string),
-    "default", and optionally "doc", "min", "max", "choices". A name registered from Python may
-    be registered again (the new definition replaces it); a built-in name may not."""
+    "default", and optionally "doc", "min", "max", "choices". switches: any of "decode" (grow,
+    cap or every:N while decoding, applied around the policy), "caches" (kv_head or query_head:
+    one cache per query head on GQA layers) and "question" (compress, or append: the context
+    compressed alone and the question appended after it), each adding its parameter as the
+    built-in policies have it (`kvsim.policies()` lists them); a parameter of `params` may not
+    take their names. A name registered from Python may be registered again (the new definition
+    replaces it); a built-in name may not."""
     _require_engine("register")
     from ._kvsim import _register
 
-    _register(name, factory, [dict(p) for p in params], summary, provenance)
+    _register(name, factory, [dict(p) for p in params], summary, provenance,
+              [switches] if isinstance(switches, str) else list(switches))
 
 
 class Policy:

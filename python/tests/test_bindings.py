@@ -371,6 +371,40 @@ class RegisterTest(Fixture):
         with self.assertRaisesRegex(Exception, "parameter 'x'.*type 'number'"):
             kvsim.register("bad", H2O, params=[{"name": "x", "type": "number", "default": 1}])
 
+    def test_a_registered_python_policy_offers_switches(self):
+        class KeepFirst(kvsim.Policy):
+            """Keeps each KV head's first `keep` prompt entries; never evicts while decoding."""
+
+            def __init__(self, keep):
+                self.keep = keep
+
+            def on_prefill(self, view, cache):
+                for g in range(cache.kv_heads):
+                    cache.keep_only(g, (cache.positions(g) < self.keep).astype(np.uint8))
+
+            def on_decode(self, view, att, cache):
+                pass
+
+        # `decode` as the built-ins have it: cap holds what the prefill kept (12, and the step's
+        # token while it attends), grow appends every token.
+        keep = [{"name": "keep", "type": "int", "default": 12}]
+        kvsim.register("py_keep_first", KeepFirst, params=keep, switches=("decode", "question"))
+        listed = {p["name"]: p for p in kvsim.policies()}["py_keep_first"]
+        self.assertEqual([p["name"] for p in listed["params"]], ["keep", "decode", "question"])
+        capped = kvsim.replay(self.trace, {"py_keep_first": {"decode": "cap"}}, samples=["000000"])
+        self.assertEqual(capped["cache_size"].max(), 13)
+        grown = kvsim.replay(self.trace, {"py_keep_first": {"decode": "grow"}}, samples=["000000"])
+        self.assertEqual(grown["cache_size"].max(), 12 + grown["step"].max() + 1)
+        from kvsim.python_policies import H2O
+        budget = [{"name": "budget", "type": "size", "default": "12"}]
+        with self.assertRaisesRegex(ValueError, "declares a parameter 'question', the name of a "
+                                    "switch"):
+            kvsim.register("py_impostor", H2O, params=budget + [
+                {"name": "question", "type": "choice", "default": "append",
+                 "choices": ["compress", "append"]}])
+        with self.assertRaisesRegex(ValueError, "unknown switch 'compress'"):
+            kvsim.register("py_compress", H2O, params=budget, switches="compress")
+
 
 class InterruptTest(unittest.TestCase):
     def test_ctrl_c_stops_a_replay(self):
