@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "sim/replay/bounds.hpp"
 #include "sim/replay/reference_replay.hpp"
 #include "sim/replay/results.hpp"
 #include "tests/replay_helpers.hpp"
@@ -153,7 +154,8 @@ TEST(Engine, FlushesAreRecordedForEveryHeadThatScores) {
   const std::string path = small_synthetic_trace("engine_flushes.h5", 1);
   TraceReader reader(path);
   std::vector<LayerResult> out;
-  Replayer(reader, {make_policy_config("test_scores_head_one", {})}, {.threads = 1, .bounds = true})
+  Replayer(reader, {make_policy_config("test_scores_head_one", {})},
+           {.threads = 1, .checks = {bounds_check(0.01)}})
       .replay_sample("000000", [&](const LayerResult& l) { out.push_back(l); });
   ASSERT_EQ(out.size(), 1u);
   const SampleInfo sample = reader.read_sample("000000");

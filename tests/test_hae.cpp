@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "sim/replay/bounds.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"
@@ -118,7 +119,7 @@ TEST(Hae, Eq4ReranksAtTheTriggerWhereTheMarkedBinDoesNot) {
   for (const std::string ddes : {"eq4", "mark"}) {
     p["ddes"] = ddes;
     std::vector<LayerResult> out;
-    Replayer(reader, {make_policy_config("hae", p)}, {.threads = 1, .bounds = true})
+    Replayer(reader, {make_policy_config("hae", p)}, {.threads = 1, .checks = {bounds_check(0.01)}})
         .replay_sample("s0", [&](const LayerResult& l) { out.push_back(l); });
     ASSERT_EQ(out[0].flushes.size(), 1u) << ddes;
     const FlushEvent& f = out[0].flushes[0];
@@ -168,7 +169,7 @@ TEST(Hae, BoundsAreCheckedNotAssumed) {
   TraceReader reader(hae_trace().write("hae_bounds.h5"));
   const std::vector<PolicyConfig> policies = {make_policy_config("hae", kParams)};
   std::vector<LayerResult> out;
-  Replayer(reader, policies, {.threads = 1, .bounds = true, .bounds_epsilon = 0.01})
+  Replayer(reader, policies, {.threads = 1, .checks = {bounds_check(0.01)}})
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
   const TheoremCheck& c = out[0].theorem[0];
   EXPECT_EQ(c.evicted, 1);

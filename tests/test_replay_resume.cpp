@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "sim/replay/bounds.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "tests/cli_helpers.hpp"
@@ -49,7 +50,7 @@ ReplayOutputs outputs_in(const std::string& dir) {
           .bounds_csv = dir + "/bounds.csv"};
 }
 
-const ReplayOptions kOptions{.threads = 2, .bounds = true};
+const ReplayOptions kOptions{.threads = 2, .checks = {bounds_check(0.01)}};
 
 TEST(ReplayResume, AnInterruptedReplayResumesAndWritesTheSameBytes) {
   const std::string trace = four_sample_trace();

@@ -449,5 +449,22 @@ class ReportRetention(unittest.TestCase):
         self.assertAlmostEqual(kept["text_kept"], 5 / 6)
 
 
+class CtestRunsEveryClass(unittest.TestCase):
+    def test_the_ctest_entries_name_every_test_class(self):
+        # ctest runs this file as two entries, each naming its classes: a class added here and
+        # not there would never run.
+        import inspect
+        import re
+
+        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+            cmake = f.read()
+        named = set()
+        for args in re.findall(r"test_vlm\.py -v\s+([A-Za-z \n]+?)\)", cmake):
+            named.update(args.split())
+        classes = {name for name, c in inspect.getmembers(sys.modules[__name__], inspect.isclass)
+                   if issubclass(c, unittest.TestCase) and c.__module__ == __name__}
+        self.assertEqual(classes, named)
+
+
 if __name__ == "__main__":
     main_or_skip(("mobilenet_v2/graph.json", "stories260K/config.json"), "the VLM's parts are")

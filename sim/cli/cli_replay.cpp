@@ -8,6 +8,7 @@
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/progress.hpp"
+#include "sim/replay/bounds.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"
@@ -73,10 +74,9 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
 }
 
 ReplayOptions replay_options(const ReplayArgs& a) {
-  return ReplayOptions{.threads = a.threads,
-                       .diagnostics = a.diagnostics,
-                       .bounds = !a.bounds.empty(),
-                       .bounds_epsilon = a.bounds_epsilon};
+  ReplayOptions o{.threads = a.threads, .diagnostics = a.diagnostics};
+  if (!a.bounds.empty()) o.checks.push_back(bounds_check(a.bounds_epsilon));
+  return o;
 }
 
 }  // namespace
@@ -153,6 +153,7 @@ Runner add_replay(CLI::App& app) {
                                 .summary_csv = a->summary,
                                 .decisions_h5 = a->decisions,
                                 .bounds_csv = a->bounds,
+                                .bounds_epsilon = a->bounds_epsilon,
                                 .checkpoint = a->checkpoint};
     Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
     const ReplayRunReport report = run_replay(a->trace, reader, policies, replay_options(*a),

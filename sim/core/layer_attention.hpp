@@ -16,15 +16,17 @@ struct AttentionNeeds {
   bool prefill_column_sums = false;  // Σ over all causal prompt rows of p_ij, per query head
   int prefill_window = 0;            // keep the last `prefill_window` prompt rows' probabilities
   // For layers below this: column sum and column max, over the prompt's text queries, of the
-  // attention averaged over all query heads (HAE's Dual-Attention Pruning, Eq. 1 and 3).
+  // attention averaged over all query heads: how much text attends each entry (defined as HAE's
+  // Dual-Attention Pruning reads it, Eq. 1 and 3; also read by `kvsim stats` and replay --bounds).
   int text_query_layers = 0;
   // Per-layer entropies of every layer before the first is compressed (sim/core/sample_stats.hpp).
   bool sample_entropies = false;
   // Windows W: the column sums of every layer's last W prompt rows, before the first layer is
   // compressed (SampleStats::window_sums; MadaKV's Eq. 9 needs of all layers). Sorted, unique.
   std::vector<int> sample_window_sums;
-  // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality
-  // (HAE Eq. 7). Implies a pass over every prompt row.
+  // > 0: count causal prompt entries with p_ij <= epsilon, per query head and key modality (the
+  // ε-sparsity `kvsim stats` reports, HAE Eq. 7's definition). Implies a pass over every prompt
+  // row.
   double sparsity_epsilon = 0;
   // Per decode step and KV head, the keys ranked by the group-mean full-cache attention (replay
   // diagnostics: hit rates and misses).

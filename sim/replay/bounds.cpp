@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace kvsim {
 
@@ -64,6 +65,19 @@ std::vector<TheoremCheck> check_theorem_2_1(const LayerAttention& ref, const Lay
     out.push_back(c);
   }
   return out;
+}
+
+LayerCheck bounds_check(double epsilon) {
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%.17g", epsilon);
+  return {
+      .name = std::string("bounds epsilon=") + eps,
+      .needs = [](const TraceInfo& t) { return AttentionNeeds{.text_query_layers = t.num_layers}; },
+      .record_flushes = true,
+      .check =
+          [epsilon](const LayerAttention& measured, LayerResult& result) {
+            result.theorem = check_theorem_2_1(measured, result, epsilon);
+          }};
 }
 
 }  // namespace kvsim

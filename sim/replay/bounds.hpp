@@ -30,4 +30,8 @@ std::vector<TheoremCheck> check_theorem_2_1(const LayerAttention& ref, const Lay
 // Median of per-key decay rates of KV head g (see above).
 double attention_decay_rate(const LayerAttention& ref, int kv_head);
 
+// The check replay --bounds runs (ReplayOptions::checks): the text-query statistics of every
+// layer, the decode steps' removals recorded (Corollary 2.1), and Theorem 2.1 at `epsilon`.
+LayerCheck bounds_check(double epsilon);
+
 }  // namespace kvsim

@@ -13,7 +13,6 @@
 #include "sim/core/kernels/kernels.hpp"
 #include "sim/core/note_tally.hpp"
 #include "sim/core/parallel.hpp"
-#include "sim/replay/bounds.hpp"
 
 namespace kvsim {
 
@@ -25,7 +24,8 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
     check_compact_holds(reader, p.needs(), p.label);
   }
   needs_.key_ranking = options_.diagnostics;
-  if (options_.bounds) needs_.text_query_layers = reader.info().num_layers;
+  for (const LayerCheck& c : options_.checks)
+    if (c.needs) needs_.merge(c.needs(reader.info()));
   const int L = reader.info().num_layers;
   last_heir_.assign(L, -1);
   for (const auto& p : policies_)
@@ -825,6 +825,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                         s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors());
   }
   std::vector<LayerResult> results(policies_.size());
+  const bool records_flushes = std::any_of(options_.checks.begin(), options_.checks.end(),
+                                           [](const LayerCheck& c) { return c.record_flushes; });
   // Threads the policies leave idle batch their output errors, head by head.
   const int finish_threads =
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
@@ -836,7 +838,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
     try {
       const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
-                                             .record_flushes = options_.bounds,
+                                             .record_flushes = records_flushes,
                                              .appended_steps = shape.second ? question : 0,
                                              .prefill_only = prefill_only[i]};
       results[i] =
@@ -845,8 +847,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                        prefill_only[i] ? StepAttentionModel{}
                                        : shared_step_attention(attended, measured, finish_threads));
       if (prefill_only[i]) return;
-      if (options_.bounds)
-        results[i].theorem = check_theorem_2_1(measured, results[i], options_.bounds_epsilon);
+      for (const LayerCheck& c : options_.checks) c.check(measured, results[i]);
     } catch (const std::logic_error& e) {
       throw std::logic_error(policies_[i].label + ", sample '" + sample.name + "': " + e.what());
     }

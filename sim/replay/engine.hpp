@@ -41,7 +41,8 @@ struct StepMetrics {
   float regret = NAN;
 };
 
-// A decode step at which a policy removed d >= 1 entries of a KV head (--bounds): the sum of the
+// A decode step at which a policy removed d >= 1 entries of a KV head (recorded for a LayerCheck
+// that asks, as --bounds does): the sum of the
 // policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
 // held before the removal (what a greedy evictor would have lost; entries the policy could not
 // remove score +inf). HAE Corollary 2.1 claims realized <= greedy.
@@ -50,7 +51,8 @@ struct FlushEvent {
   double realized = 0, greedy = 0;
 };
 
-// HAE Theorem 2.1 on one KV head (--bounds; sim/replay/bounds.hpp documents every quantity).
+// HAE Theorem 2.1 on one KV head (filled by the --bounds check; sim/replay/bounds.hpp documents
+// every quantity).
 struct TheoremCheck {
   int kv_head = 0;
   int evicted = 0;        // c: entries evicted at the end of the prefill
@@ -70,17 +72,27 @@ struct LayerResult {
   std::vector<std::vector<StepMetrics>> steps;       // [kv head][step]
   std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
-  std::vector<FlushEvent> flushes;                   // --bounds only
-  std::vector<TheoremCheck> theorem;                 // --bounds only, [kv head]
+  std::vector<FlushEvent> flushes;                   // for a check that records them
+  std::vector<TheoremCheck> theorem;                 // the --bounds check's, [kv head]
   std::vector<std::string> notes;  // what the policy noted during this layer's hooks
+};
+
+// A check run on every policy's result of every layer, beside the metrics: the statistics it
+// reads, whether it needs the decode steps' removals with the policy's scores
+// (LayerResult::flushes), and what it adds to the result. replay --bounds plugs in HAE's
+// Theorem 2.1 and Corollary 2.1 (bounds_check, sim/replay/bounds.hpp); the engine knows no check.
+struct LayerCheck {
+  std::string name;  // the check and its settings (a replay checkpoint's manifest records it)
+  std::function<AttentionNeeds(const TraceInfo&)> needs;
+  bool record_flushes = false;
+  std::function<void(const LayerAttention& measured, LayerResult& result)> check;
 };
 
 struct ReplayOptions {
   int threads = 1;
   bool check_invariants = true;
   bool diagnostics = false;  // hit rates, misses and evicted mass per step
-  bool bounds = false;       // HAE Theorem 2.1 and Corollary 2.1 checks
-  double bounds_epsilon = 0.01;
+  std::vector<LayerCheck> checks;
   // With threads >= 2, layer l + 1 is read and its attention computed while the policies replay
   // layer l, when one layer's float32 q/k/v take at most this many bytes (two layers are then
   // held at once).

@@ -32,10 +32,10 @@ std::string replay_manifest(const std::string& trace_hash,
   m << "kvsim replay checkpoint\nkvsim " KVSIM_VERSION "\ntrace " << trace_hash << "\n";
   for (const auto& p : policies)
     m << "policy " << p.label << " = " << p.info->name << " " << p.params.str() << "\n";
-  m << "diagnostics " << options.diagnostics << "\nbounds " << options.bounds << " "
-    << options.bounds_epsilon << "\noutputs steps=" << !outputs.steps_csv.empty()
-    << " bounds=" << !outputs.bounds_csv.empty() << " decisions=" << !outputs.decisions_h5.empty()
-    << "\n";
+  m << "diagnostics " << options.diagnostics << "\n";
+  for (const LayerCheck& c : options.checks) m << "check " << c.name << "\n";
+  m << "outputs steps=" << !outputs.steps_csv.empty() << " bounds=" << !outputs.bounds_csv.empty()
+    << " decisions=" << !outputs.decisions_h5.empty() << "\n";
   return m.str();
 }
 
@@ -207,7 +207,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
         if (!sink || sink->name != r.sample) {
           finish_sample();
           sink = std::make_unique<SampleSink>(r.sample, index.at(r.sample), policies, outputs,
-                                              checkpoint.get(), options.bounds_epsilon);
+                                              checkpoint.get(), outputs.bounds_epsilon);
         }
         sink->add(r);
       },

@@ -16,7 +16,8 @@ struct ReplayOutputs {
   std::string steps_csv;     // --out: per step, with NAME.policies.csv beside it
   std::string summary_csv;   // --summary: per layer and overall
   std::string decisions_h5;  // --dump-decisions
-  std::string bounds_csv;    // --bounds
+  std::string bounds_csv;    // --bounds (the replay's options then hold bounds_check)
+  double bounds_epsilon = 0.01;
   // Where finished samples are kept until the outputs are written. Empty: beside the first
   // output, as "<output>.checkpoint". No output asked for: nothing is kept.
   std::string checkpoint;
