@@ -671,6 +671,65 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
   report.table = means_table(configs, means);
 }
 
+// What is left of a sweep: per item, the configurations without an item file (counting the
+// others as done and those a progress file resumes), the items with work, their layers and the
+// largest layer's bytes.
+struct SweepPlan {
+  std::vector<std::vector<std::size_t>> todo;  // [item]: configuration indices
+  std::vector<std::size_t> pending;            // items with work
+  long layers_total = 0;
+  double largest_layer = 0;
+};
+
+SweepPlan plan_sweep(const std::vector<SweepItem>& items, const std::vector<PolicyConfig>& configs,
+                     const fs::path& items_dir, SweepReport& report) {
+  SweepPlan plan;
+  plan.todo.resize(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t c = 0; c < configs.size(); ++c)
+      if (fs::exists(items_dir / (item_key(items[i], configs[c]) + ".csv")))
+        ++report.items_done_before;
+      else
+        plan.todo[i].push_back(c);
+    const auto kept = read_progress(progress_path(items_dir, items[i]), items[i].layers);
+    for (std::size_t c : plan.todo[i]) {
+      const auto found = kept.find(item_key(items[i], configs[c]));
+      if (found == kept.end()) continue;
+      ++report.items_resumed;
+      report.layers_resumed += found->second.layers;
+      report.layers_of_resumed += items[i].layers;
+    }
+    if (plan.todo[i].empty()) continue;
+    plan.pending.push_back(i);
+    const TraceReader reader(items[i].trace);
+    plan.layers_total += reader.info().num_layers;
+    plan.largest_layer = std::max(
+        plan.largest_layer, layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)));
+  }
+  return plan;
+}
+
+// The configurations `todo` of item `it` as one replay: their item keys and the layers the
+// progress file kept of each.
+struct ItemRun {
+  std::vector<PolicyConfig> configs;
+  std::vector<std::string> keys;
+  std::vector<ItemProgress> done;
+};
+
+ItemRun item_run(const SweepItem& it, const std::vector<PolicyConfig>& configs,
+                 const std::vector<std::size_t>& todo, const fs::path& progress_file) {
+  const auto kept = read_progress(progress_file, it.layers);
+  ItemRun run;
+  for (std::size_t c : todo) {
+    run.configs.push_back(configs[c]);
+    run.keys.push_back(item_key(it, configs[c]));
+    const auto found = kept.find(run.keys.back());
+    run.done.push_back(found == kept.end() ? ItemProgress{} : found->second);
+  }
+  return run;
+}
+
 }  // namespace
 
 SweepReport run_sweep(const std::vector<std::string>& traces,
@@ -679,41 +738,15 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   validate_configurations(traces, configs, o);  // before anything is written
   const fs::path items_dir = prepare_items_dir(o.out_dir);
   const std::vector<SweepItem> items = list_items(traces, o.samples);
-  // What is left to run: per item, the configurations without an item file.
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());
-  long layers_total = 0, layers_done = 0;
-  std::vector<std::vector<std::size_t>> todo(items.size());
-  std::vector<std::size_t> pending;
-  double largest_layer = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    for (std::size_t c = 0; c < configs.size(); ++c) {
-      const fs::path file = items_dir / (item_key(items[i], configs[c]) + ".csv");
-      if (fs::exists(file)) {
-        ++report.items_done_before;
-        continue;
-      }
-      todo[i].push_back(c);
-    }
-    const auto kept = read_progress(progress_path(items_dir, items[i]), items[i].layers);
-    for (std::size_t c : todo[i]) {
-      const auto found = kept.find(item_key(items[i], configs[c]));
-      if (found != kept.end())
-        ++report.items_resumed, report.layers_resumed += found->second.layers,
-            report.layers_of_resumed += items[i].layers;
-    }
-    if (todo[i].empty()) continue;
-    pending.push_back(i);
-    const TraceReader reader(items[i].trace);
-    layers_total += reader.info().num_layers;
-    largest_layer = std::max(
-        largest_layer, layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)));
-  }
+  const SweepPlan plan = plan_sweep(items, configs, items_dir, report);
+  long layers_done = 0;
   // Items side by side, each on a share of the threads, as Replayer::replay_samples runs samples:
   // they are independent, so this scales where one sample's heads and configurations run out (and
   // on two threads beats one pipelined item at a time).
   const int side_by_side =
-      samples_side_by_side(o.threads, static_cast<int>(pending.size()), largest_layer,
+      samples_side_by_side(o.threads, static_cast<int>(plan.pending.size()), plan.largest_layer,
                            ReplayOptions{}.prefetch_limit_bytes);
   int item_threads = o.threads;  // MPI ranks run their items one at a time
   std::mutex report_mutex;       // progress and the report, from side-by-side items
@@ -729,24 +762,15 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   note_kept();
   auto run_item = [&](std::size_t i) {
     const fs::path progress_file = progress_path(items_dir, items[i]);
-    const auto kept = read_progress(progress_file, items[i].layers);
-    std::vector<PolicyConfig> run;
-    std::vector<std::string> keys;
-    std::vector<ItemProgress> done;
-    for (std::size_t c : todo[i]) {
-      run.push_back(configs[c]);
-      keys.push_back(item_key(items[i], configs[c]));
-      const auto found = kept.find(keys.back());
-      done.push_back(found == kept.end() ? ItemProgress{} : found->second);
-    }
-    const std::vector<std::string> text =
-        replay_item(items[i], run, keys, std::move(done), progress_file, item_threads, [&] {
+    ItemRun run = item_run(items[i], configs, plan.todo[i], progress_file);
+    const std::vector<std::string> text = replay_item(
+        items[i], run.configs, run.keys, std::move(run.done), progress_file, item_threads, [&] {
           const std::lock_guard<std::mutex> lock(report_mutex);
-          if (progress) progress(++layers_done, layers_total);
+          if (progress) progress(++layers_done, plan.layers_total);
         });
     // Counted as each is stored, so that an interrupt's count lags the files by at most one.
-    for (std::size_t c = 0; c < run.size(); ++c) {
-      write_atomically(items_dir / (keys[c] + ".csv"), text[c]);
+    for (std::size_t c = 0; c < run.keys.size(); ++c) {
+      write_atomically(items_dir / (run.keys[c] + ".csv"), text[c]);
       const std::lock_guard<std::mutex> lock(report_mutex);
       ++report.items_run;
       note_kept();
@@ -756,13 +780,13 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   };
   bool distributed = false, writes_results = true;
 #ifdef KVSIM_WITH_MPI
-  distributed = run_items_over_ranks(items.size(), todo, run_item, progress, report.items_run,
+  distributed = run_items_over_ranks(items.size(), plan.todo, run_item, progress, report.items_run,
                                      writes_results);
 #endif
   if (!distributed) {
     item_threads = std::max(1, o.threads / side_by_side);
-    parallel_for(static_cast<int>(pending.size()), side_by_side,
-                 [&](int p) { run_item(pending[p]); });
+    parallel_for(static_cast<int>(plan.pending.size()), side_by_side,
+                 [&](int p) { run_item(plan.pending[p]); });
   }
   if (!writes_results) return report;
   set_interrupt_note("");
