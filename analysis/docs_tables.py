@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Writes an experiment's generated tables into a document, so that the docs quote the run
-rather than a hand copy of it.
+"""Writes experiments' generated tables and paragraphs into a document, so that the docs quote
+the runs rather than a hand copy of them.
 
-    docs_tables.py RUN_DIR DOC.md [--check]
+    docs_tables.py DOC.md --run NAME=RUN_DIR [--run NAME=RUN_DIR ...] [--check]
 
-DOC.md marks each generated table with
+DOC.md marks each generated region with
 
-    <!-- generated: FILE | HEADING [| rows=PREFIX] -->
-    ...the table...
+    <!-- generated: NAME:FILE | HEADING [| rows=PREFIX | until=TEXT] -->
+    ...the region...
     <!-- end generated -->
 
-FILE is a report under RUN_DIR (e.g. compress/vlm_eval.md), HEADING the text its table follows
-(the first Markdown table after the first line holding it), rows=PREFIX keeps the header and the
-rows that start with `| PREFIX` only. Every marked region is replaced by the table as the run
-wrote it. --check writes nothing and exits 1 naming the regions that differ (the docs drifted
-from the run). Errors name the document, the marker's line and what is missing.
+NAME names the experiment (vlm_eval, vlm_multi) whose run directory --run gives; FILE is a report
+under it (e.g. compress/vlm_eval.md). The region is the first Markdown table after the first line
+holding HEADING; rows=PREFIX keeps the header and the rows that start with `| PREFIX` only;
+until=TEXT takes instead the lines from the one holding HEADING up to the first later line holding
+TEXT (to the end of the file when TEXT is empty), without trailing blank lines: a paragraph, a
+list, or several. Regions of experiments not given are left as they are. --check writes nothing
+and exits 1 naming the regions that differ (the docs drifted from the run). Errors name the
+document, the marker's line and what is missing.
 """
 import argparse
 import os
@@ -23,6 +26,7 @@ import sys
 
 BEGIN = re.compile(r"^<!-- generated: (.+?) -->\s*$")
 END = "<!-- end generated -->"
+USAGE = "<!-- generated: NAME:FILE | HEADING [| rows=PREFIX | until=TEXT] -->"
 
 
 def table_after(text, heading, where):
@@ -44,11 +48,55 @@ def keep_rows(table, prefix):
     return table[:2] + [row for row in table[2:] if row.startswith(f"| {prefix}")]
 
 
-def regenerate(run_dir, doc_path):
-    """The document with every marked region replaced; and the regions that changed."""
+def lines_until(text, heading, until, where):
+    """The lines from the first one holding `heading` up to the first later one holding `until`
+    (the end when `until` is empty), trailing blank lines dropped."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if heading in line), None)
+    if start is None:
+        raise ValueError(f"{where}: no line holds {heading!r}")
+    stop = len(lines)
+    if until:
+        stop = next((i for i in range(start + 1, len(lines)) if until in lines[i]), None)
+        if stop is None:
+            raise ValueError(f"{where}: no line after {heading!r} holds {until!r}")
+    block = lines[start:stop]
+    while block and not block[-1].strip():
+        block.pop()
+    return block
+
+
+def region(runs, spec, where):
+    """The lines a marker's `spec` (NAME:FILE | HEADING [| option]) stands for; None when its
+    experiment was not given."""
+    parts = [p.strip() for p in spec.split("|")]
+    if len(parts) not in (2, 3) or ":" not in parts[0]:
+        raise ValueError(f"{where}: expected {USAGE}")
+    name, file = parts[0].split(":", 1)
+    if name not in runs:
+        return None
+    source = os.path.join(runs[name], file)
+    if not os.path.exists(source):
+        raise ValueError(f"{where}: {source} does not exist")
+    with open(source, encoding="utf-8") as f:
+        text = f.read()
+    where = f"{where} ({source})"
+    if len(parts) == 2:
+        return table_after(text, parts[1], where)
+    option = parts[2]
+    if option.startswith("rows="):
+        return keep_rows(table_after(text, parts[1], where), option[len("rows="):])
+    if option.startswith("until="):
+        return lines_until(text, parts[1], option[len("until="):], where)
+    raise ValueError(f"{where}: the third field must be rows=PREFIX or until=TEXT")
+
+
+def regenerate(runs, doc_path):
+    """The document with the regions of the experiments in `runs` (name -> run directory)
+    replaced; the regions that changed, and how many were written."""
     with open(doc_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    out, changed, i = [], [], 0
+    out, changed, written, i = [], [], 0, 0
     while i < len(lines):
         m = BEGIN.match(lines[i])
         out.append(lines[i])
@@ -56,39 +104,44 @@ def regenerate(run_dir, doc_path):
             i += 1
             continue
         where = f"{doc_path}:{i + 1}"
-        parts = [p.strip() for p in m.group(1).split("|")]
-        if len(parts) not in (2, 3):
-            raise ValueError(f"{where}: expected <!-- generated: FILE | HEADING [| rows=PREFIX] -->")
-        source = os.path.join(run_dir, parts[0])
-        if not os.path.exists(source):
-            raise ValueError(f"{where}: {source} does not exist")
-        with open(source, encoding="utf-8") as f:
-            table = table_after(f.read(), parts[1], f"{where} ({source})")
-        if len(parts) == 3:
-            if not parts[2].startswith("rows="):
-                raise ValueError(f"{where}: the third field must be rows=PREFIX")
-            table = keep_rows(table, parts[2][len("rows="):])
         end = next((j for j in range(i + 1, len(lines)) if lines[j] == END), None)
         if end is None:
             raise ValueError(f"{where}: no {END!r} after the marker")
-        if lines[i + 1:end] != table:
-            changed.append(f"{where} ({parts[0]}: {parts[1]})")
-        out += table + [END]
+        block = region(runs, m.group(1), where)
+        if block is None:
+            block = lines[i + 1:end]  # another experiment's region: as it is
+        else:
+            written += 1
+            if lines[i + 1:end] != block:
+                changed.append(f"{where} ({m.group(1)})")
+        out += block + [END]
         i = end + 1
-    return "\n".join(out), changed
+    return "\n".join(out), changed, written
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run_dir")
     ap.add_argument("doc")
+    ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR", required=True,
+                    help="an experiment's run directory (vlm_eval=demo/vlm); repeatable")
     ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 naming the regions that differ from the run")
+                    help="write nothing; exit 1 naming the regions that differ from the runs")
     a = ap.parse_args(argv)
+    runs = {}
+    for r in a.run:
+        name, sep, path = r.partition("=")
+        if not sep or not name or not path:
+            print(f"docs_tables: --run {r}: expected NAME=RUN_DIR", file=sys.stderr)
+            return 2
+        runs[name] = path
     try:
-        text, changed = regenerate(a.run_dir, a.doc)
+        text, changed, written = regenerate(runs, a.doc)
     except (OSError, ValueError) as e:
         print(f"docs_tables: {e}", file=sys.stderr)
+        return 2
+    if written == 0:
+        print(f"docs_tables: {a.doc} marks no region of {', '.join(sorted(runs))}",
+              file=sys.stderr)
         return 2
     if a.check:
         for c in changed:
@@ -96,7 +149,7 @@ def main(argv):
         return 1 if changed else 0
     with open(a.doc, "w", encoding="utf-8") as f:
         f.write(text)
-    print(f"docs_tables: {len(changed)} table(s) rewritten in {a.doc}")
+    print(f"docs_tables: {len(changed)} of {written} region(s) rewritten in {a.doc}")
     return 0
 
 

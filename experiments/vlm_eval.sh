@@ -21,7 +21,8 @@
 #   the kvpress presets; the floors random and downsample always run), VLM_EVAL_SELF_SIZING the
 #   policies that size themselves (default text_only,fastv,vtw,avl,st3; empty: none), and
 #   VLM_EVAL_SET settings for every run, space-separated as --set takes them
-#   ("h2o.recent=25% snapkv.window=16").
+#   ("h2o.recent=25% snapkv.window=16"); VLM_EVAL_DOCS=FILE writes the run's report and card into
+#   the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
 set -eu
 set -f  # no pathname expansion: settings such as '*.decode=cap' pass as written
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,3 +106,7 @@ done
 # regret <= 0.02).
 "$py" "$repo/analysis/prediction_card.py" --by-image "$out/vlm_eval_by_image.csv" \
   --outcome contains --name "assembled VLM" --targets 0.05,0.8,0.02 --out "$out/card"
+# The docs quote this run: its report and card written into the document's marked regions.
+if [ -n "${VLM_EVAL_DOCS:-}" ]; then
+  "$py" "$repo/analysis/docs_tables.py" "$VLM_EVAL_DOCS" --run vlm_eval="$out"
+fi

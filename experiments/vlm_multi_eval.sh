@@ -126,5 +126,5 @@ single=""
   --shared "$out/shared" --shared-budget "$shared_budget" $single --out "$out"
 # The docs quote this run: its tables written into the document's marked regions.
 if [ -n "${VLM_MULTI_DOCS:-}" ]; then
-  "$py" "$repo/analysis/docs_tables.py" "$out" "$VLM_MULTI_DOCS"
+  "$py" "$repo/analysis/docs_tables.py" "$VLM_MULTI_DOCS" --run vlm_multi="$out"
 fi

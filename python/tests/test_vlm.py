@@ -195,6 +195,24 @@ class SmallBuild(unittest.TestCase):
             self.assertIn(phrase, md)
         for name in ("vlm_eval_by_seed.csv", "vlm_eval_by_image.csv", "vlm_comparisons.csv"):
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        # The docs' single-image report and card are the run's (analysis/docs_tables.py): a copy
+        # of the document takes this run's, and the eight-box regions stay as they were.
+        doc = os.path.join(self.tmp, "real_model.md")
+        with open(os.path.join(REPO, "docs", "real_model.md")) as f:
+            committed = f.read()
+        with open(doc, "w") as f:
+            f.write(committed)
+        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py"), doc,
+                "--run", f"vlm_eval={out}"]
+        r = subprocess.run(tool, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("2 of 2 region(s) rewritten", r.stdout)
+        self.assertEqual(subprocess.run(tool + ["--check"]).returncode, 0)
+        with open(doc) as f:
+            rewritten = f.read()
+        self.assertIn(md.split("\n")[0], rewritten)  # the run's first line: its setting
+        tail = "generated: vlm_multi:"
+        self.assertEqual(rewritten[rewritten.index(tail):], committed[committed.index(tail):])
         for stem in ("vlm_accuracy_vs_budget", "vlm_accuracy_vs_memory",
                      "vlm_accuracy_vs_image_kept", "vlm_replay_vs_accuracy"):
             for ext in ("png", "pdf"):
@@ -399,21 +417,27 @@ class SmallMultiBuild(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
         # The docs' eight-box tables are the run's: written in by analysis/docs_tables.py, and a
         # document that quotes another run is told apart.
-        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py"), out]
+        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py")]
         doc = os.path.join(self.tmp, "real_model.md")
         with open(os.path.join(REPO, "docs", "real_model.md")) as f:
             committed = f.read()
         with open(doc, "w") as f:
             f.write(committed)
-        r = subprocess.run(tool + [doc, "--check"], capture_output=True, text=True)
+        run = ["--run", f"vlm_multi={out}"]
+        r = subprocess.run(tool + [doc, "--check"] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 1, r.stderr)  # the committed doc quotes the full run
         self.assertIn("differs from the run", r.stderr)
-        r = subprocess.run(tool + [doc], capture_output=True, text=True)
+        r = subprocess.run(tool + [doc] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("5 table(s) rewritten", r.stdout)
-        self.assertEqual(subprocess.run(tool + [doc, "--check"]).returncode, 0)
+        self.assertIn("5 of 5 region(s) rewritten", r.stdout)
+        self.assertEqual(subprocess.run(tool + [doc, "--check"] + run).returncode, 0)
         with open(doc) as f:
             rewritten = f.read()
+        # The single-image experiment's regions are another run's: left as they were.
+        single = [line for line in committed.split("\n") if "generated: vlm_eval:" in line]
+        self.assertGreater(len(single), 0)
+        self.assertEqual(rewritten.split("generated: vlm_multi:")[0],
+                         committed.split("generated: vlm_multi:")[0])
         with open(os.path.join(out, "vlm_orders.md")) as f:
             shared = [line for line in f.read().split("\n") if line.startswith("| `full` | 2 |")]
         self.assertEqual(len(shared), 1)
