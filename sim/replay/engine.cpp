@@ -614,7 +614,8 @@ std::vector<bool> Replayer::prefill_only_at(int layer, const std::vector<int>& f
 }
 
 bool Replayer::prompt_statistics_suffice(const std::vector<bool>& prefill_only) const {
-  if (needs_.key_ranking) return false;
+  // A run without policies computes the shared statistics alone, in full (the benchmarks).
+  if (needs_.key_ranking || policies_.empty()) return false;
   for (std::size_t p = 0; p < policies_.size(); ++p)
     if (!prefill_only[p] || policies_[p].info->lookahead) return false;  // lookahead: at prefill
   return true;
