@@ -14,10 +14,14 @@
 
 namespace kvsim::fuzz {
 
-std::string scratch_path(const std::string& suffix) {
-  return (std::filesystem::temp_directory_path() /
-          ("kvsim_fuzz_" + std::to_string(getpid()) + suffix))
-      .string();
+ScratchFile::ScratchFile(const std::string& suffix)
+    : path_((std::filesystem::temp_directory_path() /
+             ("kvsim_fuzz_" + std::to_string(getpid()) + suffix))
+                .string()) {}
+
+ScratchFile::~ScratchFile() {
+  std::error_code ignored;
+  std::filesystem::remove(path_, ignored);
 }
 
 namespace {
@@ -182,7 +186,8 @@ void read_and_replay(const std::string& path) {
 void kvtrace(const std::uint8_t* data, std::size_t size) {
   silence_hdf5_errors();
   ByteSource in(data, size);
-  const std::string path = scratch_path(".h5");
+  const ScratchFile scratch(".h5");
+  const std::string& path = scratch.path();
   const Shape s = pick_shape(in);
   {
     H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
@@ -208,7 +213,8 @@ void kvtrace(const std::uint8_t* data, std::size_t size) {
 void kvprompt(const std::uint8_t* data, std::size_t size) {
   silence_hdf5_errors();
   ByteSource in(data, size);
-  const std::string path = scratch_path(".kvprompt.h5");
+  const ScratchFile scratch(".kvprompt.h5");
+  const std::string& path = scratch.path();
   const int P = 1 + in.pick(6), embed_dim = 1 + in.pick(3);
   {
     H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));

@@ -14,12 +14,12 @@ namespace kvsim::fuzz {
 
 using Target = void (*)(const std::uint8_t* data, std::size_t size);
 
-void safetensors(const std::uint8_t* data, std::size_t size);  // header and tensor table
-void config_json(const std::uint8_t* data, std::size_t size);  // config.json of a checkpoint
-void kvtrace(const std::uint8_t* data, std::size_t size);      // HDF5 trace, built from choices
-void kvprompt(const std::uint8_t* data, std::size_t size);     // HDF5 prompt file, likewise
-void ini_config(const std::uint8_t* data, std::size_t size);   // --config and sweep INI files
-void cli_values(const std::uint8_t* data, std::size_t size);   // --set, --grid, budgets, sizes
+void safetensors(const std::uint8_t* data, std::size_t size);   // header and tensor table
+void config_json(const std::uint8_t* data, std::size_t size);   // config.json of a checkpoint
+void kvtrace(const std::uint8_t* data, std::size_t size);       // HDF5 trace, built from choices
+void kvprompt(const std::uint8_t* data, std::size_t size);      // HDF5 prompt file, likewise
+void ini_config(const std::uint8_t* data, std::size_t size);    // --config and sweep INI files
+void cli_values(const std::uint8_t* data, std::size_t size);    // --set, --grid, budgets, sizes
 void result_table(const std::uint8_t* data, std::size_t size);  // kvsim compare's CSV, cards
 
 struct NamedTarget {
@@ -28,7 +28,18 @@ struct NamedTarget {
 };
 const std::vector<NamedTarget>& all_targets();
 
-// A fresh file path for this process (files are overwritten on every input).
-std::string scratch_path(const std::string& suffix);
+// A file path for this process (overwritten on every input), removed when the input is done, so
+// that neither the fuzzer nor the test suite's run of the targets leaves files behind.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& suffix);
+  ~ScratchFile();
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace kvsim::fuzz
