@@ -15,17 +15,26 @@ under it (e.g. compress/vlm_eval.md). The region is the first Markdown table aft
 holding HEADING; rows=PREFIX keeps the header and the rows that start with `| PREFIX` only;
 until=TEXT takes instead the lines from the one holding HEADING up to the first later line holding
 TEXT (to the end of the file when TEXT is empty), without trailing blank lines: a paragraph, a
-list, or several. Regions of experiments not given are left as they are. --check writes nothing
-and exits 1 naming the regions that differ (the docs drifted from the run). Errors name the
+list, or several. A figure is marked on the line before its image,
+
+    <!-- generated figure: NAME:FILE -->
+    ![alt text](PATH)
+
+and FILE (a PNG of the run) is copied to PATH, resolved against the document's folder. Regions
+of experiments not given are left as they are. --check writes nothing and exits 1 naming the
+regions and figures that differ (the docs drifted from the run). Errors name the
 document, the marker's line and what is missing.
 """
 import argparse
 import os
 import re
+import shutil
 import sys
 
 BEGIN = re.compile(r"^<!-- generated: (.+?) -->\s*$")
 END = "<!-- end generated -->"
+FIGURE = re.compile(r"^<!-- generated figure: ([^:]+):(.+?) -->\s*$")
+IMAGE = re.compile(r"^!\[[^\]]*\]\(([^)]+)\)\s*$")
 USAGE = "<!-- generated: NAME:FILE | HEADING [| rows=PREFIX | until=TEXT] -->"
 
 
@@ -91,15 +100,46 @@ def region(runs, spec, where):
     raise ValueError(f"{where}: the third field must be rows=PREFIX or until=TEXT")
 
 
+def figure(runs, doc_path, lines, i):
+    """For a figure marker on line i: (run's file, the image's path), or None when its
+    experiment was not given."""
+    where = f"{doc_path}:{i + 1}"
+    name, file = FIGURE.match(lines[i]).groups()
+    image = IMAGE.match(lines[i + 1]) if i + 1 < len(lines) else None
+    if image is None:
+        raise ValueError(f"{where}: the figure marker is not followed by an image line ![...](PATH)")
+    if name not in runs:
+        return None
+    source = os.path.join(runs[name], file.strip())
+    if not os.path.exists(source):
+        raise ValueError(f"{where}: {source} does not exist")
+    return source, os.path.join(os.path.dirname(os.path.abspath(doc_path)), image.group(1))
+
+
+def same_bytes(a, b):
+    if not os.path.exists(b):
+        return False
+    with open(a, "rb") as x, open(b, "rb") as y:
+        return x.read() == y.read()
+
+
 def regenerate(runs, doc_path):
     """The document with the regions of the experiments in `runs` (name -> run directory)
-    replaced; the regions that changed, and how many were written."""
+    replaced; the regions that changed, how many were written, and the figures to copy (run's
+    file, destination)."""
     with open(doc_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    out, changed, written, i = [], [], 0, 0
+    out, changed, written, figures, i = [], [], 0, [], 0
     while i < len(lines):
         m = BEGIN.match(lines[i])
         out.append(lines[i])
+        if FIGURE.match(lines[i]):
+            copy = figure(runs, doc_path, lines, i)
+            if copy:
+                written += 1
+                figures.append(copy)
+                if not same_bytes(*copy):
+                    changed.append(f"{doc_path}:{i + 1} (figure {copy[1]})")
         if not m:
             i += 1
             continue
@@ -116,7 +156,7 @@ def regenerate(runs, doc_path):
                 changed.append(f"{where} ({m.group(1)})")
         out += block + [END]
         i = end + 1
-    return "\n".join(out), changed, written
+    return "\n".join(out), changed, written, figures
 
 
 def main(argv):
@@ -135,7 +175,7 @@ def main(argv):
             return 2
         runs[name] = path
     try:
-        text, changed, written = regenerate(runs, a.doc)
+        text, changed, written, figures = regenerate(runs, a.doc)
     except (OSError, ValueError) as e:
         print(f"docs_tables: {e}", file=sys.stderr)
         return 2
@@ -149,6 +189,9 @@ def main(argv):
         return 1 if changed else 0
     with open(a.doc, "w", encoding="utf-8") as f:
         f.write(text)
+    for source, destination in figures:
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        shutil.copyfile(source, destination)
     print(f"docs_tables: {len(changed)} of {written} region(s) rewritten in {a.doc}")
     return 0
 

@@ -195,9 +195,11 @@ class SmallBuild(unittest.TestCase):
             self.assertIn(phrase, md)
         for name in ("vlm_eval_by_seed.csv", "vlm_eval_by_image.csv", "vlm_comparisons.csv"):
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
-        # The docs' single-image report and card are the run's (analysis/docs_tables.py): a copy
-        # of the document takes this run's, and the eight-box regions stay as they were.
-        doc = os.path.join(self.tmp, "real_model.md")
+        # The docs' single-image report, card and figures are the run's (analysis/docs_tables.py):
+        # a copy of the document takes this run's (its figures beside it, as the links resolve),
+        # and the eight-box regions stay as they were.
+        os.makedirs(os.path.join(self.tmp, "docs"))
+        doc = os.path.join(self.tmp, "docs", "real_model.md")
         with open(os.path.join(REPO, "docs", "real_model.md")) as f:
             committed = f.read()
         with open(doc, "w") as f:
@@ -206,8 +208,12 @@ class SmallBuild(unittest.TestCase):
                 "--run", f"vlm_eval={out}"]
         r = subprocess.run(tool, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("2 of 2 region(s) rewritten", r.stdout)
+        self.assertIn("4 of 4 region(s) rewritten", r.stdout)  # two regions, two figures
         self.assertEqual(subprocess.run(tool + ["--check"]).returncode, 0)
+        with open(os.path.join(out, "card", "card.png"), "rb") as a, \
+                open(os.path.join(self.tmp, "analysis", "readme", "vlm_prediction_card.png"),
+                     "rb") as b:
+            self.assertEqual(a.read(), b.read())
         with open(doc) as f:
             rewritten = f.read()
         self.assertIn(md.split("\n")[0], rewritten)  # the run's first line: its setting
