@@ -183,9 +183,9 @@ def sweep(traces, policies, out, grid=None, set=None, budget="", samples=None, t
           as_frame=False, progress=None, seeds=5, equal_memory=False):
     """`kvsim sweep` on this machine: every configuration of `policies` over the `grid` axes,
     on every trace and sample; finished items are kept under `out` (a rerun skips them, and
-    resumes an interrupted (trace, sample) after the last layer it finished). Returns OUT/results.csv as
-    a dict of numpy columns (numbers as float64 / int64, names as object arrays), or with
-    as_frame=True a pandas DataFrame.
+    resumes an interrupted (trace, sample) after the last layer it finished). Returns
+    OUT/results.csv as a dict of numpy columns (numbers as float64 / int64, names as object
+    arrays), or with as_frame=True a pandas DataFrame.
 
     traces: a path or a list of paths. policies: a name or a list of names (policies or presets).
     grid: {"h2o.budget": ["5%", "10%"], "st3.S+R": ["1/1.75", "7/12.25"]} or axis strings as
