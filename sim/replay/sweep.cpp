@@ -445,6 +445,7 @@ void validate_configurations(const std::vector<std::string>& traces,
 struct SweepItem {
   std::string trace, hash, sample;
   int prompt_len = 0, layers = 0;
+  double layer_bytes = 0;  // one layer's tensors in flight (layer_tensor_bytes)
 };
 
 std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
@@ -453,8 +454,11 @@ std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
   for (const auto& t : traces) {
     TraceReader reader(t);
     const std::string hash = file_content_hash(t);
-    for (const auto& s : samples.empty() ? reader.sample_names() : samples)
-      items.push_back({t, hash, s, reader.read_sample(s).prompt_len, reader.info().num_layers});
+    for (const auto& s : samples.empty() ? reader.sample_names() : samples) {
+      const SampleInfo sample = reader.read_sample(s);
+      items.push_back({t, hash, s, sample.prompt_len, reader.info().num_layers,
+                       layer_tensor_bytes(reader.info(), sample)});
+    }
   }
   return items;
 }
@@ -672,11 +676,12 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
 }
 
 // What is left of a sweep: per item, the configurations without an item file (counting the
-// others as done and those a progress file resumes), the items with work, their layers and the
-// largest layer's bytes.
+// others as done and those a progress file resumes) and what its progress file kept; the items
+// with work, their layers and the largest layer's bytes.
 struct SweepPlan {
-  std::vector<std::vector<std::size_t>> todo;  // [item]: configuration indices
-  std::vector<std::size_t> pending;            // items with work
+  std::vector<std::vector<std::size_t>> todo;             // [item]: configuration indices
+  std::vector<std::map<std::string, ItemProgress>> kept;  // [item]: by item key
+  std::vector<std::size_t> pending;                       // items with work
   long layers_total = 0;
   double largest_layer = 0;
 };
@@ -685,32 +690,31 @@ SweepPlan plan_sweep(const std::vector<SweepItem>& items, const std::vector<Poli
                      const fs::path& items_dir, SweepReport& report) {
   SweepPlan plan;
   plan.todo.resize(items.size());
+  plan.kept.resize(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     for (std::size_t c = 0; c < configs.size(); ++c)
       if (fs::exists(items_dir / (item_key(items[i], configs[c]) + ".csv")))
         ++report.items_done_before;
       else
         plan.todo[i].push_back(c);
-    const auto kept = read_progress(progress_path(items_dir, items[i]), items[i].layers);
+    if (plan.todo[i].empty()) continue;
+    plan.kept[i] = read_progress(progress_path(items_dir, items[i]), items[i].layers);
     for (std::size_t c : plan.todo[i]) {
-      const auto found = kept.find(item_key(items[i], configs[c]));
-      if (found == kept.end()) continue;
+      const auto found = plan.kept[i].find(item_key(items[i], configs[c]));
+      if (found == plan.kept[i].end()) continue;
       ++report.items_resumed;
       report.layers_resumed += found->second.layers;
       report.layers_of_resumed += items[i].layers;
     }
-    if (plan.todo[i].empty()) continue;
     plan.pending.push_back(i);
-    const TraceReader reader(items[i].trace);
-    plan.layers_total += reader.info().num_layers;
-    plan.largest_layer = std::max(
-        plan.largest_layer, layer_tensor_bytes(reader.info(), reader.read_sample(items[i].sample)));
+    plan.layers_total += items[i].layers;
+    plan.largest_layer = std::max(plan.largest_layer, items[i].layer_bytes);
   }
   return plan;
 }
 
-// The configurations `todo` of item `it` as one replay: their item keys and the layers the
-// progress file kept of each.
+// The configurations `todo` of item `it` as one replay: their item keys and the layers its
+// progress file kept of each (`kept`).
 struct ItemRun {
   std::vector<PolicyConfig> configs;
   std::vector<std::string> keys;
@@ -718,8 +722,8 @@ struct ItemRun {
 };
 
 ItemRun item_run(const SweepItem& it, const std::vector<PolicyConfig>& configs,
-                 const std::vector<std::size_t>& todo, const fs::path& progress_file) {
-  const auto kept = read_progress(progress_file, it.layers);
+                 const std::vector<std::size_t>& todo,
+                 const std::map<std::string, ItemProgress>& kept) {
   ItemRun run;
   for (std::size_t c : todo) {
     run.configs.push_back(configs[c]);
@@ -762,7 +766,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   note_kept();
   auto run_item = [&](std::size_t i) {
     const fs::path progress_file = progress_path(items_dir, items[i]);
-    ItemRun run = item_run(items[i], configs, plan.todo[i], progress_file);
+    ItemRun run = item_run(items[i], configs, plan.todo[i], plan.kept[i]);
     const std::vector<std::string> text = replay_item(
         items[i], run.configs, run.keys, std::move(run.done), progress_file, item_threads, [&] {
           const std::lock_guard<std::mutex> lock(report_mutex);
