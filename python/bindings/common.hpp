@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "sim/core/blas_threads.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim::python {
@@ -102,11 +103,12 @@ inline void interruption_point() {
   if (PyErr_CheckSignals() != 0) throw Interrupted{};
 }
 
-// Runs `work` without the GIL; an interruption or a Ctrl-C in a Python policy surfaces as
-// KeyboardInterrupt.
+// Runs `work` without the GIL, and gives the process back its OpenBLAS thread count after it;
+// an interruption or a Ctrl-C in a Python policy surfaces as KeyboardInterrupt.
 template <typename Work>
 void run_without_gil(Work&& work) {
   try {
+    BlasThreadsRestored blas;
     py::gil_scoped_release release;
     work();
   } catch (const Interrupted&) {

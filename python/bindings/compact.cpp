@@ -69,6 +69,7 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
   if (question_len >= P) throw py::value_error("kvsim.prompt_statistics: question_len >= P");
   StoredPromptStats stats;
   {
+    BlasThreadsRestored blas;  // PyTorch in this process keeps its OpenBLAS threads
     py::gil_scoped_release release;
     stats = prompt_stats_of_layer(info, s, t, entropies, 1);
   }
@@ -101,6 +102,7 @@ void bind_compact(py::module_& m) {
       "compact_trace",
       [](const std::string& trace, const std::string& out, int window, bool entropies,
          int threads) {
+        BlasThreadsRestored blas;
         py::gil_scoped_release release;
         write_compact_trace(
             TraceReader(trace), out,
