@@ -21,15 +21,21 @@ list, or several. A figure is marked on the line before its image,
     ![alt text](PATH)
 
 and FILE (a PNG of the run) is copied to PATH, resolved against the document's folder. Regions
-of experiments not given are left as they are. --check writes nothing and exits 1 naming the
-regions and figures that differ (the docs drifted from the run). Errors name the
-document, the marker's line and what is missing.
+of experiments not given are left as they are. --check writes nothing and gives each region and
+figure a verdict: equal; equal within tolerance (analysis/tolerance.py: the numbers of a run on
+another CPU, each within float32 rounding or one unit of its last printed digit, a few moved by
+near-ties; a figure with at most 2% of its pixels changed); or different, with the first
+difference. It exits 1 when any region or figure differs (the docs drifted from the run). Errors
+name the document, the marker's line and what is missing.
 """
 import argparse
 import os
 import re
 import shutil
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tolerance  # noqa: E402
 
 BEGIN = re.compile(r"^<!-- generated: (.+?) -->\s*$")
 END = "<!-- end generated -->"
@@ -116,6 +122,9 @@ def figure(runs, doc_path, lines, i):
     return source, os.path.join(os.path.dirname(os.path.abspath(doc_path)), image.group(1))
 
 
+FIGURE_PIXELS = 0.02  # the share of a figure's pixels another CPU's numbers may change
+
+
 def same_bytes(a, b):
     if not os.path.exists(b):
         return False
@@ -123,13 +132,34 @@ def same_bytes(a, b):
         return x.read() == y.read()
 
 
+def compare_figures(run_file, doc_file):
+    """tolerance.Verdict of the document's figure against the run's."""
+    if same_bytes(run_file, doc_file):
+        return tolerance.Verdict(tolerance.EQUAL)
+    if not os.path.exists(doc_file):
+        return tolerance.Verdict(tolerance.DIFFERENT, differences=[f"{doc_file} does not exist"])
+    import matplotlib.image
+
+    a, b = matplotlib.image.imread(run_file), matplotlib.image.imread(doc_file)
+    if a.shape != b.shape:
+        return tolerance.Verdict(tolerance.DIFFERENT,
+                                 differences=[f"{b.shape[1]}x{b.shape[0]} pixels against the "
+                                              f"run's {a.shape[1]}x{a.shape[0]}"])
+    changed = float((abs(a - b).max(axis=-1) > 1 / 255).mean())
+    if changed <= FIGURE_PIXELS:
+        return tolerance.Verdict(tolerance.WITHIN,
+                                 note=f"{100 * changed:.2f}% of the pixels differ")
+    return tolerance.Verdict(tolerance.DIFFERENT,
+                             differences=[f"{100 * changed:.1f}% of the pixels differ"])
+
+
 def regenerate(runs, doc_path):
     """The document with the regions of the experiments in `runs` (name -> run directory)
-    replaced; the regions that changed, how many were written, and the figures to copy (run's
-    file, destination)."""
+    replaced; each region's and figure's (place, tolerance.Verdict) against the run, how many
+    were written, and the figures to copy (run's file, destination)."""
     with open(doc_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    out, changed, written, figures, i = [], [], 0, [], 0
+    out, verdicts, written, figures, i = [], [], 0, [], 0
     while i < len(lines):
         m = BEGIN.match(lines[i])
         out.append(lines[i])
@@ -138,8 +168,8 @@ def regenerate(runs, doc_path):
             if copy:
                 written += 1
                 figures.append(copy)
-                if not same_bytes(*copy):
-                    changed.append(f"{doc_path}:{i + 1} (figure {copy[1]})")
+                verdicts.append((f"{doc_path}:{i + 1} (figure {copy[1]})",
+                                 compare_figures(*copy)))
         if not m:
             i += 1
             continue
@@ -152,11 +182,11 @@ def regenerate(runs, doc_path):
             block = lines[i + 1:end]  # another experiment's region: as it is
         else:
             written += 1
-            if lines[i + 1:end] != block:
-                changed.append(f"{where} ({m.group(1)})")
+            verdicts.append((f"{where} ({m.group(1)})",
+                             tolerance.compare_text(lines[i + 1:end], block)))
         out += block + [END]
         i = end + 1
-    return "\n".join(out), changed, written, figures
+    return "\n".join(out), verdicts, written, figures
 
 
 def main(argv):
@@ -175,7 +205,7 @@ def main(argv):
             return 2
         runs[name] = path
     try:
-        text, changed, written, figures = regenerate(runs, a.doc)
+        text, verdicts, written, figures = regenerate(runs, a.doc)
     except (OSError, ValueError) as e:
         print(f"docs_tables: {e}", file=sys.stderr)
         return 2
@@ -184,9 +214,13 @@ def main(argv):
               file=sys.stderr)
         return 2
     if a.check:
-        for c in changed:
-            print(f"docs_tables: differs from the run: {c}", file=sys.stderr)
-        return 1 if changed else 0
+        for place, verdict in verdicts:
+            if verdict:
+                print(f"{place}: {verdict}")
+            else:
+                print(f"docs_tables: differs from the run: {place}: {verdict}", file=sys.stderr)
+        return 0 if all(v for _, v in verdicts) else 1
+    changed = [place for place, verdict in verdicts if verdict.kind != tolerance.EQUAL]
     with open(a.doc, "w", encoding="utf-8") as f:
         f.write(text)
     for source, destination in figures:

@@ -25,6 +25,11 @@ experiments/stories_eval.sh writes by_image.csv), the card gives:
 the policy's) or `dnll` (the reference's ΔNLL: higher is worse, the loss itself). Writes
 DIR/card.md, DIR/card.json (the map's knots, fitted on every point, and the 95% range of its
 family-left-out residuals: what `kvsim replay --card` reads) and DIR/card.png / .pdf.
+
+With `--chance P` (the accuracy of a guess, e.g. 0.1 for one of ten classes) and the `contains`
+outcome, a full cache whose accuracy is not above P (its 95% interval over samples reaches P)
+means the model does not read the images: the card then says that no prediction can be tested
+and prints no correlations, errors or targets (card.json: "at_chance").
 """
 import argparse
 import json
@@ -39,6 +44,31 @@ from figure_style import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import spearman  # noqa: E402
 
 RESAMPLES = 1000
+
+
+def full_cache_reading(rows, chance):
+    """The full cache's accuracy (`full_contains`, each sample's averaged over seeds), its 95%
+    interval over samples (kvsim's percentile bootstrap) and whether it is above `chance`: at or
+    below it the model does not read the images, and no policy's accuracy can show what it kept.
+    A dict: accuracy, ci_low, ci_high, n, chance, above_chance."""
+    import kvsim
+
+    full = rows.groupby(["seed", "sample"], as_index=False)["full_contains"].first()
+    per = full.groupby("sample", as_index=False)["full_contains"].mean()
+    s = kvsim.summarize({"policy": ["full"] * len(per), "sample": per["sample"],
+                         "full_contains": per["full_contains"]}, "full_contains").iloc[0]
+    low = float(s["ci_low"]) if len(per) > 1 else float(s["mean"])
+    return {"accuracy": float(s["mean"]), "ci_low": low, "ci_high": float(s["ci_high"]),
+            "n": int(s["n"]), "chance": chance, "above_chance": low > chance}
+
+
+def at_chance_text(reading, unit):
+    """The sentence a report prints in place of its tests when the full cache is at chance."""
+    return (f"**No comparison can be made.** The full cache answers {reading['accuracy']:.3f} "
+            f"(95% interval {reading['ci_low']:.3f} to {reading['ci_high']:.3f} over "
+            f"{reading['n']} {unit}s), not above chance ({reading['chance']:.3f}): the model does "
+            "not read the images, so no policy's accuracy can show what it kept. No tests, ranks "
+            "or targets are given.\n")
 
 
 def fail(message):
@@ -355,9 +385,10 @@ def figure(card, points, out):
         style = policy_style(policy)
         ax.scatter(g["x"], g["y"], s=12, color=style["color"], marker=style["marker"],
                    label=policy)
-    kx, ky = card["map"]["knots_x"], card["map"]["knots_y"]
-    ax.plot(kx, ky, color="black", lw=1.2, label="isotonic map (all points)")
-    if "residual_95" in card["map"]:
+    if "map" in card:  # none when the full cache is at chance
+        kx, ky = card["map"]["knots_x"], card["map"]["knots_y"]
+        ax.plot(kx, ky, color="black", lw=1.2, label="isotonic map (all points)")
+    if "residual_95" in card.get("map", {}):
         lo, hi = card["map"]["residual_95"]
         low, high = np.array(ky) - hi, np.array(ky) - lo
         if card["outcome"] == "contains":  # an accuracy lies in [0, 1]
@@ -367,11 +398,24 @@ def figure(card, points, out):
     outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL (nats per token)"
     metric = {"replay_output_rel_error": "replay output error ‖o − ô‖/‖o‖",
               "replay_mass_recall": "replay mass recall"}.get(card["metric"], card["metric"])
-    ax.set(title=f"{card['model']}: live {outcome} against replay\n(one point per seed, budget "
-           "and policy)", xlabel=f"{metric} (mean over samples)", ylabel=f"live {outcome}")
+    note = ("the full cache is at chance: no card" if "at_chance" in card
+            else "one point per seed, budget and policy")
+    ax.set(title=f"{card['model']}: live {outcome} against replay\n({note})", xlabel=f"{metric} (mean over samples)", ylabel=f"live {outcome}")
     ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "card", written)
     return written
+
+
+def write_at_chance(rows, reading, metric, name, out):
+    """card.md and card.json of a model that does not read its images: no card; the figure
+    shows the points alone."""
+    card = {"model": name, "metric": metric, "outcome": "contains", "at_chance": reading}
+    with open(os.path.join(out, "card.json"), "w", encoding="utf-8") as f:
+        json.dump(card, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(out, "card.md"), "w", encoding="utf-8") as f:
+        f.write(f"**Prediction card: {name}** — none.\n\n" + at_chance_text(reading, "sample"))
+    figure(card, configurations(rows, metric, "contains"), out)
 
 
 def main(argv):
@@ -382,6 +426,8 @@ def main(argv):
     ap.add_argument("--name", required=True, help="the model, for the card's title")
     ap.add_argument("--targets", help="family-left-out error, within-budget Spearman, top-1 "
                                       "regret (e.g. 0.05,0.8,0.02)")
+    ap.add_argument("--chance", type=float,
+                    help="the accuracy of a guess: a full cache not above it gives no card")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if not os.path.exists(a.by_image):
@@ -394,8 +440,14 @@ def main(argv):
         rows["seed"] = 0
     rows["full"] = rows["full_contains"] if a.outcome == "contains" else 0.0
     targets = [float(t) for t in a.targets.split(",")] if a.targets else None
-    card, points = make_card(rows, a.metric, a.outcome, a.name, targets)
     os.makedirs(a.out, exist_ok=True)
+    reading = (full_cache_reading(rows, a.chance)
+               if a.chance is not None and a.outcome == "contains" else None)
+    if reading and not reading["above_chance"]:
+        write_at_chance(rows, reading, a.metric, a.name, a.out)
+        print(open(os.path.join(a.out, "card.md"), encoding="utf-8").read())
+        return 0
+    card, points = make_card(rows, a.metric, a.outcome, a.name, targets)
     with open(os.path.join(a.out, "card.json"), "w", encoding="utf-8") as f:
         json.dump(card, f, indent=1, default=float)
         f.write("\n")

@@ -43,6 +43,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figure_style import new_figure, policy_style, save  # noqa: E402
+from prediction_card import at_chance_text, full_cache_reading  # noqa: E402
 from replay_vs_live import ranks, spearman  # noqa: E402
 
 SELF = "self"  # the budget label of the runs of policies that size their caches themselves
@@ -357,10 +358,42 @@ def held_marks(table, question):
     return marks
 
 
+def write_tests(f, comps, w, budgets, rho_pooled, rho_within):
+    """The report's tests and ranks: the policies no test separates from each budget's best,
+    Kendall's W across seeds and replay's metrics against the accuracy loss."""
+    f.write("\n**Which differences hold up.** Per budget, the policies that no paired test "
+            "separates from that budget's best (by mean accuracy), Holm over the budget's "
+            "comparisons:\n\n")
+    for b in budgets:
+        c = comps[(comps["budget"] == b) & (comps["against"] == "best")]
+        if c.empty:
+            continue
+        best = c["reference"].iloc[0]
+        tied = sorted(c[c["verdict"] == "no difference shown"]["policy"])
+        f.write(f"- {b}%: `{best}`; not shown to differ from it: "
+                f"{', '.join(f'`{p}`' for p in tied) if tied else 'none'} "
+                f"(smallest detectable difference {c['detectable'].median():.3f}, median over "
+                "the comparisons)\n")
+    f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
+            "1 = every seed ranks them alike): " +
+            ", ".join(f"{b}%: {fmt(w[b], '.2f')}" for b in budgets) + ".\n\n")
+    f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "
+            "policies; pooled over budgets, and within each budget):\n\n| replay metric | "
+            "pooled | " + " | ".join(f"{b}%" for b in budgets) + " |\n|---|---|" +
+            "---|" * len(budgets) + "\n")
+    for m, label in REPLAY_METRICS:
+        f.write(f"| {label} | {fmt(rho_pooled[m], '+.2f')} | " +
+                " | ".join(fmt(rho_within[(m, b)], "+.2f") for b in budgets) + " |\n")
+    f.write(f"| the budget alone | {fmt(rho_pooled['budget'], '+.2f')} | " +
+            " | ".join("–" for _ in budgets) + " |\n")
+
+
 def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
                  rho_pooled, rho_within, n_images, draws, oracle, unit="image",
-                 question="compress"):
+                 question="compress", reading=None):
+    """reading: full_cache_reading's; a full cache at chance gets no tests, ranks or marks."""
     units = f"{unit}s"
+    tested = reading is None or reading["above_chance"]
     seeds_word = "projector seeds" if unit == "image" else "training seeds"
     marks = held_marks(table, question)
     budgeted = table[table["budget"] != SELF]
@@ -382,6 +415,8 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 "answers averaged over seeds and the random floor's draws].\n\n")
         f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
                 f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
+        if not tested:
+            f.write(at_chance_text(reading, unit) + "\n")
         f.write("**References** (full cache, one value per prompt form):\n\n| reference | accuracy | exact |\n|---|---|---|\n")
         for name, g in controls.groupby("control", sort=False):
             per = g.groupby("seed")[["contains", "exact"]].mean()
@@ -411,7 +446,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 r = r.iloc[0]
                 mark = "!" if marks.get((b, p)) else ""
                 verdict = ""
-                if (b, p) in vs_random.index:
+                if tested and (b, p) in vs_random.index:
                     v = vs_random.loc[(b, p), "verdict"]
                     verdict = {"better": " ▲", "worse": " ▼"}.get(v, "")
                 cells.append(cell(r, "contains") + mark + verdict)
@@ -419,7 +454,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
             f.write(f"| {name} | " + " | ".join(cells) + " |\n")
         f.write(f"\n▲ / ▼: better / worse than `random` at that budget (paired over {units}, Holm "
                 "over the budget's table, α = 0.05); no mark: no difference from the random "
-                "floor shown.\n\n")
+                "floor shown.\n\n" if tested else "\n")
         f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
                 " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
         for p in order:
@@ -449,31 +484,8 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
         for _, r in self_rows.sort_values("kv_fraction").iterrows():
             f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
                     f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
-        f.write("\n**Which differences hold up.** Per budget, the policies that no paired test "
-                "separates from that budget's best (by mean accuracy), Holm over the budget's "
-                "comparisons:\n\n")
-        for b in budgets:
-            c = comps[(comps["budget"] == b) & (comps["against"] == "best")]
-            if c.empty:
-                continue
-            best = c["reference"].iloc[0]
-            tied = sorted(c[c["verdict"] == "no difference shown"]["policy"])
-            f.write(f"- {b}%: `{best}`; not shown to differ from it: "
-                    f"{', '.join(f'`{p}`' for p in tied) if tied else 'none'} "
-                    f"(smallest detectable difference {c['detectable'].median():.3f}, median over "
-                    "the comparisons)\n")
-        f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
-                "1 = every seed ranks them alike): " +
-                ", ".join(f"{b}%: {fmt(w[b], '.2f')}" for b in budgets) + ".\n\n")
-        f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "
-                "policies; pooled over budgets, and within each budget):\n\n| replay metric | "
-                "pooled | " + " | ".join(f"{b}%" for b in budgets) + " |\n|---|---|" +
-                "---|" * len(budgets) + "\n")
-        for m, label in REPLAY_METRICS:
-            f.write(f"| {label} | {fmt(rho_pooled[m], '+.2f')} | " +
-                    " | ".join(fmt(rho_within[(m, b)], "+.2f") for b in budgets) + " |\n")
-        f.write(f"| the budget alone | {fmt(rho_pooled['budget'], '+.2f')} | " +
-                " | ".join("–" for _ in budgets) + " |\n")
+        if tested:
+            write_tests(f, comps, w, budgets, rho_pooled, rho_within)
         count, total = first
         if question == "compress":
             f.write("\n**What the task gives for free.** Live compresses the cache after the "
@@ -574,6 +586,9 @@ def main(argv):
                     help="what a sample is: a single-image prompt, or a multi-image task's item")
     ap.add_argument("--order", choices=("compress", "append"), default="compress",
                     help="whether the question was compressed with the prompt or appended after")
+    ap.add_argument("--chance", type=float, default=0.1,
+                    help="the accuracy of a guess (0.1: one of the ten class words); a full "
+                         "cache not above it gets no tests, ranks or marks")
     a = ap.parse_args(argv)
     seeds = []
     for item in a.seed:
@@ -629,7 +644,7 @@ def main(argv):
                  [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
                  n_images, live[live["policy"] == "random"]["label"].nunique(),
                  rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)),
-                 a.unit, a.order)
+                 a.unit, a.order, full_cache_reading(live, a.chance))
     figures(table, live, budgets, a.out, a.unit)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0

@@ -19,7 +19,7 @@
 # (and the single-image task, if its report is given).
 # Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm_multi (from the current directory)
-#   MODELS_DIR default $KVSIM_MODELS, else the shared/models folder next to the repository
+#   MODELS_DIR default $KVSIM_MODELS, else the repository's models/ (python3 -m kvsim.models fetch)
 #   BUILD_DIR  default the repository's build/
 # Environment: VLM_MULTI_WEIGHTS=DIR evaluates weights trained elsewhere (DIR/base-seedK, as
 #   experiments/vlm_multi_gpu.py writes them; without it each seed is trained here with
@@ -33,7 +33,8 @@
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm_multi}
-models=${2:-${KVSIM_MODELS:-$repo/../shared/models}}
+. "$repo/experiments/models_dir.sh"
+models=${2:-$(models_dir)}
 build=${3:-$repo/build}
 name=vlm_multi_eval
 . "$repo/experiments/vlm_setup.sh"
@@ -116,7 +117,7 @@ done
 # The prediction cards: replay's output error -> live accuracy, tested out of sample, per order.
 for order in compress append; do
   "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$order/vlm_eval_by_image.csv" \
-    --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 \
+    --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$order/card"
 done
 single=""

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The statistics of the experiment reports, against worked examples: Kendall's W
-(analysis/vlm_eval_report.py), and the prediction card's isotonic map, its left-out error and its
-rank correlations (analysis/prediction_card.py), on constructed data worked out by hand."""
+(analysis/vlm_eval_report.py), the prediction card's isotonic map, its left-out error and its
+rank correlations (analysis/prediction_card.py), on constructed data worked out by hand; and
+the at-chance rule (a full cache not above chance gets no card)."""
 import os
 import sys
 import tempfile
@@ -80,6 +81,45 @@ class Card(unittest.TestCase):
         # Family a left out: the fit on b and c spans 0.3-0.8, a's 0.1 and 0.2 are 0.2 and 0.1
         # off; family c left out: its 0.7 and 0.8 are 0.1 and 0.2 off; b lies inside. 0.6 / 12.
         self.assertAlmostEqual(c["left_out"]["policy family"]["mae"], 0.6 / 12, places=12)
+
+
+class AtChance(unittest.TestCase):
+    @staticmethod
+    def rows(right_by_seed):
+        """by-image rows of one policy whose full cache is right on the given samples per seed."""
+        return pd.DataFrame([{"seed": seed, "budget": "20", "policy": "p", "sample": f"s{i:02d}",
+                              "contains": 0.0, "full_contains": float(i in right),
+                              "replay_output_rel_error": 0.5, "kv_fraction": 0.2, "full": 0.0}
+                             for seed, right in right_by_seed.items() for i in range(20)])
+
+    def test_a_full_cache_at_chance_is_not_above_it(self):
+        # 2 of 20 images right on both seeds: accuracy 0.1, which is chance for ten classes; a
+        # percentile interval's lower end never exceeds the mean, so it reaches chance.
+        r = card.full_cache_reading(self.rows({0: {3, 7}, 1: {3, 7}}), 0.1)
+        self.assertAlmostEqual(r["accuracy"], 0.1)
+        self.assertEqual(r["n"], 20)
+        self.assertFalse(r["above_chance"])
+
+    def test_the_seeds_are_averaged_per_image_first(self):
+        # Seed 0 right on images 0-9, seed 1 on 10-19: every image 0.5, so the interval over
+        # images is the single value 0.5, above chance.
+        r = card.full_cache_reading(self.rows({0: set(range(10)), 1: set(range(10, 20))}), 0.1)
+        self.assertAlmostEqual(r["accuracy"], 0.5)
+        self.assertAlmostEqual(r["ci_low"], 0.5)
+        self.assertTrue(r["above_chance"])
+
+    def test_no_card_at_chance(self):
+        out = tempfile.mkdtemp()
+        by_image = os.path.join(out, "by_image.csv")
+        self.rows({0: {3}, 1: set()}).to_csv(by_image, index=False)
+        self.assertEqual(card.main(["--by-image", by_image, "--outcome", "contains", "--name",
+                                    "m", "--targets", "0.05,0.8,0.02", "--chance", "0.1",
+                                    "--out", out]), 0)
+        with open(os.path.join(out, "card.md")) as f:
+            text = f.read()
+        self.assertIn("**No comparison can be made.** The full cache answers 0.025", text)
+        self.assertNotIn("Targets", text)
+        self.assertNotIn("Spearman", text)
 
 
 if __name__ == "__main__":
