@@ -121,9 +121,9 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["kvsim", "kvsim.capture", "kvsim.vlm"],
+    packages=["kvsim", "kvsim.capture", "kvsim.models", "kvsim.vlm"],
     package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture",
-                 "kvsim.vlm": "python/kvsim/vlm"},
+                 "kvsim.models": "python/kvsim/models", "kvsim.vlm": "python/kvsim/vlm"},
     package_data={"kvsim": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kvsim._kvsim", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -7,15 +7,16 @@
 # replay's metrics beside the live perplexity of the references, with their rank correlations.
 # Usage: experiments/stories_eval.sh [OUT_DIR] [MODEL_DIR] [BUILD_DIR]
 #   OUT_DIR   default demo/stories (from the current directory)
-#   MODEL_DIR default $KVSIM_MODELS/stories260K ($KVSIM_MODELS: the shared/models folder next to
-#             the repository)
+#   MODEL_DIR default $KVSIM_MODELS/stories260K ($KVSIM_MODELS: the repository's models/, where
+#             python3 -m kvsim.models fetch puts them)
 #   BUILD_DIR default the repository's build/
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/stories}
-model=${2:-${KVSIM_MODELS:-$repo/../shared/models}/stories260K}
+. "$repo/experiments/models_dir.sh"
+model=${2:-$(models_dir)/stories260K}
 build=${3:-$repo/build}
-[ -f "$model/config.json" ] || { echo "stories_eval: no checkpoint at $model" >&2; exit 1; }
+[ -f "$model/config.json" ] || { echo "stories_eval: no checkpoint at $model (python3 -m kvsim.models fetch --model stories260K)" >&2; exit 1; }
 [ -x "$build/kvsim" ] || { cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)"; }
 k="$build/kvsim"
 py=/usr/bin/python3

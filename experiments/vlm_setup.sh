@@ -2,7 +2,7 @@
 # in $models, builds kvsim in $build if it is missing, and sets k (the kvsim binary), py (Debian's
 # Python) and PYTHONPATH (the built module). $name names the experiment in messages.
 for part in mobilenet_v2/graph.json stories260K/config.json; do
-  [ -f "$models/$part" ] || { echo "$name: no $models/$part (set KVSIM_MODELS)" >&2; exit 1; }
+  [ -f "$models/$part" ] || { echo "$name: no $models/$part (python3 -m kvsim.models fetch --models $models, or set KVSIM_MODELS)" >&2; exit 1; }
 done
 [ -x "$build/kvsim" ] || { cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)"; }
 k="$build/kvsim"

@@ -1,15 +1,18 @@
-"""Shared by the suites that run real models (test_stories260k.py, test_vlm.py): where the models
-are ($KVSIM_MODELS, by default the shared/models folder next to the checkout; never the
-repository), the kvsim binary under test, and the skip (exit code 77, with the reason) when the
-models are absent."""
+"""Shared by the suites that run real models (test_models.py, test_stories260k.py, test_vlm.py):
+where the models are (kvsim.models.default_models(): $KVSIM_MODELS, else the checkout's models/
+folder, where `python -m kvsim.models fetch` puts them; never committed), the kvsim binary under
+test, and the skip (exit code 77, with the reason) when the models are absent."""
 import os
 import subprocess
 import sys
 import unittest
 
+from kvsim.models import default_models
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-MODELS = os.environ.get("KVSIM_MODELS") or os.path.join(REPO, "..", "shared", "models")
+
+MODELS = default_models()
 BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
 
 

@@ -4,16 +4,7 @@ import json
 import os
 import sys
 
-
-def default_models():
-    """$KVSIM_MODELS, else the shared/models folder beside the checkout this file is in."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for up in (3, 4):  # python/kvsim/vlm in the source tree; build/python/kvsim/vlm in a build
-        root = os.path.abspath(os.path.join(here, *[".."] * up))
-        candidate = os.path.join(os.path.dirname(root), "shared", "models")
-        if os.path.isdir(candidate):
-            return candidate
-    return None
+from kvsim.models import default_models
 
 
 def main(argv=None):
@@ -27,8 +18,8 @@ def main(argv=None):
                     "task with a frozen decoder; `build-multi` the eight-box task (a question about "
                     "one of eight images), with the decoder fine-tuned.",
         epilog="examples:\n"
-               "  python -m kvsim.vlm build --models ../shared/models\n"
-               "  python -m kvsim.vlm build --small            # the CI setting, seconds\n"
+               "  python -m kvsim.vlm build --models ~/models   # after python -m kvsim.models fetch\n"
+               "  python -m kvsim.vlm build --small            # the CI setting (~9 s; at chance)\n"
                "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
                "  python -m kvsim.vlm build-multi --set seed=1\n"
                "  python -m kvsim.vlm build-multi --weights gpu/base-seed0   # trained on a GPU\n"
@@ -42,9 +33,10 @@ def main(argv=None):
     for name, (_, defaults, _) in kinds.items():
         b = sub.add_parser(name, help="build or find the model" + (
             " (eight boxes, a question about one)" if name == "build-multi" else ""))
-        b.add_argument("--models", default=os.environ.get("KVSIM_MODELS") or default_models(),
+        b.add_argument("--models", default=default_models(),
                        help="folder holding mobilenet_v2/ and stories260K/ (default: "
-                            "$KVSIM_MODELS, else shared/models beside the checkout)")
+                            "$KVSIM_MODELS, else the checkout's models/; `python -m kvsim.models "
+                            "fetch` puts them there)")
         b.add_argument("--small", action="store_true", help="the small CI setting")
         b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"a build setting (repeatable); keys: {', '.join(defaults)}")
@@ -59,8 +51,9 @@ def main(argv=None):
         b.add_argument("--quiet", action="store_true", help="print only the directory")
     a = ap.parse_args(argv)
     build, defaults, small = kinds[a.command]
-    if not a.models:
-        ap.error("no --models and no shared/models beside the checkout (set KVSIM_MODELS)")
+    if not os.path.isdir(a.models):
+        ap.error(f"no models folder {a.models} (python -m kvsim.models fetch --models "
+                 f"{a.models}, or set KVSIM_MODELS)")
     settings = dict(small if a.small else {})
     weights = getattr(a, "weights", None)
     if weights:
