@@ -155,8 +155,9 @@ def compare_figures(run_file, doc_file):
 
 def regenerate(runs, doc_path):
     """The document with the regions of the experiments in `runs` (name -> run directory)
-    replaced; each region's and figure's (place, tolerance.Verdict) against the run, how many
-    were written, and the figures to copy (run's file, destination)."""
+    replaced; each region's and figure's (place, tolerance.Verdict against the run, or None for
+    another experiment's), how many were written, and the figures to copy (run's file,
+    destination)."""
     with open(doc_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     out, verdicts, written, figures, i = [], [], 0, [], 0
@@ -165,7 +166,9 @@ def regenerate(runs, doc_path):
         out.append(lines[i])
         if FIGURE.match(lines[i]):
             copy = figure(runs, doc_path, lines, i)
-            if copy:
+            if copy is None:
+                verdicts.append((f"{doc_path}:{i + 1} (figure)", None))
+            else:
                 written += 1
                 figures.append(copy)
                 verdicts.append((f"{doc_path}:{i + 1} (figure {copy[1]})",
@@ -180,6 +183,7 @@ def regenerate(runs, doc_path):
         block = region(runs, m.group(1), where)
         if block is None:
             block = lines[i + 1:end]  # another experiment's region: as it is
+            verdicts.append((f"{where} ({m.group(1)})", None))
         else:
             written += 1
             verdicts.append((f"{where} ({m.group(1)})",
@@ -215,12 +219,15 @@ def main(argv):
         return 2
     if a.check:
         for place, verdict in verdicts:
-            if verdict:
+            if verdict is None:
+                print(f"{place}: not checked (its experiment's run was not given)")
+            elif verdict:
                 print(f"{place}: {verdict}")
             else:
                 print(f"docs_tables: differs from the run: {place}: {verdict}", file=sys.stderr)
-        return 0 if all(v for _, v in verdicts) else 1
-    changed = [place for place, verdict in verdicts if verdict.kind != tolerance.EQUAL]
+        return 0 if all(v is None or v for _, v in verdicts) else 1
+    changed = [place for place, verdict in verdicts
+               if verdict is not None and verdict.kind != tolerance.EQUAL]
     with open(a.doc, "w", encoding="utf-8") as f:
         f.write(text)
     for source, destination in figures:

@@ -89,7 +89,8 @@ def save(fig, out, stem, written, context=None):
         return
     for ext in ("png", "pdf"):
         path = os.path.join(out, f"{stem}.{ext}")
-        fig.savefig(path, dpi=150)
+        # No creation date in the PDF: the same figure gives the same bytes.
+        fig.savefig(path, dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
         written.append(path)
 
 

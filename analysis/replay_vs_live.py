@@ -17,6 +17,7 @@ DIR/perplexity_vs_budget and DIR/replay_vs_live_perplexity. Needs numpy and matp
 """
 import argparse
 import csv
+import gzip
 import math
 import os
 import sys
@@ -70,11 +71,17 @@ def parse_pairs(items, what):
     return out
 
 
+def open_table(path):
+    """A result CSV for reading, gzip-compressed when its name ends in .gz (the committed results
+    of experiments/results/)."""
+    return gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")
+
+
 def read_replay(pairs):
     """(policy, budget) -> the summary's overall row (sample = layer = all)."""
     out = {}
     for budget, path in pairs:
-        with open(path, newline="") as f:
+        with open_table(path) as f:
             for r in csv.DictReader(f):
                 if r["sample"] == "all" and r["layer"] == "all":
                     out[(r["policy"], budget)] = {
@@ -105,7 +112,7 @@ def read_live(pairs):
     """(policy, budget) -> perplexity over the samples under the policy and the full cache."""
     sums = defaultdict(lambda: [0.0, 0.0, 0, 0])  # Σ nll·n, Σ nll_full·n, Σ n, samples
     for budget, path in pairs:
-        with open(path, newline="") as f:
+        with open_table(path) as f:
             for r in csv.DictReader(f):
                 if r["sample"] == "all" or not r.get("ref_tokens") or float(r["ref_tokens"]) == 0:
                     continue

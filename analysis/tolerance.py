@@ -29,6 +29,7 @@ the first differences.
 """
 import argparse
 import csv
+import gzip
 import math
 import re
 import sys
@@ -198,7 +199,9 @@ def compare_text(expected, produced):
 
 
 def read_csv(path):
-    with open(path, newline="", encoding="utf-8") as f:
+    """The rows of a CSV file, gzip-compressed when its name ends in .gz."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 

@@ -17,6 +17,7 @@ images in each), and reports, per policy and budget at equal memory:
 
     vlm_eval_report.py --budgets 10 20 40 60 --seed 0=DIR0 1=DIR1 ... --out OUT
     vlm_eval_report.py --budgets 10 20 40 --seed ... --unit item [--order append] --out OUT
+    vlm_eval_report.py --from-results RUN/results --out OUT          (the same report again)
 
 (--unit item: the multi-image task's held-out items, experiments/vlm_multi_eval.sh; --order
 append: the question fed after compression, every policy compressing the context once to the
@@ -26,7 +27,10 @@ A seed directory holds, as vlm_eval.sh writes them: live_<B>.csv and replay_<B>.
 evaluate and kvsim replay --summary at budget B% with --equal-memory), decisions_<B>.h5, the
 same for the policies that size their caches themselves under <B> = self (optional),
 control_noimage.csv, control_swapped.csv (control_shuffled.csv: optional), trace.h5 and
-build.json. Writes OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
+build.json. Or --from-results DIR: the tables a report keeps of its runs (OUT/results/: every
+live and replay row per seed, budget, policy and image, the controls and the builds), so that a
+report is regenerated from the repository without a model, the trace or the decision files.
+Writes OUT/results/, OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
 per budget and policy), OUT/vlm_eval_by_seed.csv (one row per seed, budget and policy: what the
 prediction card fits), OUT/vlm_comparisons.csv and, as PNG and PDF, OUT/vlm_accuracy_vs_memory,
 OUT/vlm_accuracy_vs_budget, OUT/vlm_accuracy_vs_image_kept and OUT/vlm_replay_vs_accuracy.
@@ -200,7 +204,78 @@ def load(seeds, budgets, unit="image"):
     if any(s != drawn[0] for s in drawn):
         fail("the seed directories hold different images: build them with the same test_seed")
     return (live, pd.concat(replay, ignore_index=True), pd.concat(images, ignore_index=True),
-            pd.concat(controls, ignore_index=True), builds)
+            pd.concat(controls, ignore_index=True)), builds
+
+
+RESULTS = ("live", "replay", "replay_by_image", "controls")
+
+
+def machine():
+    """What produced a run, for the pages that quote it: the CPU, the kernels OpenBLAS and
+    PyTorch picked (and the variables that choose them) and the libraries' versions."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    import matplotlib
+    import torch
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    found = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+             "numpy": np.__version__, "pandas": pd.__version__,
+             "matplotlib": matplotlib.__version__, "torch": torch.__version__,
+             "torch_cpu_capability": next(
+                 (line.split(":", 1)[1].strip() for line in torch.__config__.show().split("\n")
+                  if "CPU capability usage" in line), None),
+             "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                                          "ATEN_CPU_CAPABILITY",
+                                                          "ONEDNN_MAX_CPU_ISA") if k in os.environ}}
+    try:
+        blas = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
+        blas.openblas_get_corename.restype = ctypes.c_char_p
+        blas.openblas_get_config.restype = ctypes.c_char_p
+        found["openblas_core"] = blas.openblas_get_corename().decode()
+        found["openblas"] = blas.openblas_get_config().decode()
+    except (OSError, AttributeError):
+        found["openblas_core"] = None
+    return found
+
+
+def save_results(out, tables, builds, settings):
+    """OUT/results/: the tables the report is made from (gzip-compressed CSV, every float as
+    written by repr, so that they read back to the same values) and the builds and settings
+    (with the machine that ran them)."""
+    directory = os.path.join(out, "results")
+    os.makedirs(directory, exist_ok=True)
+    for name, table in zip(RESULTS, tables):
+        table.to_csv(os.path.join(directory, f"{name}.csv.gz"), index=False,
+                     compression={"method": "gzip", "mtime": 0})
+    with open(os.path.join(directory, "builds.json"), "w", encoding="utf-8") as f:
+        json.dump({"settings": settings, "builds": {str(k): v for k, v in builds.items()}}, f,
+                  indent=1)
+        f.write("\n")
+
+
+def load_results(directory):
+    """What save_results wrote: (tables in RESULTS order, builds, settings)."""
+    tables = []
+    for name in RESULTS:
+        path = os.path.join(directory, f"{name}.csv.gz")
+        if not os.path.exists(path):
+            fail(f"{path}: no such file (a report's results/ folder holds {', '.join(RESULTS)})")
+        tables.append(pd.read_csv(path, keep_default_na=False, na_values=[""],
+                                  float_precision="round_trip",
+                                  dtype={"sample": str, "budget": str, "label": str,
+                                         "policy": str, "reference": str}))
+    with open(os.path.join(directory, "builds.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    return tables, {int(k): v for k, v in saved["builds"].items()}, saved["settings"]
 
 
 def merge_identical(live):
@@ -577,10 +652,32 @@ def figures(table, live, budgets, out, unit="image"):
     return written
 
 
+def inputs(a):
+    """The report's tables, builds and settings: from the runs (--seed, --budgets), or as a
+    report kept them (--from-results)."""
+    if a.from_results:
+        return load_results(a.from_results)
+    if not a.budgets or not a.seed:
+        fail("give --budgets and --seed SEED=DIRECTORY ..., or --from-results DIR")
+    seeds = []
+    for item in a.seed:
+        seed, sep, directory = item.partition("=")
+        if not sep or not os.path.isdir(directory):
+            fail(f"--seed {item}: expected SEED=DIRECTORY of a vlm_eval.sh run")
+        seeds.append((int(seed), directory))
+    budgets = [b.rstrip("%") for b in a.budgets]
+    tables, builds = load(seeds, budgets, a.unit)
+    return tables, builds, {"budgets": budgets, "seeds": [s for s, _ in seeds], "unit": a.unit,
+                            "order": a.order, "machine": machine()}
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--budgets", nargs="+", required=True, help="the budgets, in percent")
-    ap.add_argument("--seed", nargs="+", required=True, help="SEED=DIRECTORY of each seed's run")
+    ap.add_argument("--budgets", nargs="+", help="the budgets, in percent")
+    ap.add_argument("--seed", nargs="+", help="SEED=DIRECTORY of each seed's run")
+    ap.add_argument("--from-results", metavar="DIR",
+                    help="a report's results/ folder instead of the runs (budgets, unit and "
+                         "order as saved there)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--unit", choices=("image", "item"), default="image",
                     help="what a sample is: a single-image prompt, or a multi-image task's item")
@@ -590,14 +687,13 @@ def main(argv):
                     help="the accuracy of a guess (0.1: one of the ten class words); a full "
                          "cache not above it gets no tests, ranks or marks")
     a = ap.parse_args(argv)
-    seeds = []
-    for item in a.seed:
-        seed, sep, directory = item.partition("=")
-        if not sep or not os.path.isdir(directory):
-            fail(f"--seed {item}: expected SEED=DIRECTORY of a vlm_eval.sh run")
-        seeds.append((int(seed), directory))
-    budgets = [b.rstrip("%") for b in a.budgets]
-    live, replay, replay_images, controls, builds = load(seeds, budgets, a.unit)
+    tables, builds, settings = inputs(a)
+    budgets, seeds = settings["budgets"], [(s, None) for s in settings["seeds"]]
+    a.unit, a.order = settings["unit"], settings["order"]
+    kept = os.path.join(a.out, "results")
+    if not (a.from_results and os.path.exists(kept) and os.path.samefile(a.from_results, kept)):
+        save_results(a.out, tables, builds, settings)
+    live, replay, replay_images, controls = tables
     live, rename = merge_identical(live)
     replay, replay_images = renamed(replay, rename), renamed(replay_images, rename)
     # The full cache's own accuracy per image, the reference of the losses.

@@ -42,6 +42,8 @@ draws=${VLM_EVAL_DRAWS:-5}
 mkdir -p "$out"
 # Runs quietly; on failure the command's messages are shown.
 quiet() { log=$1; shift; "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }; }
+started=$(date +%s)
+step() { echo "vlm_eval [$(( $(date +%s) - started ))s]: $*" >&2; }  # progress, on stderr
 gen=8  # the longest answer, " sneaker." with the end token, is 8 tokens
 baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
 seed_methods=lookm,hae,madakv,meda
@@ -67,6 +69,7 @@ runs=""
 for s in $seeds; do
   dir="$out/seed$s"
   mkdir -p "$dir"
+  step "seed $s: the model (built, or found in the cache)"
   vlm=$("$py" -m kvsim.vlm build --models "$models" $small --set seed="$s" | tail -n 1)
   cp "$vlm/build.json" "$dir/build.json"
   model="$vlm/model"
@@ -74,6 +77,7 @@ for s in $seeds; do
   quiet "$dir/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
     --stop-at-eos -o "$dir/trace.h5"
   for n in $budgets; do
+    step "seed $s: budget $n%: replay and live"
     # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.
     # shellcheck disable=SC2046  # settings_for: one word per --set and assignment
     quiet "$dir/replay_$n.log" "$k" replay "$dir/trace.h5" -p "$budgeted,oracle" --budget "$n%" \
@@ -101,6 +105,7 @@ for s in $seeds; do
   done
   runs="$runs $s=$dir"
 done
+step "the report and the prediction card"
 "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --out "$out"
 # The prediction card: replay's output error -> live accuracy, tested out of sample, with the
 # targets a user would want (family-left-out error <= 0.05, within-budget Spearman >= 0.8, top-1

@@ -223,6 +223,15 @@ class SmallBuild(unittest.TestCase):
         self.assertNotIn("Targets", card)
         for name in ("vlm_eval_by_seed.csv", "vlm_eval_by_image.csv", "vlm_comparisons.csv"):
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        # The report again from the tables it kept (results/), without the runs: the same bytes.
+        again = os.path.join(self.tmp, "again")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "analysis", "vlm_eval_report.py"),
+                            "--from-results", os.path.join(out, "results"), "--out", again],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        assert_same_files(self, out, again, ("vlm_eval.md", "vlm_eval.csv", "vlm_eval_by_seed.csv",
+                                             "vlm_eval_by_image.csv", "vlm_comparisons.csv",
+                                             "vlm_accuracy_vs_memory.png"))
         # The docs' single-image report, card and figures are the run's (analysis/docs_tables.py):
         # a copy of the document takes this run's (its figures beside it, as the links resolve),
         # and the eight-box regions stay as they were.

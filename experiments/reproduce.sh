@@ -1,0 +1,106 @@
+#!/bin/sh
+# Regenerates a page's numbers and figures and checks them against the page, region by region
+# (analysis/docs_tables.py --check: equal; equal within the stated tolerance, analysis/tolerance.py;
+# or different, with the first difference).
+# Usage: experiments/reproduce.sh PAGE [--quick | --from-results] [OUT_DIR]
+#   PAGE            real_model (docs/real_model.md)
+#   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
+#                   the stories (about 1 min on 2 cores), the single image (five seeds, about
+#                   35 min) and, where VLM_MULTI_WEIGHTS names the eight-box weights, the eight
+#                   boxes (about 20 min a seed)
+#   --quick         one seed of the single-image task (about 8 min), its rows against the
+#                   committed per-seed results, and the stories
+#   --from-results  the page's reports, tables and figures from the results committed under
+#                   experiments/results/ (no model; about a minute), against the page
+#   OUT_DIR         default demo/reproduce/PAGE
+# The page's numbers were produced on the machine its text names; on another CPU they are equal
+# within the tolerance docs/testing.md states, not byte for byte.
+set -eu
+repo=$(cd "$(dirname "$0")/.." && pwd)
+page=${1:-}
+mode=${2:-full}
+case "$mode" in --quick) mode=quick ;; --from-results) mode=results ;; full) ;;
+  *) echo "reproduce: unknown option $mode (--quick or --from-results)" >&2; exit 2 ;; esac
+[ "$page" = real_model ] || { echo "reproduce: PAGE must be real_model (docs/real_model.md)" >&2; exit 2; }
+out=${3:-demo/reproduce/$page}
+doc="$repo/docs/$page.md"
+results=${REPRODUCE_RESULTS:-$repo/experiments/results}  # the committed results (tests: others)
+build=${KVSIM_BUILD:-$repo/build}
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+. "$repo/experiments/models_dir.sh"
+models=$(models_dir)
+started=$(date +%s)
+say() { echo "reproduce [$(( $(date +%s) - started ))s]: $*"; }
+mkdir -p "$out"
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+
+report_from_results() {  # NAME: the report of a committed experiment, regenerated into OUT/NAME
+  "$py" "$repo/analysis/vlm_eval_report.py" --from-results "$results/$1" \
+    --out "$out/$1" >"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
+  "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$1/vlm_eval_by_image.csv" \
+    --outcome contains --name "assembled VLM" --targets 0.05,0.8,0.02 --chance 0.1 \
+    --out "$out/$1/card" >>"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
+}
+
+stories_from_results() {  # the stories' table and card from their committed summaries
+  set --
+  for b in 10 20 30 50; do
+    set -- "$@" "$b%=$results/stories/replay_$b.csv.gz"
+  done
+  set -- "$@" --live
+  for b in 10 20 30 50; do
+    set -- "$@" "$b%=$results/stories/live_$b.csv.gz"
+  done
+  { "$py" "$repo/analysis/replay_vs_live.py" --out "$out/stories" --replay "$@" &&
+    "$py" "$repo/analysis/prediction_card.py" --by-image "$out/stories/by_image.csv" \
+      --outcome dnll --name stories260K --out "$out/stories/card"; } >"$out/stories.log" 2>&1 ||
+    { cat "$out/stories.log" >&2; exit 1; }
+}
+
+case "$mode" in
+  results)
+    say "expected time: about a minute (the reports from experiments/results/, no model)"
+    say "stories: the table and the prediction card from the committed results"
+    stories_from_results
+    say "single image: the report, its tests and the prediction card from the committed results"
+    report_from_results vlm_eval
+    runs="stories=$out/stories vlm_eval=$out/vlm_eval" ;;
+  quick)
+    say "expected time: about 10 minutes on 2 cores (one model built and evaluated, the stories)"
+    say "stories: experiments/stories_eval.sh (one model, every story: the whole section)"
+    "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
+      >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
+    say "single image, seed 0: experiments/vlm_eval.sh (progress below)"
+    VLM_EVAL_SEEDS=0 "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
+    say "seed 0's rows against the committed per-seed results:"
+    "$py" "$repo/analysis/tolerance.py" "$results/vlm_eval/vlm_eval_by_seed.csv.gz" \
+      "$out/vlm_eval/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset
+    say "the single-image regions quote five seeds: not compared with one"
+    runs="stories=$out/stories" ;;
+  full)
+    say "expected time: about 40 minutes on 2 cores without the eight boxes (stories 1 min, the" \
+      "single image 35 min), and about 20 minutes a seed more with them"
+    say "stories: experiments/stories_eval.sh"
+    "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
+      >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
+    say "single image: experiments/vlm_eval.sh, five seeds (progress below)"
+    "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
+    runs="stories=$out/stories vlm_eval=$out/vlm_eval"
+    if [ -n "${VLM_MULTI_WEIGHTS:-}" ]; then
+      say "eight boxes: experiments/vlm_multi_eval.sh with the weights in $VLM_MULTI_WEIGHTS"
+      "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
+      runs="$runs vlm_multi=$out/vlm_multi"
+    else
+      say "eight boxes: not run (set VLM_MULTI_WEIGHTS to the trained weights); its regions are" \
+        "left unchecked"
+    fi ;;
+esac
+say "the page's regions against this run (docs_tables.py --check):"
+set --
+for r in $runs; do set -- "$@" --run "$r"; done
+if "$py" "$repo/analysis/docs_tables.py" "$doc" --check "$@"; then
+  say "every checked region of $doc is reproduced"
+else
+  say "some region of $doc differs (above)"; exit 1
+fi

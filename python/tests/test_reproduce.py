@@ -1,0 +1,56 @@
+"""experiments/reproduce.sh real_model: --from-results regenerates the single-image section's
+report, tests, card and figures from the results committed in experiments/results/ (no model)
+and finds every region of the page reproduced; --quick runs one seed (here of the small setting,
+against its committed per-seed rows, python/tests/data) and the stories, and says how the seed's
+rows compare. Skipped (77) without the models."""
+import gzip
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from real_models import BINARY, MODELS, REPO, main_or_skip
+
+SCRIPT = os.path.join(REPO, "experiments", "reproduce.sh")
+
+
+def build_dir():
+    return os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
+
+
+class Reproduce(unittest.TestCase):
+    def run_script(self, *args, **env):
+        return subprocess.run([SCRIPT, "real_model", *args], capture_output=True, text=True,
+                              env=dict(os.environ, KVSIM_MODELS=MODELS, KVSIM_BUILD=build_dir(),
+                                       **env))
+
+    def test_the_page_from_the_committed_results(self):
+        out = tempfile.mkdtemp()
+        r = self.run_script("--from-results", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("expected time: about a minute", r.stdout)
+        self.assertIn("(vlm_eval:vlm_eval.md | held-out images, | until=): equal", r.stdout)
+        self.assertIn("(vlm_eval:card/card.md | **Prediction card: | until=): equal", r.stdout)
+        self.assertIn("(vlm_multi:compress/vlm_eval.md | **Accuracy at equal memory**): not "
+                      "checked", r.stdout)
+        self.assertIn("every checked region of", r.stdout)
+
+    def test_quick_on_the_small_setting(self):
+        out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
+        os.makedirs(os.path.join(results, "vlm_eval"))
+        with open(os.path.join(REPO, "python", "tests", "data", "vlm_eval_small_by_seed.csv"),
+                  "rb") as src, gzip.open(os.path.join(results, "vlm_eval",
+                                                       "vlm_eval_by_seed.csv.gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        r = self.run_script("--quick", out, REPRODUCE_RESULTS=results, VLM_EVAL_SMALL="1",
+                            KVSIM_CACHE=os.path.join(out, "cache"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("expected time: about 10 minutes", r.stdout)
+        self.assertIn("vlm_eval_by_seed.csv.gz: equal", r.stdout)  # equal, or within tolerance
+        self.assertIn("vlm_eval [", r.stderr)  # the experiment's progress
+        self.assertTrue(os.path.exists(os.path.join(out, "stories", "by_image.csv")))
+
+
+if __name__ == "__main__":
+    main_or_skip(["stories260K/config.json", "mobilenet_v2/graph.json"], "the real models")
