@@ -698,8 +698,11 @@ TEST_F(LiveFixture, RejectsPoliciesWithoutALiveRun) {
 // kvpress's order in the live path (question = append): the context is compressed, then the
 // question's tokens are fed against the compressed cache. Restated: the same model run on the
 // context alone as the prompt, compressing all of it, then fed the question's tokens as forced
-// decode steps, must give the same logits bit for bit and the same cache; every question query
-// attends only the kept context entries and the question so far.
+// decode steps, must give the same cache and the same logits to float32 rounding; every
+// question query attends only the kept context entries and the question so far. (Not bit for
+// bit: the appended question's rows go through one product (sgemm) where the restated run feeds
+// them one at a time (sgemv), and OpenBLAS's Haswell and Zen kernels round those differently:
+// up to 4e-7 of logits near 1 were seen.)
 TEST_F(LiveFixture, QuestionAppendedAfterCompressionRestated) {
   const PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // Q = 8 after the image
   for (const char* name : {"snapkv:kvpress", "h2o:kvpress", "tova:kvpress", "knorm:kvpress"}) {
@@ -735,8 +738,13 @@ TEST_F(LiveFixture, QuestionAppendedAfterCompressionRestated) {
     w.forced = &forced;
     w.keep_logits = true;
     const live::RunResult restated = engine.run(pc, w);
-    EXPECT_EQ(r.first_logits, restated.logits[7]) << name;
-    for (int t = 0; t < 4; ++t) EXPECT_EQ(r.logits[t], restated.logits[8 + t]) << name << " " << t;
+    const auto as_double = [](const std::vector<float>& v) {
+      return std::vector<double>(v.begin(), v.end());
+    };
+    EXPECT_LT(rel_error(r.first_logits, as_double(restated.logits[7])), 1e-5) << name;
+    for (int t = 0; t < 4; ++t)
+      EXPECT_LT(rel_error(r.logits[t], as_double(restated.logits[8 + t])), 1e-5)
+          << name << " " << t;
     EXPECT_EQ(r.peak_kv_entries, restated.peak_kv_entries) << name;
     for (int l = 0; l < 2; ++l)
       for (int g = 0; g < 2; ++g) {

@@ -1,6 +1,6 @@
 """A real trained checkpoint end to end: Karpathy's stories260K (TinyStories, LLaMA-2
 architecture, 5 layers, 8 query heads on 4 KV heads), read from $KVSIM_MODELS/stories260K (by
-default the shared/models folder next to the checkout), never from the repository. Skipped, with
+default the checkout's models/: `python -m kvsim.models fetch`), never committed. Skipped, with
 exit code 77 and a message saying why, when the model is absent.
 
 Checked: greedy decoding from the start token reproduces the published sample; kvsim.prompts

@@ -1,5 +1,5 @@
 """The assembled VLM (kvsim.vlm) on its real parts, read from $KVSIM_MODELS (by default the
-shared/models folder next to the checkout), never from the repository; skipped with exit code 77
+checkout's models/, where `python -m kvsim.models fetch` puts them), never committed; skipped with exit code 77
 and a message when they are absent.
 
 Checked: the encoder reproduces reference_outputs.json on the real photos; the PyTorch decoder the
