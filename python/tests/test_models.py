@@ -152,6 +152,14 @@ class Downloads(unittest.TestCase):
         self.assertEqual(sha256_of(self.dest), self.file.sha256)
         self.assertFalse(os.path.exists(self.dest + ".partial"))
 
+    def test_a_partial_download_of_the_whole_size_is_only_checked(self):
+        # a Range request from its end would be refused (416): nothing is fetched
+        shutil.copyfile(self.source, self.dest + ".partial")
+        nowhere = mirror_url(os.path.join(self.dir, "nowhere.bin"))
+        self.assertEqual(fetch_file(nowhere, self.dest, self.file.sha256, self.file.size),
+                         "resumed")
+        self.assertEqual(sha256_of(self.dest), self.file.sha256)
+
     def test_a_corrupt_partial_download_restarts(self):
         with open(self.dest + ".partial", "wb") as f:
             f.write(b"\0" * 1000)  # not the file's first bytes: the resumed file is wrong

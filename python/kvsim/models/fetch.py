@@ -42,21 +42,9 @@ def _open(url, offset):
     return response, getattr(response, "status", 200) == 206
 
 
-def fetch_file(url, destination, sha256, size=None, progress=None):
-    """Downloads `url` to `destination` unless a file with the right sha256 is there already.
-    Returns "present", "fetched" or "resumed"."""
-    if os.path.exists(destination):
-        got = sha256_of(destination)
-        if got == sha256:
-            return "present"
-        raise FetchError(f"{destination}: sha256 {got}, expected {sha256} (a different file is "
-                         "there: move it away, and rerun)")
-    os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
-    partial = destination + ".partial"
-    offset = os.path.getsize(partial) if os.path.exists(partial) else 0
-    if size is not None and offset > size:
-        os.remove(partial)
-        offset = 0
+def _download(url, partial, offset, size, progress, destination):
+    """Appends `url` from byte `offset` to `partial` (or rewrites it whole when the server sends
+    the whole file); whether it resumed."""
     try:
         stream, ranged = _open(url, offset)
     except (urllib.error.URLError, OSError, ValueError) as e:
@@ -72,6 +60,27 @@ def fetch_file(url, destination, sha256, size=None, progress=None):
             done += len(block)
             if progress:
                 progress(done, size)
+    return ranged and offset > 0
+
+
+def fetch_file(url, destination, sha256, size=None, progress=None):
+    """Downloads `url` to `destination` unless a file with the right sha256 is there already.
+    Returns "present", "fetched" or "resumed"."""
+    if os.path.exists(destination):
+        got = sha256_of(destination)
+        if got == sha256:
+            return "present"
+        raise FetchError(f"{destination}: sha256 {got}, expected {sha256} (a different file is "
+                         "there: move it away, and rerun)")
+    os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
+    partial = destination + ".partial"
+    offset = os.path.getsize(partial) if os.path.exists(partial) else 0
+    if size is not None and offset > size:
+        os.remove(partial)
+        offset = 0
+    ranged = bool(offset)
+    if size is None or offset < size:  # a partial of the whole size is only checked
+        ranged = _download(url, partial, offset, size, progress, destination)
     got = sha256_of(partial)
     if got != sha256:
         os.remove(partial)
