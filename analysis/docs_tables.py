@@ -113,7 +113,8 @@ def figure(runs, doc_path, lines, i):
     name, file = FIGURE.match(lines[i]).groups()
     image = IMAGE.match(lines[i + 1]) if i + 1 < len(lines) else None
     if image is None:
-        raise ValueError(f"{where}: the figure marker is not followed by an image line ![...](PATH)")
+        raise ValueError(f"{where}: the figure marker is not followed by an image line "
+                         "![...](PATH)")
     if name not in runs:
         return None
     source = os.path.join(runs[name], file.strip())

@@ -388,19 +388,20 @@ def figure(card, points, out):
     if "map" in card:  # none when the full cache is at chance
         kx, ky = card["map"]["knots_x"], card["map"]["knots_y"]
         ax.plot(kx, ky, color="black", lw=1.2, label="isotonic map (all points)")
-    if "residual_95" in card.get("map", {}):
-        lo, hi = card["map"]["residual_95"]
-        low, high = np.array(ky) - hi, np.array(ky) - lo
-        if card["outcome"] == "contains":  # an accuracy lies in [0, 1]
-            low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
-        ax.fill_between(kx, low, high, color="grey", alpha=0.2,
-                        label="95% of family-left-out errors")
+        if "residual_95" in card["map"]:
+            lo, hi = card["map"]["residual_95"]
+            low, high = np.array(ky) - hi, np.array(ky) - lo
+            if card["outcome"] == "contains":  # an accuracy lies in [0, 1]
+                low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+            ax.fill_between(kx, low, high, color="grey", alpha=0.2,
+                            label="95% of family-left-out errors")
     outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL (nats per token)"
     metric = {"replay_output_rel_error": "replay output error ‖o − ô‖/‖o‖",
               "replay_mass_recall": "replay mass recall"}.get(card["metric"], card["metric"])
     note = ("the full cache is at chance: no card" if "at_chance" in card
             else "one point per seed, budget and policy")
-    ax.set(title=f"{card['model']}: live {outcome} against replay\n({note})", xlabel=f"{metric} (mean over samples)", ylabel=f"live {outcome}")
+    ax.set(title=f"{card['model']}: live {outcome} against replay\n({note})",
+           xlabel=f"{metric} (mean over samples)", ylabel=f"live {outcome}")
     ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "card", written)
     return written

@@ -107,7 +107,8 @@ def compare_rows(expected, produced, keys, subset=False):
         return out
 
     exp, got = index(expected, "expected"), index(produced, "produced")
-    differences = [f"row {dict(zip(keys, k))} not in the expected table" for k in got if k not in exp]
+    differences = [f"row {dict(zip(keys, k))} not in the expected table"
+                   for k in got if k not in exp]
     if not subset:
         differences += [f"row {dict(zip(keys, k))} missing" for k in exp if k not in got]
     if expected and produced and list(expected[0]) != list(produced[0]):
@@ -136,7 +137,8 @@ def compare_rows(expected, produced, keys, subset=False):
     allowed = max(1, int(MAX_DECISION_SHARE * compared))
     if len(decided) > allowed:
         differences.append(f"{len(decided)} of {compared} rows past the rounding tolerance "
-                           f"(at most {allowed} may be moved by near-ties): {', '.join(decided[:6])}")
+                           f"(at most {allowed} may be moved by near-ties): "
+                           f"{', '.join(decided[:6])}")
     if differences:
         return Verdict(DIFFERENT, largest, decided, differences)
     return Verdict(kind, largest, decided)

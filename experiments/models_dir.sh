@@ -4,7 +4,8 @@
 # checkout where models/ is absent and that one exists. Needs $repo.
 models_dir() {
   if [ -n "${KVSIM_MODELS:-}" ]; then echo "$KVSIM_MODELS"
-  elif [ ! -d "$repo/models" ] && [ -d "$repo/../shared/models" ]; then echo "$repo/../shared/models"
+  elif [ ! -d "$repo/models" ] && [ -d "$repo/../shared/models" ]; then
+    echo "$repo/../shared/models"
   else echo "$repo/models"
   fi
 }

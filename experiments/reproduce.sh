@@ -21,7 +21,8 @@ page=${1:-}
 mode=${2:-full}
 case "$mode" in --quick) mode=quick ;; --from-results) mode=results ;; full) ;;
   *) echo "reproduce: unknown option $mode (--quick or --from-results)" >&2; exit 2 ;; esac
-[ "$page" = real_model ] || { echo "reproduce: PAGE must be real_model (docs/real_model.md)" >&2; exit 2; }
+[ "$page" = real_model ] ||
+  { echo "reproduce: PAGE must be real_model (docs/real_model.md)" >&2; exit 2; }
 out=${3:-demo/reproduce/$page}
 doc="$repo/docs/$page.md"
 results=${REPRODUCE_RESULTS:-$repo/experiments/results}  # the committed results (tests: others)

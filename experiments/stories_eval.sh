@@ -16,7 +16,10 @@ out=${1:-demo/stories}
 . "$repo/experiments/models_dir.sh"
 model=${2:-$(models_dir)/stories260K}
 build=${3:-$repo/build}
-[ -f "$model/config.json" ] || { echo "stories_eval: no checkpoint at $model (python3 -m kvsim.models fetch --model stories260K)" >&2; exit 1; }
+[ -f "$model/config.json" ] || {
+  echo "stories_eval: no checkpoint at $model (python3 -m kvsim.models fetch --model stories260K)" >&2
+  exit 1
+}
 [ -x "$build/kvsim" ] || { cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j"$(nproc)"; }
 k="$build/kvsim"
 py=/usr/bin/python3

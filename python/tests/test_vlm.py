@@ -1,6 +1,6 @@
 """The assembled VLM (kvsim.vlm) on its real parts, read from $KVSIM_MODELS (by default the
-checkout's models/, where `python -m kvsim.models fetch` puts them), never committed; skipped with exit code 77
-and a message when they are absent.
+checkout's models/, where `python -m kvsim.models fetch` puts them), never committed; skipped
+with exit code 77 and a message when they are absent.
 
 Checked: the encoder reproduces reference_outputs.json on the real photos; the PyTorch decoder the
 projector is trained through is the model kvsim live runs (logits); a small build is
@@ -119,7 +119,8 @@ def check_committed_numbers(test, produced, name, keys, subset=False):
     verdict = tolerance.compare_files(expected, produced, keys, subset)
     if not verdict:
         test.fail(f"{produced} differs from the committed {expected}: {verdict}\nrerun with "
-                  "KVSIM_UPDATE_EXPECTED=1 if the change is meant, and regenerate the docs' numbers")
+                  "KVSIM_UPDATE_EXPECTED=1 if the change is meant, and regenerate the docs' "
+                  "numbers")
     return verdict
 
 

@@ -13,11 +13,12 @@ x_{i+d/2}). So wq and wk are permuted per head as transformers' convert_llama_we
 does (`permute`): row 2i of a head becomes row i, row 2i+1 becomes row i + d/2. Without it the
 logits differ and the greedy text changes.
 """
-import json
 import os
 import struct
 
 import numpy as np
+
+from kvsim.models.files import write_bytes, write_json, write_safetensors
 
 __all__ = ["convert", "read_checkpoint", "read_tokenizer"]
 
@@ -133,47 +134,19 @@ def hf_config(header):
             "eos_token_id": 2, "torch_dtype": "float32"}
 
 
-def write_safetensors(path, arrays, metadata=None):
-    """One safetensors file: tensors sorted by name, then __metadata__, the header padded with
-    spaces to a multiple of 8 bytes, written to PATH.partial and renamed."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        blobs.append(a.tobytes())
-    if metadata:
-        header["__metadata__"] = metadata
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * ((8 - (8 + len(text)) % 8) % 8)
-    _write_bytes(path, [len(text).to_bytes(8, "little"), text.encode()] + blobs)
-
-
-def _write_bytes(path, parts):
-    tmp = path + ".partial"
-    with open(tmp, "wb") as f:
-        for p in parts:
-            f.write(p)
-    os.replace(tmp, path)
-
-
-def _write_json(path, value, indent, ascii_only):
-    _write_bytes(path, [(json.dumps(value, indent=indent, ensure_ascii=ascii_only) + "\n").encode()])
-
-
 def convert(directory):
     """Writes config.json, model.safetensors, vocab.json and tokenizer.bin into `directory` from
     its llama2c/stories260K.bin and llama2c/tok512.bin. Returns the files written."""
     source = os.path.join(directory, "llama2c")
     header, tensors = read_checkpoint(os.path.join(source, "stories260K.bin"))
     longest, pieces, scores = read_tokenizer(os.path.join(source, "tok512.bin"), header["vocab"])
-    _write_json(os.path.join(directory, "config.json"), hf_config(header), 2, True)
+    write_json(os.path.join(directory, "config.json"), hf_config(header), 2)
     write_safetensors(os.path.join(directory, "model.safetensors"), hf_tensors(header, tensors),
                       {"format": "pt"})
-    _write_json(os.path.join(directory, "vocab.json"),
+    write_json(os.path.join(directory, "vocab.json"),
                 {"format": VOCAB_FORMAT, "unk_id": 0, "bos_id": 1, "eos_id": 2,
-                 "max_token_length": longest, "pieces": pieces, "scores": scores}, 1, False)
+                 "max_token_length": longest, "pieces": pieces, "scores": scores}, 1,
+               ascii_only=False)
     with open(os.path.join(source, "tok512.bin"), "rb") as f:
-        _write_bytes(os.path.join(directory, "tokenizer.bin"), [f.read()])
+        write_bytes(os.path.join(directory, "tokenizer.bin"), [f.read()])
     return ["config.json", "model.safetensors", "vocab.json", "tokenizer.bin"]

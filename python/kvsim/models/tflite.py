@@ -6,13 +6,12 @@ Weights are dequantized as scale · (q − zero_point), per output channel where
 (conv weights [O, H, W, I] -> [O, I, H, W]; depthwise [1, H, W, C] -> [C, 1, H, W]); int32 biases
 times their own scale. Activations are not re-quantized: a float run of the quantized weights.
 """
-import json
 import os
 import struct
 
 import numpy as np
 
-from kvsim.models.llama2c import _write_bytes, write_safetensors
+from kvsim.models.files import write_json, write_safetensors
 
 __all__ = ["convert", "read_model"]
 
@@ -66,8 +65,8 @@ class Table:
         n = struct.unpack_from("<I", self.buf, at)[0]
         if fmt:
             return list(struct.unpack_from(f"<{n}{fmt}", self.buf, at + 4))
-        return [Table(self.buf, at + 4 + 4 * k + struct.unpack_from("<I", self.buf, at + 4 + 4 * k)[0])
-                for k in range(n)]
+        slots = [at + 4 + 4 * k for k in range(n)]  # each holds an offset from itself
+        return [Table(self.buf, s + struct.unpack_from("<I", self.buf, s)[0]) for s in slots]
 
     def bytes(self, i):
         at = self._target(i)
@@ -201,9 +200,8 @@ def convert(directory):
                                                          "mobilenet_v2_1.0_224_quant.tflite"))
     ops, weights = graph_and_weights(tensors, operators, inputs)
     graph = dict(GRAPH_HEADER, ops=ops)
-    _write_bytes(os.path.join(directory, "graph.json"), [json.dumps(graph, indent=1).encode()])
+    write_json(os.path.join(directory, "graph.json"), graph, 1, newline=False)
     write_safetensors(os.path.join(directory, "model.safetensors"), weights)
     refs = reference_outputs(directory)
-    _write_bytes(os.path.join(directory, "reference_outputs.json"),
-                 [json.dumps(refs, indent=1).encode()])
+    write_json(os.path.join(directory, "reference_outputs.json"), refs, 1, newline=False)
     return ["graph.json", "model.safetensors", "reference_outputs.json"]

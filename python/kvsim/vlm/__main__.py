@@ -18,7 +18,7 @@ def main(argv=None):
                     "task with a frozen decoder; `build-multi` the eight-box task (a question about "
                     "one of eight images), with the decoder fine-tuned.",
         epilog="examples:\n"
-               "  python -m kvsim.vlm build --models ~/models   # after python -m kvsim.models fetch\n"
+               "  python -m kvsim.vlm build --models ~/models   # after kvsim.models fetch\n"
                "  python -m kvsim.vlm build --small            # the CI setting (~9 s; at chance)\n"
                "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
                "  python -m kvsim.vlm build-multi --set seed=1\n"

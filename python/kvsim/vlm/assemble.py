@@ -23,8 +23,10 @@ import time
 
 import numpy as np
 
+from kvsim.models.fetch import sha256_of
+from kvsim.models.files import write_safetensors
 from kvsim.vlm import data
-from kvsim.vlm.decoder import LlamaDecoder, greedy_answers, write_safetensors
+from kvsim.vlm.decoder import LlamaDecoder, greedy_answers
 from kvsim.vlm.encoder import MobileNetV2
 
 __all__ = ["DEFAULTS", "SMALL", "build", "cache_root", "image_tokens"]
@@ -48,14 +50,6 @@ def cache_root():
                         os.path.join(os.path.expanduser("~"), ".cache", "kvsim"), "vlm")
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _parts(models):
     enc, dec = os.path.join(models, "mobilenet_v2"), os.path.join(models, "stories260K")
     for d, files in ((enc, ("graph.json", "model.safetensors")),
@@ -68,7 +62,7 @@ def _parts(models):
 
 
 # The sources a single-image build depends on (its cache key); the multi-image build adds its own.
-SOURCES = ("assemble.py", "data.py", "decoder.py", "encoder.py")
+SOURCES = ("assemble.py", "data.py", "decoder.py", "encoder.py", "../models/files.py")
 
 
 def _key(settings, enc, dec, sources=SOURCES):
@@ -76,7 +70,7 @@ def _key(settings, enc, dec, sources=SOURCES):
     for d, files in ((enc, ("graph.json", "model.safetensors")),
                      (dec, ("config.json", "model.safetensors", "vocab.json"))):
         for f in files:
-            h.update(_sha256(os.path.join(d, f)).encode())
+            h.update(sha256_of(os.path.join(d, f)).encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for f in sources:
         with open(os.path.join(here, f), "rb") as src:

@@ -149,24 +149,3 @@ def greedy_answers(dec, inputs, max_tokens, end_ids):
                 break
             x = torch.cat([x, dec.embed(nxt[:, None])], 1)
     return out
-
-
-def write_safetensors(path, arrays):
-    """Writes {name: float32 numpy array} as one safetensors file (names sorted, header padded to
-    8 bytes as the format's writers do)."""
-    header, offset, blobs = {}, 0, []
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name], dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        blobs.append(a.tobytes())
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * ((8 - (8 + len(text)) % 8) % 8)
-    tmp = path + ".partial"
-    with open(tmp, "wb") as f:
-        f.write(len(text).to_bytes(8, "little"))
-        f.write(text.encode())
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)

@@ -27,10 +27,11 @@ import time
 
 import numpy as np
 
+from kvsim.models.files import write_safetensors
 from kvsim.vlm import data
 from kvsim.vlm.assemble import (END_IDS, IMAGE_TOKEN_ID, SOURCES, _accuracy, _key, _parts,
                                 _publish, _write_model, cache_root, image_tokens)
-from kvsim.vlm.decoder import LlamaDecoder, greedy_answers, write_safetensors
+from kvsim.vlm.decoder import LlamaDecoder, greedy_answers
 from kvsim.vlm.encoder import MobileNetV2
 
 __all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "BOX_WORDS"]
