@@ -211,40 +211,13 @@ RESULTS = ("live", "replay", "replay_by_image", "controls")
 
 
 def machine():
-    """What produced a run, for the pages that quote it: the CPU, the kernels OpenBLAS and
-    PyTorch picked (and the variables that choose them) and the libraries' versions."""
-    import ctypes
-    import ctypes.util
-    import platform
-
+    """What produced a run, for the pages that quote it (kvsim.machine), with the versions of the
+    libraries the report itself uses."""
     import matplotlib
-    import torch
 
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    found = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-             "numpy": np.__version__, "pandas": pd.__version__,
-             "matplotlib": matplotlib.__version__, "torch": torch.__version__,
-             "torch_cpu_capability": next(
-                 (line.split(":", 1)[1].strip() for line in torch.__config__.show().split("\n")
-                  if "CPU capability usage" in line), None),
-             "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-                                                          "ATEN_CPU_CAPABILITY",
-                                                          "ONEDNN_MAX_CPU_ISA") if k in os.environ}}
-    try:
-        blas = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
-        blas.openblas_get_corename.restype = ctypes.c_char_p
-        blas.openblas_get_config.restype = ctypes.c_char_p
-        found["openblas_core"] = blas.openblas_get_corename().decode()
-        found["openblas"] = blas.openblas_get_config().decode()
-    except (OSError, AttributeError):
-        found["openblas_core"] = None
-    return found
+    from kvsim.machine import describe_machine
+
+    return dict(describe_machine(), pandas=pd.__version__, matplotlib=matplotlib.__version__)
 
 
 def save_results(out, tables, builds, settings):

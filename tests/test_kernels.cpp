@@ -1,5 +1,5 @@
-// The run-time dispatched vector kernels (sim/core/kernels/): every instruction set this CPU supports
-// against the scalar loop of its contract, on lengths around every lane count.
+// The run-time dispatched vector kernels (sim/core/kernels/): every instruction set this CPU
+// supports against the scalar loop of its contract, on lengths around every lane count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,6 +66,96 @@ TEST(Kernels, SoftmaxOfTwoLogitsByHand) {
     EXPECT_NEAR(t->softmax_inplace(x, 2, 0.5f), std::log(std::exp(1.0) + 1.0), 1e-6) << t->name;
     EXPECT_NEAR(x[0], 0.7310586, 1e-6) << t->name;
     EXPECT_NEAR(x[1], 0.2689414, 1e-6) << t->name;
+  }
+}
+
+// One attention row by its contract, in double: the scores, p, out, lse; and the backward's dq,
+// dkt and dvt increments.
+struct AttentionRowReference {
+  std::vector<double> p, out, dq, dkt, dvt;
+  double lse = 0;
+  AttentionRowReference(const std::vector<float>& q, const std::vector<float>& kt,
+                        const std::vector<float>& vt, const std::vector<float>& dout, int stride,
+                        int dim, int n, double scale) {
+    std::vector<double> s(n);
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; ++j) {
+      for (int d = 0; d < dim; ++d) s[j] += static_cast<double>(q[d]) * kt[d * stride + j];
+      mx = std::max(mx, scale * s[j]);
+    }
+    for (int j = 0; j < n; ++j) sum += std::exp(scale * s[j] - mx);
+    lse = mx + std::log(sum);
+    p.resize(n);
+    out.assign(dim, 0.0);
+    for (int j = 0; j < n; ++j) p[j] = std::exp(scale * s[j] - lse);
+    for (int d = 0; d < dim; ++d)
+      for (int j = 0; j < n; ++j) out[d] += p[j] * vt[d * stride + j];
+    double row_dot = 0;
+    for (int d = 0; d < dim; ++d) row_dot += static_cast<double>(dout[d]) * out[d];
+    dq.assign(dim, 0.0);
+    dkt.assign(static_cast<std::size_t>(dim) * stride, 0.0);
+    dvt = dkt;
+    for (int j = 0; j < n; ++j) {
+      double dp = 0;
+      for (int d = 0; d < dim; ++d) dp += static_cast<double>(dout[d]) * vt[d * stride + j];
+      const double ds = p[j] * (dp - row_dot);
+      for (int d = 0; d < dim; ++d) {
+        dq[d] += scale * ds * kt[d * stride + j];
+        dkt[d * stride + j] += scale * q[d] * ds;
+        dvt[d * stride + j] += static_cast<double>(dout[d]) * p[j];
+      }
+    }
+  }
+};
+
+TEST(Kernels, AttentionRowsFollowTheirContract) {
+  const int dim = 8;
+  for (const kernels::Table* t : kernels::supported())
+    for (int n : kLengths) {
+      SCOPED_TRACE(std::string(t->name) + ", n = " + std::to_string(n));
+      const int stride = n + kernels::kAttentionLanes + 3;
+      const auto q = random_values(dim, n, 1.5f), dout = random_values(dim, 50 + n, 1.0f);
+      auto kt = random_values(dim * stride, 10 + n, 1.5f);
+      const auto vt = random_values(dim * stride, 20 + n, 1.0f);
+      const float scale = 1.0f / std::sqrt(8.0f);
+      const AttentionRowReference ref(q, kt, vt, dout, stride, dim, n, scale);
+      std::vector<float> p(stride), out(dim), ds(stride), dq(dim);
+      const float lse = t->attention_row(q.data(), kt.data(), vt.data(), stride, dim, n, scale,
+                                         p.data(), out.data());
+      EXPECT_NEAR(lse, ref.lse, 1e-5 * (1 + std::abs(ref.lse)));
+      for (int d = 0; d < dim; ++d) EXPECT_NEAR(out[d], ref.out[d], 2e-6 * (1 + std::sqrt(n)));
+      // The backward adds into dkt and dvt, past n only zeros (the masked lanes).
+      std::vector<float> dkt(dim * stride, 0.25f), dvt(dim * stride, -0.5f);
+      float row_dot = 0;
+      for (int d = 0; d < dim; ++d) row_dot += dout[d] * out[d];
+      t->attention_row_backward(q.data(), dout.data(), row_dot, lse, kt.data(), vt.data(), stride,
+                                dim, n, scale, ds.data(), dq.data(), dkt.data(), dvt.data());
+      for (int d = 0; d < dim; ++d) {
+        EXPECT_NEAR(dq[d], ref.dq[d], 1e-5 * (1 + std::sqrt(n)));
+        for (int j = 0; j < stride; ++j) {
+          EXPECT_NEAR(dkt[d * stride + j], 0.25 + ref.dkt[d * stride + j], 1e-5) << d << "," << j;
+          EXPECT_NEAR(dvt[d * stride + j], -0.5 + ref.dvt[d * stride + j], 1e-5) << d << "," << j;
+        }
+      }
+    }
+}
+
+TEST(Kernels, AttentionRowOfTwoKeysByHand) {
+  // q·k = 2 and 0 at scale 0.5 (dim 1): p = 0.731059, 0.268941 (as the softmax above); out =
+  // 0.731059·3 + 0.268941·(-1) = 1.924234.
+  for (const kernels::Table* t : kernels::supported()) {
+    std::vector<float> kt(2 + kernels::kAttentionLanes, 0.0f), vt = kt;
+    kt[0] = 2.0f;
+    vt[0] = 3.0f;
+    vt[1] = -1.0f;
+    const float q = 1.0f;
+    std::vector<float> p(kt.size());
+    float out = 0;
+    EXPECT_NEAR(t->attention_row(&q, kt.data(), vt.data(), static_cast<int>(kt.size()), 1, 2, 0.5f,
+                                 p.data(), &out),
+                std::log(std::exp(1.0) + 1.0), 1e-6)
+        << t->name;
+    EXPECT_NEAR(out, 1.924234, 1e-6) << t->name;
   }
 }
 

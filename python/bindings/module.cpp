@@ -16,6 +16,7 @@ void bind_stats(py::module_& m);
 void bind_sweep(py::module_& m);
 void bind_compare(py::module_& m);
 void bind_compact(py::module_& m);
+void bind_attention(py::module_& m);
 }  // namespace kvsim::python
 
 PYBIND11_MODULE(_kvsim, m) {
@@ -30,6 +31,7 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_sweep(m);
   kvsim::python::bind_compare(m);
   kvsim::python::bind_compact(m);
+  kvsim::python::bind_attention(m);
   // The user's own exception from a Python policy, raised as itself.
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -341,6 +341,39 @@ class SmallMultiBuild(unittest.TestCase):
             multi.build_multi(MODELS, dict(settings, steps=5), out=os.path.join(self.tmp, "x"),
                               log=lambda *_: None, weights=weights)
 
+    def test_weights_trained_here_build_the_same_model_and_are_checked(self):
+        import shutil
+
+        from kvsim.vlm import multi
+
+        trained = multi.train_multi(MODELS, multi.MULTI_SMALL,
+                                    out=os.path.join(self.tmp, "trained"), log=lambda *_: None)
+        with open(os.path.join(trained, "training.json")) as f:
+            record = json.load(f)
+        self.assertEqual(sorted(record["sha256"]), ["decoder.safetensors",
+                                                    "projector.safetensors"])
+        self.assertEqual(len(record["losses"]), multi.MULTI_SMALL["steps"])
+        for key in ("cpu", "torch", "kvsim_simd", "openblas_core"):
+            self.assertIn(key, record["machine"])
+        built = multi.build_multi(MODELS, multi.MULTI_SMALL, out=os.path.join(self.tmp, "mine"),
+                                  log=lambda *_: None, weights=trained)
+        assert_same_files(self, self.dir, built, ("projector.safetensors",
+                                                  "model/model.safetensors", "prompts.h5"))
+        with self.assertRaisesRegex(ValueError, "already exists; trained weights are never "
+                                                "written over"):
+            multi.train_multi(MODELS, multi.MULTI_SMALL, out=trained, log=lambda *_: None)
+        damaged = os.path.join(self.tmp, "damaged")
+        shutil.copytree(trained, damaged)
+        with open(os.path.join(damaged, "decoder.safetensors"), "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 1]))
+        with self.assertRaisesRegex(ValueError, "damaged/decoder.safetensors: sha256 .* but "
+                                                "training.json records"):
+            multi.build_multi(MODELS, multi.MULTI_SMALL, out=os.path.join(self.tmp, "bad"),
+                              log=lambda *_: None, weights=damaged)
+
     def test_a_device_that_is_not_there_is_named(self):
         from kvsim.vlm import multi
 

@@ -16,23 +16,30 @@ def main(argv=None):
                     "Fashion-MNIST; an assembled toy, not a production VLM), or find it in the "
                     "cache, and print its directory on the last line. `build` is the single-image "
                     "task with a frozen decoder; `build-multi` the eight-box task (a question about "
-                    "one of eight images), with the decoder fine-tuned.",
+                    "one of eight images), with the decoder fine-tuned; `train-multi` trains "
+                    "the eight-box weights only and writes them to a folder `build-multi "
+                    "--weights` reads.",
         epilog="examples:\n"
                "  python -m kvsim.vlm build --models ~/models   # after kvsim.models fetch\n"
                "  python -m kvsim.vlm build --small            # the CI setting (~9 s; at chance)\n"
                "  python -m kvsim.vlm build --set epochs=8 --set train_per_class=300\n"
                "  python -m kvsim.vlm build-multi --set seed=1\n"
-               "  python -m kvsim.vlm build-multi --weights gpu/base-seed0   # trained on a GPU\n"
+               "  python -m kvsim.vlm build-multi --weights experiments/weights/vlm_multi/"
+               "base-seed0\n"
+               "  python -m kvsim.vlm train-multi --set seed=0 --set steps=4000 --out w/base-seed0\n"
                "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
                "kvsim live), prompts.h5 and the controls' prompts_*.h5, projector.safetensors, "
                "build.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     kinds = {"build": (assemble.build, assemble.DEFAULTS, assemble.SMALL),
-             "build-multi": (multi.build_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL)}
+             "build-multi": (multi.build_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL),
+             "train-multi": (multi.train_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL)}
+    helps = {"build": "build or find the model",
+             "build-multi": "build or find the model (eight boxes, a question about one)",
+             "train-multi": "train the eight-box weights here and write them to --out"}
     for name, (_, defaults, _) in kinds.items():
-        b = sub.add_parser(name, help="build or find the model" + (
-            " (eight boxes, a question about one)" if name == "build-multi" else ""))
+        b = sub.add_parser(name, help=helps[name])
         b.add_argument("--models", default=default_models(),
                        help="folder holding mobilenet_v2/ and stories260K/ (default: "
                             "$KVSIM_MODELS, else the checkout's models/; `python -m kvsim.models "
@@ -40,6 +47,11 @@ def main(argv=None):
         b.add_argument("--small", action="store_true", help="the small CI setting")
         b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"a build setting (repeatable); keys: {', '.join(defaults)}")
+        if name == "train-multi":
+            b.add_argument("--out", required=True,
+                           help="folder to write the weights to (must not exist)")
+            b.add_argument("--quiet", action="store_true", help="print only the folder")
+            continue
         b.add_argument("--out", help="directory to write (default: the cache, "
                                      f"{assemble.cache_root()}/<key>)")
         b.add_argument("--force", action="store_true", help="rebuild even when cached")
@@ -72,11 +84,14 @@ def main(argv=None):
             ap.error(f"--set {item!r}: {value!r} is not a {type(defaults[key]).__name__}")
     log = (lambda *_: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        extra = {"weights": weights} if weights else {}
-        out = build(a.models, settings, out=a.out, log=log, force=a.force, **extra)
+        if a.command == "train-multi":
+            out = build(a.models, settings, out=a.out, log=log)
+        else:
+            extra = {"weights": weights} if weights else {}
+            out = build(a.models, settings, out=a.out, log=log, force=a.force, **extra)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"python -m kvsim.vlm: {e}")
-    if not a.quiet:
+    if not a.quiet and a.command != "train-multi":
         with open(os.path.join(out, "build.json"), encoding="utf-8") as f:
             r = json.load(f)
         n = r.get("test_images", r.get("test_items"))

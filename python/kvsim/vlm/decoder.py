@@ -44,6 +44,11 @@ class LlamaDecoder:
         self.tied = bool(config.get("tie_word_embeddings", False))
         # Contiguous attention operands (faster; the multi-image build sets it): see __call__.
         self.contiguous = False
+        # "torch": attention as PyTorch expressions (any device); "kvsim": the items packed
+        # without padding and attention by kvsim's C++ kernels (kvsim.vlm.attention: CPU,
+        # float32, several times faster; the eight-box build's CPU training and evaluation).
+        self.attention = "torch"
+        self.attention_threads = None  # the kernels' threads (None: PyTorch's count)
 
     @classmethod
     def load(cls, directory):
@@ -81,11 +86,13 @@ class LlamaDecoder:
         rotated = _torch().cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
-    def __call__(self, inputs, positions=None, pad=None):
+    def __call__(self, inputs, positions=None, pad=None, last=None):
         """inputs: [N, T, hidden] input embeddings; causal attention over positions 0..T-1 (or
         `positions` [T]). `pad` [N, T] (True: padding, at the start of an item): each item then
         starts at position 0 after its pads, which no real token attends. Returns the logits
-        [N, T, vocab]."""
+        [N, T, vocab], or [N, last, vocab] of the last `last` positions."""
+        if self.attention == "kvsim":
+            return self._packed(inputs, positions, pad, last)
         torch = _torch()
         p = self.params
         n, t, _ = inputs.shape
@@ -123,12 +130,60 @@ class LlamaDecoder:
                 scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5 + mask
             att = torch.softmax(scores, dim=-1) @ v
             x = x + att.transpose(1, 2).reshape(n, t, -1) @ p[pre + "self_attn.o_proj.weight"].T
-            h = self._norm(x, p[pre + "post_attention_layernorm.weight"])
-            gate = torch.nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].T)
-            x = x + (gate * (h @ p[pre + "mlp.up_proj.weight"].T)) @ p[pre + "mlp.down_proj.weight"].T
-        x = self._norm(x, p["model.norm.weight"])
+            x = self._mlp(x, pre)
+        return self._logits(x if last is None else x[:, t - last:])
+
+    def _packed(self, inputs, positions, pad, last):
+        """__call__ with the items' real tokens back to back ([tokens, hidden]: no padding row is
+        computed) and kvsim's attention kernels; padding rows' logits are zero."""
+        torch = _torch()
+        from kvsim.vlm.attention import causal_attention
+
+        p = self.params
+        n, t, _ = inputs.shape
+        real = (torch.ones(n, t, dtype=torch.bool, device=inputs.device) if pad is None
+                else ~pad)
+        lengths = real.sum(1).cpu()
+        bounds = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        x = inputs[real]
+        tokens = x.shape[0]
+        if positions is not None:
+            if pad is not None:
+                raise ValueError("LlamaDecoder: positions are for unpadded inputs")
+            pos = positions.double().repeat(n)
+        else:  # each item from position 0
+            pos = (torch.arange(tokens, dtype=torch.float64) -
+                   bounds[:-1].repeat_interleave(lengths).double())
+        angles = pos.to(inputs.device)[:, None, None] * self.inv_freq  # [tokens, 1, d/2]
+        cos = torch.cat([angles.cos(), angles.cos()], -1).float()
+        sin = torch.cat([angles.sin(), angles.sin()], -1).float()
+        for layer in range(self.layers):
+            pre = f"model.layers.{layer}."
+            h = self._norm(x, p[pre + "input_layernorm.weight"])
+            q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(tokens, self.heads, self.head_dim)
+            k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(tokens, self.kv_heads,
+                                                                 self.head_dim)
+            v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(tokens, self.kv_heads,
+                                                                 self.head_dim)
+            att = causal_attention(self._rope(q, cos, sin), self._rope(k, cos, sin), v, bounds,
+                                   self.head_dim ** -0.5, self.attention_threads)
+            x = x + att.reshape(tokens, -1) @ p[pre + "self_attn.o_proj.weight"].T
+            x = self._mlp(x, pre)
+        x = torch.zeros(n, t, x.shape[-1], dtype=x.dtype, device=x.device).masked_scatter(
+            real[..., None], x)
+        return self._logits(x if last is None else x[:, t - last:])
+
+    def _mlp(self, x, pre):
+        """x plus the SwiGLU block of the layer whose names start with `pre`."""
+        p = self.params
+        h = self._norm(x, p[pre + "post_attention_layernorm.weight"])
+        gate = _torch().nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].T)
+        return x + (gate * (h @ p[pre + "mlp.up_proj.weight"].T)) @ p[pre + "mlp.down_proj.weight"].T
+
+    def _logits(self, x):
+        p = self.params
         head = p["model.embed_tokens.weight"] if self.tied else p["lm_head.weight"]
-        return x @ head.T
+        return self._norm(x, p["model.norm.weight"]) @ head.T
 
 
 def greedy_answers(dec, inputs, max_tokens, end_ids):

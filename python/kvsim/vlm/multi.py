@@ -20,6 +20,7 @@ single-image build, under a key of every setting, the parts' bytes and this pack
                        items' boxes, each asked about every box (context_id names the context)
     build.json         settings, accuracies (full cache and controls; by box), losses, times
 """
+import contextlib
 import json
 import os
 import shutil
@@ -27,14 +28,17 @@ import time
 
 import numpy as np
 
-from kvsim.models.files import write_safetensors
+from kvsim.models.fetch import sha256_of
+from kvsim.models.files import write_json, write_safetensors
 from kvsim.vlm import data
 from kvsim.vlm.assemble import (END_IDS, IMAGE_TOKEN_ID, SOURCES, _accuracy, _key, _parts,
                                 _publish, _write_model, cache_root, image_tokens)
 from kvsim.vlm.decoder import LlamaDecoder, greedy_answers
 from kvsim.vlm.encoder import MobileNetV2
 
-__all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "BOX_WORDS"]
+__all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "train_multi", "BOX_WORDS"]
+# This package's files whose text is part of a build's cache key, beside assemble.SOURCES.
+MULTI_SOURCES = ("multi.py", "attention.py")
 
 BOX_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
 # `seed` draws the training items, the projector's initial weights and the batches; `test_seed`
@@ -130,10 +134,10 @@ def _batch(dec, task, items, rows_of, answers=None):
     return x, torch.from_numpy(pad).to(at)
 
 
-def _forward(dec, x, pad):
-    """Logits of a left-padded batch: each item at positions 0.. from its first real token (the
-    pads never attended)."""
-    return dec(x, pad=pad if bool(pad.any()) else None)
+def _forward(dec, x, pad, last=None):
+    """Logits of a left-padded batch (of its last `last` positions when given): each item at
+    positions 0.. from its first real token (the pads never attended)."""
+    return dec(x, pad=pad if bool(pad.any()) else None, last=last)
 
 
 def _draw_items(rng, labels, count, images, fewest=None):
@@ -148,6 +152,30 @@ def _draw_items(rng, labels, count, images, fewest=None):
         idx = np.array([rng.choice(by_class[c]) for c in classes])
         items.append((int(rng.integers(n)), idx))
     return items
+
+
+@contextlib.contextmanager
+def cpu_threads(dec, threads):
+    """On the CPU: OpenBLAS's products and kvsim's attention kernels on `threads` threads,
+    PyTorch's own operations on one, restored on exit. Otherwise PyTorch's OpenMP threads and
+    OpenBLAS's spin beside each other (two of each on two cores: a training step took 0.50 s
+    instead of 0.22 s). No effect on another device."""
+    import torch
+
+    from kvsim import _kvsim
+
+    if dec.params["model.embed_tokens.weight"].device.type != "cpu":
+        yield
+        return
+    saved = (torch.get_num_threads(), _kvsim.blas_threads(threads), dec.attention_threads)
+    torch.set_num_threads(1)
+    dec.attention_threads = threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        _kvsim.blas_threads(saved[1])
+        dec.attention_threads = saved[2]
 
 
 def _train(settings, dec, task, feats, labels, log, milestone=None):
@@ -168,14 +196,15 @@ def _train(settings, dec, task, feats, labels, log, milestone=None):
     targets = [a + [END_IDS[0]] for a in task.answers]
     losses = []
     window = 50
+    started = time.time()
     for step in range(settings["steps"]):
         items = _draw_items(rng, labels, settings["batch"], task.images,
                             settings["min_train_images"])
         answers = [targets[int(labels[idx[t]])] for t, idx in items]
         x, pad = _batch(dec, task, items, lambda idx: proj(feats[torch.from_numpy(idx).to(at)]),
                         [a[:-1] for a in answers])
-        logits = _forward(dec, x, pad)
         # The answer's tokens are predicted from the last len(answer) positions of each item.
+        logits = _forward(dec, x, pad, last=max(len(a) for a in answers))
         rows = torch.cat([logits[i, logits.shape[1] - len(a):] for i, a in enumerate(answers)])
         loss = torch.nn.functional.cross_entropy(
             rows, torch.tensor([t for a in answers for t in a], device=at))
@@ -184,8 +213,10 @@ def _train(settings, dec, task, feats, labels, log, milestone=None):
         opt.step()
         losses.append(float(loss.detach()))
         if (step + 1) % window == 0 or step + 1 == settings["steps"]:
+            took = time.time() - started
             log(f"step {step + 1}/{settings['steps']}: answer loss "
-                f"{np.mean(losses[-window:]):.4f}")
+                f"{np.mean(losses[-window:]):.4f} ({took:.0f} s, about "
+                f"{took / (step + 1) * (settings['steps'] - step - 1):.0f} s left)")
         if milestone is not None:
             milestone(step + 1, proj, losses)
     dec.trainable([])
@@ -295,6 +326,8 @@ def setup(models, settings):
     encoder = MobileNetV2(enc_dir).to(settings["device"])
     dec = LlamaDecoder.load(dec_dir).to(settings["device"])
     dec.contiguous = True
+    if device.type == "cpu":
+        dec.attention = "kvsim"  # kvsim's C++ attention kernels: several times faster here
     vocab = Llama2cVocab(dec_dir)
     task = MultiTask(vocab, settings["images"])
     longest = (max(task.prompt_len(t, task.images) for t in range(task.images)) +
@@ -387,16 +420,20 @@ def projector(settings, hidden):
                                                                 hidden))
 
 
+WEIGHT_FILES = ("decoder.safetensors", "projector.safetensors")
+
+
 def save_weights(directory, dec, proj, record):
     """Writes trained weights where load_weights reads them: decoder.safetensors,
-    projector.safetensors and training.json (`record`: settings, losses, where it ran)."""
+    projector.safetensors and training.json (`record`: settings, losses, where it ran; the two
+    files' sha256 are added to it)."""
     os.makedirs(directory, exist_ok=True)
-    write_safetensors(os.path.join(directory, "decoder.safetensors"),
+    write_safetensors(os.path.join(directory, WEIGHT_FILES[0]),
                       {k: v.detach().cpu().numpy() for k, v in dec.params.items()})
-    write_safetensors(os.path.join(directory, "projector.safetensors"),
+    write_safetensors(os.path.join(directory, WEIGHT_FILES[1]),
                       {k: v.detach().cpu().numpy() for k, v in proj.state_dict().items()})
-    with open(os.path.join(directory, "training.json"), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
+    record = dict(record, sha256={f: sha256_of(os.path.join(directory, f)) for f in WEIGHT_FILES})
+    write_json(os.path.join(directory, "training.json"), record, indent=1)
 
 
 def load_weights(directory, settings, dec, proj):
@@ -417,6 +454,13 @@ def load_weights(directory, settings, dec, proj):
               if trained.get(k) != settings[k]]
     if differ:
         raise ValueError(f"{directory}: trained with other settings ({'; '.join(differ)})")
+    for name, want in record.get("sha256", {}).items():
+        if not os.path.exists(os.path.join(directory, name)):
+            raise ValueError(f"{os.path.join(directory, name)}: missing (training.json records it)")
+        got = sha256_of(os.path.join(directory, name))
+        if got != want:
+            raise ValueError(f"{os.path.join(directory, name)}: sha256 {got}, but training.json "
+                             f"records {want} (a damaged or replaced file; check it out again)")
     at = dec.params["model.embed_tokens.weight"].device
     arrays = read_safetensors(os.path.join(directory, "decoder.safetensors"))
     if set(arrays) != set(dec.params):
@@ -428,6 +472,53 @@ def load_weights(directory, settings, dec, proj):
     return record
 
 
+def _source_revision():
+    """The git commit of the checkout this file is in ("+changes" when tracked files differ from
+    it), or None outside a checkout."""
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=here, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changed.strip() else "")
+
+
+def train_multi(models, settings=None, out=None, log=print):
+    """Trains the eight-box VLM's projector and decoder here (on settings' device) and writes
+    them to the folder `out` as save_weights does, with what produced them: the settings, every
+    step's loss, the training time, the machine and libraries, the source's git commit. The
+    folder appears complete or not at all, and is never written over. Returns `out`."""
+    import torch
+
+    from kvsim import __version__
+    from kvsim.machine import describe_machine
+
+    settings = _settings(settings)
+    if os.path.exists(out):
+        raise ValueError(f"{out}: already exists; trained weights are never written over (remove "
+                         "it or choose another folder)")
+    _, encoder, dec, _, task, _ = setup(models, settings)
+    train_f, train_labels, _, _ = image_pools(settings, encoder, log)
+    t0 = time.time()
+    with cpu_threads(dec, settings["threads"]):
+        proj, losses = _train(settings, dec, task, train_f, train_labels, log)
+    record = {"settings": settings, "seconds": round(time.time() - t0, 1),
+              "device_name": _device_name(settings["device"]), "torch": torch.__version__,
+              "kvsim": __version__, "source": _source_revision(), "machine": describe_machine(),
+              "losses": losses}
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_weights(tmp, dec, proj, record)
+    os.replace(tmp, out)
+    log(f"eight-box VLM weights written to {out} ({record['seconds']} s of training)")
+    return out
+
+
 def build_multi(models, settings=None, out=None, log=print, force=False, weights=None):
     """Builds (or finds in the cache) the multi-image VLM from the parts in `models`. Returns its
     directory. `weights`: a folder of weights trained elsewhere with the same settings (the
@@ -436,10 +527,13 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     import torch
     from kvsim.prompts import write as write_prompts
 
+    from kvsim import _kvsim
+
     settings = _settings(settings)
     enc_dir, dec_dir = _parts(models)
-    out = out or os.path.join(cache_root(),
-                              "multi-" + _key(settings, enc_dir, dec_dir, SOURCES + ("multi.py",)))
+    # The vector kernels' instruction set changes the attention's rounding, so it is in the key.
+    out = out or os.path.join(cache_root(), "multi-" + _key(
+        dict(settings, kvsim_simd=_kvsim.simd()), enc_dir, dec_dir, SOURCES + MULTI_SOURCES))
     if os.path.exists(os.path.join(out, "build.json")) and not force:
         log(f"multi-image VLM: cached in {out}")
         return out
@@ -457,11 +551,13 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
         log(f"multi-image VLM: weights trained on {record.get('device_name', '?')} read from "
             f"{weights}")
     else:
-        proj, losses = _train(settings, dec, task, train_f, train_labels, log)
+        with cpu_threads(dec, settings["threads"]):
+            proj, losses = _train(settings, dec, task, train_f, train_labels, log)
         t_train = time.time() - t0 - t_encode
         record = {"device_name": _device_name(settings["device"]), "torch": torch.__version__}
-    report, items, swapped, shuffled, rows_of = evaluate(settings, dec, proj, vocab, task, test_f,
-                                                         test_labels)
+    with cpu_threads(dec, settings["threads"]):
+        report, items, swapped, shuffled, rows_of = evaluate(settings, dec, proj, vocab, task,
+                                                             test_f, test_labels)
     shared, contexts = shared_contexts(settings, items)
     for name in ("full", "no_image", "swapped", "shuffled", "shared"):
         count = len(shared) if name == "shared" else len(items)

@@ -21,7 +21,24 @@ struct Table {
   void (*axpy)(float a, const float* x, float* y, int n);
   // Σ x[i]²
   float (*sum_of_squares)(const float* x, int n);
+
+  // One query row of causal attention (sim/core/causal_attention.hpp) over its n keys and values,
+  // stored transposed: kt[d·stride + j], vt likewise, readable (and, in the backward, writable)
+  // up to column n rounded up to the lane count; p: scratch of that many floats.
+  // Forward: p_j = softmax_j(scale·Σ_d q[d]·kt[d][j]), out[d] = Σ_j p_j·vt[d][j]; returns the log
+  // of the softmax's denominator, log Σ_j exp(scale·q·k_j).
+  float (*attention_row)(const float* q, const float* kt, const float* vt, int stride, int dim,
+                         int n, float scale, float* p, float* out);
+  // Backward, given lse (the forward's return) and row_dot = Σ_d dout[d]·out[d]:
+  // p_j = exp(scale·q·k_j − lse), ds_j = p_j·(Σ_d dout[d]·vt[d][j] − row_dot);
+  // dq[d] = scale·Σ_j ds_j·kt[d][j], dkt[d][j] += scale·q[d]·ds_j, dvt[d][j] += dout[d]·p_j.
+  void (*attention_row_backward)(const float* q, const float* dout, float row_dot, float lse,
+                                 const float* kt, const float* vt, int stride, int dim, int n,
+                                 float scale, float* ds, float* dq, float* dkt, float* dvt);
 };
+
+// The lane count every Table's attention rows may read and write past n (the widest set's).
+constexpr int kAttentionLanes = 16;
 
 // The kernels in use: the widest instruction set this CPU and its OS support, or the one named by
 // the environment variable KVSIM_SIMD (baseline, avx2, avx512), which must be supported.

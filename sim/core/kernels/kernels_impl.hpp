@@ -79,9 +79,100 @@ float sum_of_squares(const float* x, int n) {
   return s;
 }
 
+// Lanes at or past `valid` of a block: false.
+template <class Arch>
+xsimd::batch_bool<float, Arch> lanes_below(int valid) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(batch::size);
+  alignas(64) float index[W];
+  for (int l = 0; l < W; ++l) index[l] = static_cast<float>(l);
+  return batch::load_aligned(index) < batch(static_cast<float>(valid));
+}
+
+// Σ_d q[d]·kt[d][j..j+W): one block of a row's scores.
+template <class Arch>
+xsimd::batch<float, Arch> row_scores(const float* q, const float* kt, int stride, int dim, int j) {
+  using batch = xsimd::batch<float, Arch>;
+  batch s(0.0f);
+  for (int d = 0; d < dim; ++d) s += batch(q[d]) * batch::load_unaligned(kt + d * stride + j);
+  return s;
+}
+
+template <class Arch>
+float attention_row(const float* q, const float* kt, const float* vt, int stride, int dim, int n,
+                    float scale, float* p, float* out) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(batch::size);
+  const int blocks = (n + W - 1) / W;
+  const batch bscale(scale), minus_inf(-INFINITY);
+  batch m = minus_inf;
+  for (int b = 0; b < blocks; ++b) {
+    batch s = row_scores<Arch>(q, kt, stride, dim, b * W) * bscale;
+    if (b == blocks - 1) s = xsimd::select(lanes_below<Arch>(n - b * W), s, minus_inf);
+    s.store_unaligned(p + b * W);
+    m = xsimd::max(m, s);
+  }
+  alignas(64) float lanes[W];
+  m.store_aligned(lanes);
+  float mx = -INFINITY;
+  for (float v : lanes) mx = mx < v ? v : mx;
+  const batch bm(mx);
+  batch acc(0.0f);
+  for (int b = 0; b < blocks; ++b) {
+    const batch e = xsimd::exp(batch::load_unaligned(p + b * W) - bm);  // exp(-inf) = 0
+    e.store_unaligned(p + b * W);
+    acc += e;
+  }
+  const float sum = xsimd::hadd(acc), inv = 1.0f / sum;
+  for (int d = 0; d < dim; ++d) {
+    batch o(0.0f);
+    for (int b = 0; b < blocks; ++b)
+      o += batch::load_unaligned(p + b * W) * batch::load_unaligned(vt + d * stride + b * W);
+    out[d] = xsimd::hadd(o) * inv;
+  }
+  return mx + std::log(sum);
+}
+
+template <class Arch>
+void attention_row_backward(const float* q, const float* dout, float row_dot, float lse,
+                            const float* kt, const float* vt, int stride, int dim, int n,
+                            float scale, float* ds, float* dq, float* dkt, float* dvt) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(batch::size);
+  const int blocks = (n + W - 1) / W;
+  const batch bscale(scale), blse(lse), brow(row_dot), zero(0.0f);
+  for (int b = 0; b < blocks; ++b) {
+    const int j = b * W;
+    batch p = xsimd::exp(xsimd::fms(row_scores<Arch>(q, kt, stride, dim, j), bscale, blse));
+    if (b == blocks - 1) p = xsimd::select(lanes_below<Arch>(n - j), p, zero);
+    const batch g = p * (row_scores<Arch>(dout, vt, stride, dim, j) - brow);
+    g.store_unaligned(ds + j);
+    const batch gs = g * bscale;
+    for (int d = 0; d < dim; ++d) {
+      float* k = dkt + d * stride + j;
+      float* v = dvt + d * stride + j;
+      (batch::load_unaligned(k) + batch(q[d]) * gs).store_unaligned(k);
+      (batch::load_unaligned(v) + batch(dout[d]) * p).store_unaligned(v);
+    }
+  }
+  for (int d = 0; d < dim; ++d) {
+    batch a(0.0f);
+    for (int b = 0; b < blocks; ++b)
+      a += batch::load_unaligned(ds + b * W) * batch::load_unaligned(kt + d * stride + b * W);
+    dq[d] = scale * xsimd::hadd(a);
+  }
+}
+
 template <class Arch>
 Table make_table(const char* name) {
-  return {name, &softmax_inplace<Arch>, &accumulate<Arch>, &axpy<Arch>, &sum_of_squares<Arch>};
+  static_assert(xsimd::batch<float, Arch>::size <= kAttentionLanes);
+  return {name,
+          &softmax_inplace<Arch>,
+          &accumulate<Arch>,
+          &axpy<Arch>,
+          &sum_of_squares<Arch>,
+          &attention_row<Arch>,
+          &attention_row_backward<Arch>};
 }
 
 }  // namespace
