@@ -6,8 +6,8 @@
 #   PAGE            real_model (docs/real_model.md)
 #   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
 #                   the stories (about 1 min on 2 cores), the single image (five seeds, about
-#                   35 min) and, where VLM_MULTI_WEIGHTS names the eight-box weights, the eight
-#                   boxes (about 20 min a seed)
+#                   35 min) and the eight boxes from the committed weights (about 20 min a seed;
+#                   VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them here first)
 #   --quick         one seed of the single-image task (about 8 min), its rows against the
 #                   committed per-seed results, and the stories
 #   --from-results  the page's reports, tables and figures from the results committed under
@@ -80,22 +80,18 @@ case "$mode" in
     say "the single-image regions quote five seeds: not compared with one"
     runs="stories=$out/stories" ;;
   full)
-    say "expected time: about 40 minutes on 2 cores without the eight boxes (stories 1 min, the" \
-      "single image 35 min), and about 20 minutes a seed more with them"
+    say "expected time: about 2 h 20 min on 2 cores (stories 1 min, the single image 35 min," \
+      "the eight boxes 20 min a seed)"
     say "stories: experiments/stories_eval.sh"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
     say "single image: experiments/vlm_eval.sh, five seeds (progress below)"
     "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
     runs="stories=$out/stories vlm_eval=$out/vlm_eval"
-    if [ -n "${VLM_MULTI_WEIGHTS:-}" ]; then
-      say "eight boxes: experiments/vlm_multi_eval.sh with the weights in $VLM_MULTI_WEIGHTS"
-      "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
-      runs="$runs vlm_multi=$out/vlm_multi"
-    else
-      say "eight boxes: not run (set VLM_MULTI_WEIGHTS to the trained weights); its regions are" \
-        "left unchecked"
-    fi ;;
+    say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \
+      "${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}"
+    "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
+    runs="$runs vlm_multi=$out/vlm_multi" ;;
 esac
 say "the page's regions against this run (docs_tables.py --check):"
 set --

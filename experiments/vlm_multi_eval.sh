@@ -2,7 +2,7 @@
 # Which policies keep the answer when most of a long prompt is images, and does it matter whether
 # the question comes before or after compression? On the assembled VLM's eight-box task (eight
 # Fashion-MNIST images in numbered boxes, 392 of ~480 prompt positions, a question about one box;
-# `python -m kvsim.vlm build-multi`, weights trained elsewhere or here), for every training seed:
+# `python -m kvsim.vlm build-multi` from the committed weights), for every training seed:
 # capture the full-cache answers, then replay the trace and run the model live with every policy
 # at several budgets at equal memory, in both orders:
 #   compress  the whole prompt, question included, is compressed (query-aware: SnapKV's window
@@ -21,9 +21,10 @@
 #   OUT_DIR    default demo/vlm_multi (from the current directory)
 #   MODELS_DIR default $KVSIM_MODELS, else the repository's models/ (python3 -m kvsim.models fetch)
 #   BUILD_DIR  default the repository's build/
-# Environment: VLM_MULTI_WEIGHTS=DIR evaluates weights trained elsewhere (DIR/base-seedK, as
-#   experiments/vlm_multi_gpu.py writes them; without it each seed is trained here with
-#   steps=4000, hours per seed on a CPU); VLM_MULTI_BUDGETS ("10 20 40"), VLM_MULTI_SEEDS
+# Environment: VLM_MULTI_WEIGHTS=DIR the trained weights (DIR/base-seedK, as
+#   experiments/vlm_multi_train.sh and experiments/vlm_multi_gpu.py write them; default the
+#   committed experiments/weights/vlm_multi; empty: each seed is trained here with steps=4000,
+#   about 15 minutes a seed on 2 cores); VLM_MULTI_BUDGETS ("10 20 40"), VLM_MULTI_SEEDS
 #   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
 #   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
@@ -40,6 +41,7 @@ name=vlm_multi_eval
 . "$repo/experiments/vlm_setup.sh"
 budgets=${VLM_MULTI_BUDGETS:-10 20 40}
 seeds=${VLM_MULTI_SEEDS:-0 1 2 3 4}
+weights=${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}
 draws=${VLM_MULTI_DRAWS:-3}
 shared_budget=${VLM_MULTI_SHARED:-20}
 small=""
@@ -68,8 +70,8 @@ runs_c="" runs_a=""
 for s in $seeds; do
   if [ -n "$small" ]; then
     vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" --quiet)
-  elif [ -n "${VLM_MULTI_WEIGHTS:-}" ]; then
-    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --weights "$VLM_MULTI_WEIGHTS/base-seed$s" --quiet)
+  elif [ -n "$weights" ]; then
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --weights "$weights/base-seed$s" --quiet)
   else
     vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --set seed="$s" --set steps=4000 --quiet)
   fi

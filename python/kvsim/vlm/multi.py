@@ -305,6 +305,20 @@ def _settings(settings):
     return settings
 
 
+def _deterministic_cuda():
+    """What a GPU needs to train the same bytes twice: cuBLAS with a fixed workspace (set before
+    CUDA starts; a process that already used CUDA keeps its own), PyTorch's deterministic
+    algorithms (a warning names any operation that has none), and no TF32 (float32 products
+    rounded to 10-bit mantissas otherwise, on Ampere and later)."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+
+
 def setup(models, settings):
     """The parts and task of a build: (settings, encoder, decoder on settings' device, vocabulary,
     task, the decoder's folder)."""
@@ -322,6 +336,8 @@ def setup(models, settings):
         raise ValueError(f"device {settings['device']!r}: torch {torch.__version__} here sees no "
                          "CUDA device; train where one is (experiments/vlm_multi_gpu.py) and "
                          "build from those weights with --weights")
+    if device.type == "cuda":
+        _deterministic_cuda()
     torch.set_num_threads(settings["threads"])
     encoder = MobileNetV2(enc_dir).to(settings["device"])
     dec = LlamaDecoder.load(dec_dir).to(settings["device"])
