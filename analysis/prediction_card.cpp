@@ -1,6 +1,7 @@
 #include "analysis/prediction_card.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,23 @@ PredictionCard parse_prediction_card(const std::string& text, const std::string&
   }
   PredictionCard c;
   c.path = path;
+  if (j.is_object() && j.contains("at_chance")) {
+    // analysis/prediction_card.py's card of a model whose full cache answers at chance: no map.
+    const auto& r = j.at("at_chance");
+    auto number = [&](const char* key) {
+      if (!r.is_object() || !r.contains(key) || !r.at(key).is_number()) return std::string("?");
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3f", r.at(key).get<double>());
+      return std::string(text);
+    };
+    throw std::invalid_argument("--card " + path + ": no prediction to make: the card's model (" +
+                                j.value("model", std::string("?")) +
+                                ") answers at chance with the full cache (" + number("accuracy") +
+                                ", 95% interval " + number("ci_low") + " to " + number("ci_high") +
+                                "; chance " + number("chance") +
+                                "), so its card maps nothing; use a card of a model that reads "
+                                "its inputs");
+  }
   try {
     c.model = j.at("model").get<std::string>();
     c.metric = j.at("metric").get<std::string>();

@@ -137,6 +137,23 @@ TEST(PredictionCard, ReadsTheMapAndPredictsBetweenItsKnots) {
   EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
   std::ofstream(bad) << "not json";
   EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
+  // A card of a model at chance (analysis/prediction_card.py writes no map): named, not "key 'map'
+  // not found".
+  const std::string chance = temp_path("chance_card.json");
+  std::ofstream(chance) << R"({"model": "small", "metric": "replay_output_rel_error",
+    "outcome": "contains", "at_chance": {"accuracy": 0.05, "ci_low": 0.0, "ci_high": 0.15,
+    "n": 20, "chance": 0.1, "above_chance": false}})";
+  try {
+    read_prediction_card(chance);
+    ADD_FAILURE() << "an at-chance card was read";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "no prediction to make: the card's model (small) "
+                  "answers at chance with the full cache (0.050, 95% interval 0.000 "
+                  "to 0.150; chance 0.100)"),
+              std::string::npos)
+        << e.what();
+  }
   // kvsim replay --card prints each policy's prediction: h2o's error read back from the table.
   const std::string trace = small_synthetic_trace("card.h5", 2);
   const CliRun r = kvsim("replay " + trace + " -p h2o --budget 20% --card " + path);

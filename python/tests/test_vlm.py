@@ -528,6 +528,64 @@ class SmallMultiBuild(unittest.TestCase):
                          self.report["full"]["answers"])
 
 
+WEIGHTS = os.path.join(REPO, "experiments", "weights", "vlm_multi")
+BUILDS = os.path.join(REPO, "experiments", "results", "vlm_multi", "builds")
+# The kernels a build's arithmetic depends on (kvsim.machine): where they equal the committed
+# build's, the answers must be the same; elsewhere greedy answers on a near-tie may flip.
+KERNELS = ("kvsim_simd", "openblas_core", "torch_cpu_capability")
+# Answers allowed to differ under other kernels: 1 in 100. Where the single-image task was rerun
+# on another CPU, no full-cache answer of 600 moved; the eight-box prompts are longer.
+OTHER_KERNELS_FLIPS = 0.01
+
+
+class CommittedMultiWeights(unittest.TestCase):
+    """The committed eight-box weights: their files are the ones their records and SHA256SUMS
+    name, and seed 0 built from them answers the held-out items as the committed build did."""
+
+    def test_every_file_is_the_one_its_record_and_the_sums_name(self):
+        from kvsim.models.fetch import sha256_of
+
+        with open(os.path.join(WEIGHTS, "SHA256SUMS")) as f:
+            sums = {name: digest for digest, name in (line.split() for line in f)}
+        seeds = sorted(d for d in os.listdir(WEIGHTS) if d.startswith("base-seed"))
+        self.assertEqual(seeds, [f"base-seed{k}" for k in range(5)])
+        for seed in seeds:
+            with open(os.path.join(WEIGHTS, seed, "training.json")) as f:
+                record = json.load(f)
+            self.assertEqual(record["settings"]["seed"], int(seed[len("base-seed"):]))
+            self.assertEqual(record["settings"]["steps"], 4000)
+            for name, digest in record["sha256"].items():
+                path = os.path.join(WEIGHTS, seed, name)
+                self.assertEqual(sha256_of(path), digest, path)
+                self.assertEqual(sums[f"{seed}/{name}"], digest, path)
+        self.assertEqual(len(sums), 2 * len(seeds))
+
+    def test_seed_0_built_from_them_answers_as_committed(self):
+        from kvsim.vlm import multi
+
+        with open(os.path.join(BUILDS, "seed0.json")) as f:
+            committed = json.load(f)
+        tmp = tempfile.mkdtemp()
+        built = multi.build_multi(MODELS, committed["settings"], out=os.path.join(tmp, "seed0"),
+                                  log=lambda *_: None,
+                                  weights=os.path.join(WEIGHTS, "base-seed0"))
+        with open(os.path.join(built, "build.json")) as f:
+            report = json.load(f)
+        self.assertEqual(report["weights_sha256"], committed["weights_sha256"])
+        here, there = report["full"]["answers"], committed["full"]["answers"]
+        self.assertEqual(len(here), len(there))
+        moved = [i for i, (a, b) in enumerate(zip(here, there)) if a != b]
+        same_kernels = all(report["evaluated_on"].get(k) == committed["evaluated_on"].get(k)
+                           for k in KERNELS)
+        allowed = 0 if same_kernels else int(OTHER_KERNELS_FLIPS * len(here))
+        self.assertLessEqual(len(moved), allowed, f"items whose answer moved: {moved[:10]} "
+                             f"(kernels {'the same as' if same_kernels else 'other than'} the "
+                             "committed build's)")
+        for run in ("full", "no_image", "swapped", "shuffled", "shared"):
+            self.assertAlmostEqual(report[run]["accuracy"], committed[run]["accuracy"],
+                                   delta=allowed / len(here) + 1e-12, msg=run)
+
+
 class ReportRetention(unittest.TestCase):
     def test_image_and_text_entries_kept_by_hand(self):
         import h5py

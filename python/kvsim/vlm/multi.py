@@ -518,6 +518,7 @@ def train_multi(models, settings=None, out=None, log=print):
     if os.path.exists(out):
         raise ValueError(f"{out}: already exists; trained weights are never written over (remove "
                          "it or choose another folder)")
+    source = _source_revision()  # the code that trains, before anything can change it
     _, encoder, dec, _, task, _ = setup(models, settings)
     train_f, train_labels, _, _ = image_pools(settings, encoder, log)
     t0 = time.time()
@@ -525,7 +526,7 @@ def train_multi(models, settings=None, out=None, log=print):
         proj, losses = _train(settings, dec, task, train_f, train_labels, log)
     record = {"settings": settings, "seconds": round(time.time() - t0, 1),
               "device_name": _device_name(settings["device"]), "torch": torch.__version__,
-              "kvsim": __version__, "source": _source_revision(), "machine": describe_machine(),
+              "kvsim": __version__, "source": source, "machine": describe_machine(),
               "losses": losses}
     tmp = out + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -544,6 +545,7 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     from kvsim.prompts import write as write_prompts
 
     from kvsim import _kvsim
+    from kvsim.machine import describe_machine
 
     settings = _settings(settings)
     enc_dir, dec_dir = _parts(models)
@@ -585,6 +587,7 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
                   float(np.mean(losses[i:i + 50])) for i in range(0, len(losses), 50)],
               "decoder": "fine-tuned (every weight) with the projector",
               "trained_on": {k: record.get(k) for k in ("device_name", "torch")},
+              "weights_sha256": record.get("sha256"), "evaluated_on": describe_machine(),
               "seconds": {"encode": round(t_encode, 1), "train": round(t_train, 1)}, **report}
     tmp = out + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
