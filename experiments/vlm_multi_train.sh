@@ -4,8 +4,8 @@
 # made: `python -m kvsim.vlm train-multi --set seed=K --set steps=4000` into OUT_DIR/base-seedK
 # (decoder.safetensors, projector.safetensors, training.json with the settings, every step's
 # loss, the machine, the libraries and the git commit), then OUT_DIR/SHA256SUMS. A seed whose
-# folder exists is kept (a rerun resumes; an interrupted seed starts again). About 16 minutes a
-# seed on 2 cores (0.22 s a step); the bytes equal the committed ones only on a machine whose
+# folder exists is kept (a rerun resumes; an interrupted seed starts again). About 15 minutes a
+# seed on 2 cores (0.23 s a step); the bytes equal the committed ones only on a machine whose
 # kernels match (training.json's "machine"), see experiments/weights/vlm_multi/README.md.
 # Usage: experiments/vlm_multi_train.sh OUT_DIR [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    where to write; never the committed folder (compare with it instead)
@@ -29,7 +29,7 @@ for s in $seeds; do
     echo "$name: seed $s: $out/base-seed$s exists, kept" >&2
     continue
   fi
-  echo "$name: seed $s: training $steps steps (about $((steps * 22 / 6000)) minutes on 2 cores)" >&2
+  echo "$name: seed $s: training $steps steps (about $((steps * 23 / 6000)) minutes on 2 cores)" >&2
   "$py" -m kvsim.vlm train-multi --models "$models" --set seed="$s" --set steps="$steps" \
     --out "$out/base-seed$s" >/dev/null
 done

@@ -1,6 +1,7 @@
 // Causal attention of packed sequences for training the assembled VLM's decoder
 // (sim/core/causal_attention.hpp), on numpy arrays; python/kvsim/vlm/attention.py wraps it as a
-// torch autograd function.
+// torch autograd function. Beside it, what that training sets and records of the machine: the
+// kernels' instruction set (simd) and OpenBLAS's thread count (blas_threads).
 #include <cstdint>
 #include <string>
 

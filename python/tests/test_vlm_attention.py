@@ -3,18 +3,13 @@ expression of the same attention in float64 (item by item, grouped heads repeate
 repeat_interleave repeats them): outputs and the three gradients within float32 rounding; the same
 bytes on one thread and on two; a decoder packed for the kernels gives the padded PyTorch
 decoder's logits; bad shapes and bounds are refused, named. Needs torch only (no models)."""
-import os
-import sys
 import unittest
 
 import numpy as np
+import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-import torch  # noqa: E402
-
-from kvsim.vlm.attention import causal_attention  # noqa: E402
-from kvsim.vlm.decoder import LlamaDecoder  # noqa: E402
+from kvsim.vlm.attention import causal_attention
+from kvsim.vlm.decoder import LlamaDecoder
 
 
 def reference(q, k, v, bounds, scale):
@@ -39,6 +34,12 @@ def inputs(lengths, heads=8, kv_heads=4, dim=8, seed=0):
     v = torch.randn(tokens, kv_heads, dim, generator=g, dtype=torch.float64)
     bounds = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int64)
     return q, k, v, bounds
+
+
+def float32_inputs(lengths, **shape):
+    """inputs() with q, k and v as the kernels take them."""
+    q, k, v, bounds = inputs(lengths, **shape)
+    return q.float(), k.float(), v.float(), bounds
 
 
 class CausalAttention(unittest.TestCase):
@@ -75,11 +76,10 @@ class CausalAttention(unittest.TestCase):
             self.assertTrue(torch.equal(a, b))
 
     def test_bad_shapes_and_bounds_are_named(self):
-        q, k, v, bounds = (x.float() if x.is_floating_point() else x
-                           for x in inputs([3, 4], heads=8, kv_heads=3))
+        q, k, v, bounds = float32_inputs([3, 4], heads=8, kv_heads=3)
         with self.assertRaisesRegex(ValueError, "8 query heads are not a multiple of 3"):
             causal_attention(q, k, v, bounds)
-        q, k, v, bounds = (x.float() if x.is_floating_point() else x for x in inputs([3, 4]))
+        q, k, v, bounds = float32_inputs([3, 4])
         with self.assertRaisesRegex(ValueError, "bounds must run from 0 to the 7 tokens"):
             causal_attention(q, k, v, torch.tensor([0, 3, 6]))
         with self.assertRaisesRegex(ValueError, r"item 1 ends \(token 2\) before it starts "
