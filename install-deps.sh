@@ -2,6 +2,8 @@
 # Installs, from Debian's apt, whatever kvsim needs that this machine lacks (bookworm, as root).
 #   ./install-deps.sh          what building, testing and the figures need
 #   ./install-deps.sh fuzz     also clang (libFuzzer and its sanitizer runtimes), for tests/fuzz
+#   ./install-deps.sh --list   installs nothing: prints the apt-get line of what is missing (for a
+#                              user without root to hand to an administrator)
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
@@ -22,10 +24,25 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if [ "${1:-}" = --list ]; then
+  if ((${#missing[@]})); then
+    echo "apt-get install --no-install-recommends ${missing[*]}"
+  else
+    echo "install-deps: nothing is missing"
+  fi
+  exit 0
+fi
 if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
   sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || {
+      echo "install-deps: not root and no sudo: ask an administrator to run" >&2
+      echo "  apt-get install --no-install-recommends ${missing[*]}" >&2
+      exit 1
+    }
+    sudo="sudo"
+  fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

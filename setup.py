@@ -2,8 +2,9 @@
 running pip: the pybind11 module kvsim._kvsim, the `kvsim` command (installed inside the package
 and run by the `kvsim` entry point), and the figures code from analysis/.
 
-Environment: KVSIM_BUILD_DIR, the CMake build directory to use (default build/pip-<python tag>;
-an existing configured build for the same interpreter is used as it is, so nothing is compiled
+Environment: KVSIM_BUILD_DIR, the CMake build directory to use (default: the checkout's build/
+when it is a Release build with the module for this interpreter, as the README's set-up makes it,
+else build/pip-<python tag>; an existing configured build is used as it is, so nothing is compiled
 twice);
 KVSIM_CMAKE_ARGS, more -D options for CMake. Needs what install-deps.sh installs.
 """
@@ -35,16 +36,55 @@ def progress(text):
         pass
 
 
-def cache_source(build):
-    """The source directory a build directory's CMake cache was made for, or None."""
+def cache_entry(build, key):
+    """The value of `key` (e.g. CMAKE_HOME_DIRECTORY:INTERNAL) in a build directory's CMake
+    cache, or None."""
     try:
         with open(os.path.join(build, "CMakeCache.txt")) as f:
             for line in f:
-                if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
+                if line.startswith(key + "="):
                     return line.split("=", 1)[1].strip()
     except OSError:
         return None
     return None
+
+
+def cache_source(build):
+    """The source directory a build directory's CMake cache was made for, or None."""
+    return cache_entry(build, "CMAKE_HOME_DIRECTORY:INTERNAL")
+
+
+def why_not_reuse(build):
+    """Why the checkout's own build/ (the README's set-up) cannot make this package: "" when it
+    can (this checkout, Release, the Python module on, this interpreter)."""
+    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        return "it has not been configured"
+    checks = (("CMAKE_HOME_DIRECTORY:INTERNAL", ROOT, True, "was configured for another checkout"),
+              ("CMAKE_BUILD_TYPE:STRING", "Release", False, "is not a Release build"),
+              ("KVSIM_PYTHON:BOOL", "ON", False, "was configured without the Python module"),
+              ("_Python3_EXECUTABLE:INTERNAL", sys.executable, True,
+               "was configured for another interpreter"))
+    for key, want, is_path, why in checks:
+        got = cache_entry(build, key)
+        if got is None or not (same_path(got, want) if is_path else got == want):
+            return f"it {why} ({got or 'unset'}; here {want})"
+    return ""
+
+
+def require_debian_python():
+    """pip runs this file with the interpreter that will import the module: one without wheel
+    or numpy (a pyenv or conda python3 first on PATH) fails later with setuptools' own words
+    ("invalid command 'bdist_wheel'"). Named here instead, with the command that works."""
+    missing = []
+    for name in ("wheel", "numpy"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        sys.exit(f"kvsim: this interpreter ({sys.executable}) lacks {' and '.join(missing)}, "
+                 f"which building and using the kvsim module need; install with Debian's "
+                 f"python instead: /usr/bin/python3 -m pip install --no-build-isolation .")
 
 
 def same_path(a, b):
@@ -73,6 +113,16 @@ class CMakeBuild(build_ext):
         build = os.path.abspath(os.environ.get("KVSIM_BUILD_DIR") or
                                 os.path.join(ROOT, "build", f"pip-{tag}"))
         reuse = bool(os.environ.get("KVSIM_BUILD_DIR"))
+        # The README's set-up builds build/: when it fits, only what changed is compiled again.
+        checkout_build = os.path.join(ROOT, "build")
+        if not reuse:
+            why = why_not_reuse(checkout_build)
+            if not why:
+                build, reuse = checkout_build, True
+                progress(f"reusing {build} (Release, this interpreter): only what changed since "
+                         f"its last build is compiled")
+            else:
+                progress(f"not reusing {checkout_build}: {why}; building in {build}")
         # A CMake cache made for another checkout (a moved or copied tree) cannot be reused:
         # ours is started afresh, a given one is named with the fix.
         made_for = cache_source(build)
@@ -120,6 +170,7 @@ class CMakeBuild(build_ext):
                             os.path.join(out, "analysis", name))
 
 
+require_debian_python()
 setup(
     packages=["kvsim", "kvsim.capture", "kvsim.models", "kvsim.vlm"],
     package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture",

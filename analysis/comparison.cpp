@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "sim/core/csv_format.hpp"
@@ -19,10 +21,13 @@ int SampleTable::index(const std::string& policy) const {
 SampleTable per_sample_values(const std::vector<std::string>& policy,
                               const std::vector<std::string>& sample,
                               const std::vector<double>& value, const std::vector<double>& weight,
-                              bool pool_seeds) {
+                              bool pool_seeds, const std::vector<std::string>& budget) {
   if (policy.size() != sample.size() || value.size() != sample.size() ||
-      (!weight.empty() && weight.size() != sample.size()))
+      (!weight.empty() && weight.size() != sample.size()) ||
+      (!budget.empty() && budget.size() != sample.size()))
     throw std::invalid_argument("compare: the columns differ in length");
+  // (run label, sample) -> its budget, the first row's
+  std::map<std::pair<std::string, std::string>, std::string> budgets;
   // (run label, sample) -> Σ w·v, Σ w
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> sums;
   std::vector<std::string> runs;
@@ -30,6 +35,7 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
     if (sample[i] == "all" || std::isnan(value[i])) continue;
     const double w = weight.empty() || std::isnan(weight[i]) ? 1.0 : weight[i];
     auto& s = sums[{policy[i], sample[i]}];
+    if (!budget.empty()) budgets.emplace(std::pair{policy[i], sample[i]}, budget[i]);
     s.first += w * value[i];
     s.second += w;
     if (std::find(runs.begin(), runs.end(), policy[i]) == runs.end()) runs.push_back(policy[i]);
@@ -51,6 +57,15 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
       p = static_cast<int>(t.policies.size());
       t.policies.push_back(name);
       t.seeds.push_back(0);
+      // The first run's budgets, sample by sample, stand for its seed group's ("" without any).
+      std::string memory;
+      bool any = false;
+      for (const std::string& sample_name : t.samples) {
+        const auto b = budgets.find({run, sample_name});
+        if (b != budgets.end()) memory += b->second, any = any || !b->second.empty();
+        memory += ";";
+      }
+      t.memory.push_back(any ? memory : "");
       total.emplace_back(t.samples.size(), 0.0);
       count.emplace_back(t.samples.size(), 0.0);
     }
@@ -99,10 +114,38 @@ std::optional<bool> higher_is_better(const std::string& metric) {
   return std::nullopt;
 }
 
+namespace {
+
+// "budget 40", or "budget 38 to 49 by sample", from a memory signature ("40;40;;41;").
+std::string budget_class(const std::string& signature) {
+  std::vector<std::string> values;
+  std::stringstream entries(signature);
+  for (std::string v; std::getline(entries, v, ';');)
+    if (!v.empty()) values.push_back(v);
+  const auto [lo, hi] = std::minmax_element(
+      values.begin(), values.end(), [](const std::string& a, const std::string& b) {
+        return std::strtod(a.c_str(), nullptr) < std::strtod(b.c_str(), nullptr);
+      });
+  return *lo == *hi ? "budget " + *lo : "budget " + *lo + " to " + *hi + " by sample";
+}
+
+bool is_full_label(const std::string& label) {
+  return label.substr(0, label.find('@')) == "full";
+}
+
+// The smallest two-sided p the comparison's test can give with n pairs: 2^(1-n) for McNemar's
+// exact test and the exact sign-flip test (every pair one way), 1 / (1 + draws) when drawn.
+double smallest_possible_p(const PairedComparison& c, const PairedOptions& o) {
+  if (!c.binary && c.n > o.exact_up_to) return 1.0 / (1.0 + o.permutations);
+  return std::pow(2.0, 1.0 - static_cast<double>(c.n));
+}
+
+}  // namespace
+
 ComparisonTable compare_to_reference(const SampleTable& table, const std::string& metric,
                                      const std::string& reference,
                                      const std::vector<std::string>& policies,
-                                     const PairedOptions& options) {
+                                     const PairedOptions& options, const CompareScope& scope) {
   auto known = [&] {
     std::string s;
     for (const auto& p : table.policies) s += (s.empty() ? "" : ", ") + p;
@@ -112,21 +155,76 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
   if (ref < 0)
     throw std::invalid_argument("compare: no reference '" + reference + "' among the policies (" +
                                 known() + ")");
-  ComparisonTable out{metric, reference, options.higher_is_better, {}};
+  const auto keeps = scope.keeps_everything ? scope.keeps_everything : is_full_label;
+  // Without any budget in the table nothing says what was held: one class, as given.
+  const bool memory_known =
+      std::any_of(table.memory.begin(), table.memory.end(), [](auto& m) { return !m.empty(); });
+  // A row's memory class: its budget signature, or a name marked by a leading '\1' (which no
+  // signature of budgets, "40;40;...", begins with).
+  auto key = [&](int p) -> std::string {
+    if (!memory_known) return "";
+    if (!table.memory[p].empty()) return table.memory[p];
+    return keeps(table.policies[p]) ? "\1keeps everything" : "\1sizes itself";
+  };
+  auto describe_class = [&](const std::string& k) -> std::string {
+    if (k.empty()) return memory_known ? "" : "memory not in the table";
+    return k[0] == '\1' ? k.substr(1) : budget_class(k);
+  };
+  const std::string ref_key = key(ref);
+  const bool ref_budgeted = memory_known && !table.memory[ref].empty();
+  const bool ref_full = memory_known && !ref_budgeted && keeps(reference);
+  if (memory_known && !ref_budgeted && !ref_full && !scope.any_memory)
+    throw std::invalid_argument("compare: the reference '" + reference +
+                                "' sizes its own cache, so no other row held its memory; compare "
+                                "against a budgeted policy or the full cache, or give "
+                                "--any-memory (any_memory=True) to compare across memory");
+  ComparisonTable out{metric, reference, options.higher_is_better, {}, {}, {}};
   std::vector<std::string> names = policies;
   if (names.empty())
     for (const auto& p : table.policies)
       if (p != reference) names.push_back(p);
+  std::vector<std::string> family_keys;
   for (const std::string& name : names) {
     const int p = table.index(name);
     if (p < 0)
       throw std::invalid_argument("compare: no policy '" + name + "' (the table has: " + known() +
                                   ")");
     if (p == ref) continue;
+    if (ref_budgeted && key(p) != ref_key && !scope.any_memory) {
+      const std::string why = name + " (" + describe_class(key(p)) + ")";
+      if (!policies.empty())
+        throw std::invalid_argument("compare: " + why +
+                                    " did not hold the memory of the "
+                                    "reference " +
+                                    reference + " (" + describe_class(ref_key) +
+                                    "); give --any-memory (any_memory=True) to compare anyway");
+      out.skipped.push_back(why);
+      continue;
+    }
     out.rows.push_back(
         compare_paired(name, table.values[p], reference, table.values[ref], options));
+    out.memory.push_back(describe_class(key(p)));
+    family_keys.push_back(key(p));
   }
-  holm_adjust(out.rows, options);
+  // Holm within each memory class: a family never mixes rows that held different memory.
+  std::vector<std::string> done;
+  for (const std::string& k : family_keys) {
+    if (std::find(done.begin(), done.end(), k) != done.end()) continue;
+    done.push_back(k);
+    std::vector<PairedComparison> family;
+    for (std::size_t i = 0; i < out.rows.size(); ++i)
+      if (family_keys[i] == k) family.push_back(out.rows[i]);
+    holm_adjust(family, options);
+    const double first_step = options.alpha / static_cast<double>(family.size());
+    for (std::size_t i = 0, f = 0; i < out.rows.size(); ++i) {
+      if (family_keys[i] != k) continue;
+      out.rows[i] = family[f++];
+      out.rows[i].smallest_p = smallest_possible_p(out.rows[i], options);
+      out.rows[i].family_size = static_cast<long>(family.size());
+      // No difference can be shown: a "detectable" figure would promise what the test cannot do.
+      if (!(out.rows[i].smallest_p < first_step)) out.rows[i].detectable = NAN;
+    }
+  }
   return out;
 }
 
@@ -144,8 +242,10 @@ std::string number(double x, const char* format = "%.9g") {
 std::string comparison_csv(const ComparisonTable& t) {
   std::string out =
       "policy,reference,metric,higher_is_better,n,test,mean,reference_mean,difference,ci_low,"
-      "ci_high,wins,ties,losses,effect_size,p_value,p_holm,detectable,verdict\n";
-  for (const PairedComparison& c : t.rows) {
+      "ci_high,wins,ties,losses,effect_size,p_value,p_holm,detectable,verdict,memory,"
+      "family_size,smallest_p\n";
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    const PairedComparison& c = t.rows[i];
     out += csv_quote(c.label) + "," + csv_quote(c.reference) + "," + csv_quote(t.metric) + "," +
            (t.higher_is_better ? "1" : "0") + "," + std::to_string(c.n) + "," +
            (c.binary ? "mcnemar" : "sign_flip");
@@ -154,45 +254,88 @@ std::string comparison_csv(const ComparisonTable& t) {
     out += "," + std::to_string(c.wins) + "," + std::to_string(c.ties) + "," +
            std::to_string(c.losses);
     for (double x : {c.effect_size, c.p_value, c.p_holm, c.detectable}) out += "," + number(x);
-    out += "," + c.verdict + "\n";
+    out += "," + c.verdict + "," + csv_quote(t.memory[i]) + "," + std::to_string(c.family_size) +
+           "," + number(c.smallest_p) + "\n";
   }
   return out;
 }
 
+namespace {
+
+std::string comparison_row(const PairedComparison& c, std::size_t width) {
+  const std::string interval =
+      c.interval.valid() ? number(c.interval.low, "%.4f") + " to " + number(c.interval.high, "%.4f")
+                         : "-";
+  const std::string wtl =
+      std::to_string(c.wins) + "/" + std::to_string(c.ties) + "/" + std::to_string(c.losses);
+  char line[512];
+  std::snprintf(
+      line, sizeof line, "%-*s %5ld %9.4f %9.4f %+9.4f %21s %13s %7s %9.3g %9.3g %10s  %s\n",
+      static_cast<int>(width), c.label.c_str(), c.n, c.mean, c.reference_mean, c.difference,
+      interval.c_str(), wtl.c_str(),
+      std::isnan(c.effect_size) ? "-" : number(c.effect_size, "%+.2f").c_str(), c.p_value, c.p_holm,
+      std::isnan(c.detectable) ? "-" : number(c.detectable, "%.4f").c_str(), c.verdict.c_str());
+  return line;
+}
+
+// The line under a memory class whose test cannot reach alpha: what n allows, and why.
+std::string unreachable_note(const std::vector<const PairedComparison*>& family,
+                             const PairedOptions& o) {
+  long n = 0;
+  double smallest = 1;
+  for (const PairedComparison* c : family)
+    if (c->smallest_p < smallest || n == 0) n = c->n, smallest = c->smallest_p;
+  const double first_step = o.alpha / static_cast<double>(family.size());
+  if (smallest < first_step) return "";
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "  with n = %ld the smallest possible p is %.3g, not below alpha / %zu = %.3g "
+                "(Holm's first step): no difference can be shown here, whatever the values; "
+                "more samples are needed\n",
+                n, smallest, family.size(), first_step);
+  return line;
+}
+
+}  // namespace
+
 std::string comparison_text(const ComparisonTable& t, const PairedOptions& options) {
   std::size_t w = 14;
   for (const auto& c : t.rows) w = std::max(w, c.label.size());
+  std::vector<std::string> classes;  // in order of first appearance
+  for (const std::string& m : t.memory)
+    if (std::find(classes.begin(), classes.end(), m) == classes.end()) classes.push_back(m);
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s (%s is better) against %s: paired over samples, 95%% bootstrap interval of "
-                "the difference, Holm over %zu comparison(s) at alpha %.3g\n",
+                "the difference, Holm at alpha %.3g within each memory class (%zu comparison(s) "
+                "in %zu class(es))\n",
                 t.metric.c_str(), t.higher_is_better ? "higher" : "lower", t.reference.c_str(),
-                t.rows.size(), options.alpha);
+                options.alpha, t.rows.size(), classes.size());
   out += line;
   std::snprintf(line, sizeof line, "%-*s %5s %9s %9s %9s %21s %13s %7s %9s %9s %10s  %s\n",
                 static_cast<int>(w), "policy", "n", "mean", "ref", "diff", "diff_95%",
                 "win/tie/loss", "d_z", "p", "p_holm", "detectable", "verdict");
   out += line;
-  for (const PairedComparison& c : t.rows) {
-    const std::string interval = c.interval.valid() ? number(c.interval.low, "%.4f") + " to " +
-                                                          number(c.interval.high, "%.4f")
-                                                    : "-";
-    const std::string wtl =
-        std::to_string(c.wins) + "/" + std::to_string(c.ties) + "/" + std::to_string(c.losses);
-    std::snprintf(
-        line, sizeof line, "%-*s %5ld %9.4f %9.4f %+9.4f %21s %13s %7s %9.3g %9.3g %10s  %s\n",
-        static_cast<int>(w), c.label.c_str(), c.n, c.mean, c.reference_mean, c.difference,
-        interval.c_str(), wtl.c_str(),
-        std::isnan(c.effect_size) ? "-" : number(c.effect_size, "%+.2f").c_str(), c.p_value,
-        c.p_holm, std::isnan(c.detectable) ? "-" : number(c.detectable, "%.4f").c_str(),
-        c.verdict.c_str());
-    out += line;
+  for (const std::string& m : classes) {
+    std::vector<const PairedComparison*> family;
+    for (std::size_t i = 0; i < t.rows.size(); ++i)
+      if (t.memory[i] == m) family.push_back(&t.rows[i]);
+    if (!m.empty())
+      out += "[" + m + ": " + std::to_string(family.size()) + " comparison(s), one Holm family]\n";
+    for (const PairedComparison* c : family) out += comparison_row(*c, w);
+    out += unreachable_note(family, options);
+  }
+  if (t.rows.empty()) out += "(no row held the reference's memory: nothing to compare)\n";
+  if (!t.skipped.empty()) {
+    out += "not compared, another memory than the reference's (--any-memory compares them):";
+    for (std::size_t i = 0; i < t.skipped.size(); ++i) out += (i ? ", " : " ") + t.skipped[i];
+    out += "\n";
   }
   out +=
       "verdict: better / worse than the reference where Holm's adjusted p < alpha, else no "
       "difference shown (never an order); detectable: the smallest difference n samples detect "
-      "with 80% power\n";
+      "with 80% power ('-' where the test cannot reach alpha)\n";
   return out;
 }
 

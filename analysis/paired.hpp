@@ -38,6 +38,11 @@ struct PairedComparison {
   // normal approximation: (z_{1−α/2} + z_power) · SD / √n (McNemar's too: its variance is that of
   // the −1/0/1 differences). NaN when the differences do not vary.
   double detectable = NAN;
+  // The smallest p the test can give with these n pairs, and the size of the Holm family the
+  // comparison was adjusted in (compare_to_reference): when smallest_p >= alpha / family_size no
+  // difference can be shown, and `detectable` is NaN.
+  double smallest_p = NAN;
+  long family_size = 0;
   std::string verdict;  // "better", "worse" (than the reference) or "no difference shown"
 };
 

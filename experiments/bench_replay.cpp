@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   if (!std::filesystem::exists(trace_path)) {
     std::fprintf(
         stderr,
-        "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (experiments/demo.sh "
+        "kvsim_bench: %s not found; make it with `kvsim synth --out %s` (experiments/llava_demo.sh "
         "makes it)\n",
         trace_path.c_str(), trace_path.c_str());
     return 1;

@@ -14,10 +14,10 @@ k="$build/kvsim"
 mkdir -p "$out"
 [ -f "$out/model/config.json" ] || "$k" live make-model -o "$out/model" --arch llama --layers 8 \
   --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 4 --vocab 8000 --dtype bf16 --shards 2
-"$k" live make-prompt -o "$out/prompts.h5" --samples 2 --prompt-len 640 --image-tokens 576 \
+"$k" live make-prompt --force -o "$out/prompts.h5" --samples 2 --prompt-len 640 --image-tokens 576 \
   --vocab 8000 --embed-dim 1024 --reference-len 16
 policies="-p full -p streamingllm -p h2o -p snapkv -p hae -p meda -p avl -p madakv"
-"$k" live capture -m "$out/model" --prompts "$out/prompts.h5" --gen 32 -o "$out/trace.h5"
+"$k" live capture -m "$out/model" --prompts "$out/prompts.h5" --gen 32 --force -o "$out/trace.h5"
 "$k" replay -t "$out/trace.h5" $policies --budget 20% -o "$out/replay.csv"
 "$k" live evaluate -m "$out/model" --prompts "$out/prompts.h5" $policies --budget 20% --gen 32 \
   -o "$out/live.csv" --summary "$out/live_summary.csv"

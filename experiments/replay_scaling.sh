@@ -27,7 +27,7 @@ csv="$out/replay_scaling.csv"
 echo "trace,samples,threads,seconds,speedup_over_one_thread" > "$csv"
 for samples in 1 4; do
   trace="$work/scaling_$samples.h5"
-  "$kvsim" synth --out "$trace" --samples "$samples" "$@" > /dev/null
+  "$kvsim" synth --force --out "$trace" --samples "$samples" "$@" > /dev/null
   one=""
   for j in $threads; do
     best=""

@@ -27,8 +27,8 @@ py=/usr/bin/python3
 mkdir -p "$out"
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"  # the kvsim module: prompts, intervals
 "$py" -m kvsim.prompts --vocab "$model" \
-  --jsonl "$repo/experiments/data/stories.jsonl" -o "$out/stories.h5"
-"$k" live capture -m "$model" --prompts "$out/stories.h5" --force-reference -o "$out/trace.h5"
+  --jsonl "$repo/experiments/data/stories.jsonl" -o "$out/stories.h5" --force
+"$k" live capture -m "$model" --prompts "$out/stories.h5" --force-reference --force -o "$out/trace.h5"
 # Text-only prompts: the methods that need image tokens (fastv, vtw, avl, st3, lookm, madakv,
 # meda) have nothing to act on, and oracle has no live run.
 policies=full,streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,hae

@@ -75,7 +75,7 @@ for s in $seeds; do
   model="$vlm/model"
   # The trace: the full cache's own greedy answers, teacher-forced in replay.
   quiet "$dir/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
-    --stop-at-eos -o "$dir/trace.h5"
+    --stop-at-eos --force -o "$dir/trace.h5"
   for n in $budgets; do
     step "seed $s: budget $n%: replay and live"
     # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.

@@ -173,6 +173,15 @@ std::vector<PolicyConfig> policy_runs(const std::string& name,
   return runs;
 }
 
+bool label_keeps_everything(const std::string& label) {
+  try {
+    return make_policy_config(label.substr(0, label.find_first_of("[@")), {})
+        .info->keeps_everything;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 std::string self_sizing_warning(const std::vector<std::string>& labels) {
   if (labels.empty()) return "";
   std::string names;

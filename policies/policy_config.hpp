@@ -58,6 +58,10 @@ std::vector<PolicyConfig> policy_runs(const std::string& name,
 // The warning for policies that --equal-memory cannot hold to a budget ("" when none).
 std::string self_sizing_warning(const std::vector<std::string>& labels);
 
+// Whether a result label ("full", "full@x", "NAME[k=v,...]", "NAME@seedK") names a policy that
+// keeps every entry (the full cache); false for a name kvsim does not know.
+bool label_keeps_everything(const std::string& label);
+
 struct PolicyListOptions {
   std::string config;             // --config: INI file
   std::string budget;             // --budget

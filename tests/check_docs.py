@@ -100,11 +100,29 @@ def check(path, build):
     print(f"{path}: {checked} block(s) ran as written, {skipped} skipped with a reason")
 
 
+def check_setup_builds_the_module(readme):
+    """The README's Python quickstart runs after its set-up alone: when a block imports kvsim,
+    the set-up script (experiments/demo.sh) must build the module (the _kvsim target) as well as
+    the command, or a new user's first `import kvsim` fails."""
+    blocks = [i for i in items(readme, open(readme, encoding="utf-8").read()) if i[0] == "block"]
+    if not any(b[1] == "python" and "import kvsim" in b[4] for b in blocks):
+        return
+    demo = os.path.join(os.path.dirname(readme), "experiments", "demo.sh")
+    targets = [l for l in open(demo, encoding="utf-8") if "cmake --build" in l and "--target" in l]
+    if not targets or not all("_kvsim" in l for l in targets):
+        built = " ".join(targets[0].split("--target", 1)[1].split()) if targets else "nothing"
+        sys.exit(f"{readme}: its Python blocks import kvsim, but {demo} builds only {built}: "
+                 f"add the _kvsim target")
+    print(f"{readme}: the set-up builds the module its Python blocks import")
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     build = os.path.abspath(sys.argv[1])
     for path in sys.argv[2:]:
+        if os.path.basename(path) == "README.md":
+            check_setup_builds_the_module(path)
         check(path, build)
 
 

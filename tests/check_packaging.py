@@ -118,6 +118,36 @@ def check_stale_caches(source, pip, work):
     if f"-S {copy} -B {default}" not in called:
         sys.exit(f"cmake was not configured for the copy: {called}")
     print("stale CMake caches: a given one named with the fix, the default one started afresh")
+    check_reuse(copy, pip, env, stub, calls)
+
+
+def check_reuse(copy, pip, env, stub, calls):
+    """The checkout's own build/ (what the README's set-up builds) is reused when it was made for
+    this checkout, as Release, with the module, for this interpreter; otherwise the install says
+    which of these differs."""
+    python = subprocess.run([os.path.join(os.path.dirname(pip), "python"), "-c",
+                             "import sys; print(sys.executable)"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    build = os.path.join(copy, "build")
+    for interpreter, wanted in (
+            (python, f"kvsim: reusing {build} (Release, this interpreter)"),
+            ("/opt/other/python3", f"kvsim: not reusing {build}: it was configured for another "
+                                   f"interpreter (/opt/other/python3; here ")):
+        os.makedirs(build, exist_ok=True)
+        with open(os.path.join(build, "CMakeCache.txt"), "w") as f:
+            f.write(f"CMAKE_HOME_DIRECTORY:INTERNAL={copy}\nCMAKE_BUILD_TYPE:STRING=Release\n"
+                    f"KVSIM_PYTHON:BOOL=ON\n_Python3_EXECUTABLE:INTERNAL={interpreter}\n")
+        open(calls, "w").close()
+        r = subprocess.run([pip, "install", "-v", "--no-build-isolation", copy],
+                           capture_output=True, text=True,
+                           env=dict(env, PATH=stub + os.pathsep + env["PATH"]))
+        if wanted not in r.stdout + r.stderr:
+            sys.exit(f"missing {wanted!r} in the install's output:\n{r.stdout}{r.stderr}")
+        reused = f"--build {build} " in open(calls).read()
+        if reused != (interpreter == python):
+            sys.exit(f"build/ {'not ' if not reused else ''}built for {interpreter}: "
+                     f"{open(calls).read()}")
+    print("the checkout's build/ reused when it fits, and why not when it does not")
 
 
 if __name__ == "__main__":

@@ -457,7 +457,7 @@ TEST(Cli, SmallBudgetsClampTheWindowAndEveryOffenderIsListedBeforeAnyOutput) {
       << r.output;
   EXPECT_NE(r.output.find("pyramidkv: parameter 'kernel' = 4 must be odd"), std::string::npos)
       << r.output;
-  for (const std::string f : {bad, bad + ".partial", temp_path("bad_budget.policies.csv")})
+  for (const std::string& f : {bad, bad + ".partial", temp_path("bad_budget.policies.csv")})
     EXPECT_FALSE(std::filesystem::exists(f)) << f;
 }
 
@@ -511,6 +511,79 @@ TEST(Cli, UnwritableOutputsFailBeforeAnyWork) {
   const CliRun r = kvsim("stats " + trace + " -o " + nowhere + ".h5");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("--out " + nowhere + ".h5: cannot write there: No such file"),
+            std::string::npos)
+      << r.output;
+}
+
+// Every output is checked against every input before any work: each refusal exits 1, names
+// both, and leaves the input byte for byte as it was.
+TEST(Cli, NoCommandWritesOverItsInput) {
+  const std::string trace = ten_token_trace("cli_keep.h5", 1);
+  const std::string bytes = slurp(trace);
+  auto refused = [&](const std::string& args, const std::string& message) {
+    const CliRun r = kvsim(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(slurp(trace), bytes) << args;
+  };
+  const std::string input = ": is the input trace " + trace;
+  for (const std::string option : {"--summary", "--out", "--dump-decisions", "--bounds"})
+    refused("replay " + trace + " -p h2o --budget 50% " + option + " " + trace,
+            option + " " + trace + input);
+  const std::string link = temp_path("cli_keep_link.h5");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(trace, link);  // the same file by another name
+  refused("replay " + trace + " -p h2o --budget 50% --summary " + link,
+          "--summary " + link + input);
+  refused("stats " + trace + " -o " + trace, "--out " + trace + input);
+  refused("compact " + trace + " " + trace, "OUT " + trace + input);
+  refused("sweep -t " + trace + " -p h2o -o " + trace, trace);
+  // A trace is replaced only by a trace, and then only when told to.
+  const std::string other = ten_token_trace("cli_keep_other.h5", 1);
+  const std::string other_bytes = slurp(other);
+  refused("replay " + trace + " -p h2o --summary " + other,
+          "--summary " + other + ": an existing kvtrace file is there and this output is not one");
+  refused("synth --out " + other + " --layers 1 --heads 2 --kv-heads 2 --head-dim 16",
+          "--out " + other +
+              ": an existing kvtrace file is there; kvsim replaces it only when "
+              "told to (--force");
+  refused("compact " + trace + " " + other, "replaces it only when told to (--force");
+  refused("live make-prompt -o " + other, "this output is not one");
+  EXPECT_EQ(slurp(other), other_bytes);
+  const CliRun forced = kvsim("compact " + trace + " " + other + " --force");
+  EXPECT_EQ(forced.code, 0) << forced.output;
+  EXPECT_EQ(TraceReader(other).info().compact(), true);
+  // Live runs: neither the prompt file nor the model may be an output.
+  const std::string model = temp_path("cli_keep_model"), prompts = temp_path("cli_keep_p.h5");
+  ASSERT_EQ(kvsim("live make-model -o " + model +
+                  " --layers 1 --hidden 32 --heads 2 "
+                  "--kv-heads 2 --vocab 64")
+                .code,
+            0);
+  ASSERT_EQ(kvsim("live make-prompt --force -o " + prompts +
+                  " --samples 1 --prompt-len 12 "
+                  "--image-tokens 4 --vocab 64")
+                .code,
+            0);
+  const std::string prompt_bytes = slurp(prompts);
+  for (const auto& [run, output] :
+       {std::pair{"capture", "-o"}, {"evaluate -p h2o", "--summary"}, {"evaluate -p h2o", "-o"}}) {
+    const CliRun r = kvsim(std::string("live ") + run + " -m " + model + " --prompts " + prompts +
+                           " --gen 2 " + output + " " + prompts);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find(": is the input prompt file " + prompts), std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(slurp(prompts), prompt_bytes);
+}
+
+// A budget the prompt fits in is said to be one: the run is the full cache's prompt.
+TEST(Cli, ABudgetAboveThePromptSaysItKeepsEverything) {
+  const std::string trace = ten_token_trace("cli_budget_above.h5", 1);
+  const CliRun r = kvsim("replay " + trace + " -p h2o,snapkv --budget 5000");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("h2o: budget 5000 is not below the prompt's length: the prompt is kept "
+                          "whole"),
             std::string::npos)
       << r.output;
 }

@@ -204,7 +204,7 @@ TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
   // not compacted again.
   run = kvsim("compact " + full + " /nonexistent-dir/x.h5");
   EXPECT_NE(run.code, 0);
-  EXPECT_NE(run.output.find("/nonexistent-dir/x.h5: cannot open for writing: No such file or "
+  EXPECT_NE(run.output.find("OUT /nonexistent-dir/x.h5: cannot write there: No such file or "
                             "directory"),
             std::string::npos)
       << run.output;

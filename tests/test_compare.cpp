@@ -120,6 +120,102 @@ TEST(Compare, ShowsOneDifferenceAndNotTheOther) {
   EXPECT_NE(bad.output.find("no column 'first_divergence'"), std::string::npos) << bad.output;
 }
 
+// A live summary of 12 samples at two budgets: random and h2o at 20%, tova at 40%, st3 sizing
+// itself, full keeping everything; h2o beats random on 11 of 12 and ties once.
+std::string budgets_csv() {
+  const std::string path = temp_path("budgets.csv");
+  std::ofstream f(path);
+  f << "policy,sample,budget,answer_contains\n";
+  for (int i = 0; i < 12; ++i) {
+    const std::string s = "s" + std::to_string(10 + i) + ",";
+    f << "full," << s << ",1\n";
+    f << "random@seed0," << s << "20%,0\n";
+    f << "random@seed1," << s << "20%," << (i == 0) << "\n";
+    f << "h2o," << s << "20%,1\n";
+    f << "tova," << s << "40%,1\n";
+    f << "st3," << s << ",1\n";
+  }
+  return path;
+}
+
+TEST(Compare, OnlyRowsOfTheReferencesMemoryAndOneFamilyPerClass) {
+  const std::string out = temp_path("compare_memory.csv");
+  CliRun r = kvsim("compare " + budgets_csv() + " -m answer_contains -r random -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  CsvTable t = read_csv_table(out);
+  ASSERT_EQ(t.rows.size(), 1u);  // h2o only: tova, st3 and full held other memory
+  EXPECT_EQ(t.strings("policy")[0], "h2o");
+  EXPECT_EQ(t.strings("memory")[0], "budget 20%");
+  EXPECT_EQ(t.numbers("family_size")[0], 1);
+  // random pooled over its two seeds: 0.5 on s10, 0 elsewhere; h2o 1: 12 wins, sign-flip exact
+  // with every sign one way: p = 2 / 2^12.
+  EXPECT_NEAR(t.numbers("p_value")[0], 2.0 / 4096, 1e-12);
+  EXPECT_EQ(t.strings("verdict")[0], "better");
+  EXPECT_NE(r.output.find("not compared, another memory than the reference's (--any-memory "
+                          "compares them): full (keeps everything), tova (budget 40%), st3 "
+                          "(sizes itself)"),
+            std::string::npos)
+      << r.output;
+  // Named, a row of another memory is refused; --any-memory compares it in a family of its own.
+  r = kvsim("compare " + budgets_csv() + " -m answer_contains -r random -p h2o,tova");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("tova (budget 40%) did not hold the memory of the reference random "
+                          "(budget 20%)"),
+            std::string::npos)
+      << r.output;
+  r = kvsim("compare " + budgets_csv() + " -m answer_contains -r random --any-memory -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  t = read_csv_table(out);
+  ASSERT_EQ(t.rows.size(), 4u);
+  const auto memory = t.strings("memory");
+  const auto family = t.numbers("family_size");
+  EXPECT_EQ(memory, (std::vector<std::string>{"keeps everything", "budget 20%", "budget 40%",
+                                              "sizes itself"}));
+  EXPECT_EQ(family, (std::vector<double>{1, 1, 1, 1}));
+  // The full cache is the ceiling every row is compared with, each class its own Holm family.
+  r = kvsim("compare " + budgets_csv() + " -m answer_contains -r full -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  t = read_csv_table(out);
+  EXPECT_EQ(t.strings("policy"), (std::vector<std::string>{"random", "h2o", "tova", "st3"}));
+  EXPECT_EQ(t.numbers("family_size"), (std::vector<double>{2, 2, 1, 1}));
+  // A reference that sizes itself held nobody's memory.
+  r = kvsim("compare " + budgets_csv() + " -m answer_contains -r st3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("the reference 'st3' sizes its own cache"), std::string::npos)
+      << r.output;
+}
+
+TEST(Compare, SaysWhenTooFewSamplesCanShowNothing) {
+  // Five samples: the smallest p either test can give is 2 / 2^5 = 0.0625 > 0.05.
+  const std::string path = temp_path("five.csv");
+  std::ofstream f(path);
+  f << "policy,sample,mean_output_rel_error\n";
+  for (int i = 0; i < 5; ++i)
+    f << "full,s" << i << ",0.1\nh2o,s" << i << "," << 0.2 + 0.01 * i << "\n";
+  f.close();
+  const std::string out = temp_path("five_out.csv");
+  const CliRun r = kvsim("compare " + path + " -m mean_output_rel_error -o " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("with n = 5 the smallest possible p is 0.0625, not below alpha / 1 = "
+                          "0.05 (Holm's first step): no difference can be shown here"),
+            std::string::npos)
+      << r.output;
+  const CsvTable t = read_csv_table(out);
+  EXPECT_EQ(t.strings("detectable")[0], "");  // no figure the test cannot reach
+  EXPECT_NEAR(t.numbers("smallest_p")[0], 0.0625, 1e-12);
+  EXPECT_NEAR(t.numbers("p_value")[0], 0.0625, 1e-12);
+  // Brackets hold commas: a sweep's label is one policy.
+  std::ofstream g(temp_path("grid.csv"));
+  g << "label,sample,mean_output_rel_error,budget_entries\n";
+  for (int i = 0; i < 5; ++i)
+    g << "\"h2o[budget=20%,recent=5%]\",s" << i << ",0.3,8\ntova,s" << i << ",0.2,8\n";
+  g.close();
+  const CliRun b = kvsim("compare " + temp_path("grid.csv") +
+                         " -m mean_output_rel_error -r tova -p 'h2o[budget=20%,recent=5%]'");
+  EXPECT_EQ(b.code, 0) << b.output;
+  EXPECT_NE(b.output.find("h2o[budget=20%,recent=5%]"), std::string::npos) << b.output;
+}
+
 TEST(PredictionCard, ReadsTheMapAndPredictsBetweenItsKnots) {
   const std::string path = temp_path("card.json");
   std::ofstream(path) << R"({"model": "toy", "metric": "replay_output_rel_error",

@@ -552,8 +552,10 @@ TEST(Engine, RegretReferencesDeclareThemselves) {
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
   EXPECT_TRUE(std::isnan(out[0].steps[0][0].regret));
   EXPECT_TRUE(PolicyRegistry::instance().get("full").keeps_everything);
-  for (const auto& name : PolicyRegistry::instance().names())
-    if (name != "full") EXPECT_FALSE(PolicyRegistry::instance().get(name).keeps_everything) << name;
+  for (const auto& name : PolicyRegistry::instance().names()) {
+    if (name == "full") continue;
+    EXPECT_FALSE(PolicyRegistry::instance().get(name).keeps_everything) << name;
+  }
 }
 
 // Test-only policy offering every switch but `compress` (which a policy implements itself): at the

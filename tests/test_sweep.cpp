@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "analysis/csv_table.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/replay/sweep.hpp"
 #include "tests/cli_helpers.hpp"
@@ -105,7 +108,7 @@ TEST(Sweep, GridsAreBoundedAndIniErrorsTerminate) {
   // 100,000 values per axis and 100,000 configurations per sweep: a typo fails at once.
   EXPECT_EQ(parse_grid_axis("h2o.budget=1:100000:1").values.size(), 100000u);
   expect_invalid([] { parse_grid_axis("h2o.budget=1:1e9:1"); },
-                 "the range has 1e+09 values; an axis may have at most 100000");
+                 "the range '1:1e9:1' has 1e+09 values; an axis may have at most 100000");
   expect_invalid([] { parse_grid_axis("h2o.budget=0:1e300:1e-300"); }, "values; an axis");
   expect_invalid(
       [] {
@@ -118,6 +121,88 @@ TEST(Sweep, GridsAreBoundedAndIniErrorsTerminate) {
   std::istringstream ini("[h2o]\nbudget = 2\n%canonical_option%\n");
   expect_invalid([&] { read_policy_config(ini, "cfg.ini"); },
                  "cfg.ini: line '%canonical_option%': not a [section], a key = value or a comment");
+}
+
+TEST(Sweep, AKeyGivenTwiceIsOneAxisAndRangesMixWithValues) {
+  EXPECT_EQ(parse_grid_axis("h2o.budget=5%:15%:5%,60%").values,
+            (std::vector<std::string>{"5%", "10%", "15%", "60%"}));
+  EXPECT_EQ(parse_grid_axis("h2o.budget=2,4:8:2,12").values,
+            (std::vector<std::string>{"2", "4", "6", "8", "12"}));
+  expect_invalid([] { parse_grid_axis("h2o.budget=5%,10%,5%"); },
+                 "value '5%' of h2o.budget is given twice");
+  expect_invalid([] { parse_grid_axis("h2o.budget=5%:15%:5%,10%"); }, "'10%'");
+  expect_invalid([] { parse_grid_axis("h2o.budget=5%,"); }, "an empty value");
+  // Two --grid on one key: their values joined, in order, each once.
+  const auto merged = expand_grid(
+      {"h2o"}, {parse_grid_axis("h2o.budget=5%,10%,20%"), parse_grid_axis("h2o.budget=60%")}, {});
+  std::vector<std::string> labels;
+  for (const auto& c : merged) labels.push_back(c.label + " " + c.params.values().at("budget"));
+  EXPECT_EQ(labels, (std::vector<std::string>{"h2o[budget=5%] 5%", "h2o[budget=10%] 10%",
+                                              "h2o[budget=20%] 20%", "h2o[budget=60%] 60%"}));
+  expect_invalid(
+      [] {
+        expand_grid({"h2o"}, {parse_grid_axis("h2o.budget=5%"), parse_grid_axis("h2o.budget=5%")},
+                    {});
+      },
+      "value '5%' of h2o.budget is given twice");
+  // A wildcard axis joins a policy's own axis on the same key.
+  const auto wild = expand_grid(
+      {"h2o", "tova"}, {parse_grid_axis("*.budget=25%"), parse_grid_axis("tova.budget=60%")}, {});
+  ASSERT_EQ(wild.size(), 3u);
+  EXPECT_EQ(wild[2].label, "tova[budget=60%]");
+  // A key moved by two different axes would be set by whichever came last: refused.
+  expect_invalid(
+      [] {
+        expand_grid({"st3"}, {parse_grid_axis("st3.S=1,7"), parse_grid_axis("st3.S+R=1/1.75")}, {});
+      },
+      "both move 'S'");
+}
+
+// Every row's label, read back, gives the budget the row ran with and held (at equal memory):
+// lists, ranges, both mixed, a key given twice, a wildcard joined with a policy's own axis,
+// kvpress's compression ratio and a seeded floor.
+TEST(Sweep, LabelsNameWhatEachRowHeldForEveryAxisKind) {
+  SynthConfig c;
+  c.layers = 1, c.heads = 2, c.kv_heads = 2, c.head_dim = 16;
+  c.system_tokens = 4, c.media_tokens = 32, c.user_tokens = 4, c.gen_tokens = 3;  // P = 40
+  const int prompt_len = 40;
+  const std::string trace = temp_path("sweep_labels.h5");
+  synth_write(c, trace);
+  std::vector<PolicyConfig> configs =
+      sweep_configs({"h2o", "snapkv", "tova"},
+                    {"h2o.budget=10%,20%", "h2o.budget=40%", "snapkv.budget=10%:20%:5%,50%",
+                     "*.budget=25%", "tova.budget=60%"},
+                    {}, "", {.equal_memory = true});
+  for (PolicyConfig& k :
+       sweep_configs({"knorm", "random"}, {"knorm.compression_ratio=0.5,0.75", "random.budget=30%"},
+                     {}, "", {.seeds = 2, .equal_memory = true}))
+    configs.push_back(std::move(k));
+  ASSERT_EQ(configs.size(), 4u + 5u + 2u + 2u + 2u);
+  const std::string out = temp_path("sweep_labels");
+  fs::remove_all(out);
+  run_sweep({trace}, configs, {out, 2});
+  const CsvTable t = read_csv_table((fs::path(out) / "results.csv").string());
+  const auto label = t.strings("label"), policy = t.strings("policy");
+  const auto entries = t.numbers("budget_entries"), peak = t.numbers("peak_cache_size");
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < label.size(); ++i) {
+    seen.insert(label[i]);
+    // The label's own words, resolved afresh on this prompt.
+    std::map<std::string, std::string> said;
+    const std::string inside = label[i].substr(label[i].find('[') + 1);
+    std::stringstream parts(inside.substr(0, inside.size() - 1));
+    for (std::string kv; std::getline(parts, kv, ',');)
+      said[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+    said.erase("seed");
+    const int expected = budget_entries(make_policy_config(policy[i], said), prompt_len);
+    EXPECT_EQ(entries[i], expected) << label[i];
+    EXPECT_EQ(peak[i] - 1, expected) << label[i] << ": held, besides the step's own token";
+  }
+  EXPECT_EQ(seen.size(), configs.size());
+  EXPECT_TRUE(seen.count("h2o[budget=25%]") && seen.count("snapkv[budget=15%]") &&
+              seen.count("knorm[compression_ratio=0.75]") &&
+              seen.count("random[budget=30%,seed=1]"))
+      << "labels";
 }
 
 std::string sweep_trace(const std::string& name, int samples = 6, int media_tokens = 120) {

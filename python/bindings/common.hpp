@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sim/core/blas_threads.hpp"
@@ -20,6 +22,12 @@
 namespace kvsim::python {
 
 namespace py = pybind11;
+
+// kvsim's output guard (sim/core/output_guard.hpp) with Python's errors: FileExistsError for a
+// conflict, OSError where an output cannot be written. outputs: (path, option, kind), kind
+// "result", "trace" or "prompts"; inputs: (path, role).
+void check_outputs_py(const std::vector<std::tuple<std::string, std::string, std::string>>& outputs,
+                      const std::vector<std::pair<std::string, std::string>>& inputs, bool force);
 
 // A numpy copy of `v` with the given shape (default: 1-D).
 template <typename T>

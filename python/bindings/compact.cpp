@@ -100,20 +100,25 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
 void bind_compact(py::module_& m) {
   m.def(
       "compact_trace",
-      [](const std::string& trace, const std::string& out, int window, bool entropies,
-         int threads) {
+      [](const std::string& trace, const std::string& out, int window, bool entropies, int threads,
+         bool force) {
+        const TraceReader reader(trace);
+        check_outputs_py({{out, "out", "trace"}}, {{trace, "trace"}}, force);
         BlasThreadsRestored blas;
         py::gil_scoped_release release;
-        write_compact_trace(
-            TraceReader(trace), out,
-            CompactOptions{
-                .window = window, .entropies = entropies, .threads = std::max(1, threads)});
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        write_compact_trace(reader, out,
+                            CompactOptions{.window = window,
+                                           .entropies = entropies,
+                                           .threads = threads > 0 ? threads : cores});
       },
       py::arg("trace"), py::arg("out"), py::arg("window") = 64, py::arg("entropies") = true,
-      py::arg("threads") = 1,
+      py::arg("threads") = 0, py::arg("force") = false,
       R"doc(Writes a compact copy of a kvtrace file (as `kvsim compact`): the prompt statistics
 replay computes in place of the prompt queries, which it keeps only for windows up to `window`
-rows; entropies=False leaves out MEDA's entropies. Replay of it gives the full trace's results.)doc");
+rows; entropies=False leaves out MEDA's entropies; threads=0 uses every core (the file does not
+depend on it). Replay of it gives the full trace's results. An existing trace at `out` is replaced
+only with force=True; `out` is never `trace` (FileExistsError).)doc");
   m.def("prompt_statistics", &prompt_statistics, py::arg("q"), py::arg("k"), py::arg("modality"),
         py::arg("question_len") = -1, py::arg("scale") = 0.0, py::arg("entropies") = true,
         py::arg("window") = 64, py::arg("dtype") = "float16",

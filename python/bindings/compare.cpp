@@ -2,6 +2,7 @@
 // with intervals of the result tables, on columns Python passes (kvsim.compare and
 // kvsim.summarize in python/kvsim/__init__.py take DataFrames and paths).
 #include "analysis/comparison.hpp"
+#include "policies/policy_config.hpp"
 #include "python/bindings/common.hpp"
 
 namespace kvsim::python {
@@ -29,18 +30,21 @@ py::dict compare(const std::vector<std::string>& policy, const std::vector<std::
                  const std::vector<double>& value, const std::vector<double>& weight,
                  const std::string& metric, const std::string& reference,
                  const std::vector<std::string>& policies, const py::object& higher, double alpha,
-                 int resamples, std::uint64_t seed) {
+                 int resamples, std::uint64_t seed, const std::vector<std::string>& budget,
+                 bool any_memory) {
   const PairedOptions o = paired_options(metric, higher, alpha, resamples, seed);
-  const SampleTable table = per_sample_values(policy, sample, value, weight);
+  const SampleTable table = per_sample_values(policy, sample, value, weight, true, budget);
   ComparisonTable r;
   try {
-    r = compare_to_reference(table, metric, reference, policies, o);
+    r = compare_to_reference(
+        table, metric, reference, policies, o,
+        {.any_memory = any_memory, .keeps_everything = label_keeps_everything});
   } catch (const std::invalid_argument& e) {
     throw py::key_error(e.what());
   }
   std::vector<std::string> label, ref, test, verdict;
-  std::vector<std::int64_t> n, wins, ties, losses;
-  std::vector<double> mean, ref_mean, diff, lo, hi, d, p, holm, detect;
+  std::vector<std::int64_t> n, wins, ties, losses, family;
+  std::vector<double> mean, ref_mean, diff, lo, hi, d, p, holm, detect, smallest;
   for (const PairedComparison& c : r.rows) {
     label.push_back(c.label), ref.push_back(c.reference);
     test.push_back(c.binary ? "mcnemar" : "sign_flip"), verdict.push_back(c.verdict);
@@ -48,6 +52,7 @@ py::dict compare(const std::vector<std::string>& policy, const std::vector<std::
     mean.push_back(c.mean), ref_mean.push_back(c.reference_mean), diff.push_back(c.difference);
     lo.push_back(c.interval.low), hi.push_back(c.interval.high), d.push_back(c.effect_size);
     p.push_back(c.p_value), holm.push_back(c.p_holm), detect.push_back(c.detectable);
+    family.push_back(c.family_size), smallest.push_back(c.smallest_p);
   }
   py::dict out;
   out["policy"] = to_numpy(label), out["reference"] = to_numpy(ref);
@@ -57,6 +62,9 @@ py::dict compare(const std::vector<std::string>& policy, const std::vector<std::
   out["wins"] = to_numpy(wins), out["ties"] = to_numpy(ties), out["losses"] = to_numpy(losses);
   out["effect_size"] = to_numpy(d), out["p_value"] = to_numpy(p), out["p_holm"] = to_numpy(holm);
   out["detectable"] = to_numpy(detect), out["verdict"] = to_numpy(verdict);
+  out["memory"] = to_numpy(r.memory), out["family_size"] = to_numpy(family);
+  out["smallest_p"] = to_numpy(smallest);
+  out["skipped"] = py::cast(r.skipped);
   out["higher_is_better"] = o.higher_is_better;
   return out;
 }
@@ -86,7 +94,8 @@ py::dict summarize_values(const std::vector<std::string>& policy,
 void bind_compare(py::module_& m) {
   m.def("_compare", &compare, py::arg("policy"), py::arg("sample"), py::arg("value"),
         py::arg("weight"), py::arg("metric"), py::arg("reference"), py::arg("policies"),
-        py::arg("higher_is_better"), py::arg("alpha"), py::arg("resamples"), py::arg("seed"));
+        py::arg("higher_is_better"), py::arg("alpha"), py::arg("resamples"), py::arg("seed"),
+        py::arg("budget"), py::arg("any_memory"));
   m.def("_summarize", &summarize_values, py::arg("policy"), py::arg("sample"), py::arg("value"),
         py::arg("weight"), py::arg("resamples"), py::arg("seed"));
 }

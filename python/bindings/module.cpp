@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "python/bindings/common.hpp"
+#include "sim/core/output_guard.hpp"
 
 namespace py = pybind11;
 
@@ -32,10 +33,13 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_compare(m);
   kvsim::python::bind_compact(m);
   kvsim::python::bind_attention(m);
-  // The user's own exception from a Python policy, raised as itself.
+  // The user's own exception from a Python policy, raised as itself; an output in the way of an
+  // input or of a trace (sim/core/output_guard.hpp) as FileExistsError.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const kvsim::OutputConflict& e) {
+      PyErr_SetString(PyExc_FileExistsError, e.what());
     } catch (kvsim::python::PythonError& e) {
       py::object value = e.error.value();
       if (py::hasattr(value, "add_note")) value.attr("add_note")(e.where);

@@ -76,7 +76,7 @@ void bind_trace(py::module_& m) {
             if (s.info.position_ids.empty()) return py::none();
             py::array_t<std::int32_t> a({std::size_t{3}, std::size_t(s.info.total_len())});
             std::copy(s.info.position_ids.begin(), s.info.position_ids.end(), a.mutable_data());
-            return std::move(a);
+            return a;
           },
           "int32 [3, T]: the M-RoPE ids (temporal, height, width), or None (position i is i)")
       .def("layer", &Sample::layer, py::arg("layer"),

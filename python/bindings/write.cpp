@@ -1,3 +1,4 @@
+// kvsim.check_outputs, the output guard every writer runs first, and
 // kvsim.write_trace: a kvtrace v1 file from numpy arrays, through kvsim's own writer, then read
 // back with kvsim's validating reader before it takes its final name (errors name the sample,
 // layer and array; nothing is left under the final name on error).
@@ -8,11 +9,41 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "python/bindings/common.hpp"
+#include "sim/core/output_guard.hpp"
 #include "traces/kvtrace_writer.hpp"
 
 namespace py = pybind11;
 
 namespace kvsim::python {
+
+namespace {
+
+OutputKind output_kind(const std::string& kind) {
+  if (kind == "result") return OutputKind::result;
+  if (kind == "trace") return OutputKind::trace;
+  if (kind == "prompts") return OutputKind::prompts;
+  throw py::value_error("kvsim.check_outputs: kind '" + kind +
+                        "': expected result, trace or prompts");
+}
+
+}  // namespace
+
+void check_outputs_py(const std::vector<std::tuple<std::string, std::string, std::string>>& outputs,
+                      const std::vector<std::pair<std::string, std::string>>& inputs, bool force) {
+  std::vector<OutputPath> out;
+  for (const auto& [path, option, kind] : outputs) out.push_back({path, option, output_kind(kind)});
+  std::vector<InputPath> in;
+  for (const auto& [path, role] : inputs) in.push_back({path, role});
+  try {
+    check_outputs(out, in, force);
+  } catch (const OutputConflict&) {
+    throw;  // FileExistsError (python/bindings/module.cpp)
+  } catch (const std::runtime_error& e) {
+    PyErr_SetString(PyExc_OSError, e.what());
+    throw py::error_already_set();
+  }
+}
 
 namespace {
 
@@ -86,9 +117,10 @@ SampleInfo sample_info(const std::string& name, const py::dict& s, DType dtype) 
 
 void write_trace(const std::string& path, const py::dict& samples, const std::string& model,
                  const py::object& scale, const std::string& dtype, int gzip, bool shuffle,
-                 const py::object& rope_theta, const py::object& mrope_section) {
+                 const py::object& rope_theta, const py::object& mrope_section, bool force) {
   if (dtype != "float16" && dtype != "float32")
     throw py::value_error("kvsim.write_trace: dtype '" + dtype + "': expected float16 or float32");
+  check_outputs_py({{path, "path", "trace"}}, {}, force);
   const Shape shape = shape_of(samples);
   TraceInfo info{.model = model,
                  .num_layers = static_cast<int>(shape.L),
@@ -151,14 +183,22 @@ void bind_write(py::module_& m) {
   m.def("write_trace", &write_trace, py::arg("path"), py::arg("samples"), py::arg("model") = "",
         py::arg("scale") = py::none(), py::arg("dtype") = "float16", py::arg("gzip") = 0,
         py::arg("shuffle") = false, py::arg("rope_theta") = py::none(),
-        py::arg("mrope_section") = py::none(),
+        py::arg("mrope_section") = py::none(), py::arg("force") = false,
         R"doc(Writes a kvtrace v1 file from numpy arrays.
 
 samples: dict name -> {"prompt_len": P, "modality": [T], "segment": [T], optional "media_id",
 "token_ids" [T], "task", "reference", "question_len", "position_ids" [3, T] (M-RoPE ids: temporal,
 height, width; with mrope_section), and "layers": a list (one per layer) of dicts with "q"
 [T, H, d], "k" [T, Hkv, d] and optional "v" [T, Hkv, d]}. L, H, Hkv and d come from the first
-sample. mrope_section: the rotary pairs of each M-RoPE axis (Qwen2-VL: [16, 24, 24]). The file is read back and validated (as `kvsim inspect`) before it takes its name.)doc");
+sample. mrope_section: the rotary pairs of each M-RoPE axis (Qwen2-VL: [16, 24, 24]). The file is read back and validated (as `kvsim inspect`) before it takes its name. An existing trace at `path` is replaced only with force=True; any other
+kvtrace or kvprompt file there is never replaced (FileExistsError).)doc");
+  m.def("check_outputs", &check_outputs_py, py::arg("outputs"), py::arg("inputs") = py::list(),
+        py::arg("force") = false,
+        R"doc(What every kvsim command checks before it writes: outputs is a list of (path, option,
+kind) with kind "result", "trace" or "prompts", inputs a list of (path, role). Raises
+FileExistsError naming both when an output is an input (same path or inode) or another output, or
+when an existing kvtrace or kvprompt file would be replaced by an output of another kind, or by
+one of its kind without force; OSError when an output's place cannot be written.)doc");
 }
 
 }  // namespace kvsim::python

@@ -257,9 +257,19 @@ def _table(results, metric):
     if "trace" in frame.columns:
         sample = [s if s == "all" else f"{t}/{s}" for t, s in zip(frame["trace"].astype(str), sample)]
     weight = next((frame[w] for w in ("rows", "steps") if w in frame.columns), None)
+    # The memory each row held (`kvsim compare` reads the same columns).
+    budget = next((frame[b] for b in ("budget_entries", "budget") if b in frame.columns), None)
+    budget = [] if budget is None else ["" if pd.isna(b) else _budget_text(b) for b in budget]
     return ([str(p) for p in frame[label]], [str(s) for s in sample],
             pd.to_numeric(frame[metric], errors="raise").astype(float).tolist(),
-            [] if weight is None else np.asarray(weight, dtype=float).tolist())
+            [] if weight is None else np.asarray(weight, dtype=float).tolist(), budget)
+
+
+def _budget_text(value):
+    """A budget cell as kvsim writes it: 40, not pandas' 40.0."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def summarize(results, metrics, resamples=2000, seed=0):
@@ -279,7 +289,7 @@ def summarize(results, metrics, resamples=2000, seed=0):
 
     frames = []
     for metric in [metrics] if isinstance(metrics, str) else list(metrics):
-        policy, sample, value, weight = _table(results, metric)
+        policy, sample, value, weight, _ = _table(results, metric)
         out = _summarize(policy, sample, value, weight, resamples, seed)
         frame = pd.DataFrame(out)
         frame.insert(1, "metric", metric)
@@ -288,29 +298,39 @@ def summarize(results, metrics, resamples=2000, seed=0):
 
 
 def compare(results, metric, reference="full", policies=None, higher_is_better=None, alpha=0.05,
-            resamples=2000, seed=0):
-    """`kvsim compare` from Python: every policy of a result table (a CSV path, a DataFrame or
-    kvsim.replay's dict) against `reference`, sample by sample, as one family. Returns a
-    DataFrame with the columns of `kvsim compare -o` (docs/outputs.md): n, test (mcnemar for
-    right/wrong answers, else sign_flip), mean, reference_mean, difference and its 95% bootstrap
-    interval (ci_low, ci_high), wins / ties / losses, effect_size (d_z), p_value, p_holm (Holm's
-    adjustment over the table), detectable (the smallest difference n samples detect with 80%
-    power) and verdict ("better", "worse" or "no difference shown": never an order that the
-    test does not show). higher_is_better: None for kvsim's own columns, else say. KeyError for
-    a missing column or policy."""
+            resamples=2000, seed=0, any_memory=False):
+    """`kvsim compare` from Python: the policies of a result table (a CSV path, a DataFrame or
+    kvsim.replay's dict) against `reference`, sample by sample, at equal memory: a budgeted
+    reference is compared with the rows of its budget only (the others listed in
+    frame.attrs["skipped"]; naming one in `policies` raises KeyError), the full cache with every
+    row, a self-sizing reference with none (KeyError) unless any_memory=True; each memory class
+    is its own Holm family. Returns a DataFrame with the columns of `kvsim compare -o`
+    (docs/outputs.md): n, test (mcnemar for right/wrong answers, else sign_flip), mean,
+    reference_mean, difference and its 95% bootstrap interval (ci_low, ci_high), wins / ties /
+    losses, effect_size (d_z), p_value, p_holm (Holm's adjustment within the memory class),
+    detectable (the smallest difference n samples detect with 80% power; NaN where the test
+    cannot reach alpha), verdict ("better", "worse" or "no difference shown": never an order
+    that the test does not show), memory, family_size and smallest_p (the smallest p n pairs
+    allow). higher_is_better: None for kvsim's own columns, else say. KeyError for a missing
+    column or policy."""
     _require_engine("compare")
     import pandas as pd
 
     from ._kvsim import _compare
 
-    policy, sample, value, weight = _table(results, metric)
+    policy, sample, value, weight, budget = _table(results, metric)
+    if isinstance(policies, str):
+        policies = [policies]
     out = _compare(policy, sample, value, weight, metric, reference, list(policies or []),
-                   higher_is_better, alpha, resamples, seed)
+                   higher_is_better, alpha, resamples, seed, budget, any_memory)
     higher = out.pop("higher_is_better")
+    skipped = out.pop("skipped")
     frame = pd.DataFrame(out)
     frame.insert(2, "metric", metric)
     frame.insert(3, "higher_is_better", higher)
-    return _frame(frame, integer={"n", "wins", "ties", "losses"})
+    frame = _frame(frame, integer={"n", "wins", "ties", "losses", "family_size"})
+    frame.attrs["skipped"] = skipped
+    return frame
 
 
 def register(name, factory, params=(), summary="", provenance="Python", switches=()):

@@ -60,15 +60,19 @@ def _check(name, sample):
         raise ValueError(f"sample '{name}': question_len {q} is not in [0, {len(ids)}]")
 
 
-def write(path, samples, model=""):
+def write(path, samples, model="", force=False):
     """Writes a kvprompt v1 file. samples: {name: {"token_ids": [...], optional "modality",
     "segment", "media_id" (one per prompt token), "inputs_embeds" [non-text positions, hidden],
     "position_ids" [P, 3] (M-RoPE), "reference_ids", "task", "reference", "question_len",
     "context_id" (samples naming one context_id share the prompt less their question: several
     questions on one context)}}, or a list of such dicts (or of token-id lists), named 000000,
     000001, ... Everything is checked before anything is written;
-    errors name the sample. The file appears under its name only when complete."""
+    errors name the sample. The file appears under its name only when complete. An existing
+    prompt file at `path` is replaced only with force=True, any other kvtrace or kvprompt file
+    never (FileExistsError)."""
     import h5py
+
+    from kvsim._kvsim import check_outputs
 
     if isinstance(samples, (list, tuple)):
         samples = {f"{i:06d}": s if isinstance(s, dict) else {"token_ids": s}
@@ -79,6 +83,7 @@ def write(path, samples, model=""):
         if "/" in name or not name:
             raise ValueError(f"sample name {name!r}: must be non-empty and without '/'")
         _check(name, sample)
+    check_outputs([(path, "path", "prompts")], force=force)
     partial = path + ".partial"
     try:
         with h5py.File(partial, "w") as f:
@@ -241,6 +246,7 @@ def main(argv=None):
     ap.add_argument("--ids", action="append", default=[], help="comma-separated token ids")
     ap.add_argument("--no-bos", action="store_true", help="do not put the start token first")
     ap.add_argument("--model", default="", help="the file's model attribute")
+    ap.add_argument("--force", action="store_true", help="replace an existing prompt file at --out")
     a = ap.parse_args(argv)
     samples = {f"{i:06d}": {"token_ids": [int(x) for x in ids.split(",")]}
                for i, ids in enumerate(a.ids)}
@@ -268,8 +274,8 @@ def main(argv=None):
     if not samples:
         ap.error("give --text, --jsonl or --ids")
     try:
-        write(a.out, samples, model=a.model)
-    except ValueError as e:
+        write(a.out, samples, model=a.model, force=a.force)
+    except (ValueError, OSError) as e:
         sys.exit(f"python -m kvsim.prompts: {e}")
     print(f"wrote {a.out}: {len(samples)} sample(s)")
 

@@ -342,6 +342,87 @@ class Comparisons(unittest.TestCase):
         self.assertEqual(held.max(), kvsim.resolve_budget("20%", prompt) * 2 * 2)
 
 
+    def test_compare_holds_memory_equal_unless_asked(self):
+        py = kvsim.compare(self.summary, "mean_output_rel_error", reference="random")
+        self.assertEqual(sorted(py["policy"]), ["h2o", "snapkv"])
+        self.assertEqual(py.attrs["skipped"], ["full (keeps everything)"])
+        self.assertEqual(set(py["family_size"]), {2})
+        with self.assertRaisesRegex(KeyError, "did not hold the memory"):
+            kvsim.compare(self.summary, "mean_output_rel_error", reference="random",
+                          policies="full")
+        every = kvsim.compare(self.summary, "mean_output_rel_error", reference="random",
+                              any_memory=True)
+        self.assertEqual(list(every["memory"]),
+                         ["keeps everything"] + [every["memory"].iloc[1]] * 2)
+        # 4 samples: the smallest p is 2 / 2^4, so no figure of a detectable difference.
+        self.assertTrue(np.allclose(every["smallest_p"], 0.125))
+        self.assertTrue(every["detectable"].isna().all())
+
+
+class SafeOutputs(unittest.TestCase):
+    """Python writes as the command line does: never over an input, a trace or a prompt file
+    replaced only when forced, and the old file untouched by a refusal."""
+
+    def setUp(self):
+        self.where, self.trace = small_trace()
+        with open(self.trace, "rb") as f:
+            self.bytes = f.read()
+
+    def untouched(self):
+        with open(self.trace, "rb") as f:
+            self.assertEqual(f.read(), self.bytes)
+
+    def copy_samples(self):
+        with kvsim.Trace(self.trace) as t:
+            s = t.sample(t.samples()[0])
+            return {"a": {"prompt_len": s.prompt_len, "modality": s.modality,
+                          "segment": s.segment, "layers": [s.layer(l) for l in range(2)]}}
+
+    def test_traces_are_replaced_only_when_forced(self):
+        with self.assertRaisesRegex(FileExistsError, "an existing kvtrace file is there; kvsim "
+                                                     "replaces it only when told to"):
+            kvsim.write_trace(self.trace, self.copy_samples())
+        self.untouched()
+        with self.assertRaisesRegex(FileExistsError, "is the input trace"):
+            kvsim.compact_trace(self.trace, self.trace)
+        self.untouched()
+        from kvsim import prompts
+
+        with self.assertRaisesRegex(FileExistsError, "this output is not one"):
+            prompts.write(self.trace, {"x": {"token_ids": [1, 2]}}, force=True)
+        self.untouched()
+        from kvsim._kvsim import check_outputs
+
+        with self.assertRaisesRegex(FileExistsError, "out .*: is the input trace"):
+            check_outputs([(self.trace, "out", "result")], [(self.trace, "trace")])
+        kvsim.write_trace(self.trace, self.copy_samples(), force=True)
+        self.assertEqual(kvsim.Trace(self.trace).samples(), ["a"])
+
+    def test_prompt_files_too(self):
+        from kvsim import prompts
+
+        path = os.path.join(self.where, "p.h5")
+        prompts.write(path, {"x": {"token_ids": [1, 2]}})
+        with self.assertRaisesRegex(FileExistsError, "existing kvprompt file"):
+            prompts.write(path, {"y": {"token_ids": [1, 3]}})
+        prompts.write(path, {"y": {"token_ids": [1, 3]}}, force=True)
+        r = subprocess.run([sys.executable, "-m", "kvsim.prompts", "--ids", "1,4", "-o", path],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("replaces it only when told to", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_a_sweep_never_writes_its_results_over_a_trace(self):
+        out = os.path.join(self.where, "sweep")
+        os.makedirs(out)
+        inside = os.path.join(out, "results.csv")
+        os.replace(self.trace, inside)  # a trace where the results file would go
+        with self.assertRaisesRegex(FileExistsError, "is the input trace"):
+            kvsim.sweep([inside], ["h2o"], out, budget="20%")
+        with open(inside, "rb") as f:
+            self.assertEqual(f.read(), self.bytes)
+
+
 class Documented(unittest.TestCase):
     def test_every_public_name_is_in_the_reference_and_has_a_docstring(self):
         here = os.path.dirname(os.path.abspath(__file__))

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kvsim::cli {
 
@@ -27,6 +28,27 @@ Runner add_compact(CLI::App& app);
 // what a compact trace keeps by default (kvsim compact, kvsim live capture --compact), so that
 // every such run replays from it.
 int default_compact_window();
+
+// -p values split at the commas outside brackets: "h2o,tova[budget=20%,recent=5%]" is two
+// policies (a sweep's labels hold commas); empty items are dropped.
+inline std::vector<std::string> split_policy_list(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const std::string& g : given) {
+    int depth = 0;
+    std::string item;
+    for (char c : g) {
+      depth += c == '[' ? 1 : (c == ']' && depth > 0 ? -1 : 0);
+      if (c == ',' && depth == 0) {
+        if (!item.empty()) out.push_back(item);
+        item.clear();
+      } else {
+        item += c;
+      }
+    }
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
 
 // -j/--threads: a positive count, or 0 for every core of the machine.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {

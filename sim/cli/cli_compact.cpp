@@ -1,9 +1,11 @@
 #include <cstdio>
+#include <thread>
 
 #include "policies/policy.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/compact_trace.hpp"
 #include "sim/core/layer_attention.hpp"
+#include "sim/core/output_guard.hpp"
 #include "sim/core/progress.hpp"
 #include "traces/kvtrace.hpp"
 
@@ -37,7 +39,9 @@ Runner add_compact(CLI::App& app) {
   auto in = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto window = std::make_shared<int>(0);
-  auto threads = std::make_shared<int>(1);
+  auto threads =
+      std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  auto force = std::make_shared<bool>(false);
   app.add_option("trace", *in, "Full kvtrace file to read")->required();
   app.add_option("out", *out, "Compact kvtrace file to write")->required();
   app.add_option("--window", *window,
@@ -49,9 +53,11 @@ Runner add_compact(CLI::App& app) {
                "Do not store the prompt entropies (MEDA's layer budgets): they cost a pass over "
                "all P² logits of every head, several replays' worth on long prompts; MEDA is then "
                "refused on the compact trace");
-  add_threads_option(app, *threads, "Threads");
+  add_threads_option(app, *threads, "Worker threads (the file does not depend on it)");
+  app.add_flag("--force", *force, "Replace an existing kvtrace file at OUT");
   return [=] {
     const TraceReader reader(*in);
+    check_outputs({{*out, "OUT", OutputKind::trace}}, {{*in, "trace"}}, *force);
     const int w = *window > 0 ? *window : default_compact_window();
     Progress progress(static_cast<long>(reader.sample_names().size()) * reader.info().num_layers,
                       "compact");

@@ -2,7 +2,9 @@
 
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
+#include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/core/output_guard.hpp"
 #include "sim/replay/results.hpp"
 
 namespace kvsim::cli {
@@ -12,7 +14,7 @@ namespace {
 struct CompareArgs {
   std::string results, metric, reference = "full", out;
   std::vector<std::string> policies;
-  bool higher = false, lower = false;
+  bool higher = false, lower = false, any_memory = false;
   double alpha = 0.05;
   int resamples = 2000;
   long seed = 0;
@@ -31,7 +33,13 @@ SampleTable sample_values(const CsvTable& t, const std::string& metric) {
   const std::vector<double> weight = t.column("rows") >= 0    ? t.numbers("rows")
                                      : t.column("steps") >= 0 ? t.numbers("steps")
                                                               : std::vector<double>{};
-  return per_sample_values(policy, sample, t.numbers(metric), weight);
+  // The memory each row held: replay's and the sweep's budget in entries, live's budget as given
+  // (one budget on one prompt set: the same entries).
+  const std::vector<std::string> budget = t.column("budget_entries") >= 0
+                                              ? t.strings("budget_entries")
+                                          : t.column("budget") >= 0 ? t.strings("budget")
+                                                                    : std::vector<std::string>{};
+  return per_sample_values(policy, sample, t.numbers(metric), weight, true, budget);
 }
 
 }  // namespace
@@ -56,8 +64,11 @@ Runner add_compare(CLI::App& app) {
   app.add_option("-r,--reference", a->reference, "The policy every other is compared with")
       ->capture_default_str();
   app.add_option("-p,--policy", a->policies,
-                 "Compare only these (repeatable, or comma-separated; default: every other)")
-      ->delimiter(',');
+                 "Compare only these (repeatable, or comma-separated; default: every other of the "
+                 "reference's memory)");
+  app.add_flag("--any-memory", a->any_memory,
+               "Also compare rows that held another memory than the reference (each memory "
+               "class its own Holm family)");
   auto* hi = app.add_flag("--higher-is-better", a->higher,
                           "Direction of the metric (default: "
                           "known for kvsim's columns)");
@@ -73,7 +84,7 @@ Runner add_compare(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("-o,--out", a->out, "CSV with one row per comparison (docs/outputs.md)");
   return [a] {
-    if (!a->out.empty()) check_writable(a->out, "--out");
+    check_outputs({{a->out, "--out"}}, {{a->results, "results"}});
     const SampleTable table = sample_values(read_csv_table(a->results), a->metric);
     PairedOptions o;
     o.alpha = a->alpha;
@@ -90,7 +101,9 @@ Runner add_compare(CLI::App& app) {
     if (table.samples.empty())
       throw std::invalid_argument(a->results + ": no per-sample value of '" + a->metric +
                                   "' (overall rows are not samples)");
-    const ComparisonTable t = compare_to_reference(table, a->metric, a->reference, a->policies, o);
+    const ComparisonTable t = compare_to_reference(
+        table, a->metric, a->reference, split_policy_list(a->policies), o,
+        {.any_memory = a->any_memory, .keeps_everything = label_keeps_everything});
     if (!a->out.empty()) write_whole(a->out, comparison_csv(t));
     std::printf("%s: %zu sample(s)\n%s", a->results.c_str(), table.samples.size(),
                 comparison_text(t, o).c_str());

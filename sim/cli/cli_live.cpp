@@ -11,6 +11,8 @@
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/core/mpi_world.hpp"
+#include "sim/core/output_guard.hpp"
+#include "sim/core/partial_files.hpp"
 #include "sim/core/progress.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
@@ -35,6 +37,7 @@ struct PromptArgs {
   int samples = 2, prompt_len = 48, image_tokens = 24, vocab = 256, embed_dim = 0,
       reference_len = 0;
   std::uint64_t seed = 1;
+  bool force = false;  // replace an existing prompt file
 };
 
 struct RunArgs {
@@ -49,7 +52,16 @@ struct RunArgs {
   bool compact = false, no_entropies = false;  // capture: a compact trace
   int compact_window = 0;
   bool stop_at_eos = false;
+  bool force = false;  // capture: replace an existing kvtrace file
 };
+
+// The files a run reads, which none of its outputs may be.
+std::vector<InputPath> run_inputs(const RunArgs& a) {
+  return {{a.model, "model"},
+          {a.prompts, "prompt file"},
+          {a.config, "config"},
+          {a.tokenizer, "tokenizer"}};
+}
 
 // --stop-at-eos: the checkpoint's end-of-sequence ids (none without the flag).
 std::vector<std::int32_t> stop_tokens(const RunArgs& a) {
@@ -129,6 +141,7 @@ int run_make_model(const ModelArgs& a) {
 
 void add_make_prompt(CLI::App& app, PromptArgs& a) {
   app.add_option("-o,--out", a.out, "Prompt file to write (kvprompt v1)")->required();
+  app.add_flag("--force", a.force, "Replace an existing prompt file at --out");
   app.add_option("--samples", a.samples, "Samples")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -179,7 +192,9 @@ int run_make_prompt(const PromptArgs& a) {
     for (int r = 0; r < a.reference_len; ++r) s.reference_ids.push_back(token(rng));
     samples.push_back(std::move(s));
   }
-  write_prompt_file(a.out, samples, "random");
+  check_outputs({{a.out, "--out", OutputKind::prompts}}, {}, a.force);
+  write_prompt_file(begin_partial(a.out), samples, "random");
+  publish(a.out);
   std::printf("%s: %d prompt(s) of %d tokens, %d image positions%s\n", a.out.c_str(), a.samples,
               a.prompt_len, a.image_tokens, a.embed_dim > 0 ? " with inputs_embeds" : "");
   return 0;
@@ -289,6 +304,7 @@ int run_capture(const RunArgs& a, const World& world) {
   o.compact_entropies = !a.no_entropies;
   if (!a.compact && (a.compact_window > 0 || a.no_entropies))
     throw std::invalid_argument("--window and --no-entropies apply to --compact only");
+  check_outputs({{a.out, "--out", OutputKind::trace}}, run_inputs(a), a.force);
   std::unique_ptr<Session> s;
   std::exception_ptr failed;
   try {
@@ -375,17 +391,22 @@ constexpr std::size_t kSamplesListed = 8;
 // Every rank evaluates its share of the samples into the piece store (a single process without
 // output files keeps them in memory); once all have, rank 0 assembles the outputs in sample order.
 int run_evaluate(const RunArgs& a, const World& world) {
-  const std::vector<PolicyConfig> policies = resolve_policy_list(a.policies, a.sets,
-                                                                 {.config = a.config,
-                                                                  .budget = a.budget,
-                                                                  .verb = "evaluated",
-                                                                  .seeds = a.seeds,
-                                                                  .equal_memory = a.equal_memory});
+  const std::vector<PolicyConfig> policies =
+      resolve_policy_list(split_policy_list(a.policies), a.sets,
+                          {.config = a.config,
+                           .budget = a.budget,
+                           .verb = "evaluated",
+                           .seeds = a.seeds,
+                           .equal_memory = a.equal_memory});
   const std::string output = !a.out.empty() ? a.out : a.summary;
   if (world.distributed() && output.empty())
     throw std::invalid_argument(
         "live evaluate under mpirun needs --out or --summary: the ranks hand their samples to "
         "rank 0 through files beside it");
+  check_outputs({{a.out, "--out"},
+                 {a.out.empty() ? "" : policies_sidecar_path(a.out), "--out's sidecar"},
+                 {a.summary, "--summary"}},
+                run_inputs(a));
   live::EvalOptions o;
   o.gen_len = a.gen;
   o.stop_tokens = stop_tokens(a);
@@ -496,6 +517,7 @@ Runner add_live(CLI::App& app) {
   add_model_options(*cap, *run);
   cap->footer("Example:\n  kvsim live capture -m model/ --prompts prompts.h5 --gen 16 -o trace.h5");
   cap->add_option("-o,--out", run->out, "kvtrace v1 file to write")->required();
+  cap->add_flag("--force", run->force, "Replace an existing kvtrace file at --out");
   cap->add_option("--dtype", run->dtype, "Stored element type")
       ->check(CLI::IsMember({"float16", "float32"}))
       ->capture_default_str();
@@ -523,8 +545,7 @@ Runner add_live(CLI::App& app) {
       "--summary eval.csv");
   ev->add_option("-p,--policy", run->policies,
                  "Policy name (repeatable, or comma-separated; see `kvsim policies`)")
-      ->required()
-      ->delimiter(',');
+      ->required();
   ev->add_option("--set", run->sets,
                  "Parameter override NAME.key=value, or *.key=value for every policy with the key "
                  "(repeatable)");

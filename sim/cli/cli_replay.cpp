@@ -7,6 +7,7 @@
 #include "analysis/prediction_card.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/core/output_guard.hpp"
 #include "sim/core/progress.hpp"
 #include "sim/replay/bounds.hpp"
 #include "sim/replay/engine.hpp"
@@ -65,7 +66,7 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
       throw std::invalid_argument("give --budget or --compression-ratio, not both");
     budget = kCompressionRatioPrefix + a.compression_ratio;
   }
-  return resolve_policy_list(a.policies, a.sets,
+  return resolve_policy_list(split_policy_list(a.policies), a.sets,
                              {.config = a.config,
                               .budget = budget,
                               .verb = "replayed",
@@ -98,8 +99,7 @@ Runner add_replay(CLI::App& app) {
   app.add_option(
          "-p,--policy", a->policies,
          "Policy name (repeatable, or comma-separated: -p h2o,snapkv; see `kvsim policies`)")
-      ->required()
-      ->delimiter(',');
+      ->required();
   app.add_option("--set", a->sets,
                  "Parameter override NAME.key=value, or *.key=value for every policy with the key "
                  "(repeatable)");
@@ -144,11 +144,12 @@ Runner add_replay(CLI::App& app) {
     const auto notes = replayer.validate(samples);
     for (const auto& [label, list] : notes)
       for (const std::string& n : list) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
-    for (const auto& [path, option] : {std::pair{a->out, "--out"},
-                                       {a->summary, "--summary"},
-                                       {a->decisions, "--dump-decisions"},
-                                       {a->bounds, "--bounds"}})
-      if (!path.empty()) check_writable(path, option);
+    check_outputs({{a->out, "--out"},
+                   {a->out.empty() ? "" : policies_sidecar_path(a->out), "--out's sidecar"},
+                   {a->summary, "--summary"},
+                   {a->decisions, "--dump-decisions"},
+                   {a->bounds, "--bounds"}},
+                  {{a->trace, "trace"}, {a->config, "config"}, {a->card, "card"}});
     const ReplayOutputs outputs{.steps_csv = a->out,
                                 .summary_csv = a->summary,
                                 .decisions_h5 = a->decisions,

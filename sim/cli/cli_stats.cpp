@@ -4,6 +4,7 @@
 
 #include "analysis/attention_stats.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/core/output_guard.hpp"
 #include "sim/core/progress.hpp"
 #include "sim/replay/results.hpp"
 
@@ -73,7 +74,7 @@ Runner add_stats(CLI::App& app) {
         throw std::invalid_argument("--key-quantiles '" + *key_q +
                                     "': quantiles must be in (0, 1]");
     TraceReader reader(*trace);
-    check_writable(*out, "--out");  // before the work, not after it
+    check_outputs({{*out, "--out"}}, {{*trace, "trace"}});  // before the work, not after it
     const auto names = samples->empty() ? reader.sample_names() : *samples;
     std::vector<std::pair<std::string, SampleAttentionStats>> results;
     Progress progress(static_cast<long>(names.size()) * reader.info().num_layers, "stats");

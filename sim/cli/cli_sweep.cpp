@@ -51,6 +51,7 @@ int run_sweep_command(SweepArgs a, int rank) {
   if (a.traces.empty() || a.policies.empty())
     throw std::invalid_argument(
         "sweep: give at least one --trace and one --policy (or a --file with them)");
+  a.policies = split_policy_list(a.policies);
   const auto configs = sweep_configs(a.policies, a.grids, a.sets, a.budget,
                                      {.seeds = a.seeds, .equal_memory = a.equal_memory});
   const auto files = expand_globs(a.traces);
@@ -104,8 +105,7 @@ Runner add_sweep(CLI::App& app) {
                  "Sweep file (INI: [sweep] trace/sample/policy/budget, [grid], [set])");
   app.add_option("-t,--trace", a->traces, "Trace file or glob (repeatable)");
   app.add_option("-s,--sample", a->samples, "Sample name (repeatable; default: every sample)");
-  app.add_option("-p,--policy", a->policies, "Policy or preset (repeatable, or comma-separated)")
-      ->delimiter(',');
+  app.add_option("-p,--policy", a->policies, "Policy or preset (repeatable, or comma-separated)");
   app.add_option("--grid", a->grids,
                  "Axis NAME.key=v1,v2,... or NAME.key=start:stop:step (repeatable; the product of "
                  "a policy's axes is swept)");

@@ -1,6 +1,8 @@
 #include <cstdio>
 
 #include "sim/cli/cli.hpp"
+#include "sim/core/output_guard.hpp"
+#include "sim/core/partial_files.hpp"
 #include "sim/core/progress.hpp"
 #include "traces/synth.hpp"
 
@@ -26,7 +28,9 @@ Runner add_synth(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("float16");
   auto no_v = std::make_shared<bool>(false);
+  auto force = std::make_shared<bool>(false);
   app.add_option("-o,--out", *out, "Output kvtrace file")->required();
+  app.add_flag("--force", *force, "Replace an existing kvtrace file at --out");
   app.add_option("--model", c->model, "Value of the 'model' attribute")->capture_default_str();
   app.add_option("--layers", c->layers, "Attention layers L")->capture_default_str();
   app.add_option("--heads", c->heads, "Query heads H")->capture_default_str();
@@ -138,9 +142,11 @@ Runner add_synth(CLI::App& app) {
     c->write.dtype = *dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
     c->with_v = !*no_v;
     c->validate();
+    check_outputs({{*out, "--out", OutputKind::trace}}, {}, *force);
     Progress progress(static_cast<long>(c->samples) * c->layers, "synth");
-    synth_write(*c, *out, [&](int, int) { progress.advance(); });
+    synth_write(*c, begin_partial(*out), [&](int, int) { progress.advance(); });
     progress.finish();
+    publish(*out);
     std::printf("wrote %s: %d sample(s), %d layers, %d heads (%d KV), d = %d, P = %d, G = %d, %s\n",
                 out->c_str(), c->samples, c->layers, c->heads, c->kv_heads, c->head_dim,
                 c->prompt_len(), c->gen_tokens, dtype->c_str());

@@ -14,6 +14,9 @@
 
 namespace {
 
+// The exit code of every command line the parser refuses (0: done, 1: the run failed).
+constexpr int kUsageError = 2;
+
 // `kvsim --help` lists each subcommand by its one line; the paragraph a subcommand sets as its
 // description stays in its own --help.
 class ListingFormatter : public CLI::Formatter {
@@ -92,9 +95,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // In kvsim's own words, with one exit code for every usage error (as argparse's 2).
+    std::fprintf(stderr, "kvsim: error: %s\n", e.what());
     if (dynamic_cast<const CLI::ExtrasError*>(&e)) suggest_options(app, argc, argv);
-    return code;
+    std::string command = "kvsim";
+    for (const CLI::App* at = &app; at;) {
+      const CLI::App* next = nullptr;
+      for (const CLI::App* sub : at->get_subcommands({}))
+        if (sub->parsed()) next = sub, command += " " + sub->get_name();
+      at = next;
+    }
+    std::fprintf(stderr, "kvsim: '%s --help' lists the options, with examples\n", command.c_str());
+    return kUsageError;
   }
   kvsim::remove_partials_on_interrupt();
   try {

@@ -589,6 +589,14 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
       try {
         const std::unique_ptr<Policy> instance = create_for_sample(p, sample);
         for (const std::string& n : instance->notes()) noted.add(static_cast<int>(i), name, n);
+        // A budget the prompt fits in evicts nothing at prefill: say so, or the run reads as a
+        // perfect compression.
+        if (const int b = budget_entries(p, sample.prompt_len);
+            b >= sample.prompt_len && !p.info->keeps_everything)
+          noted.add(static_cast<int>(i), name,
+                    p.label + ": budget " + p.params.values().at("budget") +
+                        " is not below the prompt's length: the prompt is kept whole (the full "
+                        "cache until decoding outgrows the budget)");
       } catch (const std::invalid_argument& e) {
         entry(errors, e.what()).push_back(name);
       }

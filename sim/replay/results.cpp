@@ -75,11 +75,15 @@ void StepCsvWriter::close() {
   publish(path_);
 }
 
-void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
-                            const std::map<std::string, std::vector<std::string>>& notes) {
+std::string policies_sidecar_path(const std::string& csv_path) {
   std::string stem = csv_path;
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".csv") == 0)
     stem.resize(stem.size() - 4);
+  return stem + ".policies.csv";
+}
+
+void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
+                            const std::map<std::string, std::vector<std::string>>& notes) {
   std::string out = "label,policy,lookahead,params,notes\n";
   for (const auto& p : policies) {
     std::string joined;
@@ -88,7 +92,7 @@ void write_policies_sidecar(const std::string& csv_path, const std::vector<Polic
     out += csv_quote(p.label) + "," + p.info->name + "," + (p.info->lookahead ? "true" : "false") +
            "," + csv_quote(p.params.str()) + "," + csv_quote(joined) + "\n";
   }
-  write_whole(stem + ".policies.csv", out);
+  write_whole(policies_sidecar_path(csv_path), out);
 }
 
 BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,

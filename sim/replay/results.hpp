@@ -34,7 +34,9 @@ class StepCsvWriter {
   std::string buffer_;
 };
 
-// Writes `<csv path without .csv>.policies.csv`: label, policy, lookahead, params, notes (what the
+// `<csv path without .csv>.policies.csv`: where write_policies_sidecar writes.
+std::string policies_sidecar_path(const std::string& csv_path);
+// Writes policies_sidecar_path(csv_path): label, policy, lookahead, params, notes (what the
 // policy adjusted on some samples, e.g. a window clamped to the budget; "; "-separated).
 void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
                             const std::map<std::string, std::vector<std::string>>& notes = {});

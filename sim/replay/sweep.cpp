@@ -16,6 +16,7 @@
 #include "analysis/bootstrap.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/core/note_tally.hpp"
+#include "sim/core/output_guard.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
 #include "sim/replay/engine.hpp"
@@ -36,6 +37,53 @@ constexpr double kMaxConfigurations = 100000;
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The values of one range part "start:stop:step" of axis `text` (inclusive stop; all three
+// percentages, or none).
+std::vector<std::string> range_values(const std::string& part, const std::string& text) {
+  const long percents = std::count(part.begin(), part.end(), '%');
+  if (percents != 0 && percents != 3)
+    throw std::invalid_argument("--grid '" + text + "': range '" + part +
+                                "': give start, stop and step all as percentages, or none");
+  std::string numbers = part;
+  numbers.erase(std::remove(numbers.begin(), numbers.end(), '%'), numbers.end());
+  double start = 0, stop = 0, step = 0;
+  char c1 = 0, c2 = 0;
+  std::istringstream in(numbers);
+  if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start ||
+      !(in >> std::ws).eof())
+    throw std::invalid_argument("--grid '" + text + "': range '" + part +
+                                "' needs start:stop:step with step > 0 and stop >= start");
+  const double count = std::floor((stop - start) / step + 1e-9) + 1;
+  if (!(count <= kMaxAxisValues)) {
+    char many[32];
+    std::snprintf(many, sizeof many, "%.3g", count);
+    throw std::invalid_argument("--grid '" + text + "': the range '" + part + "' has " + many +
+                                " values; an axis may have at most " +
+                                std::to_string(static_cast<long long>(kMaxAxisValues)));
+  }
+  std::vector<std::string> values;
+  for (long i = 0; i < static_cast<long>(count); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.10g%s", start + i * step, percents ? "%" : "");
+    values.push_back(buf);
+  }
+  return values;
+}
+
+// Refuses a value given twice on one axis, naming it: two runs of one configuration under one
+// label would be counted twice in every mean and test.
+void refuse_repeats(const GridAxis& a, const std::string& where) {
+  std::set<std::string> seen;
+  for (const std::string& v : a.values)
+    if (!seen.insert(v).second)
+      throw std::invalid_argument(where + ": value '" + v + "' of " + a.policy + "." + a.key +
+                                  " is given twice; give each value once");
+}
+
+}  // namespace
+
 GridAxis parse_grid_axis(const std::string& text) {
   const auto eq = text.find('='), dot = text.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 ||
@@ -43,47 +91,51 @@ GridAxis parse_grid_axis(const std::string& text) {
     throw std::invalid_argument("--grid '" + text +
                                 "': expected NAME.key=v1,v2,... or NAME.key=start:stop:step");
   GridAxis a{text.substr(0, dot), text.substr(dot + 1, eq - dot - 1), {}};
-  const std::string values = text.substr(eq + 1);
-  if (std::count(values.begin(), values.end(), ':') == 2 && values.find(',') == std::string::npos) {
-    // "5%:40%:5%": a range of percentages (every part a percentage, or none).
-    const long percents = std::count(values.begin(), values.end(), '%');
-    if (percents != 0 && percents != 3)
-      throw std::invalid_argument("--grid '" + text +
-                                  "': give start, stop and step all as percentages, or none");
-    std::string numbers = values;
-    numbers.erase(std::remove(numbers.begin(), numbers.end(), '%'), numbers.end());
-    double start = 0, stop = 0, step = 0;
-    char c1 = 0, c2 = 0;
-    std::istringstream in(numbers);
-    if (!(in >> start >> c1 >> stop >> c2 >> step) || !(step > 0) || stop < start)
-      throw std::invalid_argument(
-          "--grid '" + text + "': a range needs start:stop:step with step > 0 and stop >= start");
-    const double count = std::floor((stop - start) / step + 1e-9) + 1;
-    if (!(count <= kMaxAxisValues)) {
-      char many[32];
-      std::snprintf(many, sizeof many, "%.3g", count);
-      throw std::invalid_argument("--grid '" + text + "': the range has " + many +
-                                  " values; an axis may have at most " +
-                                  std::to_string(static_cast<long long>(kMaxAxisValues)));
+  const auto parts = std::count(a.key.begin(), a.key.end(), '+') + 1;
+  // Values and ranges mix: "5%:40%:5%,60%" is 5%, 10%, ..., 40%, 60%.
+  std::stringstream ss(text.substr(eq + 1));
+  for (std::string v; std::getline(ss, v, ',');) {
+    if (std::count(v.begin(), v.end(), ':') == 2 && parts == 1) {
+      for (std::string& r : range_values(v, text)) a.values.push_back(std::move(r));
+      continue;
     }
-    const long n = static_cast<long>(count) - 1;
-    for (long i = 0; i <= n; ++i) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.10g%s", start + i * step, percents ? "%" : "");
-      a.values.push_back(buf);
-    }
-  } else {
-    std::stringstream ss(values);
-    std::string v;
-    const auto parts = std::count(a.key.begin(), a.key.end(), '+') + 1;
-    while (std::getline(ss, v, ',')) {
-      if (v.empty() || std::count(v.begin(), v.end(), '/') + 1 != parts)
-        throw std::invalid_argument("--grid '" + text + "': value '" + v + "' needs " +
-                                    std::to_string(parts) + " part(s) separated by '/'");
-      a.values.push_back(v);
-    }
+    if (v.empty() || std::count(v.begin(), v.end(), '/') + 1 != parts)
+      throw std::invalid_argument("--grid '" + text + "': value '" + v + "' needs " +
+                                  std::to_string(parts) + " part(s) separated by '/'");
+    a.values.push_back(v);
   }
+  if (text.back() == ',')
+    throw std::invalid_argument("--grid '" + text + "': an empty value after the last comma");
+  refuse_repeats(a, "--grid '" + text + "'");
   return a;
+}
+
+std::vector<GridAxis> merge_grid_axes(const std::vector<GridAxis>& axes) {
+  std::vector<GridAxis> out;
+  for (const GridAxis& a : axes) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const GridAxis& o) {
+      return o.policy == a.policy && o.key == a.key;
+    });
+    if (same == out.end()) {
+      // A parameter may move on one axis only: on two, one would silently set it for the other.
+      std::stringstream keys(a.key);
+      for (std::string k; std::getline(keys, k, '+');)
+        for (const GridAxis& o : out) {
+          if (o.policy != a.policy) continue;
+          std::stringstream other(o.key);
+          for (std::string ok; std::getline(other, ok, '+');)
+            if (ok == k)
+              throw std::invalid_argument("--grid " + a.policy + "." + a.key + " and --grid " +
+                                          o.policy + "." + o.key + " both move '" + k +
+                                          "'; give it on one axis");
+        }
+      out.push_back(a);
+      continue;
+    }
+    same->values.insert(same->values.end(), a.values.begin(), a.values.end());
+    refuse_repeats(*same, "--grid " + a.policy + "." + a.key + " (given on several --grid)");
+  }
+  return out;
 }
 
 namespace {
@@ -115,10 +167,32 @@ std::vector<GridAxis> expand_wildcards(const std::vector<std::string>& policies,
 }
 }  // namespace
 
+namespace {
+// "name[key=value,...]" from the values the configuration holds for its axes' keys (what runs;
+// a key the policy turns into another, compression_ratio into budget, as given), a coupled axis
+// as "k1+k2=v1/v2".
+std::string grid_label(const std::string& name, const std::vector<const GridAxis*>& axes,
+                       const std::vector<std::size_t>& index, const PolicyConfig& c) {
+  if (axes.empty()) return name;
+  const auto& held_values = c.params.values();
+  std::string label = name;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    std::stringstream keys(axes[i]->key), given(axes[i]->values[index[i]]);
+    std::string held;
+    for (std::string k, v; std::getline(keys, k, '+') && std::getline(given, v, '/');) {
+      const auto it = held_values.find(k);
+      held += (held.empty() ? "" : "/") + (it != held_values.end() ? it->second : v);
+    }
+    label += (i == 0 ? "[" : ",") + axes[i]->key + "=" + held;
+  }
+  return label + "]";
+}
+}  // namespace
+
 std::vector<PolicyConfig> expand_grid(
     const std::vector<std::string>& policies, const std::vector<GridAxis>& given_axes,
     const std::map<std::string, std::map<std::string, std::string>>& fixed) {
-  const std::vector<GridAxis> axes = expand_wildcards(policies, given_axes);
+  const std::vector<GridAxis> axes = merge_grid_axes(expand_wildcards(policies, given_axes));
   for (const auto& a : axes)
     if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
       throw std::invalid_argument("--grid " + a.policy + "." + a.key + ": policy '" + a.policy +
@@ -144,16 +218,13 @@ std::vector<PolicyConfig> expand_grid(
     std::vector<std::size_t> index(mine.size(), 0);
     while (true) {
       auto overrides = fixed.count(name) ? fixed.at(name) : std::map<std::string, std::string>{};
-      std::string label = name;
       for (std::size_t i = 0; i < mine.size(); ++i) {
         std::stringstream keys(mine[i]->key), values(mine[i]->values[index[i]]);
         std::string k, v;
         while (std::getline(keys, k, '+') && std::getline(values, v, '/')) overrides[k] = v;
-        label += (i == 0 ? "[" : ",") + mine[i]->key + "=" + mine[i]->values[index[i]];
       }
-      if (!mine.empty()) label += "]";
       PolicyConfig c = make_policy_config(name, overrides);
-      c.label = label;
+      c.label = grid_label(name, mine, index, c);
       out.push_back(std::move(c));
       std::size_t i = 0;  // odometer over the axes
       while (i < mine.size() && ++index[i] == mine[i]->values.size()) index[i++] = 0;
@@ -199,8 +270,13 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
   for (const PolicyConfig& c : configs) {
     // What the user chose for this configuration: --set values and its grid values.
     std::map<std::string, std::string> mine;
-    for (const auto& [k, v] : chosen[c.label.substr(0, c.label.find('['))])
-      mine[k] = v.empty() ? c.params.values().at(k) : v;
+    for (const auto& [k, v] : chosen[c.label.substr(0, c.label.find('['))]) {
+      const auto held_value = c.params.values().find(k);  // none: compression_ratio, now a budget
+      if (!v.empty())
+        mine[k] = v;
+      else if (held_value != c.params.values().end())
+        mine[k] = held_value->second;
+    }
     std::optional<PolicyConfig> h = hold_to_budget(c, mine);
     if (!h && !c.info->keeps_everything) self_sizing.push_back(c.label);
     held.push_back(h ? std::move(*h) : c);
@@ -741,6 +817,11 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::function<void(long, long)>& progress) {
   validate_configurations(traces, configs, o);  // before anything is written
   const fs::path items_dir = prepare_items_dir(o.out_dir);
+  std::vector<InputPath> inputs;
+  for (const std::string& t : traces) inputs.push_back({t, "trace"});
+  check_outputs({{(fs::path(o.out_dir) / "results.csv").string(), "--out's results.csv"},
+                 {(fs::path(o.out_dir) / "notes.csv").string(), "--out's notes.csv"}},
+                inputs);
   const std::vector<SweepItem> items = list_items(traces, o.samples);
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());

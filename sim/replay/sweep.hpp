@@ -20,17 +20,23 @@
 
 namespace kvsim {
 
-// "NAME.key=v1,v2" or "NAME.key=start:stop:step" (inclusive stop; "5%:40%:5%" for percentages),
-// or a coupled axis "NAME.k1+k2=a1/b1,a2/b2" that moves several parameters together (ST3's (S, R)
-// pairs). NAME "*" is every swept policy that has the parameter. Throws std::invalid_argument.
+// "NAME.key=v1,v2", "NAME.key=start:stop:step" (inclusive stop; "5%:40%:5%" for percentages) or
+// both ("5%:40%:5%,60%"), or a coupled axis "NAME.k1+k2=a1/b1,a2/b2" that moves several
+// parameters together (ST3's (S, R) pairs). NAME "*" is every swept policy that has the
+// parameter. Throws std::invalid_argument, also for a value given twice.
 struct GridAxis {
   std::string policy, key;
   std::vector<std::string> values;
 };
 GridAxis parse_grid_axis(const std::string& text);
 
-// Every configuration of `policies` (names or presets) over the axes that name them; a policy
-// with no axis contributes its single configuration. Labels are "name[key=value,...]".
+// Axes on the same policy and key become one (their values joined; a value given twice is
+// refused); a key moved by two different axes is refused. Throws std::invalid_argument.
+std::vector<GridAxis> merge_grid_axes(const std::vector<GridAxis>& axes);
+
+// Every configuration of `policies` (names or presets) over the axes that name them (merged:
+// merge_grid_axes); a policy with no axis contributes its single configuration. Labels are
+// "name[key=value,...]", the values those the configuration holds.
 std::vector<PolicyConfig> expand_grid(
     const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
     const std::map<std::string, std::map<std::string, std::string>>& fixed);

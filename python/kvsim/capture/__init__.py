@@ -247,9 +247,15 @@ class Recorder:
                 "task": cur["task"], "reference": cur["reference"],
                 "compact_first_row": first_row, "compact_context_len": context_len}
 
-    def write(self, path, model="", dtype="float16", progress=None):
-        """Writes every finished sample to `path` (kvtrace v1); dtype float16 or float32."""
+    def write(self, path, model="", dtype="float16", progress=None, force=False):
+        """Writes every finished sample to `path` (kvtrace v1); dtype float16 or float32. An
+        existing trace at `path` is replaced only with force=True, a prompt file never
+        (FileExistsError)."""
         import h5py
+
+        from kvsim._kvsim import check_outputs
+
+        check_outputs([(path, "path", "trace")], force=force)
 
         if dtype not in ("float16", "float32"):
             raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")

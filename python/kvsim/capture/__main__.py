@@ -84,6 +84,8 @@ def main(argv=None):
     ap.add_argument("--model", required=True, help="checkpoint directory")
     ap.add_argument("--prompts", required=True, help="JSON lines, one prompt each")
     ap.add_argument("--out", required=True, help="kvtrace v1 file to write")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an existing kvtrace (and --prompts-out prompt) file")
     ap.add_argument("--gen", type=int, default=32, help="decode steps recorded per prompt")
     ap.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     ap.add_argument("--model-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
@@ -116,15 +118,23 @@ def main(argv=None):
         sys.exit(f"python -m kvsim.capture needs {' and '.join(missing)}, which this interpreter "
                  f"({sys.executable}) lacks; neither torch nor transformers is a dependency of "
                  f"kvsim itself")
+    from kvsim._kvsim import check_outputs
+
     from .hf import capture_pretrained
 
+    try:  # before the model loads: an output in the way is named at once
+        check_outputs([(a.out, "--out", "trace"), (a.prompts_out or "", "--prompts-out", "prompts")],
+                      [(a.model, "model"), (a.prompts, "prompts"), (a.references or "", "references")],
+                      force=a.force)
+    except OSError as e:
+        sys.exit(f"python -m kvsim.capture: {e}")
     model, processor = load(a.model, a.device, a.model_dtype)
     prompts = read_prompts(a.prompts, a.references, a.reference_field)
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
                        prompts_out=a.prompts_out, compact_window=a.compact or None,
                        compact_entropies=not (a.no_entropies or a.stats_on_device),
                        compact_on_device=a.stats_on_device,
-                       reference_field=a.reference_field,
+                       reference_field=a.reference_field, force=a.force,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))
     print(f"\nwrote {a.out}: {len(prompts)} prompt(s)", file=sys.stderr)

@@ -282,7 +282,7 @@ def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, tas
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
                        progress=None, prompts_out=None, compact_window=None,
                        compact_entropies=True, compact_on_device=False,
-                       reference_field="reference"):
+                       reference_field="reference", force=False):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
     kvtrace v1 file. prompts: dicts with "name", "text" (or "messages"), optional "images",
@@ -295,8 +295,13 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     evaluate` scores the answers and ΔNLL against. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
     prompt statistics computed as the model runs, only the query rows windows of up to that many
     rows read kept (compact_on_device: computed with torch where the model runs, without the
-    entropies; Recorder.compact). Returns the Recorder."""
+    entropies; Recorder.compact). Before any generation, `out` and `prompts_out` are checked as
+    every kvsim output is: an existing trace (prompt file) there is replaced only with force=True;
+    neither may be the other. Returns the Recorder."""
+    from kvsim._kvsim import check_outputs
 
+    check_outputs([(out, "out", "trace"), (prompts_out or "", "prompts_out", "prompts")],
+                  force=force)
     recorder = Recorder()
     if compact_window:
         recorder.compact(compact_window, dtype, compact_entropies, on_device=compact_on_device)
@@ -320,10 +325,11 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
         if decoder is not None:
             decoder.remove()
     recorder.write(out, model=model_name or getattr(config, "_name_or_path", "") or "",
-                   dtype=dtype)
+                   dtype=dtype, force=force)
     if prompts_out:
         from kvsim.prompts import write
-        write(prompts_out, samples, model=model_name or getattr(config, "_name_or_path", "") or "")
+        write(prompts_out, samples, model=model_name or getattr(config, "_name_or_path", "") or "",
+              force=force)
     return recorder
 
 
