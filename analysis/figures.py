@@ -10,7 +10,11 @@ RESULTS are files or directories holding them:
     cosine, key/value similarity correlation), head modality preference
     (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1);
   * `kvsim replay --out` CSVs (with their .policies.csv): mass recall and hit rate by layer per
-    policy, and a budget-vs-error curve for every policy replayed at two budgets or more;
+    policy (a policy's runs over seeds as one line with their range shaded; the policies that
+    size their caches themselves in a panel of their own), and a budget-vs-error curve for every
+    policy replayed at two budgets or more;
+  * `kvsim replay --summary` CSVs: recall and output error per policy with their 95% intervals at
+    the budget, and output error against the memory each policy held (NAME_at_equal_memory);
   * `kvsim sweep` results.csv files: the sweep report of sweep_report.py (table, one figure per
     swept parameter, Pareto plots of KV memory against recall and error), in a sub-directory.
 Every figure is written as PNG and PDF. Needs Debian's python3-matplotlib, -numpy and -h5py.
@@ -42,7 +46,7 @@ except ImportError:  # run as a script from analysis/
 
 
 def find_inputs(paths):
-    stats, replays, sweeps, live_steps, live_summaries = [], [], [], [], []
+    stats, replays, sweeps, live_steps, live_summaries, summaries = [], [], [], [], [], []
     for p in paths:
         files = sorted(glob.glob(os.path.join(p, "*"))) if os.path.isdir(p) else [p]
         for f in files:
@@ -53,6 +57,8 @@ def find_inputs(paths):
                     header = fh.readline()
                 if header.startswith("policy,sample,layer,kv_head,step"):
                     replays.append(f)
+                elif header.startswith("policy,sample,layer,rows,mean_cache_size"):
+                    summaries.append(f)
                 elif header.startswith("trace,trace_hash,sample,label"):
                     sweeps.append(f)
                 elif header.startswith("policy,sample,step,position,kl,top1_agree"):
@@ -68,7 +74,7 @@ def find_inputs(paths):
                             stats.append(f)
                 except OSError:
                     pass
-    return stats, replays, sweeps, live_steps, live_summaries
+    return stats, replays, sweeps, live_steps, live_summaries, summaries
 
 
 def stats_figures(path, out, written):
@@ -228,21 +234,104 @@ def read_policies_sidecar(path):
     return out
 
 
+def seed_groups(labels):
+    """{shown label: member labels}, in order of first appearance: the runs of one policy over
+    seeds (NAME@seedK) as one, shown as "NAME (K seeds)"; every other label as itself."""
+    groups = {}
+    for label in labels:
+        base, _, tag = label.partition("@")
+        groups.setdefault(base if tag.startswith("seed") else label, []).append(label)
+    return {(f"{k} ({len(v)} seeds)" if len(v) > 1 else v[0]): v for k, v in groups.items()}
+
+
+def sizes_itself(m, label):
+    """Whether a replayed label has no budget (its .policies.csv lists none) and is not the full
+    cache: a policy that sizes its cache itself, drawn apart from the budgeted ones."""
+    policy, params = m.params.get(label, (label, {"budget": "?"}))
+    return "budget" not in params and policy != "full"
+
+
 def recall_by_layer_figure(m, where):
-    """Mean mass recall (and hit rate, when the replay had --diagnostics) by layer, per label."""
+    """Mean mass recall (and hit rate, when the replay had --diagnostics) by layer, per label: a
+    policy's runs over seeds as one line, their range shaded; the policies that size their caches
+    themselves in a panel of their own, never under the budget's title."""
     columns = [("mass_recall", "mass recall", "recall by layer")]
     if m.has_hits:
         columns.append(("hit_rate_top10", "hit rate of the top 10% keys", "hit rate by layer"))
-    fig, axes = new_figure(1, len(columns), figsize=(6.5 * len(columns), 4.2), squeeze=False)
-    for ax, (column, ylabel, title) in zip(axes[0], columns):
-        for label in m.labels:
-            layers, values = m.by_layer_of(label, column)
-            ax.plot(layers, values, ms=3, label=label, **policy_style(label))
-        ax.set(title=f"{where}: mean {title}", xlabel="layer", ylabel=ylabel, ylim=(0, 1.02))
-        layer_axis(ax)
-    readable_legend(fig, axes[0][-1], len(m.labels))
+    groups = seed_groups(m.labels)
+    panels = [(where, {k: v for k, v in groups.items() if not sizes_itself(m, v[0])})]
+    apart = {k: v for k, v in groups.items() if sizes_itself(m, v[0])}
+    if apart:
+        panels.append(("sizing their caches themselves (no budget)", apart))
+    fig, axes = new_figure(len(columns), len(panels),
+                           figsize=(6.5 * len(panels), 4.2 * len(columns)), squeeze=False)
+    for row, (column, ylabel, title) in enumerate(columns):
+        for ax, (panel_title, shown) in zip(axes[row], panels):
+            for name, members in shown.items():
+                layers, _ = m.by_layer_of(members[0], column)
+                runs = np.array([m.by_layer_of(label, column)[1] for label in members])
+                shown_as = name + ("; shaded: their range" if len(members) > 1 else "")
+                ax.plot(layers, runs.mean(axis=0), ms=3, label=shown_as, **policy_style(name))
+                if len(members) > 1:
+                    ax.fill_between(layers, runs.min(axis=0), runs.max(axis=0), alpha=0.2,
+                                    color=policy_style(name)["color"], linewidth=0)
+            ax.set(title=f"{panel_title}: mean {title}", xlabel="layer", ylabel=ylabel,
+                   ylim=(0, 1.02))
+            layer_axis(ax)
+    readable_legend(fig, axes[0][-1], len(groups))
     return fig
 
+
+def summary_figure(path):
+    """A `replay --summary` file's overall rows: per policy, mean recall and output error with
+    their 95% intervals over samples (the table's own), the runs over seeds as their pooled row;
+    the budgeted policies at their budget in table order (no order is drawn that the intervals do
+    not show), and every policy against the memory it held, those sizing themselves hollow."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["sample"] == "all" and r["layer"] == "all"]
+    groups = {r["policy"] for r in rows if int(r["seeds"] or 1) > 1}
+    rows = [r for r in rows if r["policy"].partition("@")[0] not in groups or
+            r["policy"] in groups]  # a seed group's pooled row, not its runs
+    budgeted = [r for r in rows if r["budget_entries"]]
+    fig, axes = new_figure(1, 3, figsize=(15, max(3.6, 1.2 + 0.3 * len(rows))))
+
+    def shown(r):
+        return r["policy"] + (f" ({r['seeds']} seeds)" if r["policy"] in groups else "")
+
+    def number(r, column):
+        return float(r[column]) if r.get(column) else np.nan
+
+    for ax, (metric, interval, label) in zip(axes[:2], (
+            ("mean_mass_recall", "mass_recall", "mass recall"),
+            ("mean_output_rel_error", "output_rel_error", "output error ‖o − ô‖/‖o‖"))):
+        for i, r in enumerate(budgeted):
+            name = shown(r)
+            x = number(r, metric)
+            lo, hi = number(r, f"{interval}_ci_low"), number(r, f"{interval}_ci_high")
+            ax.errorbar([x], [i], xerr=[[x - lo], [hi - x]], fmt=policy_style(name)["marker"],
+                        color=policy_style(name)["color"], capsize=3, label=name)
+        ax.set_yticks(range(len(budgeted)), [shown(r) for r in budgeted], fontsize=8)
+        ax.invert_yaxis()
+        entries = sorted({r["budget_entries"] for r in budgeted}, key=float)
+        ax.set_title(f"{label.split(' ‖')[0]} at the budget ({', '.join(entries)} entries)",
+                     fontsize=9)
+        ax.set_xlabel(label)
+    ax = axes[2]
+    for r in rows:
+        name = shown(r)
+        style = policy_style(name)
+        x, y = number(r, "mean_cache_size"), number(r, "mean_output_rel_error")
+        lo, hi = number(r, "output_rel_error_ci_low"), number(r, "output_rel_error_ci_high")
+        hollow = not r["budget_entries"] and r["policy"] != "full"
+        ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt=style["marker"], color=style["color"],
+                    mfc="none" if hollow else style["color"], capsize=3)
+        ax.annotate(r["policy"], (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
+    ax.set_title("output error against the memory held", fontsize=9)
+    ax.set(xlabel="KV entries held per head (mean while decoding)",
+           ylabel="output error ‖o − ô‖/‖o‖")
+    fig.suptitle(f"{os.path.basename(path)}: means over samples with their 95% intervals; "
+                 "hollow: sizes its cache itself", fontsize=9)
+    return fig
 
 
 def replay_figures(paths, out, written, means=None):
@@ -448,12 +537,15 @@ def main(argv):
         return 1
     matplotlib.use("Agg")
     os.makedirs(args.out, exist_ok=True)
-    stats, replays, sweeps, live_steps, live_summaries = find_inputs(args.results)
-    if not stats and not replays and not sweeps and not live_steps and not live_summaries:
-        print("figures: no kvsim result files (stats .h5, replay, sweep or live .csv) in " +
-              ", ".join(args.results), file=sys.stderr)
+    stats, replays, sweeps, live_steps, live_summaries, summaries = find_inputs(args.results)
+    if not (stats or replays or sweeps or live_steps or live_summaries or summaries):
+        print("figures: no kvsim result files (stats .h5, replay --out or --summary, sweep or "
+              "live .csv) in " + ", ".join(args.results), file=sys.stderr)
         return 1
     written = []
+    for path in summaries:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        save(summary_figure(path), args.out, f"{stem}_at_equal_memory", written)
     for s in stats:
         stats_figures(s, args.out, written)
     if replays:

@@ -16,7 +16,12 @@ single-image task's report (experiments/vlm_eval.sh), and writes:
   share of contexts whose every question is answered right.
 
     vlm_orders.py --compress DIR --append DIR --shared DIR --shared-budget 20 [--single DIR]
-                  --out OUT
+                  [--coverage FILE] --out OUT
+
+--coverage reads the asked-image coverage from a kept vlm_orders_coverage.csv(.gz) instead of
+the runs' traces and dumped decisions (experiments/results/vlm_multi keeps it, and the
+several-questions runs as shared/seedK/live_B.csv.gz, so that the report is regenerated without
+the runs).
 
 Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy),
 OUT/vlm_orders_coverage.csv (per order, budget and policy: the asked image's entries kept, the
@@ -94,11 +99,14 @@ def shared_accuracy(directory, budget):
     import kvsim
 
     frames = []
-    for path in sorted(glob.glob(os.path.join(directory, "seed*", f"live_{budget}.csv"))):
+    paths = glob.glob(os.path.join(directory, "seed*", f"live_{budget}.csv"))
+    paths += glob.glob(os.path.join(directory, "seed*", f"live_{budget}.csv.gz"))  # kept results
+    for path in sorted(paths):
+        run_name = path[:-3] if path.endswith(".gz") else path
         t = read(path)
         t = t[t["sample"] != "all"]
         frames.append(pd.DataFrame({"policy": t["policy"].map(group_of),
-                                    "run": path + " " + t["policy"],
+                                    "run": run_name + " " + t["policy"],
                                     "sample": t["sample"], "contains": t["answer_contains"],
                                     "full": t["full_answer_contains"]}))
     if not frames:
@@ -186,6 +194,8 @@ def main(argv):
     ap.add_argument("--shared", required=True, help="the several-questions runs (seed*/)")
     ap.add_argument("--shared-budget", required=True, help="their budget, in percent")
     ap.add_argument("--single", help="the single-image task's report (vlm_eval.sh's OUT)")
+    ap.add_argument("--coverage", help="a kept vlm_orders_coverage.csv(.gz), instead of the runs' "
+                                       "traces and decisions")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv")))
@@ -220,12 +230,17 @@ def main(argv):
         single = (ranking_agreement(single_table, tables["compress"], common),
                   random_verdicts(a.single), common)
     shared, shared_seeds = shared_accuracy(a.shared, a.shared_budget)
-    kept = asked_image_kept([a.compress, a.append], budgets)
-    coverage = pd.DataFrame([{"order": "compress" if d == a.compress else "append", "budget": b,
-                              "policy": p, "asked_image_kept": v[0], "other_images_kept": v[1],
-                              "asked_image_dropped": v[2]} for (d, b, p), v in kept.items()])
+    if a.coverage:
+        coverage = read(a.coverage)
+    else:
+        kept = asked_image_kept([a.compress, a.append], budgets)
+        coverage = pd.DataFrame([{"order": "compress" if d == a.compress else "append",
+                                  "budget": b, "policy": p, "asked_image_kept": v[0],
+                                  "other_images_kept": v[1], "asked_image_dropped": v[2]}
+                                 for (d, b, p), v in kept.items()])
+    # Every digit: the report regenerated from this file (--coverage) prints the same table.
     coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
-                    float_format="%.6g")
+                    float_format="%.17g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
           shared, shared_seeds, a.shared_budget, tables, coverage)
     figure(result, budgets, a.out)

@@ -11,7 +11,7 @@
 #   --quick         one seed of the single-image task (about 8 min), its rows against the
 #                   committed per-seed results, and the stories
 #   --from-results  the page's reports, tables and figures from the results committed under
-#                   experiments/results/ (no model; about a minute), against the page
+#                   experiments/results/ (no model; about two minutes), against the page
 #   OUT_DIR         default demo/reproduce/PAGE
 # The page's numbers were produced on the machine its text names; on another CPU they are equal
 # within the tolerance docs/testing.md states, not byte for byte.
@@ -36,11 +36,11 @@ say() { echo "reproduce [$(( $(date +%s) - started ))s]: $*"; }
 mkdir -p "$out"
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 
-report_from_results() {  # NAME: the report of a committed experiment, regenerated into OUT/NAME
+report_from_results() {  # NAME [CARD]: a committed experiment's report, regenerated in OUT/NAME
   "$py" "$repo/analysis/vlm_eval_report.py" --from-results "$results/$1" \
     --out "$out/$1" >"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
   "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$1/vlm_eval_by_image.csv" \
-    --outcome contains --name "assembled VLM" --targets 0.05,0.8,0.02 --chance 0.1 \
+    --outcome contains --name "${2:-assembled VLM}" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$1/card" >>"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
 }
 
@@ -59,14 +59,28 @@ stories_from_results() {  # the stories' table and card from their committed sum
     { cat "$out/stories.log" >&2; exit 1; }
 }
 
+multi_from_results() {  # the eight boxes: both orders' reports and cards, and the orders compared
+  r="$results/vlm_multi" o="$out/vlm_multi"
+  mkdir -p "$o"
+  for order in compress append; do
+    report_from_results "vlm_multi/$order" "eight-box VLM, question $order"
+  done
+  "$py" "$repo/analysis/vlm_orders.py" --compress "$o/compress" --append "$o/append" \
+    --shared "$r/shared" --shared-budget 20 --coverage "$r/coverage.csv.gz" --out "$o" \
+    >"$o/orders.log" 2>&1 || { cat "$o/orders.log" >&2; exit 1; }
+}
+
 case "$mode" in
   results)
-    say "expected time: about a minute (the reports from experiments/results/, no model)"
+    say "expected time: about two minutes (the reports from experiments/results/, no model)"
     say "stories: the table and the prediction card from the committed results"
     stories_from_results
     say "single image: the report, its tests and the prediction card from the committed results"
     report_from_results vlm_eval
-    runs="stories=$out/stories vlm_eval=$out/vlm_eval" ;;
+    say "eight boxes: both orders' reports and cards, and the orders compared, from the" \
+      "committed results"
+    multi_from_results
+    runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi" ;;
   quick)
     say "expected time: about 10 minutes on 2 cores (one model built and evaluated, the stories)"
     say "stories: experiments/stories_eval.sh (one model, every story: the whole section)"

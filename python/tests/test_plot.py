@@ -38,6 +38,56 @@ class Plot(unittest.TestCase):
                 np.testing.assert_allclose(line.get_ydata(), expected[label].to_numpy(), rtol=1e-6)
                 self.assertEqual(list(line.get_xdata()), [0, 1, 2])
 
+    def test_seeds_are_one_line_and_self_sizing_policies_a_panel_apart(self):
+        from kvsim.analysis import figures
+
+        steps = os.path.join(self.dir, "seeded.csv")
+        subprocess.run([BINARY, "replay", self.trace, "-p", "full,random,h2o,st3", "--budget",
+                        "25%", "--seeds", "3", "--equal-memory", "-o", steps], check=True,
+                       capture_output=True)
+        fig = figures.recall_by_layer_figure(figures.ReplayMeans(steps), "seeded")
+        budgeted, apart = fig.axes[0], fig.axes[1]
+        self.assertEqual({l.get_label() for l in budgeted.lines},
+                         {"full", "random (3 seeds); shaded: their range", "h2o"})
+        self.assertEqual({l.get_label() for l in apart.lines}, {"st3"})
+        self.assertIn("sizing their caches themselves", apart.get_title())
+        df = pd.read_csv(steps)
+        per_run = df[df["policy"].str.startswith("random")].groupby(["policy", "layer"])[
+            "mass_recall"].mean().unstack()
+        line = next(l for l in budgeted.lines if l.get_label().startswith("random"))
+        np.testing.assert_allclose(line.get_ydata(), per_run.mean().to_numpy(), rtol=1e-6)
+        band = budgeted.collections[0].get_paths()[0].vertices[:, 1]  # the range over seeds
+        self.assertAlmostEqual(band.min(), per_run.min().min(), places=6)
+        self.assertAlmostEqual(band.max(), per_run.max().max(), places=6)
+
+    def test_a_summary_is_drawn_with_its_intervals_at_equal_memory(self):
+        from kvsim.analysis import figures
+
+        trace, summary = os.path.join(self.dir, "four.h5"), os.path.join(self.dir, "summary.csv")
+        subprocess.run([BINARY, "synth", "--out", trace, "--samples", "4", "--layers", "2",
+                        "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--media-tokens",
+                        "48", "--user-tokens", "8", "--gen", "8"], check=True, capture_output=True)
+        subprocess.run([BINARY, "replay", trace, "-p", "full,random,h2o,st3", "--budget",
+                        "25%", "--seeds", "3", "--equal-memory", "--summary", summary],
+                       check=True, capture_output=True)
+        fig = figures.summary_figure(summary)
+        overall = pd.read_csv(summary, dtype={"layer": str}).query("sample == 'all'")
+        overall = overall.set_index("policy")
+        recall = fig.axes[0]
+        self.assertEqual([t.get_text() for t in recall.get_yticklabels()],
+                         ["random (3 seeds)", "h2o"])  # budgeted, the seeds pooled
+        for container, policy in zip(recall.containers, ["random", "h2o"]):
+            low, high = overall.loc[policy, ["mass_recall_ci_low", "mass_recall_ci_high"]]
+            segment = container.lines[2][0].get_segments()[0]  # the interval drawn
+            np.testing.assert_allclose(sorted(segment[:, 0]), [low, high], rtol=1e-6)
+        memory = fig.axes[2]
+        self.assertEqual(len(memory.containers), 4)  # full, random, h2o and st3 by memory held
+        out = os.path.join(self.dir, "figs_summary")
+        r = subprocess.run([BINARY, "figures", summary, "--out", out], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "summary_at_equal_memory.png")))
+
     def test_budget_curves_put_each_budget_at_the_entries_held(self):
         runs = {b: kvsim.replay(self.trace, ["h2o", "streamingllm"], budget=b)
                 for b in ("10%", "20%", "40%")}

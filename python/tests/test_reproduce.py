@@ -1,6 +1,6 @@
-"""experiments/reproduce.sh real_model: --from-results regenerates the single-image section's
-report, tests, card and figures from the results committed in experiments/results/ (no model)
-and finds every region of the page reproduced; --quick runs one seed (here of the small setting,
+"""experiments/reproduce.sh real_model: --from-results regenerates the single-image and eight-box
+sections' reports, tests, cards and figures from the results committed in experiments/results/
+(no model) and finds every region of the page reproduced; --quick runs one seed (here of the small setting,
 against its committed per-seed rows, python/tests/data) and the stories, and says how the seed's
 rows compare. Skipped (77) without the models."""
 import gzip
@@ -29,11 +29,16 @@ class Reproduce(unittest.TestCase):
         out = tempfile.mkdtemp()
         r = self.run_script("--from-results", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("expected time: about a minute", r.stdout)
+        self.assertIn("expected time: about two minutes", r.stdout)
         self.assertIn("(vlm_eval:vlm_eval.md | held-out images, | until=): equal", r.stdout)
         self.assertIn("(vlm_eval:card/card.md | **Prediction card: | until=): equal", r.stdout)
-        self.assertIn("(vlm_multi:compress/vlm_eval.md | **Accuracy at equal memory**): not "
-                      "checked", r.stdout)
+        for region in ("compress/vlm_eval.md | **Accuracy at equal memory**",
+                       "append/vlm_eval.md | **Accuracy at equal memory**",
+                       "vlm_orders.md | **The question before or after compression**",
+                       "vlm_orders.md | **Which image stays** | rows=10%",
+                       "vlm_orders.md | **Several questions on one compressed context**"):
+            self.assertIn(f"(vlm_multi:{region}): equal", r.stdout)
+        self.assertNotIn("not checked", r.stdout)
         self.assertIn("every checked region of", r.stdout)
 
     def test_quick_on_the_small_setting(self):
