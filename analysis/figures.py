@@ -8,7 +8,9 @@ RESULTS are files or directories holding them:
     cumulative-attention variance (HAE Fig. 2), PPCI across layers and steps (A-VL Fig. 4-5),
     layer-similarity heatmap (ST3 Fig. 3), entropy by layer (MEDA Fig. 2), key geometry (nearest-key
     cosine, key/value similarity correlation), head modality preference
-    (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1);
+    (MadaKV Fig. 2b), attention share vs generated length (ST3 Fig. 4b, A-VL Fig. 1), per
+    sample; with several samples, also the layer profiles' mean and 95% interval over samples
+    (TAG_across_samples);
   * `kvsim replay --out` CSVs (with their .policies.csv): mass recall and hit rate by layer per
     policy (a policy's runs over seeds as one line with their range shaded; the policies that
     size their caches themselves in a panel of their own), and a budget-vs-error curve for every
@@ -77,11 +79,66 @@ def find_inputs(paths):
     return stats, replays, sweeps, live_steps, live_summaries, summaries
 
 
+def mean_and_interval(values, resamples=2000, seed=0):
+    """values [samples, ...]: the mean over samples and its 95% percentile bootstrap interval
+    (resampling samples, seeded, as the result tables' intervals: docs/outputs.md); NaN bounds
+    with one sample."""
+    values = np.asarray(values, dtype=float)
+    mean = np.nanmean(values, axis=0)
+    if values.shape[0] < 2:
+        return mean, np.full_like(mean, np.nan), np.full_like(mean, np.nan)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, values.shape[0], size=(resamples, values.shape[0]))
+    means = np.nanmean(values[draws], axis=1)
+    return mean, np.nanpercentile(means, 2.5, axis=0), np.nanpercentile(means, 97.5, axis=0)
+
+
+def stats_across_samples_figure(f, tag):
+    """The layer profiles of every sample of a stats file as their mean with a 95% interval over
+    samples: ε-sparsity by key modality, entropy and cross-modal entropy, PPCI against layer 0,
+    and the variance of cumulative attention."""
+    groups = list(f["samples"].values())
+    ppci_p = [float(x) for x in str(f.attrs["ppci"]).split(",")]
+    fig, axes = new_figure(2, 2, figsize=(11, 7))
+
+    def band(ax, values, label, marker="o", scale=1.0):
+        mean, lo, hi = mean_and_interval(values)
+        line = ax.plot(np.arange(len(mean)), scale * mean, marker=marker, ms=3, label=label)[0]
+        ax.fill_between(np.arange(len(mean)), scale * lo, scale * hi, alpha=0.2,
+                        color=line.get_color(), linewidth=0)
+
+    sparsity = np.array([np.nanmean(g["sparsity_causal"][()], axis=1) for g in groups])
+    for k, label in enumerate(["all keys", "text keys", "vision keys"]):
+        band(axes[0][0], sparsity[:, :, k], label, scale=100)
+    axes[0][0].set(title=f"ε-sparsity by layer (ε = {f.attrs['epsilon']:g})",
+                   ylabel="entries ≤ ε (%)")
+    band(axes[0][1], [g["entropy"][()] for g in groups], "attention entropy")
+    band(axes[0][1], [g["cross_modal_entropy"][()] for g in groups],
+         "cross-modal entropy $E_{CM}$", marker="s")
+    axes[0][1].set(title="Attention entropy by layer", ylabel="entropy (nats)")
+    for i, p in enumerate(ppci_p):
+        band(axes[1][0], [g["ppci_layers"][i] for g in groups], f"{p:.0%} PPCI", scale=100)
+    axes[1][0].set(title="PPCI of image tokens vs layer 0", ylabel="PPCI (%)", ylim=(0, 105))
+    variance = np.array([np.nanmean(g["cumulative_variance"][()], axis=1) for g in groups])
+    band(axes[1][1], variance[:, :, 0], "text tokens")
+    band(axes[1][1], variance[:, :, 1], "vision tokens", marker="s")
+    axes[1][1].set(title="Variance of cumulative attention", ylabel="variance of column sums",
+                   yscale="log")
+    for ax in axes.flat:
+        ax.set_xlabel("layer")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{tag}: mean over {len(groups)} samples, shaded: 95% interval (bootstrap over "
+                 "samples)", fontsize=9)
+    return fig
+
+
 def stats_figures(path, out, written):
     import h5py
     tag = os.path.splitext(os.path.basename(path))[0]
     with h5py.File(path, "r") as f:
         ppci_p = [float(x) for x in str(f.attrs["ppci"]).split(",")]
+        if len(f["samples"]) > 1:
+            save(stats_across_samples_figure(f, tag), out, f"{tag}_across_samples", written)
         for name, g in f["samples"].items():
             stem = f"{tag}_{name}"
             L = g["entropy"].shape[0]

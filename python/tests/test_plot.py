@@ -88,6 +88,26 @@ class Plot(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.exists(os.path.join(out, "summary_at_equal_memory.png")))
 
+    def test_stats_across_samples_are_their_mean_with_an_interval(self):
+        import h5py
+        from kvsim.analysis import figures
+
+        trace, stats = os.path.join(self.dir, "three.h5"), os.path.join(self.dir, "three_stats.h5")
+        subprocess.run([BINARY, "synth", "--out", trace, "--samples", "3", "--layers", "3",
+                        "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--media-tokens",
+                        "48", "--gen", "6"], check=True, capture_output=True)
+        subprocess.run([BINARY, "stats", trace, "-o", stats], check=True, capture_output=True)
+        with h5py.File(stats, "r") as f:
+            fig = figures.stats_across_samples_figure(f, "three")
+            entropy = np.array([g["entropy"][()] for g in f["samples"].values()])
+        ax = fig.axes[1]
+        line = next(l for l in ax.lines if l.get_label() == "attention entropy")
+        np.testing.assert_allclose(line.get_ydata(), entropy.mean(axis=0), rtol=1e-9)
+        band = ax.collections[0].get_paths()[0].vertices[:, 1]
+        self.assertTrue(np.all(np.isfinite(band)))  # an interval over the three samples
+        self.assertGreaterEqual(band.min(), entropy.min() - 1e-9)
+        self.assertLessEqual(band.max(), entropy.max() + 1e-9)
+
     def test_budget_curves_put_each_budget_at_the_entries_held(self):
         runs = {b: kvsim.replay(self.trace, ["h2o", "streamingllm"], budget=b)
                 for b in ("10%", "20%", "40%")}
