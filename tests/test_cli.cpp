@@ -90,10 +90,21 @@ TEST(Cli, ListingIsOneLineEachAndUnknownNamesSuggest) {
   const std::string trace =
       TinyTrace{.prompt_len = 4, .weights = {1, 1, 1, 1, 1, 1}}.write("suggest.h5");
   CliRun r = kvsim("replay " + trace + " -p h2o --samplez s0");
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);  // every refused command line: one usage exit code, kvsim's own words
+  EXPECT_NE(r.output.find("kvsim: error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("kvsim: unknown option '--samplez': did you mean '--sample'?"),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("kvsim: 'kvsim replay --help' lists the options, with examples"),
+            std::string::npos)
+      << r.output;
+  for (const std::string& line : std::vector<std::string>{
+           "replay", "replay " + trace + " -p h2o -j x", "nosuchcommand", "live capture -o x.h5"}) {
+    r = kvsim(line);
+    EXPECT_EQ(r.code, 2) << line << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("kvsim: error: ", 0), 0u) << line << "\n" << r.output;
+  }
+  EXPECT_EQ(kvsim("replay --help").code, 0);
   r = kvsim("replay " + trace + " -p h2oo");
   EXPECT_NE(r.output.find("unknown policy 'h2oo' (did you mean 'h2o'?)"), std::string::npos)
       << r.output;
