@@ -8,8 +8,9 @@
 #                   the stories (about 1 min on 2 cores), the single image (five seeds, about
 #                   35 min) and the eight boxes from the committed weights (about 20 min a seed;
 #                   VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them here first)
-#   --quick         one seed of the single-image task (about 8 min), its rows against the
-#                   committed per-seed results, and the stories
+#   --quick         one seed of each task, its rows against the committed per-seed results: the
+#                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
+#                   compress order at 10%)
 #   --from-results  the page's reports, tables and figures from the results committed under
 #                   experiments/results/ (no model; about two minutes), against the page
 #   OUT_DIR         default demo/reproduce/PAGE
@@ -82,7 +83,8 @@ case "$mode" in
     multi_from_results
     runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi" ;;
   quick)
-    say "expected time: about 10 minutes on 2 cores (one model built and evaluated, the stories)"
+    say "expected time: about 15 minutes on 2 cores (one seed of each task: two models built and" \
+      "evaluated, the stories)"
     say "stories: experiments/stories_eval.sh (one model, every story: the whole section)"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
@@ -92,6 +94,15 @@ case "$mode" in
     "$py" "$repo/analysis/tolerance.py" "$results/vlm_eval/vlm_eval_by_seed.csv.gz" \
       "$out/vlm_eval/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset
     say "the single-image regions quote five seeds: not compared with one"
+    say "eight boxes, seed 0 from its committed weights: the compress order at 10% and the" \
+      "controls (experiments/vlm_multi_eval.sh)"
+    VLM_MULTI_SEEDS=0 VLM_MULTI_BUDGETS=10 VLM_MULTI_ORDERS=compress VLM_MULTI_EXTRAS=0 \
+      "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" \
+      >"$out/vlm_multi.log" 2>&1 || { cat "$out/vlm_multi.log" >&2; exit 1; }
+    say "seed 0's rows against the committed per-seed results:"
+    "$py" "$repo/analysis/tolerance.py" "$results/vlm_multi/compress_by_seed.csv.gz" \
+      "$out/vlm_multi/compress/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset
+    say "the eight-box regions quote five seeds and both orders: not compared with one"
     runs="stories=$out/stories" ;;
   full)
     say "expected time: about 2 h 20 min on 2 cores (stories 1 min, the single image 35 min," \

@@ -28,9 +28,11 @@
 #   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
 #   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
-#   split over processes); VLM_MULTI_SMALL=1 builds the small CI model and evaluates one seed and
-#   two budgets (tests); VLM_MULTI_DOCS=FILE writes the run's tables into the marked regions of
-#   FILE (docs/real_model.md: analysis/docs_tables.py).
+#   split over processes); VLM_MULTI_ORDERS ("compress append") the orders run; VLM_MULTI_EXTRAS=0
+#   leaves out the self-sizing policies and the several-questions run (with one order, or
+#   without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1 builds
+#   the small CI model and evaluates one seed and two budgets (tests); VLM_MULTI_DOCS=FILE writes
+#   the run's tables into the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-demo/vlm_multi}
@@ -44,6 +46,9 @@ seeds=${VLM_MULTI_SEEDS:-0 1 2 3 4}
 weights=${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}
 draws=${VLM_MULTI_DRAWS:-3}
 shared_budget=${VLM_MULTI_SHARED:-20}
+orders=${VLM_MULTI_ORDERS:-compress append}
+extras=${VLM_MULTI_EXTRAS:-1}
+runs_order() { case " $orders " in *" $1 "*) return 0 ;; esac; return 1; }
 small=""
 if [ "${VLM_MULTI_SMALL:-0}" = 1 ]; then
   small=--small; budgets=${VLM_MULTI_BUDGETS:-20 60}; seeds=${VLM_MULTI_SEEDS:-0}; draws=2
@@ -83,21 +88,30 @@ for s in $seeds; do
     --stop-at-eos -o "$c/trace.h5"
   ln -sf "$(cd "$c" && pwd)/trace.h5" "$a/trace.h5"
   for n in $budgets; do
-    once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" -p "$compressed,oracle" --budget "$n%" \
-      --equal-memory --seeds "$draws" --summary "$c/replay_$n.csv" --dump-decisions "$c/decisions_$n.h5"
-    once "$c/live_$n.csv" "$c/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-      -p "$compressed" --budget "$n%" --equal-memory --seeds "$draws" --gen $gen --stop-at-eos \
-      --no-timing --summary "$c/live_$n.csv"
-    once "$a/replay_$n.csv" "$a/replay_$n.log" "$k" replay "$a/trace.h5" -p "$appended" --budget "$n%" "$@" \
-      --seeds "$draws" --summary "$a/replay_$n.csv" --dump-decisions "$a/decisions_$n.h5"
-    once "$a/live_$n.csv" "$a/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-      -p "$appended" --budget "$n%" "$@" --seeds "$draws" --gen $gen --stop-at-eos --no-timing \
-      --summary "$a/live_$n.csv"
+    if runs_order compress; then
+      once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" -p "$compressed,oracle" \
+        --budget "$n%" --equal-memory --seeds "$draws" --summary "$c/replay_$n.csv" \
+        --dump-decisions "$c/decisions_$n.h5"
+      once "$c/live_$n.csv" "$c/live_$n.log" "$k" live evaluate -m "$model" \
+        --prompts "$vlm/prompts.h5" -p "$compressed" --budget "$n%" --equal-memory \
+        --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$c/live_$n.csv"
+    fi
+    if runs_order append; then
+      once "$a/replay_$n.csv" "$a/replay_$n.log" "$k" replay "$a/trace.h5" -p "$appended" \
+        --budget "$n%" "$@" --seeds "$draws" --summary "$a/replay_$n.csv" \
+        --dump-decisions "$a/decisions_$n.h5"
+      once "$a/live_$n.csv" "$a/live_$n.log" "$k" live evaluate -m "$model" \
+        --prompts "$vlm/prompts.h5" -p "$appended" --budget "$n%" "$@" --seeds "$draws" \
+        --gen $gen --stop-at-eos --no-timing --summary "$a/live_$n.csv"
+    fi
   done
-  once "$c/replay_self.csv" "$c/replay_self.log" "$k" replay "$c/trace.h5" -p "$self_sizing" \
-    --summary "$c/replay_self.csv" --dump-decisions "$c/decisions_self.h5"
-  once "$c/live_self.csv" "$c/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-    -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$c/live_self.csv"
+  if [ "$extras" = 1 ]; then
+    once "$c/replay_self.csv" "$c/replay_self.log" "$k" replay "$c/trace.h5" -p "$self_sizing" \
+      --summary "$c/replay_self.csv" --dump-decisions "$c/decisions_self.h5"
+    once "$c/live_self.csv" "$c/live_self.log" "$k" live evaluate -m "$model" \
+      --prompts "$vlm/prompts.h5" -p "$self_sizing" --gen $gen --stop-at-eos --no-timing \
+      --summary "$c/live_self.csv"
+  fi
   for control in noimage swapped shuffled; do
     once "$c/control_$control.csv" "$c/control_$control.log" "$k" live evaluate -m "$model" \
       --prompts "$vlm/prompts_$control.h5" -p full --gen $gen --stop-at-eos --no-timing \
@@ -105,23 +119,26 @@ for s in $seeds; do
     cp "$c/control_$control.csv" "$a/"
   done
   # Several questions on one compressed context: each context compressed once, asked every box.
-  once "$q/live_$shared_budget.csv" "$q/live_$shared_budget.log" "$k" live evaluate -m "$model" \
-    --prompts "$vlm/prompts_shared.h5" -p "$appended" --budget "$shared_budget%" "$@" \
-    --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$q/live_$shared_budget.csv"
+  if [ "$extras" = 1 ] && runs_order append; then
+    once "$q/live_$shared_budget.csv" "$q/live_$shared_budget.log" "$k" live evaluate -m "$model" \
+      --prompts "$vlm/prompts_shared.h5" -p "$appended" --budget "$shared_budget%" "$@" \
+      --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$q/live_$shared_budget.csv"
+  fi
   runs_c="$runs_c $s=$c" runs_a="$runs_a $s=$a"
 done
 # VLM_MULTI_REPORT=0: the runs only (seeds split over processes, reported once all are done).
 [ "${VLM_MULTI_REPORT:-1}" = 0 ] && exit 0
-"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_c --unit item \
-  --out "$out/compress"
-"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs_a --unit item \
-  --order append --out "$out/append"
-# The prediction cards: replay's output error -> live accuracy, tested out of sample, per order.
-for order in compress append; do
+# Each order's report and prediction card (replay's output error -> live accuracy, tested out of
+# sample).
+for order in $orders; do
+  if [ "$order" = compress ]; then set -- $runs_c; else set -- $runs_a; fi
+  "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
+    --order "$order" --out "$out/$order"
   "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$order/vlm_eval_by_image.csv" \
     --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$order/card"
 done
+runs_order compress && runs_order append && [ "$extras" = 1 ] || exit 0
 single=""
 [ -n "${VLM_MULTI_SINGLE:-}" ] && single="--single ${VLM_MULTI_SINGLE}"
 # shellcheck disable=SC2086

@@ -43,16 +43,19 @@ class Reproduce(unittest.TestCase):
 
     def test_quick_on_the_small_setting(self):
         out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
-        os.makedirs(os.path.join(results, "vlm_eval"))
-        with open(os.path.join(REPO, "python", "tests", "data", "vlm_eval_small_by_seed.csv"),
-                  "rb") as src, gzip.open(os.path.join(results, "vlm_eval",
-                                                       "vlm_eval_by_seed.csv.gz"), "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        data = os.path.join(REPO, "python", "tests", "data")
+        for source, kept in (("vlm_eval_small_by_seed.csv", "vlm_eval/vlm_eval_by_seed.csv.gz"),
+                             ("vlm_multi_small_by_seed.csv", "vlm_multi/compress_by_seed.csv.gz")):
+            os.makedirs(os.path.dirname(os.path.join(results, kept)), exist_ok=True)
+            with open(os.path.join(data, source), "rb") as src, \
+                    gzip.open(os.path.join(results, kept), "wb") as dst:
+                shutil.copyfileobj(src, dst)
         r = self.run_script("--quick", out, REPRODUCE_RESULTS=results, VLM_EVAL_SMALL="1",
-                            KVSIM_CACHE=os.path.join(out, "cache"))
+                            VLM_MULTI_SMALL="1", KVSIM_CACHE=os.path.join(out, "cache"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("expected time: about 10 minutes", r.stdout)
+        self.assertIn("expected time: about 15 minutes", r.stdout)
         self.assertIn("vlm_eval_by_seed.csv.gz: equal", r.stdout)  # equal, or within tolerance
+        self.assertIn("compress_by_seed.csv.gz: equal", r.stdout)
         self.assertIn("vlm_eval [", r.stderr)  # the experiment's progress
         self.assertTrue(os.path.exists(os.path.join(out, "stories", "by_image.csv")))
 
