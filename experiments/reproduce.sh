@@ -83,7 +83,7 @@ case "$mode" in
     multi_from_results
     runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi" ;;
   quick)
-    say "expected time: about 15 minutes on 2 cores (one seed of each task: two models built and" \
+    say "expected time: about 10 minutes on 2 cores (one seed of each task: two models built and" \
       "evaluated, the stories)"
     say "stories: experiments/stories_eval.sh (one model, every story: the whole section)"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \

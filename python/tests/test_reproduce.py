@@ -53,7 +53,7 @@ class Reproduce(unittest.TestCase):
         r = self.run_script("--quick", out, REPRODUCE_RESULTS=results, VLM_EVAL_SMALL="1",
                             VLM_MULTI_SMALL="1", KVSIM_CACHE=os.path.join(out, "cache"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("expected time: about 15 minutes", r.stdout)
+        self.assertIn("expected time: about 10 minutes", r.stdout)
         self.assertIn("vlm_eval_by_seed.csv.gz: equal", r.stdout)  # equal, or within tolerance
         self.assertIn("compress_by_seed.csv.gz: equal", r.stdout)
         self.assertIn("vlm_eval [", r.stderr)  # the experiment's progress
