@@ -102,7 +102,7 @@ for i in range(2):
                     media_id=np.where(modality == 1, 0, -1)):
         ids = capture.greedy(model.step, prompt, G)
 trace = os.path.join(out_dir, "tiny_trace.h5")
-rec.write(trace, model="notebook-decoder", dtype="float16")
+rec.write(trace, model="notebook-decoder", dtype="float16", force=True)  # remade on every run
 t = kvsim.Trace(trace)
 print(t, t.samples(), t.sample("000000").layer(2)["q"].shape)
 
