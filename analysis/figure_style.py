@@ -1,5 +1,5 @@
-"""The look every kvsim figure shares: a fixed colour and marker per policy (presets and tagged
-runs take their policy's), a line style per label, figures outside pyplot's global state, and
+"""The look every kvsim figure shares: a fixed colour and marker per policy (a preset in its
+policy's hue, shaded by its reading; tagged runs in their policy's), a line style per label, figures outside pyplot's global state, and
 saving as PNG and PDF (or into a dict, for kvsim.plot). Used by figures.py, sweep_report.py and
 the experiments' reports."""
 import os
@@ -20,14 +20,41 @@ POLICY_COLOURS = {
 }
 
 
+# A preset is drawn in its policy's hue, mixed toward black or white by its reading, so that the
+# presets of one policy (six for adakv) and the policy itself are told apart.
+PRESET_SHADES = {
+    "original": ("black", 0.3), "paper": ("black", 0.3), "table1": ("black", 0.3),
+    "released": ("black", 0.3), "kvpress": ("white", 0.3), "kvcache-factory": ("black", 0.5),
+    "quickstart": ("white", 0.5), "table2": ("white", 0.5), "kvpress-expected-attention":
+    ("white", 0.5), "table3": ("white", 0.7), "kvpress-expected-attention-e2": ("white", 0.7),
+    "authors": ("black", 0.65),
+}
+OTHER_SHADES = [("black", 0.4), ("white", 0.4), ("white", 0.6), ("black", 0.6)]
+
+
+def preset_of(name):
+    """The reading of a preset label ("snapkv:kvpress" -> "kvpress"), "" for a policy's own."""
+    label = name.split(" (")[0].split(", ")[0].split("@")[0].split("[")[0]
+    return label.split(":", 1)[1] if ":" in label else ""
+
+
 def policy_colour(name):
-    """The policy's fixed colour; a preset, a tagged run and a row merging identical policies
-    ("tova, tova:kvpress") take their (first) policy's."""
+    """The policy's fixed colour, a preset's in the same hue shaded by its reading; a tagged run
+    and a row merging identical policies ("tova, tova:kvpress") take their (first) policy's."""
     base = base_policy(name)
     if base in POLICY_COLOURS:
-        return POLICY_COLOURS[base]
-    palette = matplotlib.colormaps["tab20"].colors
-    return palette[sum(map(ord, base)) % len(palette)]
+        colour = POLICY_COLOURS[base]
+    else:
+        palette = matplotlib.colormaps["tab20"].colors
+        colour = palette[sum(map(ord, base)) % len(palette)]
+    preset = preset_of(name)
+    if not preset:
+        return colour
+    towards, share = PRESET_SHADES.get(
+        preset, OTHER_SHADES[sum(map(ord, preset)) % len(OTHER_SHADES)])
+    end = np.zeros(3) if towards == "black" else np.ones(3)
+    return matplotlib.colors.to_hex((1 - share) * np.array(matplotlib.colors.to_rgb(colour)) +
+                                    share * end)
 
 
 # One marker per policy, likewise, no two alike.

@@ -108,6 +108,24 @@ class Plot(unittest.TestCase):
         self.assertGreaterEqual(band.min(), entropy.min() - 1e-9)
         self.assertLessEqual(band.max(), entropy.max() + 1e-9)
 
+    def test_every_preset_has_its_own_colour_in_its_policys_hue(self):
+        import colorsys
+
+        import matplotlib.colors as mc
+        from kvsim.analysis.figure_style import policy_colour
+
+        by_policy = {}
+        for p in kvsim.presets():
+            by_policy.setdefault(p["policy"], [p["policy"]]).append(p["name"])
+        for policy, labels in by_policy.items():
+            colours = [mc.to_hex(policy_colour(label)) for label in labels]
+            self.assertEqual(len(set(colours)), len(labels), f"{policy}: {colours}")
+            hue = colorsys.rgb_to_hsv(*mc.to_rgb(colours[0]))[0]
+            for colour in colours[1:]:
+                apart = abs(colorsys.rgb_to_hsv(*mc.to_rgb(colour))[0] - hue)
+                self.assertLess(min(apart, 1 - apart), 0.01, f"{policy}: {colours}")  # a circle
+        self.assertEqual(policy_colour("tova, tova:kvpress"), policy_colour("tova"))
+
     def test_budget_curves_put_each_budget_at_the_entries_held(self):
         runs = {b: kvsim.replay(self.trace, ["h2o", "streamingllm"], budget=b)
                 for b in ("10%", "20%", "40%")}
@@ -171,10 +189,12 @@ class Plot(unittest.TestCase):
         self.assertEqual(sorted(set(names) - set(fs.POLICY_MARKERS)), [])
         self.assertEqual(len(set(fs.POLICY_COLOURS[n] for n in names)), len(names))
         self.assertEqual(len(set(fs.POLICY_MARKERS[n] for n in names)), len(names))
-        # presets, tagged runs, sweep configurations and curves take their policy's
+        # tagged runs, sweep configurations and curves take their policy's colour and marker
+        # (presets its marker, and its hue: the test below)
         for label in ("snapkv:kvpress", "random@seed2", "h2o[budget=10%]", "h2o (recent=25%)"):
             base = label.split(":")[0].split("@")[0].split("[")[0].split(" (")[0]
-            self.assertEqual(fs.policy_style(label)["color"], fs.POLICY_COLOURS[base])
+            if ":" not in label:
+                self.assertEqual(fs.policy_style(label)["color"], fs.POLICY_COLOURS[base])
             self.assertEqual(fs.policy_style(label)["marker"], fs.POLICY_MARKERS[base])
 
     def test_attention_map_is_the_causal_softmax_of_one_head(self):
