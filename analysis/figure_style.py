@@ -32,10 +32,16 @@ PRESET_SHADES = {
 OTHER_SHADES = [("black", 0.4), ("white", 0.4), ("white", 0.6), ("black", 0.6)]
 
 
+def policy_or_preset(name):
+    """The policy or preset a label names: a tagged run ("@seed0"), a sweep configuration
+    ("[...]"), a curve of one setting ("h2o (recent=25%)") and a row merging identical policies
+    ("tova, tova:kvpress") name their (first) one."""
+    return name.split(" (")[0].split(", ")[0].split("@")[0].split("[")[0]
+
+
 def preset_of(name):
     """The reading of a preset label ("snapkv:kvpress" -> "kvpress"), "" for a policy's own."""
-    label = name.split(" (")[0].split(", ")[0].split("@")[0].split("[")[0]
-    return label.split(":", 1)[1] if ":" in label else ""
+    return policy_or_preset(name).partition(":")[2]
 
 
 def policy_colour(name):
@@ -72,7 +78,7 @@ def base_policy(name):
     """The policy of a label: a preset, a tagged run ("@seed0"), a sweep configuration ("[...]"),
     a curve of one setting ("h2o (recent=25%)") and a row merging identical policies ("tova,
     tova:kvpress") take their (first) policy's."""
-    return name.split(" (")[0].split(", ")[0].split(":")[0].split("@")[0].split("[")[0]
+    return policy_or_preset(name).partition(":")[0]
 
 
 def policy_marker(name):
