@@ -129,6 +129,29 @@ std::string budget_class(const std::string& signature) {
   return *lo == *hi ? "budget " + *lo : "budget " + *lo + " to " + *hi + " by sample";
 }
 
+// What a row held, for grouping rows into comparisons and Holm families: its per-sample budgets,
+// or the cache of a policy that keeps every entry or sizes itself; unknown when the table has no
+// budget at all.
+struct MemoryClass {
+  enum class Kind { unknown, budget, keeps_everything, sizes_itself } kind = Kind::unknown;
+  std::string budgets;  // the signature "40;40;..." of a budgeted row
+
+  bool operator==(const MemoryClass&) const = default;
+  std::string describe() const {
+    switch (kind) {
+      case Kind::unknown:
+        return "memory not in the table";
+      case Kind::budget:
+        return budget_class(budgets);
+      case Kind::keeps_everything:
+        return "keeps everything";
+      case Kind::sizes_itself:
+        return "sizes itself";
+    }
+    return "";
+  }
+};
+
 bool is_full_label(const std::string& label) {
   return label.substr(0, label.find('@')) == "full";
 }
@@ -159,18 +182,13 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
   // Without any budget in the table nothing says what was held: one class, as given.
   const bool memory_known =
       std::any_of(table.memory.begin(), table.memory.end(), [](auto& m) { return !m.empty(); });
-  // A row's memory class: its budget signature, or a name marked by a leading '\1' (which no
-  // signature of budgets, "40;40;...", begins with).
-  auto key = [&](int p) -> std::string {
-    if (!memory_known) return "";
-    if (!table.memory[p].empty()) return table.memory[p];
-    return keeps(table.policies[p]) ? "\1keeps everything" : "\1sizes itself";
+  using Kind = MemoryClass::Kind;
+  auto key = [&](int p) -> MemoryClass {
+    if (!memory_known) return {};
+    if (!table.memory[p].empty()) return {Kind::budget, table.memory[p]};
+    return {keeps(table.policies[p]) ? Kind::keeps_everything : Kind::sizes_itself, ""};
   };
-  auto describe_class = [&](const std::string& k) -> std::string {
-    if (k.empty()) return memory_known ? "" : "memory not in the table";
-    return k[0] == '\1' ? k.substr(1) : budget_class(k);
-  };
-  const std::string ref_key = key(ref);
+  const MemoryClass ref_key = key(ref);
   const bool ref_budgeted = memory_known && !table.memory[ref].empty();
   const bool ref_full = memory_known && !ref_budgeted && keeps(reference);
   if (memory_known && !ref_budgeted && !ref_full && !scope.any_memory)
@@ -183,7 +201,7 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
   if (names.empty())
     for (const auto& p : table.policies)
       if (p != reference) names.push_back(p);
-  std::vector<std::string> family_keys;
+  std::vector<MemoryClass> family_keys;
   for (const std::string& name : names) {
     const int p = table.index(name);
     if (p < 0)
@@ -191,24 +209,24 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
                                   ")");
     if (p == ref) continue;
     if (ref_budgeted && key(p) != ref_key && !scope.any_memory) {
-      const std::string why = name + " (" + describe_class(key(p)) + ")";
+      const std::string why = name + " (" + key(p).describe() + ")";
       if (!policies.empty())
         throw std::invalid_argument("compare: " + why +
                                     " did not hold the memory of the "
                                     "reference " +
-                                    reference + " (" + describe_class(ref_key) +
+                                    reference + " (" + ref_key.describe() +
                                     "); give --any-memory (any_memory=True) to compare anyway");
       out.skipped.push_back(why);
       continue;
     }
     out.rows.push_back(
         compare_paired(name, table.values[p], reference, table.values[ref], options));
-    out.memory.push_back(describe_class(key(p)));
+    out.memory.push_back(key(p).describe());
     family_keys.push_back(key(p));
   }
   // Holm within each memory class: a family never mixes rows that held different memory.
-  std::vector<std::string> done;
-  for (const std::string& k : family_keys) {
+  std::vector<MemoryClass> done;
+  for (const MemoryClass& k : family_keys) {
     if (std::find(done.begin(), done.end(), k) != done.end()) continue;
     done.push_back(k);
     std::vector<PairedComparison> family;

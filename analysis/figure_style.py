@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 # One colour per policy, the same in every figure and every run (presets use their policy's).
 POLICY_COLOURS = {
     "full": "#000000", "oracle": "#7f7f7f", "streamingllm": "#bcbd22", "h2o": "#1f77b4",
-    "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#393b79", "tova": "#8c564b",
+    "snapkv": "#9467bd", "pyramidkv": "#17becf", "adakv": "#a55194", "tova": "#8c564b",
     "lookm": "#e377c2", "fastv": "#637939", "vtw": "#9c9ede", "hae": "#d62728",
     "madakv": "#2ca02c", "avl": "#ff7f0e", "st3": "#8c6d31", "meda": "#e7ba52",
     "knorm": "#843c39", "expected_attention": "#ad494a",
@@ -27,7 +27,7 @@ PRESET_SHADES = {
     "released": ("black", 0.3), "kvpress": ("white", 0.3), "kvcache-factory": ("black", 0.5),
     "quickstart": ("white", 0.5), "table2": ("white", 0.5), "kvpress-expected-attention":
     ("white", 0.5), "table3": ("white", 0.7), "kvpress-expected-attention-e2": ("white", 0.7),
-    "authors": ("black", 0.65),
+    "authors": ("black", 0.7),
 }
 OTHER_SHADES = [("black", 0.4), ("white", 0.4), ("white", 0.6), ("black", 0.6)]
 
@@ -144,6 +144,23 @@ def readable_legend(fig, ax, entries):
     ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1),
               borderaxespad=0, ncol=1 if entries <= 16 else 2)
     fig.set_figwidth(fig.get_figwidth() + (2.2 if entries <= 16 else 4.2))
+
+
+def draw_intervals(ax, xs, lows, highs, colour):
+    """Vertical 95% interval bars at each point (none where a bound is NaN)."""
+    keep = [i for i in range(len(xs)) if np.isfinite(lows[i]) and np.isfinite(highs[i])]
+    if keep:
+        ax.vlines([xs[i] for i in keep], [lows[i] for i in keep], [highs[i] for i in keep],
+                  colors=colour, lw=1.2, alpha=0.7)
+
+
+def memory_axes(recall_ax, error_ax, xlabel, note):
+    """The axes of recall and output error against the memory held: labels, and titles with the
+    figure's note (what is pooled, what the bars are) on a second line."""
+    recall_ax.set(xlabel=xlabel, ylabel="mean mass recall")
+    error_ax.set(xlabel=xlabel, ylabel="mean relative output error ‖o − ô‖/‖o‖")
+    recall_ax.set_title(f"Mass recall vs memory held\n{note}", fontsize=9)
+    error_ax.set_title(f"Output error vs memory held\n{note}", fontsize=9)
 
 
 def label_points(ax, xs, ys, labels):

@@ -39,12 +39,12 @@ warnings.filterwarnings("ignore", message="Mean of empty slice")
 warnings.filterwarnings("ignore", message="All-NaN slice encountered")
 
 try:
-    from .figure_style import (label_points, layer_axis, new_figure,  # noqa: F401
-                               policy_colour, policy_style, readable_legend, save)
+    from .figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
+                               new_figure, policy_colour, policy_style, readable_legend, save)
 except ImportError:  # run as a script from analysis/
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figure_style import (label_points, layer_axis, new_figure,  # noqa: F401
-                              policy_colour, policy_style, readable_legend, save)
+    from figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
+                              new_figure, policy_colour, policy_style, readable_legend, save)
 
 
 def find_inputs(paths):
@@ -91,6 +91,20 @@ def mean_and_interval(values, resamples=2000, seed=0):
     draws = rng.integers(0, values.shape[0], size=(resamples, values.shape[0]))
     means = np.nanmean(values[draws], axis=1)
     return mean, np.nanpercentile(means, 2.5, axis=0), np.nanpercentile(means, 97.5, axis=0)
+
+
+def ratio_interval(num, den, resamples=2000, seed=0):
+    """The 95% percentile bootstrap interval of Σ num / Σ den over samples (each sample its sum
+    and its count of rows, so the statistic is the pooled mean the replay tables print: the
+    method of analysis/bootstrap.hpp, numpy's seeded stream in place of SplitMix64); NaN with
+    fewer than two samples."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if len(num) < 2:
+        return np.nan, np.nan
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(num), size=(resamples, len(num)))
+    ratios = num[draws].sum(axis=1) / den[draws].sum(axis=1)
+    return np.percentile(ratios, 2.5), np.percentile(ratios, 97.5)
 
 
 def stats_across_samples_figure(f, tag):
@@ -233,10 +247,10 @@ def stats_figures(path, out, written):
 
 class ReplayMeans:
     """One replay CSV reduced while it is read (the per-step file of one demo sample is ~90 MB):
-    per label, sums by layer of the plotted columns, and overall sums of what the budget figure
-    needs."""
+    per label, sums by layer of the plotted columns, and overall and per-sample sums of what the
+    budget figure needs (its points and their intervals over samples)."""
 
-    COLUMNS = ("policy", "layer", "mass_recall", "hit_rate_top10", "cache_size",
+    COLUMNS = ("policy", "sample", "layer", "mass_recall", "hit_rate_top10", "cache_size",
                "output_rel_error")
 
     def __init__(self, path=None, rows=None, params=None):
@@ -245,6 +259,8 @@ class ReplayMeans:
         {label: (policy, {key: value})}."""
         self.by_layer = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # (label, col) -> layer
         self.total = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])  # cache, n, err, n_err, recall
+        # label -> sample -> [recall, n, err, n_err]: the table's per-sample sums
+        self.by_sample = defaultdict(lambda: defaultdict(lambda: [0.0, 0, 0.0, 0]))
         self.has_hits = False
         self.params = dict(params or {})
         if path is not None:
@@ -259,7 +275,7 @@ class ReplayMeans:
             self.add(*r)
         self.labels = list(self.total)
 
-    def add(self, label, layer, recall, hit, cache, error):
+    def add(self, label, sample, layer, recall, hit, cache, error):
         missing = ("", None)
         layer, recall = int(layer), float(recall)
         acc = self.by_layer[(label, "mass_recall")][layer]
@@ -270,8 +286,11 @@ class ReplayMeans:
             acc[0] += float(hit); acc[1] += 1
         t = self.total[label]
         t[0] += float(cache); t[1] += 1; t[4] += recall
+        s = self.by_sample[label][str(sample)]
+        s[0] += recall; s[1] += 1
         if error not in missing and error == error:
             t[2] += float(error); t[3] += 1
+            s[2] += float(error); s[3] += 1
 
     def by_layer_of(self, label, column):
         per = self.by_layer[(label, column)]
@@ -394,10 +413,12 @@ def summary_figure(path):
 def replay_figures(paths, out, written, means=None):
     """Per replay (a CSV path, or a (tag, ReplayMeans) pair in `means`): recall by layer; over all
     of them, error and recall against the entries held for every policy replayed at two budgets
-    or more."""
+    or more, each point with its 95% interval over samples."""
     # (curve, budget as given) -> the sums of every file that replayed it: one point per budget
-    # swept, placed at the entries it actually held.
+    # swept, placed at the entries it actually held; and per sample (file, sample) the sums its
+    # interval resamples (a seeded policy's runs on one sample are one sample, as in the tables).
     points = defaultdict(lambda: [0.0, 0, 0.0, 0, 0.0, 0])
+    samples = defaultdict(lambda: defaultdict(lambda: np.zeros(4)))
     names = defaultdict(set)  # curve -> the labels it was given
     seeded = False
     sources = [(os.path.splitext(os.path.basename(p))[0], None, p) for p in paths]
@@ -417,14 +438,22 @@ def replay_figures(paths, out, written, means=None):
             rest = tuple(sorted((k, v) for k, v in p.items()
                                 if k not in ("budget", "compression_ratio", "seed")))
             seeded |= "seed" in p
-            acc = points[((policy, rest), p["budget"])]
+            point = ((policy, rest), p["budget"])
             names[(policy, rest)].add(label.split("@")[0].split("[")[0])
             for i, x in enumerate(m.total[label]):
-                acc[i] += x
-    # curve -> [(mean entries held, mean error, mean recall, budget as given)]
+                points[point][i] += x
+            for sample, sums in m.by_sample[label].items():
+                samples[point][(tag, sample)] += sums
+    # curve -> [(mean entries held, mean error, mean recall, budget as given, error interval,
+    #            recall interval)]
     curves = defaultdict(list)
     for (key, budget), t in points.items():
-        curves[key].append((t[0] / t[1], t[2] / t[3] if t[3] else np.nan, t[4] / t[1], budget))
+        per = np.array(list(samples[(key, budget)].values()))
+        recall_ci = ratio_interval(per[:, 0], per[:, 1])
+        with_error = per[per[:, 3] > 0]
+        error_ci = ratio_interval(with_error[:, 2], with_error[:, 3])
+        curves[key].append((t[0] / t[1], t[2] / t[3] if t[3] else np.nan, t[4] / t[1], budget,
+                            error_ci, recall_ci))
     curves = {key: pts for key, pts in curves.items() if len(pts) >= 2}
     multi = {}
     for key, pts in curves.items():
@@ -435,23 +464,30 @@ def replay_figures(paths, out, written, means=None):
                          if len({str(t.get(k)) for t in siblings}) > 1})
         if differ:
             name += " (" + ", ".join(f"{k}={dict(key[1]).get(k, '-')}" for k in differ) + ")"
-        multi[name] = sorted(pts)
+        multi[name] = sorted(pts, key=lambda p: p[:4])
     if multi:
-        fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
-        for policy, pts in sorted(multi.items()):
-            xs, errors, recalls, budgets = zip(*pts)
-            a1.plot(xs, errors, label=policy, **policy_style(policy))
-            a2.plot(xs, recalls, label=policy, **policy_style(policy))
-            label_points(a1, xs, errors, budgets)
-            label_points(a2, xs, recalls, budgets)
-        held = "KV entries held per head (mean while decoding)"
-        pooled = "; seeds pooled" if seeded else ""
-        a1.set(title=f"Output error vs memory held (labels: budgets{pooled})", xlabel=held,
-               ylabel="mean relative output error ‖o − ô‖/‖o‖")
-        a2.set(title=f"Mass recall vs memory held (labels: budgets{pooled})", xlabel=held,
-               ylabel="mean mass recall")
-        readable_legend(fig, a2, len(multi))
-        save(fig, out, "budget_vs_error", written)
+        budget_curves_figure(multi, seeded, out, written)
+
+
+def budget_curves_figure(curves, seeded, out, written):
+    """Output error and mass recall against the entries held, one curve per policy (name ->
+    points of replay_figures), each point with its 95% interval over samples."""
+    fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
+    samples_known = False
+    for policy, pts in sorted(curves.items()):
+        xs, errors, recalls, budgets, error_ci, recall_ci = zip(*pts)
+        style = policy_style(policy)
+        for ax, ys, ci in ((a1, errors, error_ci), (a2, recalls, recall_ci)):
+            ax.plot(xs, ys, label=policy, **style)
+            draw_intervals(ax, xs, [c[0] for c in ci], [c[1] for c in ci], style["color"])
+            label_points(ax, xs, ys, budgets)
+            samples_known |= any(np.isfinite(c[0]) for c in ci)
+    held = "KV entries held per head (mean while decoding)"
+    bars = "bars: 95% intervals over samples" if samples_known else "one sample: no intervals"
+    notes = f"labels: budgets; {bars}" + ("; seeds pooled" if seeded else "")
+    memory_axes(a2, a1, held, notes)
+    readable_legend(fig, a2, len(curves))
+    save(fig, out, "budget_vs_error", written)
 
 
 def read_rows(paths):

@@ -23,12 +23,12 @@ from collections import defaultdict
 import numpy as np
 
 try:
-    from .figure_style import (label_points, new_figure, policy_colour,  # in the package
-                               policy_style, readable_legend, save)
+    from .figure_style import (draw_intervals, label_points, memory_axes,  # in the package
+                               new_figure, policy_colour, policy_style, readable_legend, save)
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figure_style import (label_points, new_figure, policy_colour, policy_style,
-                              readable_legend, save)
+    from figure_style import (draw_intervals, label_points, memory_axes, new_figure,
+                              policy_colour, policy_style, readable_legend, save)
 
 
 def parse_label(label):
@@ -92,8 +92,33 @@ def summarise(results, by_trace=False):
         row["samples"], row["recall_ci_low"], row["recall_ci_high"] = intervals(
             rs, "mean_mass_recall")
         _, row["error_ci_low"], row["error_ci_high"] = intervals(rs, "mean_output_rel_error")
+        row["_rows"] = rs  # for the intervals of points that pool configurations (not written)
         table.append(row)
     return table
+
+
+def point_intervals(table_rows):
+    """The 95% intervals over samples of recall and output error at a figure's point made of one
+    or more configurations (seeds pooled, or axes not drawn averaged over): each sample's value
+    the mean of the configurations' rows there, as a single configuration's own interval."""
+    if len(table_rows) == 1:
+        r = table_rows[0]
+        return (r["recall_ci_low"], r["recall_ci_high"]), (r["error_ci_low"], r["error_ci_high"])
+    rs = [x for r in table_rows for x in r["_rows"]]
+    return (intervals(rs, "mean_mass_recall")[1:], intervals(rs, "mean_output_rel_error")[1:])
+
+
+def draw_point_intervals(a_recall, a_error, xs, rows, colour):
+    """Vertical 95% interval bars at each point of a line, on the recall and the error axes."""
+    cis = [point_intervals(rs) for rs in rows]
+    draw_intervals(a_recall, xs, [c[0][0] for c in cis], [c[0][1] for c in cis], colour)
+    draw_intervals(a_error, xs, [c[1][0] for c in cis], [c[1][1] for c in cis], colour)
+
+
+def intervals_note(table):
+    """What a figure's bars are, for its title."""
+    finite = any(np.isfinite(r["recall_ci_low"]) for r in table)
+    return "bars: 95% intervals over samples" if finite else "one sample: no intervals"
 
 
 def mean_of(rows, column):
@@ -103,9 +128,9 @@ def mean_of(rows, column):
 
 
 def write_tables(table, out, name="table"):
-    cols = list(table[0].keys())
+    cols = [c for c in table[0] if not c.startswith("_")]
     with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for row in table:
             w.writerow(row)
@@ -234,13 +259,16 @@ def axis_figures(table, out, written):
                 error = [np.nanmean([r["mean_output_rel_error"] for r in rs]) for rs in rows]
                 a1.plot(xs, recall, label=label, ms=4, **style)
                 a2.plot(xs, error, label=label, ms=4, **style)
+                draw_point_intervals(a1, a2, xs, rows, style["color"])
                 if key == "budget":
                     label_points(a1, xs, recall, values)
                     label_points(a2, xs, error, values)
             xlabel = (HELD if key == "budget" else axis_label(name, key, raw_values, specs))
             hidden = hidden_axes_text(pooled, seeded)
+            note = intervals_note(table)
             for ax, ylabel in ((a1, "mean mass recall"), (a2, "mean relative output error")):
-                ax.set(xlabel=xlabel, ylabel=ylabel, title=f"{name}: {ylabel} vs {key}{hidden}")
+                ax.set(xlabel=xlabel, ylabel=ylabel)
+                ax.set_title(f"{name}: {ylabel} vs {key}{hidden}\n{note}", fontsize=9)
                 if not numeric and key != "budget":
                     ax.set_xticks(range(len(categories)), categories)
             if len(lines) > 1:
@@ -273,20 +301,20 @@ def held_figure(table, out, written):
     fig, (a1, a2) = new_figure(1, 2, figsize=(11, 4))
     for (name, rest), by_budget in sorted(curves.items(), key=lambda kv: (kv[0][0],
                                                                           setting_text(kv[0][1]))):
-        points = sorted((np.mean([r["mean_cache_size"] for r in rs]),
-                         np.mean([r["mean_mass_recall"] for r in rs]),
-                         np.nanmean([r["mean_output_rel_error"] for r in rs]), budget)
+        points = sorted(((np.mean([r["mean_cache_size"] for r in rs]),
+                          np.mean([r["mean_mass_recall"] for r in rs]),
+                          np.nanmean([r["mean_output_rel_error"] for r in rs]), budget), rs)
                         for budget, rs in by_budget.items())
-        xs, recall, error, budgets = zip(*points)
+        xs, recall, error, budgets = zip(*(p for p, _ in points))
         label = name + (f" ({setting_text(rest)})" if several[name] > 1 and rest else "")
         a1.plot(xs, recall, label=label, ms=4, **policy_style(label))
         a2.plot(xs, error, label=label, ms=4, **policy_style(label))
+        draw_point_intervals(a1, a2, xs, [rs for _, rs in points], policy_style(label)["color"])
         label_points(a1, xs, recall, budgets)
         label_points(a2, xs, error, budgets)
     hidden = hidden_axes_text(pooled_any, seeded_any)
-    a1.set(title=f"Mass recall vs memory held{hidden}", xlabel=HELD, ylabel="mean mass recall")
-    a2.set(title=f"Output error vs memory held{hidden}", xlabel=HELD,
-           ylabel="mean relative output error")
+    pooled = hidden.strip(" ()")
+    memory_axes(a1, a2, HELD, pooled + ("; " if pooled else "") + intervals_note(table))
     readable_legend(fig, a2, len(curves))
     save(fig, out, "held_vs_error", written)
 
@@ -304,6 +332,7 @@ def pareto_figure(table, out, written):
                    marker=marker, label=policy, s=18)
         a2.scatter(x, [r["mean_output_rel_error"] for r in rs], color=policy_colour(policy),
                    marker=marker, s=18)
+        draw_point_intervals(a1, a2, x, [[r] for r in rs], policy_colour(policy))
         best, front = -1.0, []
         for r in rs:  # Pareto front: more recall for more memory only
             if r["mean_mass_recall"] > best:
@@ -311,10 +340,11 @@ def pareto_figure(table, out, written):
                 front.append(r)
         a1.plot([r["kv_mib_per_step"] for r in front], [r["mean_mass_recall"] for r in front],
                 color=policy_colour(policy), lw=1)
-    a1.set(title="KV memory vs mass recall", xlabel="KV cache per decode step (MiB, all layers)",
-           ylabel="mean mass recall")
-    a2.set(title="KV memory vs output error", xlabel="KV cache per decode step (MiB, all layers)",
-           ylabel="mean relative output error")
+    note = intervals_note(table)
+    a1.set(xlabel="KV cache per decode step (MiB, all layers)", ylabel="mean mass recall")
+    a2.set(xlabel="KV cache per decode step (MiB, all layers)", ylabel="mean relative output error")
+    a1.set_title(f"KV memory vs mass recall\n{note}", fontsize=9)
+    a2.set_title(f"KV memory vs output error\n{note}", fontsize=9)
     readable_legend(fig, a2, len(by_policy))
     save(fig, out, "pareto", written)
 

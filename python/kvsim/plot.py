@@ -96,7 +96,8 @@ def budget_curves(runs):
     means = []
     for budget, results in runs.items():
         m = _means(results)
-        m.params = {label: (label.split("@")[0], {"budget": str(budget)}) for label in m.labels}
+        m.params = {label: (label.split("@")[0], {"budget": str(budget)} | (
+            {"seed": label.split("@seed")[1]} if "@seed" in label else {})) for label in m.labels}
         means.append((f"budget {budget}", m))
     figs = {}
     _figures.replay_figures([], figs, [], means=means)

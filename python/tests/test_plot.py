@@ -120,6 +120,10 @@ class Plot(unittest.TestCase):
         for policy, labels in by_policy.items():
             colours = [mc.to_hex(policy_colour(label)) for label in labels]
             self.assertEqual(len(set(colours)), len(labels), f"{policy}: {colours}")
+            rgb = 255 * np.array([mc.to_rgb(c) for c in colours])
+            closest = min(np.linalg.norm(rgb[i] - rgb[j]) for i in range(len(rgb))
+                          for j in range(i))
+            self.assertGreater(closest, 35, f"{policy}: two of {colours} look alike")
             hue = colorsys.rgb_to_hsv(*mc.to_rgb(colours[0]))[0]
             for colour in colours[1:]:
                 apart = abs(colorsys.rgb_to_hsv(*mc.to_rgb(colour))[0] - hue)
@@ -139,6 +143,90 @@ class Plot(unittest.TestCase):
             np.testing.assert_allclose(line.get_xdata(), held, rtol=1e-9)
         with self.assertRaises(ValueError):
             kp.budget_curves({"10%": runs["10%"]})
+
+    def per_sample_means(self, frame, column):
+        """{label: per-sample means of column} of replay or sweep rows (a seeded policy's runs
+        pooled on each sample, as the tables do)."""
+        frame = frame.assign(label=frame["policy"].str.replace(r"@seed\d+$", "", regex=True))
+        return frame.groupby(["label", "sample"])[column].mean().groupby(level=0)
+
+    def assert_bars_hold_their_points(self, ax, lines, per_sample):
+        """Every line of ax has one interval bar per point, around the point, inside the range
+        of its per-sample means ({line label: [(min, max) per point]})."""
+        bars = ax.collections
+        self.assertEqual(len(bars), len(lines), "one set of interval bars per line")
+        for line, bar in zip(lines, bars):
+            segments = bar.get_segments()
+            self.assertEqual(len(segments), len(line.get_xdata()), line.get_label())
+            for (x, y), segment, (low, high) in zip(line.get_xydata(), segments,
+                                                    per_sample[line.get_label()]):
+                np.testing.assert_allclose(segment[:, 0], [x, x])
+                lo, hi = sorted(segment[:, 1])
+                self.assertLess(lo, hi)
+                self.assertLessEqual(lo, y + 1e-12)
+                self.assertGreaterEqual(hi, y - 1e-12)
+                self.assertGreaterEqual(lo, low - 1e-12)
+                self.assertLessEqual(hi, high + 1e-12)
+
+    def four_samples(self):
+        trace = os.path.join(self.dir, "curves4.h5")
+        if not os.path.exists(trace):
+            subprocess.run([BINARY, "synth", "--out", trace, "--samples", "4", "--layers", "2",
+                            "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                            "--media-tokens", "48", "--user-tokens", "8", "--gen", "8"],
+                           check=True, capture_output=True)
+        return trace
+
+    def test_budget_curves_draw_intervals_over_samples_with_seeds_pooled(self):
+        trace = self.four_samples()
+        budgets = ("10%", "20%", "40%")
+        runs = {b: kvsim.replay(trace, ["h2o", "random"], budget=b, seeds=3) for b in budgets}
+        fig = kp.budget_curves(runs)
+        for ax, column in zip(fig.axes[:2], ("output_rel_error", "mass_recall")):
+            lines = sorted(ax.lines, key=lambda l: l.get_label())
+            self.assertEqual([l.get_label() for l in lines], ["h2o", "random"])
+            self.assertIn("bars: 95% intervals over samples; seeds pooled", ax.get_title())
+            spans = {}
+            for label in ("h2o", "random"):  # points in the order of the entries they held
+                frames = {b: pd.DataFrame(runs[b]) for b in budgets}
+                held = {b: f[f["policy"].str.startswith(label)]["cache_size"].mean()
+                        for b, f in frames.items()}
+                spans[label] = [self.per_sample_means(pd.DataFrame(runs[b]), column)
+                                .agg(["min", "max"]).loc[label].to_numpy()
+                                for b in sorted(budgets, key=held.get)]
+            self.assert_bars_hold_their_points(ax, lines, spans)
+        one = {b: kvsim.replay(self.trace, ["h2o"], budget=b) for b in budgets}
+        fig = kp.budget_curves(one)
+        self.assertEqual(len(fig.axes[0].collections), 0)  # one sample: no interval to draw
+        self.assertIn("one sample: no intervals", fig.axes[0].get_title())
+
+    def test_sweep_figures_draw_the_tables_intervals(self):
+        out = os.path.join(self.dir, "sweep_intervals")
+        res = kvsim.sweep(self.four_samples(), ["h2o", "random"], out, seeds=2,
+                          grid={"h2o.budget": ["10%", "40%"], "random.budget": ["10%", "40%"]})
+        figs = kp.sweep(res)
+        df = pd.DataFrame(res)
+        table = {r["label"]: r for r in kp._sweep_report.summarise(kp._sweep_report.read_results(
+            os.path.join(out, "results.csv")))}
+        held = figs["held_vs_error"]
+        for ax, column in zip(held.axes[:2], ("mean_mass_recall", "mean_output_rel_error")):
+            self.assertIn("bars: 95% intervals over samples", ax.get_title())
+            lines = sorted(ax.lines, key=lambda l: l.get_label())
+            self.assertEqual([l.get_label() for l in lines], ["h2o", "random"])
+            frame = df.assign(policy=df["label"].str.replace(r"@seed\d+", "", regex=True)
+                              .str.replace(r"\[.*", "", regex=True))
+            spans = {label: [frame[frame["label"].str.contains(f"budget={b}") &
+                                   (frame["policy"] == label)].groupby("sample")[column].mean()
+                             .agg(["min", "max"]).to_numpy() for b in ("10%", "40%")]
+                     for label in ("h2o", "random")}
+            self.assert_bars_hold_their_points(ax, lines, spans)
+        # a single configuration's bar is its table row's interval
+        recall_bars = figs["h2o_budget"].axes[0].collections[0].get_segments()
+        for segment, budget in zip(recall_bars, ("10%", "40%")):
+            row = table[f"h2o[budget={budget}]"]
+            np.testing.assert_allclose(sorted(segment[:, 1]),
+                                       [row["recall_ci_low"], row["recall_ci_high"]])
+        self.assertEqual(len(figs["pareto"].axes[0].collections), 2 + 2)  # points and bars
 
     def test_sweep_figures_from_the_dict_the_frame_and_the_file(self):
         out = os.path.join(self.dir, "sweep")
