@@ -73,6 +73,20 @@ SampleInfo known_before_decoding(SampleInfo s) {
   return s;
 }
 
+PromptSplit prompt_split(const PolicyConfig& p, const SampleInfo& sample, int prompt_tail) {
+  if (prompt_tail != 0) {
+    if (p.appends_question())
+      throw std::invalid_argument(
+          p.label +
+          ": question = append is an order of its own (the question appended after "
+          "compression, unhooked); drop it or the prompt tail (" +
+          prompt_tail_text(prompt_tail) + ")");
+    return {prompt_tail_length(sample, prompt_tail), true};
+  }
+  if (p.appends_question()) return {question_length(sample), false};
+  return {};
+}
+
 const SampleStats& LayerView::sample_stats() const {
   if (!stats_) throw std::logic_error("sample statistics were not requested");
   return *stats_;

@@ -253,6 +253,21 @@ struct PolicyConfig {
   }
 };
 
+// How a policy sees a sample's prompt: the last `fed` prompt positions are fed after compression
+// as decode steps, `hooked` when the policy decides and is measured on them (a prompt tail) and
+// not when they are the question appended unhooked (`question = append`, kvpress's pipeline).
+struct PromptSplit {
+  int fed = 0;
+  bool hooked = false;
+  bool operator==(const PromptSplit&) const = default;
+  auto operator<=>(const PromptSplit&) const = default;
+};
+// The split of `sample` for policy `p` under `prompt_tail` (ReplayOptions::prompt_tail, the live
+// engine's prepare).
+// invalid_argument when the tail cannot be fed (prompt_tail_length) or when the policy splits at
+// its question itself (`question = append`) and a tail is given: the two orders are exclusive.
+PromptSplit prompt_split(const PolicyConfig& p, const SampleInfo& sample, int prompt_tail);
+
 // A named parameter set pinning one reference reading of a method (policies/presets.cpp).
 struct PolicyPreset {
   std::string name;    // "<policy>:<reading>", e.g. "snapkv:kvpress"

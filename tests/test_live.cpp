@@ -83,7 +83,8 @@ struct Naive {
     const int d = c.head_dim, half = d / 2;
     std::vector<std::vector<double>> emb(3, std::vector<double>(d));
     for (int a = 0; a < 3; ++a)
-      for (int i = 0; i < d; ++i) emb[a][i] = pos[a] * std::pow(c.rope_theta, -2.0 * (i % half) / d);
+      for (int i = 0; i < d; ++i)
+        emb[a][i] = pos[a] * std::pow(c.rope_theta, -2.0 * (i % half) / d);
     if (c.mrope_section.empty()) return emb[0];
     std::vector<double> out;
     for (int j = 0; j < 6; ++j) {
@@ -99,7 +100,8 @@ struct Naive {
     for (int h = 0; h < heads; ++h) {
       std::vector<double> v(x.begin() + h * d, x.begin() + (h + 1) * d), rotated(d);
       for (int i = 0; i < half; ++i) rotated[i] = -v[i + half], rotated[i + half] = v[i];
-      for (int i = 0; i < d; ++i) x[h * d + i] = v[i] * std::cos(a[i]) + rotated[i] * std::sin(a[i]);
+      for (int i = 0; i < d; ++i)
+        x[h * d + i] = v[i] * std::cos(a[i]) + rotated[i] * std::sin(a[i]);
     }
   }
   // Logits after the last of `ids`; rows of `embeds` replace the embeddings at `at`; token t
@@ -349,9 +351,9 @@ TEST(VlmCheckpoint, LlavaLayoutsLoadTheLanguageModel) {
   const auto at = prompt.embed_positions();
   const auto ref = ref_model.prefill(prompt.info.token_ids, at, prompt.inputs_embeds).logits;
   // transformers before 4.52, and since (and 5)
-  for (const auto& [prefix, head] :
-       {std::pair<std::string, std::string>{"language_model.model.", "language_model.lm_head.weight"},
-        {"model.language_model.", "lm_head.weight"}}) {
+  for (const auto& [prefix, head] : {std::pair<std::string, std::string>{
+                                         "language_model.model.", "language_model.lm_head.weight"},
+                                     {"model.language_model.", "lm_head.weight"}}) {
     const Checkpoint ck = live::load_checkpoint(
         vlm_checkpoint("llava_" + std::to_string(prefix.size()), plain, config, prefix, head));
     EXPECT_EQ(ck.config.vlm_type, "llava");
@@ -429,8 +431,8 @@ TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
   nlohmann::json text = decoder_json(c);
   text["model_type"] = "qwen2_vl_text";
   text.erase("rope_scaling");
-  text["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0},
-                             {"mrope_section", {2, 1, 1}}};
+  text["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 10000.0}, {"mrope_section", {2, 1, 1}}};
   // transformers 5's layout: text_config and model.language_model.*
   const Checkpoint ck = live::load_checkpoint(
       vlm_checkpoint("qwen2vl", plain, {{"model_type", "qwen2_vl"}, {"text_config", text}},
@@ -441,7 +443,8 @@ TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
   live::LiveEngine engine(model, 1);
   PromptSample prompt = tiny_prompt(12, 3, 6, c.vocab_size, c.hidden_size);
   const auto pos3 = qwen2_vl_positions(3, 2, 3, 3);
-  for (const auto& p : pos3) prompt.position_ids.insert(prompt.position_ids.end(), p.begin(), p.end());
+  for (const auto& p : pos3)
+    prompt.position_ids.insert(prompt.position_ids.end(), p.begin(), p.end());
   live::PreparedPrompt pp = engine.prepare(prompt, 3, {});
   const Naive naive(ck);
   std::vector<std::int32_t> ids = prompt.info.token_ids;
@@ -456,8 +459,9 @@ TEST(VlmCheckpoint, Qwen2VlMropeMatchesANaiveRestatement) {
   const Checkpoint ck4 =
       live::load_checkpoint(vlm_checkpoint("qwen2vl_v4", plain, v4, "model.", "lm_head.weight"));
   live::Model model4(ck4, *backend);
-  EXPECT_EQ(model4.prefill(prompt.info.token_ids, prompt.embed_positions(), prompt.inputs_embeds,
-                           prompt.position_ids)
+  EXPECT_EQ(model4
+                .prefill(prompt.info.token_ids, prompt.embed_positions(), prompt.inputs_embeds,
+                         prompt.position_ids)
                 .logits,
             pp.first_logits);
   // Plain RoPE at 0..P-1 gives other logits: the test can tell M-RoPE from RoPE.
@@ -553,7 +557,33 @@ struct LiveFixture : ::testing::Test {
   std::unique_ptr<live::Backend> backend = live::make_cpu_backend();
   live::Model model{ck, *backend};
   live::LiveEngine engine{model, 2};
+
+  // A full-cache capture of `prompt` (gen_len greedy steps) written as the trace `name`.
+  std::string captured(const PromptSample& prompt, const std::string& name, int gen_len) {
+    const std::string prompts = temp_path(name + "_prompts.h5"), trace = temp_path(name + ".h5");
+    write_prompt_file(prompts, {prompt});
+    PromptReader reader(prompts);
+    live::CaptureOptions co;
+    co.gen_len = gen_len;
+    live::capture(engine, reader, reader.sample_names(), trace, co);
+    return trace;
+  }
 };
+
+// The evictions (step, position) of a live run's layer-0 cache equal replay's.
+void expect_same_evictions(const KvCache& live_cache,
+                           const std::vector<std::vector<EvictionRecord>>& replayed,
+                           const std::string& what) {
+  for (int g = 0; g < live_cache.kv_heads(); ++g) {
+    const auto& lv = live_cache.evictions(g);
+    ASSERT_EQ(lv.size(), replayed[g].size()) << what;
+    ASSERT_FALSE(lv.empty()) << what;
+    for (std::size_t i = 0; i < lv.size(); ++i) {
+      EXPECT_EQ(lv[i].step, replayed[g][i].step) << what;
+      EXPECT_EQ(lv[i].position, replayed[g][i].position) << what;
+    }
+  }
+}
 
 TEST_F(LiveFixture, ImageTokenIdsComeFromInputsEmbedsNotTheVocabulary) {
   PromptSample prompt = tiny_prompt(20, 4, 6, c.vocab_size, c.hidden_size);
@@ -768,19 +798,12 @@ TEST_F(LiveFixture, QuestionAppendedAfterCompressionRestated) {
 // depend on what deeper layers kept.
 TEST_F(LiveFixture, QuestionAppendedMatchesReplaysDecisions) {
   PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);  // Q = 16 after the image
-  const std::string prompts = temp_path("question_prompts.h5"),
-                    trace = temp_path("question_trace.h5");
-  write_prompt_file(prompts, {prompt});
-  PromptReader reader(prompts);
-  live::CaptureOptions co;
-  co.gen_len = 6;
-  live::capture(engine, reader, reader.sample_names(), trace, co);
-  TraceReader tr(trace);
+  TraceReader tr(captured(prompt, "question_trace", 6));
   const SampleInfo s = tr.read_sample(prompt.info.name);
   ASSERT_EQ(question_length(s), 16);
   std::vector<std::int32_t> answer(s.token_ids.begin() + 40, s.token_ids.end());
-  for (const char* name : {"snapkv:kvpress", "h2o:kvpress", "streamingllm:kvpress",
-                           "tova:kvpress", "pyramidkv:kvpress", "knorm:kvpress"}) {
+  for (const char* name : {"snapkv:kvpress", "h2o:kvpress", "streamingllm:kvpress", "tova:kvpress",
+                           "pyramidkv:kvpress", "knorm:kvpress"}) {
     const PolicyConfig p = make_policy_config(name, {{"budget", "10"}});
     ASSERT_TRUE(p.appends_question()) << name;
     Replayer replayer(tr, {p}, ReplayOptions{});
@@ -788,23 +811,117 @@ TEST_F(LiveFixture, QuestionAppendedMatchesReplaysDecisions) {
     replayer.replay_sample(s.name, [&](const LayerResult& r) {
       if (r.layer == 0) replayed = r.evicted;
     });
-    live::PreparedPrompt pp =
-        engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), true);
+    live::PreparedPrompt pp = engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), true);
     live::RunOptions o;
     o.steps = 6;
     o.policy = &p;
     o.forced = &answer;
     const live::RunResult live_run = engine.run(pp, o);
-    for (int g = 0; g < 2; ++g) {
-      const auto& lv = live_run.caches[0].evictions(g);
-      ASSERT_EQ(lv.size(), replayed[g].size()) << name;
-      ASSERT_FALSE(lv.empty()) << name;
-      for (std::size_t i = 0; i < lv.size(); ++i) {
-        EXPECT_EQ(lv[i].step, replayed[g][i].step) << name;
-        EXPECT_EQ(lv[i].position, replayed[g][i].position) << name;
-      }
+    expect_same_evictions(live_run.caches[0], replayed, name);
+  }
+}
+
+// A prompt tail in the live path: every policy compresses the prompt less its last N tokens
+// (or its question), then those tokens are fed against the compressed cache, the policy deciding
+// on them as on any decode step. Restated: the model run on the prompt less its tail as the
+// prompt, fed the tail's tokens as forced decode steps, gives the same caches, the same first
+// answer distribution and the same logits (to float32 rounding: see the test above); with a
+// budget that evicts, the first answer token's distribution is no longer the full prompt's.
+TEST_F(LiveFixture, PromptTailFedAfterCompressionRestated) {
+  const PromptSample prompt = tiny_prompt(24, 4, 12, c.vocab_size);  // Q = 8 after the image
+  for (const int tail : {1, kQuestionTail}) {
+    const int fed = tail == 1 ? 1 : 8;
+    for (const char* name : {"h2o", "tova", "snapkv", "streamingllm", "hae", "madakv"}) {
+      const PolicyConfig p = make_policy_config(name, {{"budget", "6"}});
+      const AttentionNeeds needs = live::LiveEngine::live_needs({p}, c);
+      live::PreparedPrompt pp = engine.prepare(prompt, 4, needs, false, tail);
+      ASSERT_EQ(pp.question, fed);
+      live::RunOptions o;
+      o.steps = 4;
+      o.policy = &p;
+      o.keep_logits = true;
+      const live::RunResult r = engine.run(pp, o);
+      EXPECT_EQ(r.question_steps, fed);
+      EXPECT_EQ(r.prompt_kv_entries, 2 * 2 * (24 - fed));
+      ASSERT_EQ(r.steps.size(), 4u);
+      EXPECT_EQ(r.steps[0].position, 24);
+      // The first answer token comes from the compressed cache, not the prefill.
+      EXPECT_GT(rel_error(r.first_logits,
+                          std::vector<double>(pp.first_logits.begin(), pp.first_logits.end())),
+                1e-4)
+          << name;
+
+      PromptSample context = prompt;
+      context.info.prompt_len = 24 - fed;
+      context.info.token_ids.resize(24 - fed);
+      context.info.modality.resize(24 - fed);
+      context.info.segment.resize(24 - fed);
+      context.info.question_len = 0;
+      live::PreparedPrompt pc = engine.prepare(context, fed + 4, needs);
+      std::vector<std::int32_t> forced(prompt.info.token_ids.begin() + 24 - fed,
+                                       prompt.info.token_ids.end());
+      forced.insert(forced.end(), r.predicted.begin(), r.predicted.end() - 1);
+      live::RunOptions w = o;
+      w.steps = fed + 4;
+      w.forced = &forced;
+      const live::RunResult restated = engine.run(pc, w);
+      const auto as_double = [](const std::vector<float>& v) {
+        return std::vector<double>(v.begin(), v.end());
+      };
+      EXPECT_LT(rel_error(r.first_logits, as_double(restated.logits[fed - 1])), 1e-5) << name;
+      for (int t = 0; t < 4; ++t)
+        EXPECT_LT(rel_error(r.logits[t], as_double(restated.logits[fed + t])), 1e-5)
+            << name << " " << t;
+      EXPECT_EQ(r.peak_kv_entries, restated.peak_kv_entries) << name;
+      for (int l = 0; l < 2; ++l)
+        for (int g = 0; g < 2; ++g)
+          EXPECT_EQ(r.caches[l].positions(g), restated.caches[l].positions(g)) << name;
     }
   }
+  // A budget that keeps the whole prompt leaves the first answer token as the full cache's.
+  const PolicyConfig roomy = make_policy_config("h2o", {{"budget", "100%"}});
+  live::PreparedPrompt pp = engine.prepare(prompt, 2, roomy.needs(), false, 1);
+  live::RunOptions o;
+  o.steps = 2;
+  o.policy = &roomy;
+  const live::RunResult r = engine.run(pp, o);
+  EXPECT_LT(rel_error(r.first_logits,
+                      std::vector<double>(pp.first_logits.begin(), pp.first_logits.end())),
+            1e-5);
+  // The tail is fed as text tokens: one reaching into the image is refused.
+  expect_error([&] { engine.prepare(prompt, 2, {}, false, 20); },
+               "its prompt tail, the last 20 prompt positions, holds a vision token at 4");
+  const PolicyConfig appended = make_policy_config("snapkv:kvpress", {{"budget", "6"}});
+  live::PreparedPrompt pq = engine.prepare(prompt, 2, {}, false, 1);
+  o.policy = &appended;
+  expect_error([&] { engine.run(pq, o); }, "question = append is an order of its own");
+}
+
+// Live and replay decide alike under a prompt tail: at layer 0, whose inputs do not depend on
+// what deeper layers kept, the same evictions at the same steps, the tail's steps included.
+TEST_F(LiveFixture, PromptTailMatchesReplaysDecisions) {
+  PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);  // Q = 16 after the image
+  TraceReader tr(captured(prompt, "tail_trace", 6));
+  const SampleInfo s = tr.read_sample(prompt.info.name);
+  std::vector<std::int32_t> answer(s.token_ids.begin() + 40, s.token_ids.end());
+  for (const int tail : {1, kQuestionTail})
+    for (const char* name : {"h2o", "tova", "snapkv", "streamingllm", "hae", "madakv"}) {
+      const PolicyConfig p = make_policy_config(name, {{"budget", "10"}});
+      Replayer replayer(tr, {p}, ReplayOptions{.prompt_tail = tail});
+      std::vector<std::vector<EvictionRecord>> replayed;
+      replayer.replay_sample(s.name, [&](const LayerResult& r) {
+        if (r.layer == 0) replayed = r.evicted;
+      });
+      live::PreparedPrompt pp =
+          engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), false, tail);
+      live::RunOptions o;
+      o.steps = 6;
+      o.policy = &p;
+      o.forced = &answer;
+      const live::RunResult live_run = engine.run(pp, o);
+      expect_same_evictions(live_run.caches[0], replayed,
+                            std::string(name) + " tail " + prompt_tail_text(tail));
+    }
 }
 
 // Several questions on one compressed context (kvpress's pipeline with questions asked in turn):
@@ -825,8 +942,7 @@ TEST_F(LiveFixture, SeveralQuestionsOnOneCompressedContext) {
   }
   second.info.prompt_len = 27;
   auto kept_context = [&](const PromptSample& prompt, const PolicyConfig& p) {
-    live::PreparedPrompt pp =
-        engine.prepare(prompt, 3, live::LiveEngine::live_needs({p}, c), true);
+    live::PreparedPrompt pp = engine.prepare(prompt, 3, live::LiveEngine::live_needs({p}, c), true);
     live::RunOptions o;
     o.steps = 3;
     o.policy = &p;
@@ -1082,8 +1198,8 @@ TEST_F(LiveFixture, EvaluateDecodesAndScoresTheAnswers) {
   EXPECT_TRUE(rows[0].score.exact);
   EXPECT_TRUE(rows[0].full_score.exact);
   EXPECT_TRUE(rows[1].full_score.exact);
-  EXPECT_EQ(rows[1].score.exact,
-            live::normalize_vqa_answer(rows[1].answer) == live::normalize_vqa_answer(rows[0].answer));
+  EXPECT_EQ(rows[1].score.exact, live::normalize_vqa_answer(rows[1].answer) ==
+                                     live::normalize_vqa_answer(rows[0].answer));
   std::string csv;
   live::append_eval_summary_csv(csv, rows[0], false);
   EXPECT_NE(csv.find(",1,1,1,1,"), std::string::npos) << csv;  // the four answer scores

@@ -142,6 +142,39 @@ SampleInfo context_only(SampleInfo sample, int question) {
   return sample;
 }
 
+int prompt_tail_length(const SampleInfo& s, int tail) {
+  if (tail == 0) return 0;
+  const int n = tail == kQuestionTail ? question_length(s) : tail;
+  if (tail == kQuestionTail && n == 0)
+    throw std::invalid_argument("sample '" + s.name +
+                                "' has no question to feed after compression (no question_len "
+                                "attribute and no text after its last image or video token)");
+  if (n >= s.prompt_len)
+    throw std::invalid_argument("sample '" + s.name + "': a prompt tail of " + std::to_string(n) +
+                                " tokens leaves nothing of its " + std::to_string(s.prompt_len) +
+                                "-token prompt to compress");
+  return n;
+}
+
+std::string prompt_tail_text(int tail) {
+  return tail == kQuestionTail ? "question" : tail == 0 ? "" : std::to_string(tail);
+}
+
+int parse_prompt_tail(const std::string& text) {
+  if (text == "question") return kQuestionTail;
+  std::size_t used = 0;
+  int n = -1;
+  try {
+    n = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || n < 0)
+    throw std::invalid_argument("prompt tail '" + text +
+                                "': give 'question' or a whole number of tokens (>= 0)");
+  return n;
+}
+
 const std::string& context_draw_key(const SampleInfo& s) {
   return s.context_id.empty() ? s.name : s.context_id;
 }

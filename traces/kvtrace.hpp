@@ -81,6 +81,18 @@ int question_length(const SampleInfo& sample);
 // The sample as a context-only compression sees it: its last `question` prompt positions become
 // the first decode steps (P - question prompt positions, G + question steps).
 SampleInfo context_only(SampleInfo sample, int question);
+// A prompt tail fed after compression (replay's and live's `--prompt-tail`): the last N prompt
+// tokens, or the sample's question (kQuestionTail), are fed as ordinary decode steps against the
+// compressed cache, so that no answer token is computed from the full prompt. 0: none.
+inline constexpr int kQuestionTail = -1;
+// How many prompt positions `tail` feeds after compression on `sample`: N, or its question's
+// length. invalid_argument, naming the sample, when that leaves no context (N >= P) or the sample
+// has no question to feed.
+int prompt_tail_length(const SampleInfo& sample, int tail);
+// "question" or the count, as `--prompt-tail` takes it; "" for 0.
+std::string prompt_tail_text(int tail);
+// Parses `--prompt-tail`: "question", or a whole number >= 0; invalid_argument otherwise.
+int parse_prompt_tail(const std::string& text);
 // The name a policy's per-sample random draws are keyed on: the context_id when the sample
 // declares one (so several questions on one context draw alike), else the sample's name.
 const std::string& context_draw_key(const SampleInfo& sample);

@@ -190,7 +190,7 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
 // the named policies adjusted on these samples (e.g. a window clamped to a small budget; Python
 // policies are left out, so that their start() runs once per sample, in the replay).
 void warn_before_replay(const PolicySet& set, const std::string& budget, const TraceReader& reader,
-                        const std::vector<std::string>& samples) {
+                        const std::vector<std::string>& samples, int prompt_tail) {
   warn_python(budget_ignored_warning(set.named, budget));
   warn_python(budget_replaced_warning(set.named, set.chosen_params, budget));
   warn_python(self_sizing_warning(set.self_sizing));
@@ -200,13 +200,26 @@ void warn_before_replay(const PolicySet& set, const std::string& budget, const T
                      [&](const auto& info) { return info.get() == c.info; }))
       named.push_back(c);
   if (named.empty()) return;
-  for (const auto& [label, notes] : Replayer(reader, named, {}).validate(samples))
+  for (const auto& [label, notes] :
+       Replayer(reader, named, {.prompt_tail = prompt_tail}).validate(samples))
     for (const std::string& note : notes) warn_python(note);
+}
+
+// kvsim.replay's prompt_tail: None or 0 (none), a whole number of tokens, or "question".
+int prompt_tail_of(const py::object& tail) {
+  if (tail.is_none()) return 0;
+  if (py::isinstance<py::str>(tail)) return parse_prompt_tail(tail.cast<std::string>());
+  if (!py::isinstance<py::int_>(tail) || py::isinstance<py::bool_>(tail))
+    throw py::type_error("prompt_tail: a whole number of tokens or \"question\", not " +
+                         std::string(py::str(tail.get_type().attr("__name__"))));
+  return parse_prompt_tail(std::to_string(tail.cast<long long>()));
 }
 
 py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
                   int threads, const std::string& budget, bool diagnostics, bool decisions,
-                  const py::object& progress, int seeds, bool equal_memory) {
+                  const py::object& progress, int seeds, bool equal_memory,
+                  const py::object& prompt_tail) {
+  const int tail = prompt_tail_of(prompt_tail);
   const PolicySet set = policy_set(policies, budget, seeds, equal_memory);
   const auto opened = open_trace(trace);
   const TraceReader& reader = *opened;
@@ -215,9 +228,11 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   check_samples(reader, names);
   const long layers_total = static_cast<long>(names.size()) * reader.info().num_layers;
   long layers_done = 0;
-  Replayer replayer(reader, set.configs,
-                    ReplayOptions{.threads = thread_count(threads), .diagnostics = diagnostics});
-  warn_before_replay(set, budget, reader, names);
+  Replayer replayer(
+      reader, set.configs,
+      ReplayOptions{
+          .threads = thread_count(threads), .diagnostics = diagnostics, .prompt_tail = tail});
+  warn_before_replay(set, budget, reader, names, tail);
   Columns columns;
   Decisions log;
   NoteTally noted;  // what the policies note while replaying (e.g. MadaKV's dry budget)
@@ -253,7 +268,7 @@ void bind_replay(py::module_& m) {
   m.def("replay", &replay, py::arg("trace"), py::arg("policies"), py::arg("samples") = py::none(),
         py::arg("threads") = 0, py::arg("budget") = "", py::arg("diagnostics") = false,
         py::arg("decisions") = false, py::arg("progress") = py::none(), py::arg("seeds") = 1,
-        py::arg("equal_memory") = false,
+        py::arg("equal_memory") = false, py::arg("prompt_tail") = py::none(),
         R"doc(Replays samples of a trace through policies, as `kvsim replay --out` does.
 
 policies: a policy or preset name, a list of names, or a dict whose keys are labels (policy or
@@ -269,7 +284,8 @@ position, into_position.
 progress: called as progress(layers_done, layers_total) after every replayed layer.
 seeds: a policy with a `seed` parameter (random) and none given runs once per seed 0..seeds-1,
 labelled NAME@seedK (like --seeds). equal_memory: hold every budgeted policy to its budget at
-every step (like --equal-memory).)doc");
+every step (like --equal-memory). prompt_tail: N or "question": compress the prompt less its last
+N tokens (or its question), then feed them as the first decode steps (like --prompt-tail).)doc");
 }
 
 }  // namespace kvsim::python

@@ -120,7 +120,8 @@ def _frame(columns, integer=(), nullable=()):
 
 
 def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=False,
-           decisions=False, as_frame=False, progress=None, seeds=5, equal_memory=False):
+           decisions=False, as_frame=False, progress=None, seeds=5, equal_memory=False,
+           prompt_tail=None):
     """Replays samples of a trace through policies, as `kvsim replay --out` does.
 
     policies: a policy or preset name, a kvsim.Policy object, a list of either (objects are
@@ -132,7 +133,10 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     or a callable progress(layers_done, layers_total). seeds: a policy with a `seed` parameter
     (random) and none given runs once per seed 0 .. seeds - 1, labelled NAME@seedK (like
     --seeds; kvsim.summarize and kvsim.compare pool them). equal_memory: hold every budgeted
-    policy to its budget at every step (like --equal-memory).
+    policy to its budget at every step (like --equal-memory). prompt_tail: N or "question":
+    every policy compresses the prompt less its last N tokens (or its question), which are then
+    fed as the first decode steps, so no answer token comes from the full prompt (like
+    --prompt-tail; the steps then start with those tokens).
 
     Returns a dict of numpy columns named as the CSV's (pandas.DataFrame(result) is the CSV), or
     with as_frame=True a DataFrame: text as pandas strings, counts int64, metrics float32,
@@ -144,7 +148,7 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     callback, bar = _progress_callback(progress, "replay")
     try:
         out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback,
-                      seeds, equal_memory)
+                      seeds, equal_memory, prompt_tail)
     finally:
         if bar is not None:
             bar.close()

@@ -81,7 +81,8 @@ class Cache:
 
 def replay(trace: str, policies: Any, samples: Optional[Sequence[str]] = ..., threads: int = ...,
            budget: str = ..., diagnostics: bool = ..., decisions: bool = ...,
-           progress: Optional[Callable[[int, int], None]] = ...) -> Any: ...
+           progress: Optional[Callable[[int, int], None]] = ..., seeds: int = ...,
+           equal_memory: bool = ..., prompt_tail: Union[int, str, None] = ...) -> Any: ...
 def stats(trace: str, samples: Optional[Sequence[str]] = ..., epsilon: float = ...,
           concentration: Sequence[float] = ..., ppci: Sequence[float] = ...,
           dap_r: Sequence[float] = ..., dap_alpha: float = ..., key_quantiles: Sequence[float] = ...,

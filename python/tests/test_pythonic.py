@@ -66,6 +66,27 @@ class Pythonic(unittest.TestCase):
         with self.assertRaises(ValueError):
             kvsim.resolve_budget("abc", 10)
 
+    def test_a_prompt_tail_is_fed_after_compression(self):
+        # The last prompt token (then the question) becomes the first decode step of every
+        # policy, a Python one included: one more step per head, at the prompt's last position.
+        plain = pd.DataFrame(kvsim.replay(self.trace, ["h2o", KnormPress("20%")], budget="20%",
+                                          samples=["000000"]))
+        with kvsim.Trace(self.trace) as t:
+            P = t["000000"].prompt_len
+        for tail, fed in ((1, 1), ("question", 8)):
+            tailed = pd.DataFrame(kvsim.replay(self.trace, ["h2o", KnormPress("20%")], budget="20%",
+                                               samples=["000000"], prompt_tail=tail))
+            self.assertEqual(len(tailed), len(plain) + fed * len(plain) // 10)
+            for policy in ("h2o", "KnormPress"):
+                rows = tailed[(tailed["policy"] == policy) & (tailed["step"] == 0)]
+                self.assertEqual(set(rows["position"]), {P - fed})
+        with self.assertRaises(ValueError):
+            kvsim.replay(self.trace, "h2o", budget="20%", prompt_tail="first")
+        with self.assertRaises(TypeError):
+            kvsim.replay(self.trace, "h2o", budget="20%", prompt_tail=1.5)
+        with self.assertRaises(ValueError):  # its own order, refused beside a tail
+            kvsim.replay(self.trace, "snapkv:kvpress", budget="20%", prompt_tail=1)
+
     def test_the_users_exception_is_raised_as_itself(self):
         class Boom(kvsim.Policy):
             def on_prefill(self, view, cache):

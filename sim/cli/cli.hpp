@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "traces/kvtrace.hpp"
+
 namespace kvsim::cli {
 
 using Runner = std::function<int()>;
@@ -82,6 +84,32 @@ inline CLI::Option* add_equal_memory_flag(CLI::App& app, bool& equal_memory) {
       "Hold every budgeted policy to its budget at every step (decode=cap where it would grow, "
       "its own decoding eviction where it has one, the recycle bin or kept text inside the "
       "budget: docs/policies.md); policies that size their caches themselves are reported apart");
+}
+
+// --prompt-tail N|question: every policy compresses the prompt less its last N tokens (or its
+// question), which are then fed as decode steps against the compressed cache, so that the first
+// answer token is computed from the compressed cache (ReplayOptions::prompt_tail).
+inline CLI::Option* add_prompt_tail_option(CLI::App& app, std::string& tail) {
+  return app
+      .add_option("--prompt-tail", tail,
+                  "Compress the prompt less its last N tokens (or its question: 'question'), "
+                  "then feed those as decode steps against the compressed cache, so no answer "
+                  "token comes from the full prompt; the steps then start with them "
+                  "(docs/commands.md)")
+      ->check([](const std::string& v) {
+        try {
+          parse_prompt_tail(v);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
+}
+// What the run's header says of its prompt tail ("" without one).
+inline std::string prompt_tail_note(const std::string& tail) {
+  if (tail.empty() || parse_prompt_tail(tail) == 0) return "";
+  return "; the prompt's last " + (tail == "question" ? "question" : tail + " token(s)") +
+         " fed after compression (steps start with them)";
 }
 
 }  // namespace kvsim::cli

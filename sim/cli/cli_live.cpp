@@ -48,6 +48,7 @@ struct RunArgs {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int seeds = kDefaultSeeds;
   bool equal_memory = false;
+  std::string prompt_tail;  // live evaluate --prompt-tail
   bool force_reference = false, no_timing = false, logits = false, beyond_positions = false;
   bool compact = false, no_entropies = false;  // capture: a compact trace
   int compact_window = 0;
@@ -381,6 +382,7 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
                                        std::to_string(o.timing)};
   for (const auto id : o.stop_tokens) identity.push_back("stop " + std::to_string(id));
   if (o.vocabulary) identity.push_back("vocabulary " + o.vocabulary->path());
+  if (o.prompt_tail != 0) identity.push_back("prompt tail " + prompt_tail_text(o.prompt_tail));
   for (const auto& p : policies) identity.push_back(p.label + " " + p.params.str());
   return std::make_unique<live::PieceStore>(output, live::fingerprint_of(identity));
 }
@@ -411,6 +413,7 @@ int run_evaluate(const RunArgs& a, const World& world) {
   o.gen_len = a.gen;
   o.stop_tokens = stop_tokens(a);
   o.timing = !a.no_timing;
+  o.prompt_tail = a.prompt_tail.empty() ? 0 : parse_prompt_tail(a.prompt_tail);
   const std::optional<live::Vocabulary> vocabulary =
       a.tokenizer.empty() ? live::Vocabulary::find(a.model) : live::Vocabulary::load(a.tokenizer);
   if (vocabulary) o.vocabulary = &*vocabulary;
@@ -554,6 +557,7 @@ Runner add_live(CLI::App& app) {
   add_equal_memory_flag(*ev, run->equal_memory);
   ev->add_option("--budget", run->budget,
                  "Budget for every policy that has one and no explicit budget");
+  add_prompt_tail_option(*ev, run->prompt_tail);
   ev->add_option("-o,--out", run->out, "Per-step results CSV (and NAME.policies.csv beside it)");
   ev->add_option("--summary", run->summary, "Per-(policy, sample) summary CSV");
   ev->add_option("--tokenizer", run->tokenizer,

@@ -28,6 +28,7 @@ struct ReplayArgs {
   bool diagnostics = false;
   std::string bounds, card;
   double bounds_epsilon = 0.01;
+  std::string prompt_tail;
 };
 
 // --card: the outcome a prediction card's map gives each replayed policy, with the range of the
@@ -75,7 +76,9 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
 }
 
 ReplayOptions replay_options(const ReplayArgs& a) {
-  ReplayOptions o{.threads = a.threads, .diagnostics = a.diagnostics};
+  ReplayOptions o{.threads = a.threads,
+                  .diagnostics = a.diagnostics,
+                  .prompt_tail = a.prompt_tail.empty() ? 0 : parse_prompt_tail(a.prompt_tail)};
   if (!a.bounds.empty()) o.checks.push_back(bounds_check(a.bounds_epsilon));
   return o;
 }
@@ -112,6 +115,7 @@ Runner add_replay(CLI::App& app) {
   app.add_option("--compression-ratio", a->compression_ratio,
                  "kvpress's convention instead of --budget: the fraction of the prompt removed; "
                  "keeps int(P * (1 - R)) entries (--set NAME.compression_ratio=R per policy)");
+  add_prompt_tail_option(app, a->prompt_tail);
   app.add_option("-o,--out", a->out, "Per-step results CSV (and NAME.policies.csv beside it)");
   app.add_option("--summary", a->summary, "Per-layer and overall summary CSV");
   app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");
@@ -174,9 +178,9 @@ Runner add_replay(CLI::App& app) {
     std::printf(
         "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
         "out_rel_err = |o - o_hat| / |o|, out_v_err = |o - o_hat| / sum_j p_j |v_j|, means over "
-        "layers, heads and decode steps\n%s",
+        "layers, heads and decode steps%s\n%s",
         a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
-        report.table.c_str());
+        prompt_tail_note(a->prompt_tail).c_str(), report.table.c_str());
     if (card) std::printf("%s", card_predictions(*card, report.sample_means).c_str());
     return 0;
   };

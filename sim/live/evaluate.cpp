@@ -334,7 +334,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
   const int R = static_cast<int>(prompt.reference_ids.size());
   const AttentionNeeds needs = LiveEngine::live_needs(policies, engine.model().config());
   PreparedPrompt pp = engine.prepare(prompt, std::max(o.gen_len, R - 1), needs,
-                                     LiveEngine::needs_question_after(policies));
+                                     LiveEngine::needs_question_after(policies), o.prompt_tail);
   RunOptions base;
   base.steps = o.gen_len;
   base.keep_logits = true;

@@ -59,6 +59,9 @@ struct EvalOptions {
   // Decodes the greedy answers for answer-level accuracy against each prompt's `reference`
   // attribute; without it the answer columns stay empty.
   const Vocabulary* vocabulary = nullptr;
+  // Every policy compresses the prompt less its last N tokens (or its question), fed after
+  // compression before the answer (LiveEngine::prepare); 0: none.
+  int prompt_tail = 0;
 };
 
 struct EvalStep {  // one decode step of one policy on one sample

@@ -69,7 +69,8 @@ void check_prompt_fits_model(const PromptSample& p, const ModelConfig& c, const 
 }
 
 PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
-                                   const AttentionNeeds& needs, bool question_after) {
+                                   const AttentionNeeds& needs, bool question_after,
+                                   int prompt_tail) {
   const ModelConfig& c = model_.config();
   const int P = prompt.info.prompt_len, T = P + gen_len;
   check_prompt_fits_model(prompt, c, "sample '" + prompt.info.name + "': ");
@@ -139,19 +140,29 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
     pp.layers.push_back(std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, pp.trace, s,
                                                          std::move(full), needs, threads_));
   }
-  if (needs.sample_entropies || !needs.sample_window_sums.empty())
+  pp.prompt_tail = prompt_tail;
+  const int fed = prompt_tail != 0 ? prompt_tail_length(s, prompt_tail)
+                  : question_after ? question_length(s)
+                                   : 0;
+  // Under a prompt tail every policy compresses the prompt less it: the sample's statistics are
+  // those of that part, as replay computes them.
+  if (needs.sample_entropies || !needs.sample_window_sums.empty()) {
+    const SampleInfo compressed = context_only(s, prompt_tail != 0 ? fed : 0);
     for (const auto& layer : pp.layers)
-      add_layer_stats(pp.stats, pp.trace, s, layer->tensors(), needs, threads_, false);
-  if (question_after && question_length(s) > 0) {
-    for (int i = P - question_length(s); i < P; ++i)
+      add_layer_stats(pp.stats, pp.trace, compressed, layer->tensors(), needs, threads_, false);
+  }
+  if (fed > 0) {
+    const std::string what =
+        prompt_tail != 0 ? "prompt tail" : "question (appended after compression)";
+    for (int i = P - fed; i < P; ++i)
       if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText))
-        throw std::invalid_argument(
-            "sample '" + s.name + "': its question (the last " +
-            std::to_string(question_length(s)) + " prompt positions) holds a vision token at " +
-            std::to_string(i) + ": a question appended after compression is fed as text tokens");
+        throw std::invalid_argument("sample '" + s.name + "': its " + what + ", the last " +
+                                    std::to_string(fed) + " prompt positions, holds a vision " +
+                                    "token at " + std::to_string(i) +
+                                    ": tokens fed after compression are text tokens");
     // The first P - Q rows of the one prefill are what a prefill of the context alone computes
     // (causal attention): the context's statistics come from them.
-    pp.question = question_length(s);
+    pp.question = fed;
     pp.context = context_only(s, pp.question);
     for (const auto& layer : pp.layers)
       pp.context_layers.push_back(std::make_unique<LayerAttention>(
@@ -312,13 +323,17 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   if (o.forced && static_cast<int>(o.forced->size()) < o.steps)
     throw std::invalid_argument("teacher forcing needs " + std::to_string(o.steps) +
                                 " tokens, got " + std::to_string(o.forced->size()));
-  // question = append: the context's rows are loaded and compressed, the question's tokens fed
-  // as the first Q steps (kvpress's order); the answer's steps follow at the same positions.
-  const bool append = o.policy && o.policy->appends_question() && question_length(pp.sample) > 0;
-  if (append && pp.context_layers.empty())
-    throw std::logic_error("policy '" + o.policy->label +
-                           "' appends the question: prepare the prompt with question_after");
-  const int Q = append ? pp.question : 0, context = P - Q;
+  // question = append or a prompt tail: the context's rows are loaded and compressed, the
+  // question's (or tail's) tokens fed as the first Q steps (kvpress's order); the answer's steps
+  // follow at the same positions.
+  const PromptSplit split =
+      o.policy ? prompt_split(*o.policy, pp.sample, pp.prompt_tail) : PromptSplit{};
+  const bool append = split.fed > 0;
+  if (append && (pp.context_layers.empty() || pp.question != split.fed))
+    throw std::logic_error("policy '" + o.policy->label + "' compresses the prompt less its last " +
+                           std::to_string(split.fed) +
+                           " positions: prepare the prompt with question_after or its tail");
+  const int Q = split.fed, context = P - Q;
   std::vector<std::unique_ptr<LayerAttention>>& layers = append ? pp.context_layers : pp.layers;
   b.cache_reset(L, Hkv, d, P + o.steps);
   for (int l = 0; l < L; ++l) {

@@ -20,6 +20,11 @@
 // at its question: the question's positions become the first decode steps), and the answer
 // follows. The context's statistics are those of the one prefill's first P - Q rows: the prefill
 // is causal, so a context-only prefill computes the same.
+//
+// A prompt tail (prepare's `prompt_tail`: the last N tokens, or the question) splits every
+// policy's prompt the same way, its tokens fed as decode steps against the compressed cache
+// before the answer, so that no answer token is computed from the full prompt; the policies
+// decide on those steps as on any other (replay's ReplayOptions::prompt_tail, which it matches).
 #pragma once
 
 #include <memory>
@@ -40,9 +45,10 @@ struct PreparedPrompt {
   std::vector<float> first_logits;  // the prefill's next-token distribution
   int decode_position_offset = 0;   // M-RoPE: the rotary position of step t is P + t + this
   SampleStats stats;                // when some policy needs sample entropies
-  // Prepared with `question_after` and a question (Q = question_length > 0): the sample split at
-  // its question (context_only) and the layers' statistics of the context.
+  // Prepared with `question_after` and a question, or a prompt tail: the sample split before its
+  // last `question` prompt positions (context_only) and the layers' statistics of the context.
   int question = 0;
+  int prompt_tail = 0;  // as prepared (ReplayOptions::prompt_tail's values)
   SampleInfo context;
   std::vector<std::unique_ptr<LayerAttention>> context_layers;
 };
@@ -71,7 +77,8 @@ struct RunResult {
   // The distribution of the answer's first token: the prefill's, or with the question appended
   // after compression, that after the question's last token.
   std::vector<float> first_logits;
-  // The question's tokens fed after compression (question = append), before step 0; 0 otherwise.
+  // The prompt's tokens fed after compression (question = append, or a prompt tail), before step
+  // 0; 0 otherwise.
   int question_steps = 0;
   std::vector<std::vector<float>> logits;  // [steps][vocab] with keep_logits
   std::vector<StepRecord> steps;
@@ -96,9 +103,11 @@ class LiveEngine {
   // Runs longer than the config's max_position_embeddings are refused unless allowed.
   void allow_beyond_max_positions(bool allow) { beyond_max_positions_ = allow; }
   // `question_after`: also prepare the context's statistics for policies that append the
-  // question (PreparedPrompt::context_layers; needs_question_after tells).
+  // question (PreparedPrompt::context_layers; needs_question_after tells). `prompt_tail`: every
+  // policy's run feeds the prompt's last N tokens (or its question) after compression; the
+  // context is then the prompt less them (invalid_argument when one of them is not a text token).
   PreparedPrompt prepare(const PromptSample& prompt, int gen_len, const AttentionNeeds& needs,
-                         bool question_after = false);
+                         bool question_after = false, int prompt_tail = 0);
   static bool needs_question_after(const std::vector<PolicyConfig>& policies);
   RunResult run(PreparedPrompt& prepared, const RunOptions& options);
 

@@ -19,6 +19,14 @@ namespace kvsim {
 Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies,
                    ReplayOptions options)
     : reader_(reader), policies_(std::move(policies)), options_(options) {
+  // A compact trace stores the statistics of the whole prompt and of its context alone, not of
+  // any other prefix (and MEDA's entropies of the whole prompt only).
+  if (options_.prompt_tail != 0 && reader.info().compact())
+    throw std::invalid_argument(reader.path() +
+                                " is a compact trace, which stores the prompt's "
+                                "statistics for the whole prompt only: a prompt tail (" +
+                                prompt_tail_text(options_.prompt_tail) +
+                                ") needs the full trace it was compacted from");
   for (const auto& p : policies_) {
     needs_.merge(p.needs());
     check_compact_holds(reader, p.needs(), p.label);
@@ -552,12 +560,12 @@ bool hdf5_serialises_calls() {
 
 namespace {
 
-// The policy as the engine creates it for a sample: on the context alone when it appends the
-// question, and knowing only what exists before decoding.
-std::unique_ptr<Policy> create_for_sample(const PolicyConfig& p, const SampleInfo& sample) {
-  const SampleInfo& seen =
-      p.appends_question() ? context_only(sample, question_length(sample)) : sample;
-  return p.info->create(p.params, known_before_decoding(seen));
+// The policy as the engine creates it for a sample: on the prompt less what is fed after
+// compression, knowing only what exists before decoding.
+std::unique_ptr<Policy> create_for_sample(const PolicyConfig& p, const SampleInfo& sample,
+                                          int prompt_tail) {
+  const PromptSplit split = prompt_split(p, sample, prompt_tail);
+  return p.info->create(p.params, known_before_decoding(context_only(sample, split.fed)));
 }
 
 // "'a', 'b', 'c' and 4 more"
@@ -587,12 +595,14 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
     for (std::size_t i = 0; i < policies_.size(); ++i) {
       const PolicyConfig& p = policies_[i];
       try {
-        const std::unique_ptr<Policy> instance = create_for_sample(p, sample);
+        const std::unique_ptr<Policy> instance = create_for_sample(p, sample, options_.prompt_tail);
         for (const std::string& n : instance->notes()) noted.add(static_cast<int>(i), name, n);
         // A budget the prompt fits in evicts nothing at prefill: say so, or the run reads as a
         // perfect compression.
-        if (const int b = budget_entries(p, sample.prompt_len);
-            b >= sample.prompt_len && !p.info->keeps_everything)
+        const int compressed =
+            sample.prompt_len - prompt_split(p, sample, options_.prompt_tail).fed;
+        if (const int b = budget_entries(p, compressed);
+            b >= compressed && !p.info->keeps_everything)
           noted.add(static_cast<int>(i), name,
                     p.label + ": budget " + p.params.values().at("budget") +
                         " is not below the prompt's length: the prompt is kept whole (the full "
@@ -639,17 +649,20 @@ void Replayer::replay_sample(const std::string& sample_name,
     throw std::logic_error("replay_sample: one first layer per policy");
   // Policies are created per sample: their state may carry from lower to higher layers.
   std::vector<std::unique_ptr<Policy>> instances;
-  const int question = question_length(sample);
   for (const auto& p : policies_) {
     try {
-      instances.push_back(create_for_sample(p, sample));
+      instances.push_back(create_for_sample(p, sample, options_.prompt_tail));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
     }
   }
   SampleStats stats;
+  // Under a prompt tail (every policy's split, `question = append` refused) the sample's
+  // statistics are those of the prompt compressed, as a prefill of it alone computes them.
   if (needs_.sample_entropies || !needs_.sample_window_sums.empty())
-    stats = compute_sample_stats(reader_, sample, needs_, options_.threads);
+    stats = compute_sample_stats(
+        reader_, context_only(sample, prompt_tail_length(sample, options_.prompt_tail)), needs_,
+        options_.threads);
   // With two threads or more the layers flow through a pipeline: while the policies replay
   // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
   // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
@@ -676,8 +689,8 @@ void Replayer::replay_sample(const std::string& sample_name,
     std::future<std::unique_ptr<LayerAttention>> next;
     if (pipelined && l + 1 < info.num_layers)
       next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
-    std::vector<LayerResult> results = replay_policies(*att, sources, instances, stats, sample,
-                                                       question, prefill_only_at(l, first_layers));
+    std::vector<LayerResult> results =
+        replay_policies(*att, sources, instances, stats, sample, prefill_only_at(l, first_layers));
     if (delivered.valid()) delivered.get();
     if (pipelined)
       delivered = std::async(std::launch::async, deliver, std::move(results), l);
@@ -790,7 +803,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                                    const std::map<int, LayerTensors>& sources,
                                                    std::vector<std::unique_ptr<Policy>>& instances,
                                                    const SampleStats& stats,
-                                                   const SampleInfo& sample, int question,
+                                                   const SampleInfo& sample,
                                                    const std::vector<bool>& prefill_only) const {
   const TraceInfo& info = reader_.info();
   const int l = att.layer();
@@ -818,19 +831,19 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   }
   // Policies with one cache per query head replay the layer with K and V repeated per query
   // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
-  // context only replay it split at the question, whose positions become the first decode steps:
-  // the same decode attention, the prompt statistics of the context.
-  using Shape = std::pair<bool, bool>;  // per query head, context only
+  // prompt less its question or tail replay it split there, the fed positions becoming the first
+  // decode steps: the same decode attention, the prompt statistics of what was compressed.
+  using Shape = std::pair<bool, int>;  // per query head, positions fed after compression
   auto shape_of = [&](const PolicyConfig& p) {
     return Shape{att.group_size() > 1 && p.query_head_caches(),
-                 question > 0 && p.appends_question()};
+                 prompt_split(p, sample, options_.prompt_tail).fed};
   };
   std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
   for (const auto& p : policies_) {
     const Shape s = shape_of(p);
-    if (s == Shape{false, false} || shaped.count(s)) continue;
+    if (s == Shape{false, 0} || shaped.count(s)) continue;
     shaped[s] = derived(s.first ? info_with_kv_heads(info, info.num_heads) : info,
-                        s.second ? context_only(sample, question) : sample,
+                        context_only(sample, s.second),
                         s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors());
   }
   std::vector<LayerResult> results(policies_.size());
@@ -842,13 +855,14 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
     const Shape shape = shape_of(policies_[i]);
-    const bool reshaped = shape != Shape{false, false};
+    const PromptSplit split = prompt_split(policies_[i], sample, options_.prompt_tail);
+    const bool reshaped = shape != Shape{false, 0};
     const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
     try {
       const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
                                              .record_flushes = records_flushes,
-                                             .appended_steps = shape.second ? question : 0,
+                                             .appended_steps = split.hooked ? 0 : split.fed,
                                              .prefill_only = prefill_only[i]};
       results[i] =
           replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
@@ -862,8 +876,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     }
     results[i].policy_index = i;
     results[i].sample = sample.name;
-    results[i].budget_entries =
-        budget_entries(policies_[i], sample.prompt_len - (shape.second ? question : 0));
+    results[i].budget_entries = budget_entries(policies_[i], sample.prompt_len - split.fed);
   });
   // Results of the policies that replayed the layer, in policy order.
   std::vector<LayerResult> replayed;

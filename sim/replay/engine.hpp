@@ -97,6 +97,11 @@ struct ReplayOptions {
   // layer l, when one layer's float32 q/k/v take at most this many bytes (two layers are then
   // held at once).
   double prefetch_limit_bytes = 256.0 * (1 << 20);
+  // Every policy compresses the prompt less its last N tokens (or its question: kQuestionTail,
+  // traces/kvtrace.hpp), which are then fed as ordinary decode steps (hooked and measured, steps
+  // numbered from the first of them), so no answer token is computed from the full prompt.
+  // 0: the prompt is compressed whole (or a policy's own `question = append` split).
+  int prompt_tail = 0;
 };
 
 // Sets StepMetrics::regret of every result: the mass recall of a regret reference's result of the
@@ -162,7 +167,6 @@ class Replayer {
                                            const std::map<int, LayerTensors>& sources,
                                            std::vector<std::unique_ptr<Policy>>& instances,
                                            const SampleStats& stats, const SampleInfo& sample,
-                                           int question,
                                            const std::vector<bool>& prefill_only) const;
   // Which policies only catch up on layer `layer`'s prefill (below their first layer).
   std::vector<bool> prefill_only_at(int layer, const std::vector<int>& first_layers) const;
@@ -198,6 +202,7 @@ struct LayerReplayOptions {
   // The first `appended_steps` decode steps of `att` are the question of a context-only
   // compression (`question = append`): appended without a hook and without metrics. Results then
   // hold the later steps only, numbered from 0 (decisions too), as the whole sample numbers them.
+  // (A prompt tail's steps are ordinary decode steps of `att`: hooked, measured and kept.)
   int appended_steps = 0;
   // Only the prefill hook (a resumed policy catching up on a lower layer): the result holds the
   // layer and its notes, no steps.

@@ -33,6 +33,8 @@ std::string replay_manifest(const std::string& trace_hash,
   for (const auto& p : policies)
     m << "policy " << p.label << " = " << p.info->name << " " << p.params.str() << "\n";
   m << "diagnostics " << options.diagnostics << "\n";
+  if (options.prompt_tail != 0)
+    m << "prompt tail " << prompt_tail_text(options.prompt_tail) << "\n";
   for (const LayerCheck& c : options.checks) m << "check " << c.name << "\n";
   m << "outputs steps=" << !outputs.steps_csv.empty() << " bounds=" << !outputs.bounds_csv.empty()
     << " decisions=" << !outputs.decisions_h5.empty() << "\n";
