@@ -41,6 +41,51 @@ Interval bootstrap_mean(const std::vector<double>& values, const BootstrapOption
   return bootstrap_ratio(values, std::vector<double>(values.size(), 1.0), options);
 }
 
+CrossedBootstrap crossed_bootstrap(const std::vector<std::vector<double>>& d,
+                                   const BootstrapOptions& options) {
+  if (d.empty() || d[0].empty())
+    throw std::invalid_argument("crossed bootstrap: no seeds or no items");
+  CrossedBootstrap out;
+  out.seeds = static_cast<int>(d.size());
+  out.items = static_cast<int>(d[0].size());
+  double total = 0;
+  for (std::size_t s = 0; s < d.size(); ++s) {
+    if (d[s].size() != d[0].size())
+      throw std::invalid_argument("crossed bootstrap: seed " + std::to_string(s) + " has " +
+                                  std::to_string(d[s].size()) + " items, seed 0 has " +
+                                  std::to_string(d[0].size()) + " (every seed answers every item)");
+    for (double x : d[s]) {
+      if (!std::isfinite(x))
+        throw std::invalid_argument("crossed bootstrap: seed " + std::to_string(s) +
+                                    " has a value that is not a finite number");
+      total += x;
+    }
+  }
+  const std::size_t S = d.size(), n = d[0].size();
+  out.mean = total / static_cast<double>(S * n);
+  if (S < 2 || n < 2 || options.resamples < 1) return out;
+  SplitMix64 draw(options.seed);
+  std::vector<double> means(options.resamples);
+  std::vector<std::size_t> seeds(S), items(n);
+  long at_or_below = 0, at_or_above = 0;
+  for (double& m : means) {
+    for (auto& s : seeds) s = draw.below(S);
+    for (auto& i : items) i = draw.below(n);
+    double sum = 0;
+    for (std::size_t s : seeds)
+      for (std::size_t i : items) sum += d[s][i];
+    m = sum / static_cast<double>(S * n);
+    at_or_below += m <= 0;
+    at_or_above += m >= 0;
+  }
+  std::sort(means.begin(), means.end());
+  const double tail = (1 - options.level) / 2;
+  out.interval = {quantile_sorted(means, tail), quantile_sorted(means, 1 - tail)};
+  out.p_value = std::min(1.0, 2.0 * static_cast<double>(std::min(at_or_below, at_or_above) + 1) /
+                                  static_cast<double>(options.resamples + 1));
+  return out;
+}
+
 std::string interval_text(const Interval& i) {
   if (!i.valid()) return "-";
   char s[48];

@@ -36,6 +36,27 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
 // The same for a plain mean of one value per sample.
 Interval bootstrap_mean(const std::vector<double>& values, const BootstrapOptions& options = {});
 
+// Inference over trained models as well as items: a crossed design, value d[s][i] of seed s (a
+// model trained with that seed) on item i (every seed asked the same items), e.g. the paired
+// difference of two policies. The bootstrap resamples seeds and items independently (each resample
+// draws S seed indices and n item indices with replacement and averages the S x n cells they
+// select: Owen, "The pigeonhole bootstrap", Ann. Appl. Stat. 2007, for crossed random effects),
+// so the interval covers which models were trained as well as which items were asked; it is
+// mildly conservative, as Owen shows. Resamples draw the S seed indices, then the n item indices,
+// from one SplitMix64 stream seeded by options.seed.
+struct CrossedBootstrap {
+  int seeds = 0, items = 0;
+  double mean = NAN;  // of all S x n cells
+  Interval interval;  // percentile interval of the resampled means (NaN with S < 2 or n < 2)
+  // Two-sided bootstrap p of "mean 0": twice the smaller of the counts of resampled means <= 0
+  // and >= 0, plus one, over resamples + 1, at most 1; below 1 - level exactly when the interval
+  // (up to the quantiles' interpolation) excludes 0. NaN with S < 2 or n < 2.
+  double p_value = NAN;
+};
+// invalid_argument when the rows differ in length, a cell is not finite, or d is empty.
+CrossedBootstrap crossed_bootstrap(const std::vector<std::vector<double>>& d,
+                                   const BootstrapOptions& options = {});
+
 // "0.7012-0.7688" (4 decimals), or "-" without an interval: the tables' interval column.
 std::string interval_text(const Interval& i);
 

@@ -70,6 +70,65 @@ TEST(Bootstrap, MeanAndSd) {
   EXPECT_TRUE(std::isnan(mean_sd({1}).sd));
 }
 
+// Two seeds by two items, d = [[1, -3], [2, 4]]: the 16 equally likely resamples (a seed pair,
+// an item pair) average to, seeds (0,0): 1, -1, -1, -3; (1,1): 2, 3, 3, 4; (0,1) and (1,0):
+// 1.5, 1, 1, 0.5 each. So P(mean <= 0) = 3/16, P(mean >= 0) = 13/16, p = 2 * 3/16 = 0.375, and
+// every atom holds 1/16 > 2.5%: the 95% interval is the smallest and largest, [-3, 4].
+TEST(CrossedBootstrap, TwoSeedsByTwoItemsByHand) {
+  const std::vector<std::vector<double>> d = {{1, -3}, {2, 4}};
+  const CrossedBootstrap b = crossed_bootstrap(d, {.resamples = 100000, .seed = 7});
+  EXPECT_EQ(b.seeds, 2);
+  EXPECT_EQ(b.items, 2);
+  EXPECT_DOUBLE_EQ(b.mean, 1.0);
+  EXPECT_DOUBLE_EQ(b.interval.low, -3.0);
+  EXPECT_DOUBLE_EQ(b.interval.high, 4.0);
+  EXPECT_NEAR(b.p_value, 0.375, 0.006);
+  // The same bytes again; another stream, another draw of the same distribution.
+  const CrossedBootstrap again = crossed_bootstrap(d, {.resamples = 100000, .seed = 7});
+  EXPECT_EQ(again.p_value, b.p_value);
+  EXPECT_NEAR(crossed_bootstrap(d, {.resamples = 100000, .seed = 8}).p_value, 0.375, 0.006);
+}
+
+// Models that differ and items that do not: every item agrees within a seed, seeds disagree in
+// sign (means +0.3, -0.2, +0.25, -0.3, +0.1; overall +0.03). Resampling items alone (each item's
+// value averaged over seeds: 0.03 for every item) gives the zero-width interval [0.03, 0.03],
+// "shown"; resampling seeds as well covers 0.
+TEST(CrossedBootstrap, ASeedEffectIsNotShownByItemsAlone) {
+  const std::vector<double> by_seed = {0.3, -0.2, 0.25, -0.3, 0.1};
+  std::vector<std::vector<double>> d;
+  for (double c : by_seed) d.emplace_back(10, c);
+  const Interval items_only = bootstrap_mean(std::vector<double>(10, 0.03));
+  EXPECT_NEAR(items_only.low, 0.03, 1e-12);
+  EXPECT_NEAR(items_only.high, 0.03, 1e-12);
+  const CrossedBootstrap b = crossed_bootstrap(d);
+  EXPECT_NEAR(b.mean, 0.03, 1e-12);
+  EXPECT_LT(b.interval.low, 0.0);
+  EXPECT_GT(b.interval.high, 0.0);
+  EXPECT_GT(b.p_value, 0.05);
+  // The resampled mean is a mean of seed means here: within the seeds' range.
+  EXPECT_GE(b.interval.low, -0.3);
+  EXPECT_LE(b.interval.high, 0.3);
+}
+
+TEST(CrossedBootstrap, ADifferenceInEveryCellIsShown) {
+  std::vector<std::vector<double>> d(5, std::vector<double>(20));
+  for (int s = 0; s < 5; ++s)
+    for (int i = 0; i < 20; ++i) d[s][i] = 0.1 + 0.01 * ((s * 7 + i * 3) % 5);
+  const CrossedBootstrap b = crossed_bootstrap(d);
+  EXPECT_GT(b.interval.low, 0.0);
+  EXPECT_DOUBLE_EQ(b.p_value, 2.0 / 2001.0);  // no resampled mean at or below 0
+}
+
+TEST(CrossedBootstrap, BadShapesAreRefusedAndOneSeedHasNoInterval) {
+  EXPECT_THROW(crossed_bootstrap({}), std::invalid_argument);
+  EXPECT_THROW(crossed_bootstrap({{1, 2}, {3}}), std::invalid_argument);
+  EXPECT_THROW(crossed_bootstrap({{1, NAN}, {3, 4}}), std::invalid_argument);
+  const CrossedBootstrap one = crossed_bootstrap({{1, 2, 3}});
+  EXPECT_DOUBLE_EQ(one.mean, 2.0);
+  EXPECT_FALSE(one.interval.valid());
+  EXPECT_TRUE(std::isnan(one.p_value));
+}
+
 TEST(Paired, McNemarExact) {
   // 15 vs 6 discordant: P(X <= 6), X ~ Bin(21, 1/2) = (1 + 21 + 210 + 1330 + 5985 + 20349 +
   // 54264) / 2^21 = 82160 / 2097152; two-sided twice that.

@@ -1,6 +1,7 @@
 // kvsim._compare and kvsim._summarize: the paired comparisons of `kvsim compare` and the means
 // with intervals of the result tables, on columns Python passes (kvsim.compare and
 // kvsim.summarize in python/kvsim/__init__.py take DataFrames and paths).
+#include "analysis/bootstrap.hpp"
 #include "analysis/comparison.hpp"
 #include "policies/policy_config.hpp"
 #include "python/bindings/common.hpp"
@@ -89,9 +90,19 @@ py::dict summarize_values(const std::vector<std::string>& policy,
   return out;
 }
 
+py::dict crossed(const std::vector<std::vector<double>>& values, int resamples,
+                 std::uint64_t seed) {
+  const CrossedBootstrap b = crossed_bootstrap(values, {.resamples = resamples, .seed = seed});
+  py::dict out;
+  out["seeds"] = b.seeds, out["items"] = b.items, out["mean"] = b.mean;
+  out["ci_low"] = b.interval.low, out["ci_high"] = b.interval.high, out["p_value"] = b.p_value;
+  return out;
+}
+
 }  // namespace
 
 void bind_compare(py::module_& m) {
+  m.def("_crossed_bootstrap", &crossed, py::arg("values"), py::arg("resamples"), py::arg("seed"));
   m.def("_compare", &compare, py::arg("policy"), py::arg("sample"), py::arg("value"),
         py::arg("weight"), py::arg("metric"), py::arg("reference"), py::arg("policies"),
         py::arg("higher_is_better"), py::arg("alpha"), py::arg("resamples"), py::arg("seed"),

@@ -301,6 +301,25 @@ def summarize(results, metrics, resamples=2000, seed=0):
     return _frame(pd.concat(frames, ignore_index=True), integer={"n", "seeds"})
 
 
+def crossed_bootstrap(values, resamples=2000, seed=0):
+    """Inference over trained models and items at once: `values` is [seeds, items] (every model,
+    trained with its own seed, asked the same items; e.g. one policy's answer minus another's).
+    Seeds and items are resampled independently (Owen's pigeonhole bootstrap, for crossed
+    random effects; docs/outputs.md), so the interval covers which models were trained as well
+    as which items were asked. Returns a dict: seeds, items, mean (of every cell), ci_low and
+    ci_high (the 95% percentile interval; NaN with under two seeds or items), and p_value (the
+    two-sided bootstrap p of a mean of 0). ValueError for a ragged or non-finite table."""
+    _require_engine("crossed_bootstrap")
+    import numpy as np
+
+    from ._kvsim import _crossed_bootstrap
+
+    table = np.asarray(values, dtype=float)
+    if table.ndim != 2:
+        raise ValueError(f"crossed_bootstrap: values must be [seeds, items], not {table.ndim}-D")
+    return _crossed_bootstrap(table.tolist(), resamples, seed)
+
+
 def compare(results, metric, reference="full", policies=None, higher_is_better=None, alpha=0.05,
             resamples=2000, seed=0, any_memory=False):
     """`kvsim compare` from Python: the policies of a result table (a CSV path, a DataFrame or
@@ -475,7 +494,8 @@ class ScorerPolicy(Policy):
                 cache.keep_only(g, keep)
 
 
-__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare", "write_trace",
+__all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare",
+           "crossed_bootstrap", "write_trace",
            "compact_trace", "prompt_statistics", "register", "policies", "presets", "Policy",
            "ScorerPolicy", "resolve_budget",
            "LayerView", "StepAttention", "Cache", "__version__"]

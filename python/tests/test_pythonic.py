@@ -87,6 +87,18 @@ class Pythonic(unittest.TestCase):
         with self.assertRaises(ValueError):  # its own order, refused beside a tail
             kvsim.replay(self.trace, "snapkv:kvpress", budget="20%", prompt_tail=1)
 
+    def test_crossed_bootstrap_resamples_seeds_and_items(self):
+        # The worked example of tests/test_statistics.cpp: 16 equally likely resamples, three of
+        # them at or below 0 (p = 0.375), the interval their extremes.
+        b = kvsim.crossed_bootstrap([[1, -3], [2, 4]], resamples=40000, seed=3)
+        self.assertEqual((b["seeds"], b["items"]), (2, 2))
+        self.assertEqual((b["mean"], b["ci_low"], b["ci_high"]), (1.0, -3.0, 4.0))
+        self.assertAlmostEqual(b["p_value"], 0.375, delta=0.01)
+        with self.assertRaises(ValueError):
+            kvsim.crossed_bootstrap([1.0, 2.0])
+        with self.assertRaises(ValueError):
+            kvsim.crossed_bootstrap([[1.0, float("nan")], [2.0, 3.0]])
+
     def test_the_users_exception_is_raised_as_itself(self):
         class Boom(kvsim.Policy):
             def on_prefill(self, view, cache):
