@@ -62,6 +62,20 @@ REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
                   ("image_kept", "image entries kept")]
 
 
+# What each order of the runs was, for the report's first line.
+ORDER_TEXT = {
+    "compress": "every budgeted policy at equal memory (`--equal-memory`)",
+    "tail1": "every budgeted policy at equal memory (`--equal-memory`), the prompt less its last "
+             "token compressed and that token fed after compression (`--prompt-tail 1`)",
+    "tailq": "every budgeted policy at equal memory (`--equal-memory`), the prompt less its "
+             "question compressed and the question fed after compression (`--prompt-tail "
+             "question`)",
+    "append": "the question fed after compression (kvpress's order): every policy compresses the "
+              "context once to the same ceil(budget × context) entries, then appends the question "
+              "and the answer (equal memory by construction)",
+}
+
+
 def fail(message):
     sys.exit(f"vlm_eval_report: {message}")
 
@@ -395,12 +409,13 @@ def cell(row, value):
 
 def held_marks(table, question):
     """(budget, policy) -> whether the peak held is more than 1% off what equal memory holds: the
-    budget (compress), or, with the question appended after compression, the budget's median
-    over policies (every policy holds the same context rows plus the question and answer)."""
+    budget (compress and the tail orders), or, with the question appended after compression, the
+    budget's median over policies (every policy holds the same context rows plus the question and
+    answer)."""
     budgeted = table[table["budget"] != SELF]
     marks = {}
     for b, g in budgeted.groupby("budget"):
-        target = 1.0 if question == "compress" else float(g["held"].median())
+        target = float(g["held"].median()) if question == "append" else 1.0
         for _, r in g.iterrows():
             marks[(b, r["policy"])] = abs(r["held"] / target - 1) > 0.01
     return marks
@@ -451,10 +466,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
     order = refs + [p for p in order if p not in refs]
     with open(path, "w", encoding="utf-8") as f:
         full = [b["full"]["accuracy"] for b in builds.values()]
-        memory = ("every budgeted policy at equal memory (`--equal-memory`)" if question == "compress"
-                  else "the question fed after compression (kvpress's order): every policy "
-                  "compresses the context once to the same ceil(budget × context) entries, then "
-                  "appends the question and the answer (equal memory by construction)")
+        memory = ORDER_TEXT[question]
         f.write(f"{n_images} held-out {units}, {len(seeds)} {seeds_word} "
                 f"({', '.join(map(str, seeds))}), budgets {', '.join(b + '%' for b in budgets)}, "
                 f"{memory}. Primary metric: accuracy, the greedy answer contains "
@@ -480,7 +492,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                     f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
         f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
                 "entries are more than 1% off " +
-                ("the budget" if question == "compress" else "the budget's median over policies") +
+                ("the budget's median over policies" if question == "append" else "the budget") +
                 "):\n\n| policy | " +
                 " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
         vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
@@ -540,6 +552,12 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                     "prefill, so the first answer token is predicted from the full prompt: the "
                     f"greedy answers agree on it in {count:,} of {total:,} policy runs on an "
                     f"{unit}. ")
+        elif question in ("tail1", "tailq"):
+            fed = "prompt's last token" if question == "tail1" else "question"
+            f.write(f"\n**The first answer token.** The {fed} is fed after compression, so the "
+                    "first answer token is predicted from the compressed cache: the greedy "
+                    f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
+                    f"runs on an {unit}. ")
         else:
             f.write("\n**The first answer token.** The question is read after compression, so "
                     "the first answer token is predicted from the compressed cache: the greedy "
@@ -654,8 +672,10 @@ def main(argv):
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--unit", choices=("image", "item"), default="image",
                     help="what a sample is: a single-image prompt, or a multi-image task's item")
-    ap.add_argument("--order", choices=("compress", "append"), default="compress",
-                    help="whether the question was compressed with the prompt or appended after")
+    ap.add_argument("--order", choices=tuple(ORDER_TEXT), default="compress",
+                    help="how the prompt met the compression: compress (all of it), tail1 and "
+                         "tailq (all but its last token or its question, fed after: "
+                         "--prompt-tail), append (the question appended, kvpress's order)")
     ap.add_argument("--chance", type=float, default=0.1,
                     help="the accuracy of a guess (0.1: one of the ten class words); a full "
                          "cache not above it gets no tests, ranks or marks")

@@ -7,6 +7,10 @@
 # at several budgets at equal memory, in both orders:
 #   compress  the whole prompt, question included, is compressed (query-aware: SnapKV's window
 #             sees the question), `--equal-memory`, every budgeted policy and the seed methods;
+#   tail1     as compress, but the prompt's last token is fed after compression
+#             (`--prompt-tail 1`): the first answer token comes from the compressed cache
+#   tailq     as compress, but the whole question is fed after compression (`--prompt-tail
+#             question`): the scorers do not see it, and no answer token is free
 #   append    the context is compressed before the question is read (kvpress's pipeline), the
 #             question and answer appended: the policies with a `question` parameter, each
 #             compressing once to the same ceil(budget x context) entries (equal memory by
@@ -28,7 +32,8 @@
 #   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
 #   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
-#   split over processes); VLM_MULTI_ORDERS ("compress append") the orders run; VLM_MULTI_EXTRAS=0
+#   split over processes); VLM_MULTI_ORDERS ("compress append"; also tail1, tailq) the orders
+#   run; VLM_MULTI_EXTRAS=0
 #   leaves out the self-sizing policies and the several-questions run (with one order, or
 #   without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1 builds
 #   the small CI model and evaluates one seed and two budgets (tests); VLM_MULTI_DOCS=FILE writes
@@ -49,6 +54,12 @@ shared_budget=${VLM_MULTI_SHARED:-20}
 orders=${VLM_MULTI_ORDERS:-compress append}
 extras=${VLM_MULTI_EXTRAS:-1}
 runs_order() { case " $orders " in *" $1 "*) return 0 ;; esac; return 1; }
+for order in $orders; do
+  case $order in
+    compress | append | tail1 | tailq) ;;
+    *) echo "vlm_multi_eval: unknown order '$order' (compress, append, tail1, tailq)" >&2; exit 2 ;;
+  esac
+done
 small=""
 if [ "${VLM_MULTI_SMALL:-0}" = 1 ]; then
   small=--small; budgets=${VLM_MULTI_BUDGETS:-20 60}; seeds=${VLM_MULTI_SEEDS:-0}; draws=2
@@ -71,7 +82,7 @@ compressed="$floors,$baselines,$seed_methods"
 appended="$floors,$baselines"
 set -- --set '*.question=append' --set '*.decode=grow' --set '*.compress=prefill' \
   --set h2o.mode=oneshot --set '*.budget_rounding=ceil'
-runs_c="" runs_a=""
+runs_c="" runs_a="" runs_tail1="" runs_tailq=""
 for s in $seeds; do
   if [ -n "$small" ]; then
     vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" --quiet)
@@ -87,6 +98,24 @@ for s in $seeds; do
   once "$c/trace.h5" "$c/capture.log" "$k" live capture -m "$model" --prompts "$vlm/prompts.h5" --gen $gen \
     --stop-at-eos -o "$c/trace.h5"
   ln -sf "$(cd "$c" && pwd)/trace.h5" "$a/trace.h5"
+  for order in tail1 tailq; do
+    runs_order $order || continue
+    t="$out/$order/seed$s" tail=1
+    [ $order = tailq ] && tail=question
+    mkdir -p "$t"
+    cp "$vlm/build.json" "$t/build.json"
+    ln -sf "$(cd "$c" && pwd)/trace.h5" "$t/trace.h5"
+    for n in $budgets; do
+      once "$t/replay_$n.csv" "$t/replay_$n.log" "$k" replay "$t/trace.h5" -p "$compressed,oracle" \
+        --budget "$n%" --equal-memory --prompt-tail $tail --seeds "$draws" \
+        --summary "$t/replay_$n.csv" --dump-decisions "$t/decisions_$n.h5"
+      once "$t/live_$n.csv" "$t/live_$n.log" "$k" live evaluate -m "$model" \
+        --prompts "$vlm/prompts.h5" -p "$compressed" --budget "$n%" --equal-memory \
+        --prompt-tail $tail --seeds "$draws" --gen $gen --stop-at-eos --no-timing \
+        --summary "$t/live_$n.csv"
+    done
+    eval "runs_$order=\"\$runs_$order $s=$t\""
+  done
   for n in $budgets; do
     if runs_order compress; then
       once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" -p "$compressed,oracle" \
@@ -117,6 +146,9 @@ for s in $seeds; do
       --prompts "$vlm/prompts_$control.h5" -p full --gen $gen --stop-at-eos --no-timing \
       --summary "$c/control_$control.csv"
     cp "$c/control_$control.csv" "$a/"
+    for order in tail1 tailq; do
+      if runs_order $order; then cp "$c/control_$control.csv" "$out/$order/seed$s/"; fi
+    done
   done
   # Several questions on one compressed context: each context compressed once, asked every box.
   if [ "$extras" = 1 ] && runs_order append; then
@@ -131,7 +163,12 @@ done
 # Each order's report and prediction card (replay's output error -> live accuracy, tested out of
 # sample).
 for order in $orders; do
-  if [ "$order" = compress ]; then set -- $runs_c; else set -- $runs_a; fi
+  case $order in
+    compress) set -- $runs_c ;;
+    append) set -- $runs_a ;;
+    tail1) set -- $runs_tail1 ;;
+    tailq) set -- $runs_tailq ;;
+  esac
   "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
     --order "$order" --out "$out/$order"
   "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$order/vlm_eval_by_image.csv" \

@@ -449,6 +449,39 @@ class SmallMultiBuild(unittest.TestCase):
                 self.assertEqual(rows.shape, (49, 64))
         self.assertIn("shared", self.report)
 
+    def test_the_tail_orders_run_every_policy_with_no_free_token(self):
+        # The prompt's last token (tail1) or its question (tailq) fed after compression: every
+        # budgeted policy runs, the seed methods included, at equal memory, and the first answer
+        # token comes from the compressed cache.
+        out = os.path.join(self.tmp, "multi_tail")
+        env = dict(os.environ, VLM_MULTI_SMALL="1", KVSIM_MODELS=MODELS,
+                   KVSIM_CACHE=os.path.join(self.tmp, "cache"), VLM_MULTI_ORDERS="tail1 tailq",
+                   VLM_MULTI_EXTRAS="0", VLM_MULTI_BUDGETS="20")
+        build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
+        script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
+        r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for order, fed in (("tail1", "prompt's last token"), ("tailq", "question")):
+            with open(os.path.join(out, order, "vlm_eval.csv")) as f:
+                table = list(csv.DictReader(f))
+            names = {row["policy"].split(", ")[0] for row in table}
+            self.assertLessEqual({"random", "h2o", "snapkv", "hae", "madakv", "meda", "lookm"},
+                                 names, order)
+            for row in table:
+                if row["budget"] in ("20", "60") and row["policy"] not in ("hae", "meda"):
+                    self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
+            with open(os.path.join(out, order, "vlm_eval.md")) as f:
+                md = f.read()
+            self.assertIn(f"The {fed} is fed after compression", md)
+            self.assertIn("`--prompt-tail", md)
+            self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
+            with open(os.path.join(out, order, "seed0", "replay_20.log")) as f:
+                self.assertIn("fed after compression", f.read())
+        r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True,
+                           env=dict(env, VLM_MULTI_ORDERS="tail2"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown order 'tail2'", r.stderr)
+
     def test_the_multi_image_experiment_runs_on_the_small_model(self):
         out = os.path.join(self.tmp, "multi_eval")
         env = dict(os.environ, VLM_MULTI_SMALL="1", KVSIM_MODELS=MODELS,
