@@ -211,6 +211,24 @@ def compare_files(expected, produced, keys, subset=False):
     return compare_rows(read_csv(expected), read_csv(produced), keys, subset)
 
 
+def kernels_differ(made_with):
+    """Why numbers made with kvsim's `made_with` kernel set ("avx512", "avx2", "baseline") are
+    not required to hold here, or "" when this machine runs the same set (or it is not known).
+    kvsim's own kernels (softmax, sums, the VLM's attention rows) sum in their own order per set,
+    and the image experiments' near-ties are decided by it: docs/testing.md."""
+    if not made_with:
+        return ""
+    try:
+        from kvsim import _kvsim
+        here = _kvsim.simd()
+    except ImportError:
+        return ""
+    if here == made_with:
+        return ""
+    return (f"shown, not required: the expected numbers were made with kvsim's {made_with} "
+            f"kernels, this machine runs {here} (docs/testing.md)")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("expected")
@@ -218,6 +236,9 @@ def main(argv):
     ap.add_argument("--keys", required=True, help="the columns that name a row, comma-separated")
     ap.add_argument("--subset", action="store_true",
                     help="the produced table may hold fewer rows than the expected one")
+    ap.add_argument("--made-with-simd", default="",
+                    help="kvsim's kernel set the expected numbers were made with: on a machine "
+                         "that runs another, the verdict is printed and not required")
     a = ap.parse_args(argv)
     try:
         verdict = compare_files(a.expected, a.produced, a.keys.split(","), a.subset)
@@ -225,6 +246,10 @@ def main(argv):
         print(f"tolerance.py: {e}", file=sys.stderr)
         return 2
     print(f"{a.produced} against {a.expected}: {verdict}")
+    why = kernels_differ(a.made_with_simd)
+    if not verdict and why:
+        print(f"tolerance.py: {why}")
+        return 0
     return 0 if verdict else 1
 
 
