@@ -259,8 +259,6 @@ struct PolicyConfig {
 struct PromptSplit {
   int fed = 0;
   bool hooked = false;
-  bool operator==(const PromptSplit&) const = default;
-  auto operator<=>(const PromptSplit&) const = default;
 };
 // The split of `sample` for policy `p` under `prompt_tail` (ReplayOptions::prompt_tail, the live
 // engine's prepare).

@@ -834,13 +834,14 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   // prompt less its question or tail replay it split there, the fed positions becoming the first
   // decode steps: the same decode attention, the prompt statistics of what was compressed.
   using Shape = std::pair<bool, int>;  // per query head, positions fed after compression
-  auto shape_of = [&](const PolicyConfig& p) {
-    return Shape{att.group_size() > 1 && p.query_head_caches(),
-                 prompt_split(p, sample, options_.prompt_tail).fed};
+  std::vector<PromptSplit> splits;
+  for (const auto& p : policies_) splits.push_back(prompt_split(p, sample, options_.prompt_tail));
+  auto shape_of = [&](int i) {
+    return Shape{att.group_size() > 1 && policies_[i].query_head_caches(), splits[i].fed};
   };
   std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
-  for (const auto& p : policies_) {
-    const Shape s = shape_of(p);
+  for (int i = 0; i < static_cast<int>(policies_.size()); ++i) {
+    const Shape s = shape_of(i);
     if (s == Shape{false, 0} || shaped.count(s)) continue;
     shaped[s] = derived(s.first ? info_with_kv_heads(info, info.num_heads) : info,
                         context_only(sample, s.second),
@@ -854,8 +855,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
-    const Shape shape = shape_of(policies_[i]);
-    const PromptSplit split = prompt_split(policies_[i], sample, options_.prompt_tail);
+    const Shape shape = shape_of(i);
+    const PromptSplit& split = splits[i];
     const bool reshaped = shape != Shape{false, 0};
     const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
