@@ -78,6 +78,7 @@ CrossedBootstrap crossed_bootstrap(const std::vector<std::vector<double>>& d,
     at_or_below += m <= 0;
     at_or_above += m >= 0;
   }
+  out.standard_error = mean_sd(means).sd;
   std::sort(means.begin(), means.end());
   const double tail = (1 - options.level) / 2;
   out.interval = {quantile_sorted(means, tail), quantile_sorted(means, 1 - tail)};

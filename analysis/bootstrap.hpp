@@ -48,6 +48,9 @@ struct CrossedBootstrap {
   int seeds = 0, items = 0;
   double mean = NAN;  // of all S x n cells
   Interval interval;  // percentile interval of the resampled means (NaN with S < 2 or n < 2)
+  // Standard deviation of the resampled means (n − 1): the bootstrap's standard error of `mean`,
+  // for a power statement (analysis/seed_comparison.hpp). NaN with S < 2 or n < 2.
+  double standard_error = NAN;
   // Two-sided bootstrap p of "mean 0": twice the smaller of the counts of resampled means <= 0
   // and >= 0, plus one, over resamples + 1, at most 1; below 1 - level exactly when the interval
   // (up to the quantiles' interpolation) excludes 0. NaN with S < 2 or n < 2.

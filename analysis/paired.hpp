@@ -26,6 +26,7 @@ struct PairedOptions {
 struct PairedComparison {
   std::string label, reference;
   long n = 0;           // samples with a value for both
+  long seeds = 0;       // trained models resampled too (analysis/seed_comparison.hpp); 0: none
   bool binary = false;  // every value 0 or 1 (right/wrong answers): McNemar's exact test
   double mean = NAN, reference_mean = NAN;
   double difference = NAN;              // mean over samples of (value − reference)
@@ -38,6 +39,7 @@ struct PairedComparison {
   // normal approximation: (z_{1−α/2} + z_power) · SD / √n (McNemar's too: its variance is that of
   // the −1/0/1 differences). NaN when the differences do not vary.
   double detectable = NAN;
+  double standard_error = NAN;  // of `difference`, where a bootstrap estimated it
   // The smallest p the test can give with these n pairs, and the size of the Holm family the
   // comparison was adjusted in (compare_to_reference): when smallest_p >= alpha / family_size no
   // difference can be shown, and `detectable` is NaN.

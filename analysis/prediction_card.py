@@ -75,9 +75,20 @@ def fail(message):
     sys.exit(f"prediction_card: {message}")
 
 
+# Policies that select by one mechanism, whatever they are called: PyramidKV and AdaKV are
+# SnapKV's observation-window vote with a per-layer or head-adaptive budget (they answer alike at
+# most budgets), so a fit that leaves SnapKV out must leave them out too, or a twin stays in it.
+MECHANISM = {"pyramidkv": "snapkv", "adakv": "snapkv"}
+
+
 def family_of(policy):
-    """snapkv:kvpress -> snapkv; a merged row 'streamingllm, streamingllm:kvpress' -> its first."""
-    return policy.split(", ")[0].split(":")[0].split("@")[0]
+    """The policy family left out of a fit together: a preset goes with its policy
+    (snapkv:kvpress and lookm:released with snapkv and lookm), a seed run with its policy
+    (h2o@seed1), and the policies of one mechanism together (MECHANISM: pyramidkv and adakv with
+    snapkv); a merged row ('a, b': identical answers) is the family of its members, joined when
+    they differ."""
+    members = {m.split(":")[0].split("@")[0] for m in policy.split(", ")}
+    return ", ".join(sorted({MECHANISM.get(m, m) for m in members}))
 
 
 def isotonic(x, y, increasing=True):

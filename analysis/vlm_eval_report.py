@@ -4,12 +4,16 @@ Reads the runs of experiments/vlm_eval.sh, one directory per projector seed (the
 images in each), and reports, per policy and budget at equal memory:
 
 - accuracy (the greedy answer contains the class word: the primary metric) and exact match, each
-  as the mean over seeds ± the SD over seeds and the 95% bootstrap interval over images (each
-  image's answers averaged over seeds and the random floor's draws first);
+  as the mean over seeds ± the SD over seeds and the 95% interval over seeds and images at once
+  (Owen's crossed bootstrap; each seed's answers on an image averaged over the random floor's
+  draws first);
 - retention: of the images the full cache answers right, the share the policy still does;
-- paired comparisons with the random floor over images (Holm over each budget's table), and the
-  policies no comparison separates from the best of each budget;
-- rank stability across seeds (Kendall's W), and replay's metrics beside (mass recall, output
+- paired comparisons over seeds and images at once (kvsim.compare_seeds; over images alone with
+  one seed) with the random floor, with `text_only` and with the best of each budget, Holm over
+  each budget's family, p after Holm beside every claim, and the difference with 80% power at
+  Holm's first step;
+- rank stability across seeds (Kendall's W, the floors left out; over all policies and the top
+  half), and replay's metrics beside (mass recall, output
   errors, image entries kept) with their rank correlation with the accuracy loss, pooled and
   within each budget;
 - what the task gives for free: the first answer token (live compresses after the prefill) and
@@ -18,6 +22,7 @@ images in each), and reports, per policy and budget at equal memory:
     vlm_eval_report.py --budgets 10 20 40 60 --seed 0=DIR0 1=DIR1 ... --out OUT
     vlm_eval_report.py --budgets 10 20 40 --seed ... --unit item [--order append] --out OUT
     vlm_eval_report.py --from-results RUN/results --out OUT          (the same report again)
+    vlm_eval_report.py --from-results A/results B/results --out OUT  (their seeds joined)
 
 (--unit item: the multi-image task's held-out items, experiments/vlm_multi_eval.sh; --order
 append: the question fed after compression, every policy compressing the context once to the
@@ -56,6 +61,8 @@ CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image
                      ("swapped", "the asked box's image of another class"),
                      ("shuffled", "the images shuffled among the boxes"))}
 FLOORS = ("random", "downsample")
+# The floors every policy is tested against, left out of "best" and of the rank statistics.
+TESTED_FLOORS = ("random", "text_only")
 REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
                   ("mean_output_rel_error", "output error ‖o − ô‖/‖o‖"),
                   ("mean_output_value_error", "output error ‖o − ô‖/Σp‖v‖"),
@@ -265,6 +272,35 @@ def load_results(directory):
     return tables, {int(k): v for k, v in saved["builds"].items()}, saved["settings"]
 
 
+def merge_results(loaded, directories):
+    """Several results/ folders (load_results each) as one: the tables' rows joined, the builds
+    and seeds together. Their budgets, unit and order must agree and no seed may repeat; the
+    machine of each folder is kept with its seeds ("machines") where they differ."""
+    if len(loaded) == 1:
+        return loaded[0]
+    tables, builds, settings = [list(t) for t in loaded[0][0]], dict(loaded[0][1]), loaded[0][2]
+    machines = [dict(settings.get("machine", {}), seeds=list(settings["seeds"]))]
+    for (more_tables, more_builds, more), directory in zip(loaded[1:], directories[1:]):
+        for key in ("budgets", "unit", "order"):
+            if more.get(key) != settings.get(key):
+                fail(f"--from-results {directory}: its {key} {more.get(key)} differs from "
+                     f"{directories[0]}'s {settings.get(key)}")
+        twice = sorted(set(more["seeds"]) & set(settings["seeds"]))
+        if twice:
+            fail(f"--from-results {directory}: seed(s) {twice} are in an earlier folder too")
+        tables = [pd.concat([t, m], ignore_index=True) for t, m in zip(tables, more_tables)]
+        builds.update(more_builds)
+        machines.append(dict(more.get("machine", {}), seeds=list(more["seeds"])))
+        settings = dict(settings, seeds=sorted(settings["seeds"] + more["seeds"]))
+    settings.pop("machine", None)
+    if all({k: v for k, v in m.items() if k != "seeds"} ==
+           {k: v for k, v in machines[0].items() if k != "seeds"} for m in machines):
+        settings["machine"] = {k: v for k, v in machines[0].items() if k != "seeds"}
+    else:
+        settings["machines"] = machines
+    return tables, builds, settings
+
+
 def merge_identical(live):
     """Policies whose answers are the same on every image, seed and budget (at equal memory some
     presets become their policy) are reported as one row, their names joined."""
@@ -294,34 +330,44 @@ def renamed(table, rename):
     return t.groupby(keys, as_index=False).mean(numeric_only=True)
 
 
-def per_image(live, value):
-    """(budget, policy, sample) -> `value` averaged over the floor's draws and the seeds."""
-    draws = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[value].mean()
-    return draws.groupby(["budget", "policy", "sample"], as_index=False)[value].mean()
-
-
 def per_seed(live, value):
     """(seed, budget, policy) -> `value`'s mean over images (the draws averaged first)."""
     draws = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[value].mean()
     return draws.groupby(["seed", "budget", "policy"], as_index=False)[value].mean()
 
 
+def interval_words(seeds, units):
+    """What a cell's interval resamples, in words."""
+    if seeds >= 2:
+        return (f"crossed bootstrap over seeds and {units} at once, each cell averaged over the "
+                "random floor's draws")
+    return f"percentile bootstrap over {units}, each averaged over the random floor's draws"
+
+
 def interval_table(live, value):
-    """(budget, policy) -> n images, mean, 95% interval over images (kvsim's bootstrap), mean
-    over seeds and SD over seeds."""
+    """(budget, policy) -> n images, mean, 95% interval (over seeds and images at once, Owen's
+    crossed bootstrap, with two seeds or more; over images with one), mean over seeds and SD over
+    seeds."""
     import kvsim
 
-    img = per_image(live, value)
+    cells = per_cell(live, value)
     rows = []
-    for budget, g in img.groupby("budget"):
-        s = kvsim.summarize({"policy": g["policy"], "sample": g["sample"], value: g[value]}, value)
-        s.insert(0, "budget", budget)
-        rows.append(s)
-    out = pd.concat(rows, ignore_index=True)[["budget", "policy", "n", "mean", "ci_low", "ci_high"]]
+    for (budget, policy), g in cells.groupby(["budget", "policy"], sort=True):
+        grid = g.pivot(index="seed", columns="sample", values=value).dropna(axis=1)
+        if grid.shape[0] >= 2:
+            b = kvsim.crossed_bootstrap(grid.to_numpy())
+            low, high = b["ci_low"], b["ci_high"]
+        else:
+            s = kvsim.summarize({"policy": g["policy"], "sample": g["sample"], value: g[value]},
+                                value)
+            low, high = float(s["ci_low"].iloc[0]), float(s["ci_high"].iloc[0])
+        rows.append({"budget": budget, "policy": policy, "n": grid.shape[1],
+                     value: float(grid.to_numpy().mean()), f"{value}_ci_low": low,
+                     f"{value}_ci_high": high})
+    out = pd.DataFrame(rows)
     seeds = per_seed(live, value).groupby(["budget", "policy"])[value]
-    out = out.merge(seeds.std(ddof=1).rename("seed_sd").reset_index(), on=["budget", "policy"])
-    return out.rename(columns={"mean": value, "ci_low": f"{value}_ci_low",
-                               "ci_high": f"{value}_ci_high", "seed_sd": f"{value}_seed_sd"})
+    return out.merge(seeds.std(ddof=1).rename(f"{value}_seed_sd").reset_index(),
+                     on=["budget", "policy"])
 
 
 def retention(live):
@@ -332,27 +378,49 @@ def retention(live):
     return per.groupby(["budget", "policy"]).mean().rename("retention").reset_index()
 
 
-def comparisons(live, budgets, metric="contains"):
-    """Per budget: every policy against the random floor, and against the best policy of the
-    budget, paired over images (each image averaged over seeds and draws), Holm over each table."""
+def per_cell(live, value):
+    """(seed, budget, policy, sample) -> `value` averaged over the random floor's draws."""
+    return live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[value].mean()
+
+
+def test_family(cells, metric, reference, seeds):
+    """Every policy of `cells` (one budget's rows) against `reference`, Holm over the family:
+    over trained models and items at once (kvsim.compare_seeds) with two seeds or more, over
+    items alone with one (a statement about that trained model only)."""
     import kvsim
 
-    img = per_image(live, metric)
+    if seeds >= 2:
+        return kvsim.compare_seeds(cells.drop(columns="budget"), metric, reference,
+                                   higher_is_better=True)
+    return kvsim.compare({"policy": cells["policy"], "sample": cells["sample"],
+                          metric: cells[metric]}, metric, reference=reference)
+
+
+def comparisons(live, budgets, metric="contains"):
+    """Per budget, three families, each Holm-adjusted on its own: every policy against the random
+    floor, against `text_only` (every image entry evicted after the prefill; the memory it holds
+    is its own, stated beside) and against the budget's best policy by mean accuracy (floors
+    left out). Paired over seeds and items (test_family)."""
+    cells = per_cell(live, metric)
+    seeds = cells["seed"].nunique()
+    text = cells[cells["policy"] == "text_only"]
     out = []
     for budget in budgets:
-        g = img[img["budget"] == budget]
-        table = {"policy": g["policy"], "sample": g["sample"], metric: g[metric]}
+        g = cells[cells["budget"] == budget]
+        families = []
         if "random" in set(g["policy"]):
-            c = kvsim.compare(table, metric, reference="random")
+            families.append(("random", g, "random"))
+        if not text.empty:
+            families.append(("text_only", pd.concat([g, text.assign(budget=budget)]), "text_only"))
+        means = g.groupby("policy")[metric].mean().drop(labels=list(TESTED_FLOORS),
+                                                        errors="ignore")
+        if not means.empty:
+            families.append(("best", g, means.idxmax()))
+        for against, rows, reference in families:
+            c = test_family(rows, metric, reference, seeds)
             c.insert(0, "budget", budget)
-            c.insert(1, "against", "random")
+            c.insert(1, "against", against)
             out.append(c)
-        means = g.groupby("policy")[metric].mean().drop(labels=["random"], errors="ignore")
-        best = means.idxmax()
-        c = kvsim.compare(table, metric, reference=best)
-        c.insert(0, "budget", budget)
-        c.insert(1, "against", "best")
-        out.append(c)
     return pd.concat(out, ignore_index=True)
 
 
@@ -376,12 +444,18 @@ def kendall_w(matrix):
 
 
 def stability(live, budgets):
-    """budget -> Kendall's W of the policies' accuracy ranks across seeds (floors included)."""
+    """budget -> Kendall's W of the policies' accuracy ranks across seeds, the floors left out
+    (`random` and `text_only`: a floor last for every seed inflates the agreement), over every
+    other budgeted policy and over the top half by mean accuracy (where a choice is made)."""
     acc = per_seed(live, "contains")
+    acc = acc[~acc["policy"].isin(TESTED_FLOORS)]
     out = {}
     for b in budgets:
         pivot = acc[acc["budget"] == b].pivot(index="seed", columns="policy", values="contains")
-        out[b] = kendall_w(pivot.dropna(axis=1).to_numpy())
+        pivot = pivot.dropna(axis=1)
+        top = pivot.mean().sort_values(ascending=False).index[:max(2, pivot.shape[1] // 2)]
+        out[b] = (kendall_w(pivot.to_numpy()), kendall_w(pivot[top].to_numpy()), pivot.shape[1],
+                  len(top))
     return out
 
 
@@ -421,25 +495,102 @@ def held_marks(table, question):
     return marks
 
 
-def write_tests(f, comps, w, budgets, rho_pooled, rho_within):
-    """The report's tests and ranks: the policies no test separates from each budget's best,
-    Kendall's W across seeds and replay's metrics against the accuracy loss."""
-    f.write("\n**Which differences hold up.** Per budget, the policies that no paired test "
-            "separates from that budget's best (by mean accuracy), Holm over the budget's "
-            "comparisons:\n\n")
+def how_tested(seeds, units):
+    """What a report's tests resample, in words."""
+    if seeds >= 2:
+        return (f"paired over trained models and {units} at once: a crossed bootstrap that "
+                f"resamples seeds and {units}, so a verdict is about the methods, not only these "
+                "models")
+    return (f"paired over {units} of one trained model: a verdict is about that model, not the "
+            "methods")
+
+
+def with_p(row):
+    """'`name` −0.007 (p 1.00)': a comparison's difference and its p after Holm."""
+    return f"`{row['policy']}` {row['difference']:+.3f} (p {fmt(row['p_holm'], '.3f')})"
+
+
+def power_text(c):
+    """The power statement of a family: the median over its comparisons of the difference with
+    80% power at Holm's first step."""
+    detect = c["detectable"].dropna()
+    if detect.empty:
+        return "no difference can be shown with these samples at Holm's level"
+    return (f"differences below {detect.median():.3f} have under 80% power at Holm's first step "
+            f"(α = 0.05 / {int(c['family_size'].max())}; median over the comparisons)")
+
+
+def write_best(f, comps, budgets, how):
+    f.write(f"\n**Which differences hold up.** Per budget, the best policy by mean accuracy (the "
+            f"floors left out) and every other policy's difference from it with p after Holm over "
+            f"the budget's comparisons ({how}):\n\n")
     for b in budgets:
         c = comps[(comps["budget"] == b) & (comps["against"] == "best")]
         if c.empty:
             continue
-        best = c["reference"].iloc[0]
-        tied = sorted(c[c["verdict"] == "no difference shown"]["policy"])
-        f.write(f"- {b}%: `{best}`; not shown to differ from it: "
-                f"{', '.join(f'`{p}`' for p in tied) if tied else 'none'} "
-                f"(smallest detectable difference {c['detectable'].median():.3f}, median over "
-                "the comparisons)\n")
+        c = c.sort_values("difference", ascending=False)
+        tied = c[c["verdict"] == "no difference shown"]
+        below = c[c["verdict"] != "no difference shown"]
+        f.write(f"- {b}%: `{c['reference'].iloc[0]}` ({fmt(c['reference_mean'].iloc[0])}). "
+                "Not shown to differ from it: " +
+                (", ".join(with_p(r) for _, r in tied.iterrows()) if len(tied) else "none") +
+                f". Shown to differ: {len(below)} of {len(c)}" +
+                (f", the closest {with_p(below.iloc[0])}" if len(below) else "") +
+                f". Power: {power_text(c)}.\n")
+
+
+VERDICT_WORDS = {"better": "shown above", "no difference shown": "not shown to differ",
+                 "worse": "shown below"}
+
+
+def floor_cell(comps, b, p, against):
+    r = comps[(comps["budget"] == b) & (comps["against"] == against) & (comps["policy"] == p)]
+    if r.empty:
+        return "–"
+    r = r.iloc[0]
+    mark = {"better": " ▲", "worse": " ▼"}.get(r["verdict"], "")
+    return f"{r['difference']:+.3f}{mark} ({fmt(r['p_holm'], '.3f')})"
+
+
+def write_floors(f, comps, budgets, order, held_text):
+    """Each policy's difference from `random` and from `text_only`, p after Holm beside."""
+    against = [a for a in ("random", "text_only") if (comps["against"] == a).any()]
+    if not against:
+        return
+    c = comps[comps["against"].isin(against)]
+    floor = (c["smallest_p"] * c["family_size"]).min()
+    f.write("\n**Against the floors.** Each policy's accuracy minus the floor's at the same "
+            "budget, ▲/▼ where Holm over the budget's family shows it better/worse, p after Holm "
+            f"in brackets (the smallest p the resamples give is {fmt(c['smallest_p'].min(), '.4f')}"
+            f", {fmt(floor, '.3f')} after Holm). " + held_text + "\n\n| policy | " +
+            " | ".join(f"{b}% − `{a}`" for b in budgets for a in against) + " |\n|---|" +
+            "---|" * (len(budgets) * len(against)) + "\n")
+    for p in order:
+        if p in TESTED_FLOORS:
+            continue
+        f.write(f"| `{p}` | " + " | ".join(floor_cell(comps, b, p, a) for b in budgets
+                                            for a in against) + " |\n")
+    f.write("\n")
+    for a in against:
+        for b in budgets:
+            c = comps[(comps["budget"] == b) & (comps["against"] == a) &
+                      ~comps["policy"].isin(TESTED_FLOORS)]
+            groups = [(v, sorted(c[c["verdict"] == v]["policy"]))
+                      for v in ("better", "no difference shown", "worse")]
+            f.write(f"- {b}% against `{a}`: " + "; ".join(
+                f"{VERDICT_WORDS[v]} ({len(names)}): " +
+                (", ".join(f"`{n}`" for n in names) if names else "none")
+                for v, names in groups) + ".\n")
+
+
+def write_tests(f, comps, w, budgets, rho_pooled, rho_within, how):
+    """The report's tests and ranks: every policy's difference from each budget's best,
+    Kendall's W across seeds and replay's metrics against the accuracy loss."""
+    write_best(f, comps, budgets, how)
     f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
-            "1 = every seed ranks them alike): " +
-            ", ".join(f"{b}%: {fmt(w[b], '.2f')}" for b in budgets) + ".\n\n")
+            "1 = every seed ranks them alike; the floors `random` and `text_only` left out): " +
+            ", ".join(f"{b}%: {fmt(w[b][0], '.2f')} over {w[b][2]} policies, "
+                      f"{fmt(w[b][1], '.2f')} over the top {w[b][3]}" for b in budgets) + ".\n\n")
     f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "
             "policies; pooled over budgets, and within each budget):\n\n| replay metric | "
             "pooled | " + " | ".join(f"{b}%" for b in budgets) + " |\n|---|---|" +
@@ -458,6 +609,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
     units = f"{unit}s"
     tested = reading is None or reading["above_chance"]
     seeds_word = "projector seeds" if unit == "image" else "training seeds"
+    how = how_tested(len(seeds), units)
     marks = held_marks(table, question)
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
@@ -471,8 +623,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 f"({', '.join(map(str, seeds))}), budgets {', '.join(b + '%' for b in budgets)}, "
                 f"{memory}. Primary metric: accuracy, the greedy answer contains "
                 "the class word; exact match (nothing else) beside it. Cells: mean over seeds ± "
-                f"SD over seeds [95% interval over {units}: percentile bootstrap of each {unit}'s "
-                "answers averaged over seeds and the random floor's draws].\n\n")
+                f"SD over seeds [95% interval: {interval_words(len(seeds), units)}].\n\n")
         f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
                 f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
         if not tested:
@@ -512,9 +663,9 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 cells.append(cell(r, "contains") + mark + verdict)
             name = f"`{p}`" + (f" ({draws} draws)" if p == "random" else "")
             f.write(f"| {name} | " + " | ".join(cells) + " |\n")
-        f.write(f"\n▲ / ▼: better / worse than `random` at that budget (paired over {units}, Holm "
-                "over the budget's table, α = 0.05); no mark: no difference from the random "
-                "floor shown.\n\n" if tested else "\n")
+        f.write(f"\n▲ / ▼: better / worse than `random` at that budget ({how}; Holm over the "
+                "budget's table, α = 0.05; the differences and p under **Against the floors**); "
+                "no mark: no difference from the random floor shown.\n\n" if tested else "\n")
         f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
                 " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
         for p in order:
@@ -545,7 +696,11 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
             f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
                     f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
         if tested:
-            write_tests(f, comps, w, budgets, rho_pooled, rho_within)
+            text_held = self_rows[self_rows["policy"] == "text_only"]["kv_fraction"]
+            write_floors(f, comps, budgets, order,
+                         f"`text_only` holds {text_held.iloc[0]:.2f} of the full cache, its own "
+                         "memory, not the budget's." if len(text_held) else "")
+            write_tests(f, comps, w, budgets, rho_pooled, rho_within, how)
         count, total = first
         if question == "compress":
             f.write("\n**What the task gives for free.** Live compresses the cache after the "
@@ -647,7 +802,7 @@ def inputs(a):
     """The report's tables, builds and settings: from the runs (--seed, --budgets), or as a
     report kept them (--from-results)."""
     if a.from_results:
-        return load_results(a.from_results)
+        return merge_results([load_results(d) for d in a.from_results], a.from_results)
     if not a.budgets or not a.seed:
         fail("give --budgets and --seed SEED=DIRECTORY ..., or --from-results DIR")
     seeds = []
@@ -666,9 +821,10 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budgets", nargs="+", help="the budgets, in percent")
     ap.add_argument("--seed", nargs="+", help="SEED=DIRECTORY of each seed's run")
-    ap.add_argument("--from-results", metavar="DIR",
+    ap.add_argument("--from-results", metavar="DIR", nargs="+",
                     help="a report's results/ folder instead of the runs (budgets, unit and "
-                         "order as saved there)")
+                         "order as saved there); several: their seeds joined (the same budgets, "
+                         "unit and order; no seed twice)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--unit", choices=("image", "item"), default="image",
                     help="what a sample is: a single-image prompt, or a multi-image task's item")
@@ -684,7 +840,8 @@ def main(argv):
     budgets, seeds = settings["budgets"], [(s, None) for s in settings["seeds"]]
     a.unit, a.order = settings["unit"], settings["order"]
     kept = os.path.join(a.out, "results")
-    if not (a.from_results and os.path.exists(kept) and os.path.samefile(a.from_results, kept)):
+    if not (a.from_results and len(a.from_results) == 1 and os.path.exists(kept) and
+            os.path.samefile(a.from_results[0], kept)):
         save_results(a.out, tables, builds, settings)
     live, replay, replay_images, controls = tables
     live, rename = merge_identical(live)

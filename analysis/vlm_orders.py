@@ -5,11 +5,13 @@ prompt, and appended after compression), its several-questions runs, and optiona
 single-image task's report (experiments/vlm_eval.sh), and writes:
 
 - per budget and policy run in both orders: the accuracy in each, and the paired effect of
-  appending the question after compression (append − compress, paired over the same held-out
-  items, each item averaged over seeds and the random floor's draws; Holm over each budget's
-  policies); the verdicts against the random floor in each order;
+  appending the question after compression (append − compress, paired over the same seeds and
+  held-out items, resampled together by the crossed bootstrap, each cell averaged over the random
+  floor's draws; Holm over each budget's policies); the verdicts against the random floor in each
+  order;
 - the policies' rank correlation between the orders and, at the budgets both tasks ran, between
-  the single-image task and the eight-box task (compress order: the same protocol);
+  the single-image task and the eight-box task (compress order: the same protocol), the floors
+  left out;
 - which image stays: the asked image's entries kept against the other images', per order;
 - several questions on one compressed context: each policy's accuracy over the contexts' questions
   with a 95% interval over contexts (the questions of one context are not independent), and the
@@ -39,7 +41,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figure_style import new_figure, policy_style, save  # noqa: E402
 from replay_vs_live import spearman  # noqa: E402
-from vlm_eval_report import fmt, group_of, removed_by_head  # noqa: E402
+from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head  # noqa: E402
 
 
 def fail(message):
@@ -63,25 +65,23 @@ def members(table):
     return pd.DataFrame(rows)
 
 
-def per_item(by_image):
-    """(budget, policy, sample) -> accuracy averaged over seeds (the draws are already
-    averaged per seed in the report's by-image table)."""
-    return by_image.groupby(["budget", "policy", "sample"], as_index=False)["contains"].mean()
-
-
 def order_effects(compress, append):
-    """Per budget: append − compress per item for each policy run in both orders, tested against
-    no difference (sign-flip, paired over items), Holm over the budget's policies."""
+    """Per budget: append − compress per seed and item for each policy run in both orders (each
+    cell's draws already averaged in the report's by-image table), tested against no difference
+    over seeds and items at once (kvsim.compare_seeds: the crossed bootstrap), Holm over the
+    budget's policies."""
     import kvsim
 
-    c, a = per_item(compress), per_item(append)
-    both = c.merge(a, on=["budget", "policy", "sample"], suffixes=("_compress", "_append"))
+    key = ["seed", "budget", "policy", "sample"]
+    both = compress[key + ["contains"]].merge(append[key + ["contains"]], on=key,
+                                             suffixes=("_compress", "_append"))
     both["difference"] = both["contains_append"] - both["contains_compress"]
     out = []
     for budget, g in both.groupby("budget"):
-        zero = g.drop_duplicates("sample").assign(policy="no difference", difference=0.0)
-        table = pd.concat([g, zero])[["policy", "sample", "difference"]]
-        r = kvsim.compare(table, "difference", reference="no difference", higher_is_better=True)
+        zero = g.drop_duplicates(["seed", "sample"]).assign(policy="no difference",
+                                                            difference=0.0)
+        table = pd.concat([g, zero])[["seed", "policy", "sample", "difference"]]
+        r = kvsim.compare_seeds(table, "difference", "no difference", higher_is_better=True)
         r.insert(0, "budget", budget)
         out.append(r)
     return pd.concat(out, ignore_index=True)
@@ -177,12 +177,13 @@ def asked_image_kept(directories, budgets, processes=2):
 
 
 def ranking_agreement(left, right, budgets):
-    """budget -> (Spearman ρ of the policies' accuracy, policies compared)."""
+    """budget -> (Spearman ρ of the policies' accuracy, policies compared), the floors left out
+    (`random` and `text_only`: how a floor fares is a property of the order, not a rank)."""
     out = {}
     for b in budgets:
         l_ = left[left["budget"] == b].set_index("policy")["contains"]
         r_ = right[right["budget"] == b].set_index("policy")["contains"]
-        common = sorted(set(l_.index) & set(r_.index))
+        common = sorted(set(l_.index) & set(r_.index) - set(TESTED_FLOORS))
         out[b] = (spearman([l_[p] for p in common], [r_[p] for p in common]), len(common))
     return out
 
@@ -253,9 +254,10 @@ def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds,
     arrow = {"better": " ▲", "worse": " ▼"}
     with open(path, "w", encoding="utf-8") as f:
         f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
-                "seeds [95% interval over items]; ▲/▼ against `random` in that order; the effect "
-                "of appending the question after compression, append − compress, paired over the "
-                "same items, 95% interval, Holm over each budget's policies). The budget is a "
+                "seeds [95% interval over seeds and items]; ▲/▼ against `random` in that order; "
+                "the effect of appending the question after compression, append − compress, "
+                "paired over the same seeds and items, 95% interval over both (crossed "
+                "bootstrap), Holm over each budget's policies). The budget is a "
                 "share of the whole prompt when the question is compressed with it, of the "
                 "context when it is appended; appended, the question and the answer are held "
                 "uncompressed besides, so at one budget the append order holds more (held: peak "
@@ -276,14 +278,14 @@ def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds,
                         f"{fmt(r['append_minus_compress'], '+.3f')} [{fmt(r['ci_low'], '+.2f')}, "
                         f"{fmt(r['ci_high'], '+.2f')}] | {r['verdict']} |\n")
         f.write("\nRank agreement of the policies' accuracy between the two orders (Spearman ρ "
-                "over the policies run in both): " + ", ".join(
+                "over the policies run in both, the floors left out): " + ", ".join(
                     f"{b}%: {fmt(rho, '+.2f')} ({n} policies)" for b, (rho, n) in orders.items())
                 + ".\n\n")
         if single is not None:
             agreement, single_verdicts, common = single
             f.write("**Short single-image prompts against the eight-box task** (both with the "
                     "question compressed with the prompt, every policy at equal memory). Rank "
-                    "agreement of the policies' accuracy (Spearman ρ): " + ", ".join(
+                    "agreement of the policies' accuracy (Spearman ρ, the floors left out): " + ", ".join(
                         f"{b}%: {fmt(rho, '+.2f')} ({n} policies)"
                         for b, (rho, n) in agreement.items()) + ". Against `random` (▲ better, "
                     "▼ worse, · no difference shown):\n\n| policy | " +

@@ -7,8 +7,9 @@
 # several budgets at equal memory (--equal-memory: every budgeted policy holds its budget at every
 # step), with the floors (random over 5 draws, downsample, text_only), the policies that size
 # their caches themselves once, and the controls (no image; another image's tokens). The report
-# gives accuracy with intervals over images and its spread over seeds, paired comparisons with
-# the random floor (Holm-corrected), rank stability across seeds, and replay's metrics beside; a
+# gives accuracy with intervals over seeds and images and its spread over seeds, paired
+# comparisons over seeds and images with the floors (random, text_only) and each budget's best
+# (Holm-corrected), rank stability across seeds, and replay's metrics beside; a
 # prediction card tests how well replay predicts the accuracy out of sample.
 # Usage: experiments/vlm_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm (from the current directory)

@@ -13,7 +13,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 import prediction_card as card  # noqa: E402
-from vlm_eval_report import kendall_w  # noqa: E402
+from vlm_eval_report import kendall_w, stability  # noqa: E402
 
 
 class KendallW(unittest.TestCase):
@@ -28,6 +28,21 @@ class KendallW(unittest.TestCase):
         # 2.5, 3.5, 6 (mean 4), S = 6.5; one tie of 2 (T = 6):
         # W = 12 · 6.5 / (4 · 24 − 2 · 6) = 78 / 84.
         self.assertAlmostEqual(kendall_w(np.array([[1, 1, 2], [1, 2, 3]], float)), 78 / 84)
+
+
+    def test_stability_leaves_the_floors_out(self):
+        # Three seeds rank a, b, c, d (random and text_only below all, last for every seed).
+        # Ranks (low to high): seed 0 d c b a, seed 1 c d a b, seed 2 d b c a; rank sums a 11,
+        # b 9, c 6, d 4 (mean 7.5), S = 29, W = 12 · 29 / (9 · 60) = 348 / 540. The top half by
+        # mean, a and b: sums 5 and 4, S = 0.5, W = 12 · 0.5 / (9 · 6) = 6 / 54.
+        accuracy = {"a": [0.9, 0.8, 0.9], "b": [0.8, 0.9, 0.7], "c": [0.7, 0.6, 0.8],
+                    "d": [0.6, 0.7, 0.6], "random": [0.0] * 3, "text_only": [0.05] * 3}
+        live = pd.DataFrame([{"seed": s, "budget": "10", "policy": p, "sample": "x",
+                              "contains": v[s]} for p, v in accuracy.items() for s in range(3)])
+        w_all, w_top, n_all, n_top = stability(live, ["10"])["10"]
+        self.assertAlmostEqual(w_all, 348 / 540)
+        self.assertAlmostEqual(w_top, 6 / 54)
+        self.assertEqual((n_all, n_top), (4, 2))
 
 
 class Card(unittest.TestCase):
@@ -49,6 +64,28 @@ class Card(unittest.TestCase):
         mae, residual = card.left_out_error(points, "family", "x", increasing=False)
         self.assertAlmostEqual(mae, 0.1)
         np.testing.assert_allclose(residual.to_numpy(), [-0.1, -0.1, 0.1, 0.1], atol=1e-12)
+
+    def test_families_group_presets_seeds_and_one_mechanism(self):
+        for policy, family in (("snapkv:kvpress", "snapkv"), ("pyramidkv", "snapkv"),
+                               ("adakv:kvpress, pyramidkv:kvpress, snapkv:kvpress", "snapkv"),
+                               ("lookm:released", "lookm"), ("tova, tova:kvpress", "tova"),
+                               ("h2o@seed1", "h2o"), ("madakv", "madakv")):
+            self.assertEqual(card.family_of(policy), family, policy)
+
+    def test_a_twin_left_in_the_fit_flatters_the_error(self):
+        # snapkv and its twin pyramidkv (0.1, 0.9) both, h2o (0.3, 0.5), tova (0.5, 0.4).
+        # By mechanism (three families): without snapkv's the map is h2o-tova, 0.5 at 0.1:
+        # residuals −0.4 and −0.4; without h2o, 0.9 to 0.4 at 0.3 is 0.65: +0.15; without tova,
+        # 0.5 beyond h2o: +0.1. MAE (0.4 + 0.4 + 0.15 + 0.1) / 4 = 0.2625. By name (four
+        # families) the twin predicts the left-out one exactly: (0 + 0 + 0.15 + 0.1) / 4.
+        policies = ["snapkv", "pyramidkv", "h2o", "tova"]
+        points = pd.DataFrame({"policy": policies, "x": [0.1, 0.1, 0.3, 0.5],
+                               "y": [0.9, 0.9, 0.5, 0.4]})
+        points["family"] = points["policy"].map(card.family_of)
+        mae, _ = card.left_out_error(points, "family", "x", increasing=False)
+        self.assertAlmostEqual(mae, 0.2625)
+        mae, _ = card.left_out_error(points, "policy", "x", increasing=False)
+        self.assertAlmostEqual(mae, 0.0625)
 
     def test_card_on_a_constructed_monotone_case(self):
         # Six policies of three families at two budgets on 40 images; replay's error falls with

@@ -6,6 +6,7 @@
 
 #include "analysis/bootstrap.hpp"
 #include "analysis/paired.hpp"
+#include "analysis/seed_comparison.hpp"
 #include "sim/core/splitmix.hpp"
 
 namespace kvsim::test {
@@ -83,6 +84,9 @@ TEST(CrossedBootstrap, TwoSeedsByTwoItemsByHand) {
   EXPECT_DOUBLE_EQ(b.interval.low, -3.0);
   EXPECT_DOUBLE_EQ(b.interval.high, 4.0);
   EXPECT_NEAR(b.p_value, 0.375, 0.006);
+  // The 16 atoms' SD about their mean 1: Σ (x − 1)² / 16 = (16 + 4 + 4 + 0 + 1 + 4 + 4 + 9 +
+  // 2 · (0.25 + 0 + 0 + 0.25)) / 16 = 43 / 16.
+  EXPECT_NEAR(b.standard_error, std::sqrt(43.0 / 16.0), 0.01);
   // The same bytes again; another stream, another draw of the same distribution.
   const CrossedBootstrap again = crossed_bootstrap(d, {.resamples = 100000, .seed = 7});
   EXPECT_EQ(again.p_value, b.p_value);
@@ -206,6 +210,75 @@ TEST(Paired, NormalQuantile) {
   EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-12);
   EXPECT_NEAR(normal_quantile(0.8), 0.8416212335729143, 1e-12);
   EXPECT_NEAR(normal_quantile(0.5), 0.0, 1e-12);
+}
+
+// Two policies against a reference over 2 seeds x 3 items; the third item lacks the reference's
+// value under seed 0, so every row uses items 0 and 1 only. Policy `a` differs by the 2 x 2 table
+// worked above ([[1, -3], [2, 4]]: difference 1, p 0.375, standard error √(43/16)); `b` by 0.5 in
+// every cell (no resample at or below 0: p = 2 / (R + 1)). Holm over the family of 2: b first,
+// 2 · 2 / (R + 1); a second, max(that, 1 · 0.375). Item means of a's differences: 1.5 and 0.5
+// (two wins), d_z = 1 / SD(1.5, 0.5) = 1 / √0.5. Detectable (a): (z_{1 − 0.05 / 4} + z_0.8) ·
+// √(43/16) = (2.241403 + 0.841621) · 1.639360 = 5.054; b's differences do not vary: none.
+TEST(CompareOverSeeds, TwoPoliciesOverTwoSeedsWorkedByHand) {
+  const SeedItemValues ref{"ref", {{0, 1, NAN}, {1, 0, 2}}};
+  const SeedItemValues a{"a", {{1, -2, 5}, {3, 4, 5}}};
+  const SeedItemValues b{"b", {{0.5, 1.5, 0}, {1.5, 0.5, 0}}};
+  PairedOptions o;
+  o.bootstrap.resamples = 100000;
+  const std::vector<PairedComparison> rows = compare_over_seeds({a, b}, ref, o);
+  ASSERT_EQ(rows.size(), 2u);
+  const PairedComparison &ca = rows[0], &cb = rows[1];
+  EXPECT_EQ(ca.n, 2);
+  EXPECT_EQ(ca.seeds, 2);
+  EXPECT_DOUBLE_EQ(ca.reference_mean, 0.5);
+  EXPECT_DOUBLE_EQ(ca.mean, 1.5);
+  EXPECT_DOUBLE_EQ(ca.difference, 1.0);
+  EXPECT_NEAR(ca.p_value, 0.375, 0.006);
+  EXPECT_EQ(ca.wins, 2);
+  EXPECT_EQ(ca.ties, 0);
+  EXPECT_EQ(ca.losses, 0);
+  EXPECT_NEAR(ca.effect_size, 1 / std::sqrt(0.5), 1e-12);
+  EXPECT_NEAR(ca.detectable, 5.054, 0.03);
+  EXPECT_EQ(ca.verdict, "no difference shown");
+  const double smallest = 2.0 / 100001.0;
+  EXPECT_DOUBLE_EQ(cb.p_value, smallest);
+  EXPECT_DOUBLE_EQ(cb.p_holm, 2 * smallest);
+  EXPECT_DOUBLE_EQ(ca.p_holm, ca.p_value);
+  EXPECT_EQ(cb.verdict, "better");
+  EXPECT_TRUE(std::isnan(cb.detectable));
+  EXPECT_EQ(ca.family_size, 2);
+  EXPECT_DOUBLE_EQ(ca.smallest_p, smallest);
+  // Lower is better: b's shown excess is worse, a's wins are losses.
+  o.higher_is_better = false;
+  const std::vector<PairedComparison> lower = compare_over_seeds({a, b}, ref, o);
+  EXPECT_EQ(lower[1].verdict, "worse");
+  EXPECT_EQ(lower[0].losses, 2);
+}
+
+// The power statement follows Holm's first step: the same differences in a family of 1 need
+// (z_{0.975} + z_0.8) · SE = 2.801585 · √(43/16) = 4.593 (a family of 2: 5.054 above).
+TEST(CompareOverSeeds, DetectableIsAtHolmsFirstStep) {
+  const SeedItemValues ref{"ref", {{0, 0}, {0, 0}}};
+  const SeedItemValues a{"a", {{1, -3}, {2, 4}}};
+  PairedOptions o;
+  o.bootstrap.resamples = 100000;
+  EXPECT_NEAR(compare_over_seeds({a}, ref, o)[0].detectable, 4.593, 0.03);
+  // With 99 resamples the smallest p (0.02) cannot pass 0.05 / 4 in a family of 4: no figure.
+  o.bootstrap.resamples = 99;
+  const auto four = compare_over_seeds({a, a, a, a}, ref, o);
+  EXPECT_TRUE(std::isnan(four[0].detectable));
+}
+
+TEST(CompareOverSeeds, OneSeedIsNotTestedAndShapesMustMatch) {
+  const SeedItemValues ref{"ref", {{0, 1, 0}}};
+  const SeedItemValues a{"a", {{1, 1, 1}}};
+  const PairedComparison c = compare_over_seeds({a}, ref)[0];
+  EXPECT_TRUE(std::isnan(c.p_value));
+  EXPECT_EQ(c.verdict, "no difference shown");
+  EXPECT_EQ(c.family_size, 0);
+  EXPECT_TRUE(std::isnan(c.detectable));
+  EXPECT_THROW(compare_over_seeds({{"b", {{1, 1}}}}, ref), std::invalid_argument);
+  EXPECT_THROW(compare_over_seeds({{"b", {{1, 1, 1}, {1, 1, 1}}}}, ref), std::invalid_argument);
 }
 
 }  // namespace

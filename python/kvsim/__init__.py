@@ -320,6 +320,63 @@ def crossed_bootstrap(values, resamples=2000, seed=0):
     return _crossed_bootstrap(table.tolist(), resamples, seed)
 
 
+def compare_seeds(results, metric, reference, policies=None, higher_is_better=None, alpha=0.05,
+                  resamples=10000, seed=0):
+    """Paired comparisons over trained models and items at once: each policy against `reference`
+    where `results` (a DataFrame or dict of columns) holds one or more rows per (seed, policy,
+    sample) with the value in column `metric` (rows of one cell, e.g. a random floor's draws, are
+    averaged). A seed is a model trained with that seed; every seed answers the same samples. The
+    rows must be of one memory (one budget): a `budget` column with two values is refused. Each
+    comparison resamples seeds and samples at once (crossed_bootstrap on the paired differences;
+    a sample missing under any seed for either policy is left out), Holm over the family
+    (policies: default every policy but the reference). Returns a DataFrame with kvsim.compare's
+    columns (test = crossed_bootstrap; n counts samples, seeds the trained models; wins / ties /
+    losses over the samples' seed means) where `detectable` is the difference with 80% power at
+    Holm's first step (alpha / family size): smaller differences have less power. ValueError for a
+    missing column, policy or seed, or rows of several budgets."""
+    _require_engine("compare_seeds")
+    import pandas as pd
+
+    from ._kvsim import _compare_seeds
+
+    frame = pd.DataFrame(results)
+    for needed in ("seed", "policy", "sample", metric):
+        if needed not in frame.columns:
+            raise ValueError(f"compare_seeds: no column {needed!r} (the table has: "
+                             f"{', '.join(map(str, frame.columns))})")
+    if "budget" in frame.columns and frame["budget"].nunique(dropna=False) > 1:
+        raise ValueError("compare_seeds: the rows hold several budgets "
+                         f"({', '.join(map(str, frame['budget'].unique()))}); compare one memory "
+                         "at a time")
+    cells = frame.pivot_table(index=["policy", "seed"], columns="sample", values=metric,
+                              aggfunc="mean", dropna=False)
+    names = list(dict.fromkeys(frame["policy"]))
+    if reference not in names:
+        raise ValueError(f"compare_seeds: no reference {reference!r} among the policies "
+                         f"({', '.join(map(str, names))})")
+    if isinstance(policies, str):
+        policies = [policies]
+    chosen = [p for p in names if p != reference] if policies is None else list(policies)
+    for p in chosen:
+        if p not in names:
+            raise ValueError(f"compare_seeds: no policy {p!r} (the table has: "
+                             f"{', '.join(map(str, names))})")
+    seeds = sorted(frame["seed"].unique())
+
+    def matrix(policy):
+        return cells.loc[policy].reindex(seeds).to_numpy(dtype=float).tolist()
+
+    out = _compare_seeds([str(p) for p in chosen], [matrix(p) for p in chosen], str(reference),
+                         matrix(reference), metric, higher_is_better, alpha, resamples, seed)
+    higher = out.pop("higher_is_better")
+    seeds_column = out.pop("seeds")
+    frame = pd.DataFrame(out)
+    frame.insert(3, "seeds", seeds_column)
+    frame.insert(2, "metric", metric)
+    frame.insert(3, "higher_is_better", higher)
+    return _frame(frame, integer={"n", "seeds", "wins", "ties", "losses", "family_size"})
+
+
 def compare(results, metric, reference="full", policies=None, higher_is_better=None, alpha=0.05,
             resamples=2000, seed=0, any_memory=False):
     """`kvsim compare` from Python: the policies of a result table (a CSV path, a DataFrame or
@@ -495,7 +552,7 @@ class ScorerPolicy(Policy):
 
 
 __all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare",
-           "crossed_bootstrap", "write_trace",
+           "compare_seeds", "crossed_bootstrap", "write_trace",
            "compact_trace", "prompt_statistics", "register", "policies", "presets", "Policy",
            "ScorerPolicy", "resolve_budget",
            "LayerView", "StepAttention", "Cache", "__version__"]

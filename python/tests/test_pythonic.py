@@ -99,6 +99,34 @@ class Pythonic(unittest.TestCase):
         with self.assertRaises(ValueError):
             kvsim.crossed_bootstrap([[1.0, float("nan")], [2.0, 3.0]])
 
+    def test_compare_seeds_takes_a_long_table_of_seeds_and_samples(self):
+        # tests/test_statistics.cpp's worked family: `a` differs from the reference by
+        # [[1, -3], [2, 4]] (p 0.375), `b` by 0.5 everywhere (shown); the reference lacks sample
+        # i2 under seed 0, so both use two samples. Two draws of one cell are averaged.
+        import pandas as pd
+
+        cells = {"ref": [[0, 1, float("nan")], [1, 0, 2]], "a": [[1, -2, 5], [3, 4, 5]],
+                 "b": [[0.5, 1.5, 0], [1.5, 0.5, 0]]}
+        rows = [{"seed": s, "policy": p, "sample": f"i{i}", "v": m[s][i]}
+                for p, m in cells.items() for s in range(2) for i in range(3)]
+        rows += [{"seed": 0, "policy": "b", "sample": "i0", "v": 0.5 + d} for d in (-0.25, 0.25)]
+        table = pd.DataFrame(rows)
+        c = kvsim.compare_seeds(table, "v", "ref", higher_is_better=True, resamples=40000)
+        a, b = c.iloc[0], c.iloc[1]
+        self.assertEqual((a["policy"], a["n"], a["seeds"], a["test"]), ("a", 2, 2, "crossed_bootstrap"))
+        self.assertEqual((a["difference"], a["ci_low"], a["ci_high"]), (1.0, -3.0, 4.0))
+        self.assertAlmostEqual(a["p_value"], 0.375, delta=0.01)
+        self.assertEqual((b["difference"], b["verdict"]), (0.5, "better"))
+        self.assertEqual(b["p_holm"], 2 * b["p_value"])
+        self.assertAlmostEqual(a["detectable"], (2.241403 + 0.841621) * (43 / 16) ** 0.5, delta=0.05)
+        with self.assertRaises(ValueError):
+            kvsim.compare_seeds(table.assign(budget=[10, 20] * (len(rows) // 2)), "v", "ref",
+                                higher_is_better=True)
+        with self.assertRaises(ValueError):
+            kvsim.compare_seeds(table, "v", "nobody", higher_is_better=True)
+        with self.assertRaises(ValueError):
+            kvsim.compare_seeds(table.drop(columns="seed"), "v", "ref", higher_is_better=True)
+
     def test_the_users_exception_is_raised_as_itself(self):
         class Boom(kvsim.Policy):
             def on_prefill(self, view, cache):

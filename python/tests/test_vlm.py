@@ -239,6 +239,28 @@ class SmallBuild(unittest.TestCase):
         assert_same_files(self, out, again, ("vlm_eval.md", "vlm_eval.csv", "vlm_eval_by_seed.csv",
                                              "vlm_eval_by_image.csv", "vlm_comparisons.csv",
                                              "vlm_accuracy_vs_memory.png"))
+        # Each seed's results kept apart, then joined (--from-results A B): the same report; a
+        # seed given twice is refused, named.
+        import vlm_eval_report  # analysis/, on the path with tolerance
+
+        tables, builds, settings = vlm_eval_report.load_results(os.path.join(out, "results"))
+        parts = []
+        for seed in settings["seeds"]:
+            part = os.path.join(self.tmp, f"seed{seed}_alone")
+            vlm_eval_report.save_results(part, [t[t["seed"] == seed] for t in tables],
+                                         {seed: builds[seed]}, dict(settings, seeds=[seed]))
+            parts.append(os.path.join(part, "results"))
+        joined = os.path.join(self.tmp, "joined")
+        report = [sys.executable, os.path.join(REPO, "analysis", "vlm_eval_report.py"),
+                  "--from-results"]
+        r = subprocess.run(report + parts + ["--out", joined], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        assert_same_files(self, out, joined, ("vlm_eval.md", "vlm_eval.csv",
+                                              "vlm_comparisons.csv"))
+        r = subprocess.run(report + [parts[0], parts[0], "--out", joined + "2"],
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("seed(s) [0] are in an earlier folder too", r.stderr)
         # The docs' single-image report, card and figures are the run's (analysis/docs_tables.py):
         # a copy of the document takes this run's (its figures beside it, as the links resolve),
         # and the eight-box regions stay as they were.
