@@ -163,6 +163,14 @@ double smallest_possible_p(const PairedComparison& c, const PairedOptions& o) {
   return std::pow(2.0, 1.0 - static_cast<double>(c.n));
 }
 
+// (z_{1−α/(2m)} + z_power) / (z_{1−α/2} + z_power): how much larger a difference must be to have
+// the same power at Holm's first step in a family of m as at α alone.
+double holm_power_scale(std::size_t m, const PairedOptions& o) {
+  const double z_power = normal_quantile(o.power);
+  return (normal_quantile(1 - o.alpha / (2.0 * static_cast<double>(m))) + z_power) /
+         (normal_quantile(1 - o.alpha / 2) + z_power);
+}
+
 }  // namespace
 
 ComparisonTable compare_to_reference(const SampleTable& table, const std::string& metric,
@@ -241,6 +249,9 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
       out.rows[i].family_size = static_cast<long>(family.size());
       // No difference can be shown: a "detectable" figure would promise what the test cannot do.
       if (!(out.rows[i].smallest_p < first_step)) out.rows[i].detectable = NAN;
+      // Power at Holm's level: the figure compare_paired gives at alpha, restated for the
+      // first step (alpha / m) that any verdict of the family must pass.
+      out.rows[i].detectable *= holm_power_scale(family.size(), options);
     }
   }
   return out;
@@ -352,8 +363,8 @@ std::string comparison_text(const ComparisonTable& t, const PairedOptions& optio
   }
   out +=
       "verdict: better / worse than the reference where Holm's adjusted p < alpha, else no "
-      "difference shown (never an order); detectable: the smallest difference n samples detect "
-      "with 80% power ('-' where the test cannot reach alpha)\n";
+      "difference shown (never an order); detectable: the difference n samples detect with 80% "
+      "power at Holm's first step, alpha / family size ('-' where the test cannot reach it)\n";
   return out;
 }
 

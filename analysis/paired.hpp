@@ -37,7 +37,8 @@ struct PairedComparison {
   double p_holm = NAN;       // Holm-adjusted over the family (holm_adjust)
   // Smallest |difference| this n detects with `power` at the per-comparison alpha, under the
   // normal approximation: (z_{1−α/2} + z_power) · SD / √n (McNemar's too: its variance is that of
-  // the −1/0/1 differences). NaN when the differences do not vary.
+  // the −1/0/1 differences); compare_to_reference restates it at Holm's first step, α / m for a
+  // family of m: (z_{1−α/(2m)} + z_power) · SD / √n. NaN when the differences do not vary.
   double detectable = NAN;
   double standard_error = NAN;  // of `difference`, where a bootstrap estimated it
   // The smallest p the test can give with these n pairs, and the size of the Holm family the

@@ -106,6 +106,10 @@ TEST(Compare, ShowsOneDifferenceAndNotTheOther) {
   // same: 3 vs 3: p = 1, no difference shown (and no order).
   EXPECT_NEAR(p[1], 1.0, 1e-12);
   EXPECT_EQ(verdict[1], "no difference shown");
+  // Its power statement at Holm's first step of a family of 2 (alpha / 2): differences +1 (x3),
+  // -1 (x3), 0 (x34) have SD sqrt(6 / 39); (z_{1-0.0125} + z_0.8) SD / sqrt(40).
+  EXPECT_NEAR(t.numbers("detectable")[1],
+              (2.241403 + 0.841621) * std::sqrt(6.0 / 39) / std::sqrt(40.0), 1e-5);
   EXPECT_NE(r.output.find("no difference shown"), std::string::npos);
   // Errors name what is wrong.
   CliRun bad = kvsim("compare " + answers_csv() + " -m answer_contains -r nobody");

@@ -388,8 +388,8 @@ def compare(results, metric, reference="full", policies=None, higher_is_better=N
     (docs/outputs.md): n, test (mcnemar for right/wrong answers, else sign_flip), mean,
     reference_mean, difference and its 95% bootstrap interval (ci_low, ci_high), wins / ties /
     losses, effect_size (d_z), p_value, p_holm (Holm's adjustment within the memory class),
-    detectable (the smallest difference n samples detect with 80% power; NaN where the test
-    cannot reach alpha), verdict ("better", "worse" or "no difference shown": never an order
+    detectable (the difference n samples detect with 80% power at Holm's first step, alpha /
+    family_size; NaN where the test cannot reach it), verdict ("better", "worse" or "no difference shown": never an order
     that the test does not show), memory, family_size and smallest_p (the smallest p n pairs
     allow). higher_is_better: None for kvsim's own columns, else say. KeyError for a missing
     column or policy."""
