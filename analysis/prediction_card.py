@@ -10,9 +10,11 @@ experiments/stories_eval.sh writes by_image.csv), the card gives:
   alone give;
 - a monotone map from the replay metric to the live outcome (isotonic regression, pool adjacent
   violators, one point per configuration = seed, budget and policy), and its mean absolute error
-  out of sample: with each policy family left out of the fit, each budget, each seed, and on the
-  samples (images, stories) not in the fit (two halves, each predicted from a fit on the other); beside the same for
-  a map from the memory held alone (the budget-only guess), and the skill 1 − MAE / MAE(memory);
+  out of sample: with each policy family (a mechanism: family_of) left out of the fit, each
+  budget, each seed, and on the samples (images, stories) not in the fit (two halves, each
+  predicted from a fit on the other); beside the same for a map from the memory held alone (the
+  budget-only guess), and the skill 1 − MAE / MAE(memory) with a 95% interval over the groups
+  left out;
 - per budget, the top-1 regret (the live outcome of replay's pick minus the live best) and the
   top-3 overlap;
 - the chain replay metric → teacher-forced KL (mean_kl) → live loss, so that it is plain where
@@ -175,6 +177,24 @@ def left_out_error(points, key, feature, increasing):
     return float(residual.abs().mean()), residual
 
 
+def skill_interval(groups, residual, base_residual, rng, resamples):
+    """95% percentile interval of the skill 1 − Σ|residual| / Σ|base residual| when the groups
+    left out (policy families, budgets or seeds) are drawn with replacement: the skill's
+    uncertainty over which families (budgets, seeds) there happened to be."""
+    names = groups.unique()
+    if len(names) < 2:
+        return [float("nan"), float("nan")]
+    err = residual.abs().groupby(groups).sum().reindex(names).to_numpy()
+    base = base_residual.abs().groupby(groups).sum().reindex(names).to_numpy()
+    drawn = rng.choice(len(names), (resamples, len(names)))
+    denominator = base[drawn].sum(axis=1)
+    kept = denominator > 0
+    if not kept.any():
+        return [float("nan"), float("nan")]
+    skills = 1 - err[drawn].sum(axis=1)[kept] / denominator[kept]
+    return [float(np.percentile(skills, 2.5)), float(np.percentile(skills, 97.5))]
+
+
 def split_halves(samples):
     """The images in two fixed halves: alternate in sorted order."""
     ordered = sorted(samples)
@@ -276,9 +296,10 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
         if points[key].nunique() < 2:
             continue
         mae, res = left_out_error(points, key, "x", increasing)
-        base, _ = left_out_error(points, key, "memory", not increasing)
+        base, base_res = left_out_error(points, key, "memory", not increasing)
         errors[label] = {"mae": mae, "mae_memory_only": base,
-                         "skill": 1 - mae / base if base else float("nan")}
+                         "skill": 1 - mae / base if base else float("nan"),
+                         "skill_ci": skill_interval(points[key], res, base_res, rng, resamples)}
         if key == "family":
             residuals = res
     mae = out_of_image_error(rows, metric, outcome, "x", increasing)
@@ -311,11 +332,17 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
     return card, points
 
 
+SKILL_TARGET = 0.5  # the scale-free target when --targets gives three values
+
+
 def check_targets(card, targets):
-    """The three targets: family-left-out error, within-budget Spearman at every budget, top-1
-    regret at every budget."""
-    mae_max, rho_min, regret_max = targets
-    family = card["left_out"].get("policy family", {}).get("mae", float("nan"))
+    """The four targets: family-left-out error (absolute), within-budget Spearman at every
+    budget, top-1 regret at every budget, and family-left-out skill over the memory-only map
+    (scale-free: met when its 95% interval's lower end reaches the target)."""
+    mae_max, rho_min, regret_max, skill_min = (list(targets) + [SKILL_TARGET])[:4]
+    left = card["left_out"].get("policy family", {})
+    family = left.get("mae", float("nan"))
+    skill_low = left.get("skill_ci", [float("nan")])[0]
     rhos = {b: v["spearman"] for b, v in card["within_budget"].items()}
     regrets = {b: v["regret"] for b, v in card["top"].items()}
     return {
@@ -323,7 +350,9 @@ def check_targets(card, targets):
         "within_budget_spearman": {"target": rho_min, "values": rhos,
                                    "met": bool(all(v >= rho_min for v in rhos.values()))},
         "top1_regret": {"target": regret_max, "values": regrets,
-                        "met": bool(all(v <= regret_max for v in regrets.values()))}}
+                        "met": bool(all(v <= regret_max for v in regrets.values()))},
+        "family_left_out_skill": {"target": skill_min, "value": left.get("skill", float("nan")),
+                                  "ci": left.get("skill_ci"), "met": bool(skill_low >= skill_min)}}
 
 
 def fmt(x, spec=".3f"):
@@ -357,11 +386,15 @@ def write_markdown(card, path):
                 f"{fmt(p['memory_alone'], '+.2f')} for the memory held alone.\n\n")
         f.write(f"Out of sample: mean absolute error of the predicted {outcome} (an isotonic map "
                 "from the replay metric, fitted without what is predicted), beside the same map "
-                "from the memory held alone:\n\n| left out | error | memory alone | skill |\n"
-                "|---|---|---|---|\n")
+                "from the memory held alone; skill = 1 − error / memory alone, with a 95% "
+                "interval over the groups left out drawn with replacement:\n\n| left out | "
+                "error | memory alone | skill |\n|---|---|---|---|\n")
         for k, v in card["left_out"].items():
+            ci = v.get("skill_ci")
+            interval = (f" [{fmt(ci[0], '+.2f')}, {fmt(ci[1], '+.2f')}]"
+                        if ci and not np.isnan(ci[0]) else "")
             f.write(f"| {k} | {fmt(v['mae'])} | {fmt(v['mae_memory_only'])} | "
-                    f"{fmt(v['skill'], '+.2f')} |\n")
+                    f"{fmt(v['skill'], '+.2f')}{interval} |\n")
         if "chain" in card:
             c = card["chain"]
             f.write("\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
@@ -386,7 +419,11 @@ def write_markdown(card, path):
                     f"within-budget Spearman ≥ {t['within_budget_spearman']['target']} at every "
                     f"budget: {'met' if t['within_budget_spearman']['met'] else 'not met'}; "
                     f"top-1 regret ≤ {t['top1_regret']['target']}: "
-                    f"{'met' if t['top1_regret']['met'] else 'not met'}.\n")
+                    f"{'met' if t['top1_regret']['met'] else 'not met'}; family-left-out skill "
+                    f"≥ {t['family_left_out_skill']['target']} (scale-free; met when its "
+                    f"interval's lower end reaches it): "
+                    f"{fmt(t['family_left_out_skill']['value'], '+.2f')} "
+                    f"({'met' if t['family_left_out_skill']['met'] else 'not met'}).\n")
 
 
 def figure(card, points, out):
@@ -437,7 +474,8 @@ def main(argv):
     ap.add_argument("--metric", default="replay_output_rel_error")
     ap.add_argument("--name", required=True, help="the model, for the card's title")
     ap.add_argument("--targets", help="family-left-out error, within-budget Spearman, top-1 "
-                                      "regret (e.g. 0.05,0.8,0.02)")
+                                      "regret and, optionally, family-left-out skill (e.g. "
+                                      "0.05,0.8,0.02,0.5; the skill's default 0.5)")
     ap.add_argument("--chance", type=float,
                     help="the accuracy of a guess: a full cache not above it gives no card")
     ap.add_argument("--out", required=True)
@@ -452,6 +490,9 @@ def main(argv):
         rows["seed"] = 0
     rows["full"] = rows["full_contains"] if a.outcome == "contains" else 0.0
     targets = [float(t) for t in a.targets.split(",")] if a.targets else None
+    if targets is not None and len(targets) not in (3, 4):
+        fail(f"--targets {a.targets}: give three or four numbers (error, Spearman, regret[, "
+             "skill])")
     os.makedirs(a.out, exist_ok=True)
     reading = (full_cache_reading(rows, a.chance)
                if a.chance is not None and a.outcome == "contains" else None)

@@ -87,6 +87,17 @@ class Card(unittest.TestCase):
         mae, _ = card.left_out_error(points, "policy", "x", increasing=False)
         self.assertAlmostEqual(mae, 0.0625)
 
+    def test_skill_interval_draws_the_groups_left_out(self):
+        # Two families: A's residuals sum to 0.1 against the memory map's 0.2, B's 0.3 against
+        # 0.3. Drawn twice each: AA 1 − 0.2 / 0.4 = 0.5 (1/4), BB 0 (1/4), AB 1 − 0.4 / 0.5 = 0.2
+        # (1/2): the 2.5% and 97.5% percentiles are 0 and 0.5.
+        groups = pd.Series(["A", "A", "B"])
+        res = pd.Series([0.05, -0.05, 0.3])
+        base = pd.Series([0.1, 0.1, -0.3])
+        low, high = card.skill_interval(groups, res, base, np.random.default_rng(1), 4000)
+        self.assertAlmostEqual(low, 0.0)
+        self.assertAlmostEqual(high, 0.5)
+
     def test_card_on_a_constructed_monotone_case(self):
         # Six policies of three families at two budgets on 40 images; replay's error falls with
         # the budget and a policy's accuracy is exactly 1 − error on every image: the map is
