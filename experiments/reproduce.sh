@@ -71,6 +71,14 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, and t
     >"$o/orders.log" 2>&1 || { cat "$o/orders.log" >&2; exit 1; }
 }
 
+transfer() {  # the declared prediction test across tasks (experiments/prediction_declaration.json)
+  "$py" "$repo/analysis/prediction_transfer.py" \
+    --declaration "$repo/experiments/prediction_declaration.json" --task "vlm_eval=$out/vlm_eval" \
+    --task "vlm_multi/compress=$out/vlm_multi/compress" \
+    --task "vlm_multi/append=$out/vlm_multi/append" --out "$out/vlm_multi/transfer" \
+    >"$out/transfer.log" 2>&1 || { cat "$out/transfer.log" >&2; exit 1; }
+}
+
 case "$mode" in
   results)
     say "expected time: about two minutes (the reports from experiments/results/, no model)"
@@ -81,6 +89,8 @@ case "$mode" in
     say "eight boxes: both orders' reports and cards, and the orders compared, from the" \
       "committed results"
     multi_from_results
+    say "the declared prediction test across the tasks"
+    transfer
     runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi" ;;
   quick)
     say "expected time: about 10 minutes on 2 cores (one seed of each task: two models built and" \
@@ -123,6 +133,8 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \
       "${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}"
     "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
+    say "the declared prediction test across the tasks"
+    transfer
     runs="$runs vlm_multi=$out/vlm_multi" ;;
 esac
 say "the page's regions against this run (docs_tables.py --check):"

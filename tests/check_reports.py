@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The statistics of the experiment reports, against worked examples: Kendall's W
-(analysis/vlm_eval_report.py), the prediction card's isotonic map, its left-out error and its
-rank correlations (analysis/prediction_card.py), on constructed data worked out by hand; and
-the at-chance rule (a full cache not above chance gets no card)."""
+(analysis/vlm_eval_report.py), the prediction card's isotonic map, its left-out error, its
+families and its rank correlations (analysis/prediction_card.py), the transfer test
+(analysis/prediction_transfer.py), on constructed data worked out by hand; and the at-chance
+rule (a full cache not above chance gets no card)."""
 import os
 import sys
 import tempfile
@@ -13,6 +14,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 import prediction_card as card  # noqa: E402
+import prediction_transfer  # noqa: E402
 from vlm_eval_report import kendall_w, stability  # noqa: E402
 
 
@@ -168,6 +170,46 @@ class AtChance(unittest.TestCase):
         self.assertIn("**No comparison can be made.** The full cache answers 0.025", text)
         self.assertNotIn("Targets", text)
         self.assertNotIn("Spearman", text)
+
+
+
+class Transfer(unittest.TestCase):
+    def test_the_metric_is_chosen_on_the_fit_task_and_transferred_unchanged(self):
+        # Task A (one seed, one sample): (budget, policy, output error, accuracy, memory)
+        # (10, h2o, 0.2, 0.8, 0.1), (10, tova, 0.4, 0.6, 0.1), (20, h2o, 0.1, 0.9, 0.2),
+        # (20, tova, 0.3, 0.7, 0.2); mass recall 0.5 everywhere. Family left out, output error:
+        # without h2o the map is tova's (0.7 at 0.3 and below): residuals 0.1, 0.2; without tova
+        # h2o's (0.8 at 0.2 and above): 0.2, 0.1; mean 0.15. Mass recall: each side's mean,
+        # 0.65 or 0.85: residuals 0.15, 0.25, 0.25, 0.15; mean 0.2. Output error is chosen.
+        # Task B, knorm: (10, 0.25, 0.75, 0.1), (20, 0.15, 0.85, 0.2): the map of A gives 0.75
+        # and 0.85 exactly (error 0); the memory map of A gives 0.7 and 0.8 (error 0.05): skill 1.
+        tmp = tempfile.mkdtemp()
+        tasks = {"A": [("10", "h2o", 0.2, 0.8, 0.1), ("10", "tova", 0.4, 0.6, 0.1),
+                       ("20", "h2o", 0.1, 0.9, 0.2), ("20", "tova", 0.3, 0.7, 0.2)],
+                 "B": [("10", "knorm", 0.25, 0.75, 0.1), ("20", "knorm", 0.15, 0.85, 0.2)]}
+        dirs = {}
+        for name, rows in tasks.items():
+            dirs[name] = os.path.join(tmp, name)
+            os.makedirs(dirs[name])
+            pd.DataFrame([{"seed": 0, "budget": b, "policy": p, "sample": "s",
+                           "replay_output_rel_error": x, "replay_mass_recall": 0.5,
+                           "contains": y, "full_contains": 1.0, "kv_fraction": m}
+                          for b, p, x, y, m in rows]).to_csv(
+                os.path.join(dirs[name], "vlm_eval_by_image.csv"), index=False)
+        declaration = {"candidates": ["replay_mass_recall", "replay_output_rel_error"],
+                       "splits": [{"name": "A -> B", "fit": "A", "predict": "B"}],
+                       "targets": {"skill": 0.5, "error": 0.05}}
+        result = prediction_transfer.run(declaration, dirs)
+        self.assertAlmostEqual(result["choice"]["replay_output_rel_error"], 0.15)
+        self.assertAlmostEqual(result["choice"]["replay_mass_recall"], 0.2)
+        self.assertEqual(result["metric"], "replay_output_rel_error")
+        split = result["splits"][0]
+        self.assertEqual((split["points"], split["families"]), (2, 1))
+        self.assertAlmostEqual(split["error"], 0.0)
+        self.assertAlmostEqual(split["error_memory_only"], 0.05)
+        self.assertAlmostEqual(split["skill"], 1.0)
+        np.testing.assert_allclose(split["skill_ci"], [1.0, 1.0], atol=1e-12)
+        self.assertTrue(split["skill_met"] and split["error_met"])
 
 
 if __name__ == "__main__":
