@@ -278,7 +278,7 @@ def merge_results(loaded, directories):
     machine of each folder is kept with its seeds ("machines") where they differ."""
     if len(loaded) == 1:
         return loaded[0]
-    tables, builds, settings = [list(t) for t in loaded[0][0]], dict(loaded[0][1]), loaded[0][2]
+    tables, builds, settings = list(loaded[0][0]), dict(loaded[0][1]), loaded[0][2]
     machines = [dict(settings.get("machine", {}), seeds=list(settings["seeds"]))]
     for (more_tables, more_builds, more), directory in zip(loaded[1:], directories[1:]):
         for key in ("budgets", "unit", "order"):

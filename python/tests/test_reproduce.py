@@ -37,7 +37,11 @@ class Reproduce(unittest.TestCase):
                        "append/vlm_eval.md | **Accuracy at equal memory**",
                        "vlm_orders.md | **The question before or after compression**",
                        "vlm_orders.md | **Which image stays** | rows=10%",
-                       "vlm_orders.md | **Several questions on one compressed context**"):
+                       "vlm_orders.md | **Several questions on one compressed context**",
+                       "compress/vlm_eval.md | **Against the floors.** | "
+                       "until=**Which differences hold up.**",
+                       "append/card/card.md | Out of sample:",
+                       "transfer/transfer.md | **Prediction across tasks** | until="):
             self.assertIn(f"(vlm_multi:{region}): equal", r.stdout)
         self.assertNotIn("not checked", r.stdout)
         self.assertIn("every checked region of", r.stdout)
