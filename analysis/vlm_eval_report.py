@@ -505,9 +505,14 @@ def how_tested(seeds, units):
             "methods")
 
 
+def p_text(p):
+    """A p-value to three decimals, '<0.001' below."""
+    return "<0.001" if p < 0.001 else fmt(p, ".3f")
+
+
 def with_p(row):
-    """'`name` −0.007 (p 1.00)': a comparison's difference and its p after Holm."""
-    return f"`{row['policy']}` {row['difference']:+.3f} (p {fmt(row['p_holm'], '.3f')})"
+    """'`name` −0.007 (p 1.000)': a comparison's difference and its p after Holm."""
+    return f"`{row['policy']}` {row['difference']:+.3f} (p {p_text(row['p_holm'])})"
 
 
 def power_text(c):
@@ -549,7 +554,7 @@ def floor_cell(comps, b, p, against):
         return "–"
     r = r.iloc[0]
     mark = {"better": " ▲", "worse": " ▼"}.get(r["verdict"], "")
-    return f"{r['difference']:+.3f}{mark} ({fmt(r['p_holm'], '.3f')})"
+    return f"{r['difference']:+.3f}{mark} ({p_text(r['p_holm'])})"
 
 
 def write_floors(f, comps, budgets, order, held_text):
