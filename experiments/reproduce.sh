@@ -5,8 +5,8 @@
 # Usage: experiments/reproduce.sh PAGE [--quick | --from-results] [OUT_DIR]
 #   PAGE            real_model (docs/real_model.md)
 #   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
-#                   the stories (about 1 min on 2 cores), the single image (five seeds, about
-#                   35 min) and the eight boxes from the committed weights (about 20 min a seed;
+#                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
+#                   hour) and the eight boxes from the committed weights (about 20 min a seed;
 #                   VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them here first)
 #   --quick         one seed of each task, its rows against the committed per-seed results: the
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
@@ -103,7 +103,7 @@ case "$mode" in
     say "seed 0's rows against the committed per-seed results:"
     "$py" "$repo/analysis/tolerance.py" "$results/vlm_eval/vlm_eval_by_seed.csv.gz" \
       "$out/vlm_eval/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset
-    say "the single-image regions quote five seeds: not compared with one"
+    say "the single-image regions quote ten seeds: not compared with one"
     say "eight boxes, seed 0 from its committed weights: the compress order at 10% and the" \
       "controls (experiments/vlm_multi_eval.sh)"
     VLM_MULTI_SEEDS=0 VLM_MULTI_BUDGETS=10 VLM_MULTI_ORDERS=compress VLM_MULTI_EXTRAS=0 \
@@ -122,12 +122,12 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "the eight-box regions quote five seeds and both orders: not compared with one"
     runs="stories=$out/stories" ;;
   full)
-    say "expected time: about 2 h 20 min on 2 cores (stories 1 min, the single image 35 min," \
-      "the eight boxes 20 min a seed)"
+    say "expected time: about 2 h 50 min on 2 cores (stories 1 min, the single image an hour" \
+      "for ten seeds, the eight boxes 20 min a seed)"
     say "stories: experiments/stories_eval.sh"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
-    say "single image: experiments/vlm_eval.sh, five seeds (progress below)"
+    say "single image: experiments/vlm_eval.sh, ten seeds (progress below)"
     "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
     runs="stories=$out/stories vlm_eval=$out/vlm_eval"
     say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \

@@ -17,8 +17,8 @@
 #   BUILD_DIR  default the repository's build/
 # Environment: VLM_EVAL_SMALL=1 builds the small CI model and evaluates two budgets and two seeds
 #   (tests); VLM_EVAL_BUDGETS overrides the budgets ("10 20 40 60"), VLM_EVAL_SEEDS the projector
-#   seeds ("0 1 2 3 4"), VLM_EVAL_DRAWS the random floor's draws (5); VLM_EVAL_POLICIES the
-#   budgeted policies and presets, comma-separated (default: the baselines, the seed methods and
+#   seeds ("0 1 2 3 4 5 6 7 8 9"), VLM_EVAL_DRAWS the random floor's draws (5); VLM_EVAL_POLICIES
+#   the budgeted policies and presets, comma-separated (default: the baselines, the seed methods and
 #   the kvpress presets; the floors random and downsample always run), VLM_EVAL_SELF_SIZING the
 #   policies that size themselves (default text_only,fastv,vtw,avl,st3; empty: none), and
 #   VLM_EVAL_SET settings for every run, space-separated as --set takes them
@@ -35,7 +35,7 @@ name=vlm_eval
 . "$repo/experiments/vlm_setup.sh"
 small=""
 budgets=${VLM_EVAL_BUDGETS:-10 20 40 60}
-seeds=${VLM_EVAL_SEEDS:-0 1 2 3 4}
+seeds=${VLM_EVAL_SEEDS:-0 1 2 3 4 5 6 7 8 9}
 if [ "${VLM_EVAL_SMALL:-0}" = 1 ]; then
   small=--small; budgets=${VLM_EVAL_BUDGETS:-20 60}; seeds=${VLM_EVAL_SEEDS:-0 1}
 fi
