@@ -75,7 +75,7 @@ transfer() {  # the declared prediction test across tasks (experiments/predictio
   "$py" "$repo/analysis/prediction_transfer.py" \
     --declaration "$repo/experiments/prediction_declaration.json" --task "vlm_eval=$out/vlm_eval" \
     --task "vlm_multi/compress=$out/vlm_multi/compress" \
-    --task "vlm_multi/append=$out/vlm_multi/append" --out "$out/vlm_multi/transfer" \
+    --task "vlm_multi/append=$out/vlm_multi/append" --out "$out/transfer" \
     >"$out/transfer.log" 2>&1 || { cat "$out/transfer.log" >&2; exit 1; }
 }
 
@@ -91,7 +91,8 @@ case "$mode" in
     multi_from_results
     say "the declared prediction test across the tasks"
     transfer
-    runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi" ;;
+    runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi"
+    runs="$runs transfer=$out/transfer" ;;
   quick)
     say "expected time: about 10 minutes on 2 cores (one seed of each task: two models built and" \
       "evaluated, the stories)"
@@ -135,7 +136,7 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
     say "the declared prediction test across the tasks"
     transfer
-    runs="$runs vlm_multi=$out/vlm_multi" ;;
+    runs="$runs vlm_multi=$out/vlm_multi transfer=$out/transfer" ;;
 esac
 say "the page's regions against this run (docs_tables.py --check):"
 set --

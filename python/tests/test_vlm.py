@@ -319,6 +319,20 @@ class SmallBuild(unittest.TestCase):
         self.assertIn("h2o: unknown parameter 'recnt' (did you mean 'recent'?)", r.stderr)
 
 
+def without_regions(doc, headings):
+    """A document with the generated regions whose marker names one of `headings` taken out,
+    markers and all."""
+    out, skipping = [], False
+    for line in doc.split("\n"):
+        if line.startswith("<!-- generated: ") and any(h in line for h in headings):
+            skipping = True
+        elif skipping and line == "<!-- end generated -->":
+            skipping = False
+        elif not skipping:
+            out.append(line)
+    return "\n".join(out)
+
+
 class SmallMultiBuild(unittest.TestCase):
     """The eight-box task's build on its CI setting: every piece, not the full model's accuracy."""
 
@@ -559,7 +573,11 @@ class SmallMultiBuild(unittest.TestCase):
         tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py")]
         doc = os.path.join(self.tmp, "real_model.md")
         with open(os.path.join(REPO, "docs", "real_model.md")) as f:
-            committed = f.read()
+            # A model at chance (the small setting's) gets no tests or card figures: the regions
+            # that quote them are left out of the copy.
+            committed = without_regions(f.read(), ("**Against the floors.**",
+                                                   "**Which differences hold up.**",
+                                                   "| Out of sample:"))
         with open(doc, "w") as f:
             f.write(committed)
         run = ["--run", f"vlm_multi={out}"]
@@ -568,7 +586,7 @@ class SmallMultiBuild(unittest.TestCase):
         self.assertIn("differs from the run", r.stderr)
         r = subprocess.run(tool + [doc] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("5 of 5 region(s) rewritten", r.stdout)
+        self.assertIn("6 of 6 region(s) rewritten", r.stdout)
         self.assertEqual(subprocess.run(tool + [doc, "--check"] + run).returncode, 0)
         with open(doc) as f:
             rewritten = f.read()
