@@ -182,8 +182,6 @@ def skill_interval(groups, residual, base_residual, rng, resamples):
     left out (policy families, budgets or seeds) are drawn with replacement: the skill's
     uncertainty over which families (budgets, seeds) there happened to be."""
     names = groups.unique()
-    if len(names) < 2:
-        return [float("nan"), float("nan")]
     err = residual.abs().groupby(groups).sum().reindex(names).to_numpy()
     base = base_residual.abs().groupby(groups).sum().reindex(names).to_numpy()
     drawn = rng.choice(len(names), (resamples, len(names)))

@@ -22,7 +22,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from prediction_card import (configurations, fmt, isotonic, left_out_error,  # noqa: E402
-                             predict)
+                             predict, skill_interval)
 
 # Whether the live accuracy rises with the metric (mass recall) or falls (an error).
 RISES_WITH = {"replay_output_rel_error": False, "replay_mass_recall": True}
@@ -59,23 +59,15 @@ def transfer(fit, test, metric, rng):
     memory = isotonic(fit["memory"], fit["y"], True)
     err = np.abs(predict(knots, test["x"]) - test["y"].to_numpy())
     base = np.abs(predict(memory, test["memory"]) - test["y"].to_numpy())
-    families = test["family"].to_numpy()
-    names = np.unique(families)
-    err_by = np.array([err[families == f].sum() for f in names])
-    base_by = np.array([base[families == f].sum() for f in names])
-    count_by = np.array([(families == f).sum() for f in names])
-    drawn = rng.choice(len(names), (RESAMPLES, len(names)))
-    denominator = base_by[drawn].sum(axis=1)
-    skills = 1 - err_by[drawn].sum(axis=1) / np.where(denominator > 0, denominator, np.nan)
-    skills = skills[~np.isnan(skills)]
-    return {"points": int(len(test)), "families": int(len(names)),
+    # Families in sorted order, so that the draws do not depend on the rows' order.
+    order = np.argsort(test["family"].to_numpy(), kind="stable")
+    families = pd.Series(test["family"].to_numpy()[order])
+    low_high = skill_interval(families, pd.Series(err[order]), pd.Series(base[order]), rng,
+                              RESAMPLES)
+    return {"points": int(len(test)), "families": int(families.nunique()),
             "error": float(err.mean()), "error_memory_only": float(base.mean()),
             "skill": float(1 - err.sum() / base.sum()) if base.sum() > 0 else float("nan"),
-            "skill_ci": [float(np.percentile(skills, 2.5)), float(np.percentile(skills, 97.5))]
-            if len(skills) else [float("nan")] * 2,
-            "error_ci_over_families": [float(np.percentile(err_by[drawn].sum(axis=1) /
-                                                           count_by[drawn].sum(axis=1), q))
-                                       for q in (2.5, 97.5)]}
+            "skill_ci": low_high}
 
 
 def select(points, budgets):
