@@ -76,10 +76,19 @@ floors=random,downsample
 baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
 seed_methods=lookm,hae,madakv,meda
 self_sizing=text_only,fastv,vtw,avl,st3
-compressed="$floors,$baselines,$seed_methods"
+# The random floor with the recent window the SnapKV family protects (its 32 newest positions,
+# sliding while decoding), beside the unprotected one, in the orders compressed at equal memory.
+window_floor=random@window
+compressed="$floors,$window_floor,$baselines,$seed_methods"
+oracle=,oracle
+if [ -n "${VLM_MULTI_POLICIES:-}" ]; then
+  compressed=$VLM_MULTI_POLICIES oracle=""
+fi
+wset=""
+case ",$compressed," in *",$window_floor,"*) wset="--set $window_floor.window=32" ;; esac
 # The policies that can compress the context before the question (a `question` parameter), and
 # the settings that make each compress once, to ceil(budget x context) entries, then append.
-appended="$floors,$baselines"
+appended=${VLM_MULTI_POLICIES:-$floors,$baselines}
 set -- --set '*.question=append' --set '*.decode=grow' --set '*.compress=prefill' \
   --set h2o.mode=oneshot --set '*.budget_rounding=ceil'
 runs_c="" runs_a="" runs_tail1="" runs_tailq=""
@@ -106,23 +115,29 @@ for s in $seeds; do
     cp "$vlm/build.json" "$t/build.json"
     ln -sf "$(cd "$c" && pwd)/trace.h5" "$t/trace.h5"
     for n in $budgets; do
-      once "$t/replay_$n.csv" "$t/replay_$n.log" "$k" replay "$t/trace.h5" -p "$compressed,oracle" \
-        --budget "$n%" --equal-memory --prompt-tail $tail --seeds "$draws" \
-        --summary "$t/replay_$n.csv" --dump-decisions "$t/decisions_$n.h5"
+      once "$t/replay_$n.csv" "$t/replay_$n.log" "$k" replay "$t/trace.h5" \
+        -p "$compressed$oracle" $wset --budget "$n%" --equal-memory --prompt-tail $tail \
+        --seeds "$draws" --summary "$t/replay_$n.csv" --dump-decisions "$t/decisions_$n.h5"
       once "$t/live_$n.csv" "$t/live_$n.log" "$k" live evaluate -m "$model" \
-        --prompts "$vlm/prompts.h5" -p "$compressed" --budget "$n%" --equal-memory \
+        --prompts "$vlm/prompts.h5" -p "$compressed" $wset --budget "$n%" --equal-memory \
         --prompt-tail $tail --seeds "$draws" --gen $gen --stop-at-eos --no-timing \
         --summary "$t/live_$n.csv"
     done
+    # The text-only floor in this order too (its cache: every text entry, the tail's included).
+    once "$t/replay_self.csv" "$t/replay_self.log" "$k" replay "$t/trace.h5" -p text_only \
+      --prompt-tail $tail --summary "$t/replay_self.csv" --dump-decisions "$t/decisions_self.h5"
+    once "$t/live_self.csv" "$t/live_self.log" "$k" live evaluate -m "$model" \
+      --prompts "$vlm/prompts.h5" -p text_only --prompt-tail $tail --gen $gen --stop-at-eos \
+      --no-timing --summary "$t/live_self.csv"
     eval "runs_$order=\"\$runs_$order $s=$t\""
   done
   for n in $budgets; do
     if runs_order compress; then
-      once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" -p "$compressed,oracle" \
-        --budget "$n%" --equal-memory --seeds "$draws" --summary "$c/replay_$n.csv" \
-        --dump-decisions "$c/decisions_$n.h5"
+      once "$c/replay_$n.csv" "$c/replay_$n.log" "$k" replay "$c/trace.h5" \
+        -p "$compressed$oracle" $wset --budget "$n%" --equal-memory --seeds "$draws" \
+        --summary "$c/replay_$n.csv" --dump-decisions "$c/decisions_$n.h5"
       once "$c/live_$n.csv" "$c/live_$n.log" "$k" live evaluate -m "$model" \
-        --prompts "$vlm/prompts.h5" -p "$compressed" --budget "$n%" --equal-memory \
+        --prompts "$vlm/prompts.h5" -p "$compressed" $wset --budget "$n%" --equal-memory \
         --seeds "$draws" --gen $gen --stop-at-eos --no-timing --summary "$c/live_$n.csv"
     fi
     if runs_order append; then

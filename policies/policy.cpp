@@ -87,6 +87,20 @@ PromptSplit prompt_split(const PolicyConfig& p, const SampleInfo& sample, int pr
   return {};
 }
 
+PolicyConfig sized_for_split(const PolicyConfig& p, const SampleInfo& sample,
+                             const PromptSplit& split) {
+  if (!split.hooked || split.fed == 0) return p;
+  const int entries = budget_entries(p, sample.prompt_len);
+  if (entries < 0) return p;
+  const Size size = p.params.get_size("budget");
+  if (!size.percent && !size.removed) return p;
+  std::map<std::string, std::string> values = p.params.values();
+  values["budget"] = std::to_string(entries);
+  PolicyConfig sized = p;
+  sized.params = ParamSet(p.params.owner(), std::move(values));
+  return sized;
+}
+
 const SampleStats& LayerView::sample_stats() const {
   if (!stats_) throw std::logic_error("sample statistics were not requested");
   return *stats_;

@@ -265,6 +265,13 @@ struct PromptSplit {
 // invalid_argument when the tail cannot be fed (prompt_tail_length) or when the policy splits at
 // its question itself (`question = append`) and a tail is given: the two orders are exclusive.
 PromptSplit prompt_split(const PolicyConfig& p, const SampleInfo& sample, int prompt_tail);
+// The configuration `p` is created with on `sample` split by `split`. Under a prompt tail a budget
+// given as a share of the prompt (N%, compression_ratio:R) is a share of the whole prompt: it is
+// resolved there and handed over as that many entries, so the part compressed holds what a
+// compression of the whole prompt holds and the orders with and without a tail are at equal
+// memory. Otherwise (no tail, `question = append`, a budget in entries or none) `p` itself.
+PolicyConfig sized_for_split(const PolicyConfig& p, const SampleInfo& sample,
+                             const PromptSplit& split);
 
 // A named parameter set pinning one reference reading of a method (policies/presets.cpp).
 struct PolicyPreset {

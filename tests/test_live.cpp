@@ -898,30 +898,32 @@ TEST_F(LiveFixture, PromptTailFedAfterCompressionRestated) {
 }
 
 // Live and replay decide alike under a prompt tail: at layer 0, whose inputs do not depend on
-// what deeper layers kept, the same evictions at the same steps, the tail's steps included.
+// what deeper layers kept, the same evictions at the same steps, the tail's steps included. A
+// budget in entries and one as a share (of the whole prompt: 25% of 40 keeps 10 under either).
 TEST_F(LiveFixture, PromptTailMatchesReplaysDecisions) {
   PromptSample prompt = tiny_prompt(40, 4, 20, c.vocab_size);  // Q = 16 after the image
   TraceReader tr(captured(prompt, "tail_trace", 6));
   const SampleInfo s = tr.read_sample(prompt.info.name);
   std::vector<std::int32_t> answer(s.token_ids.begin() + 40, s.token_ids.end());
   for (const int tail : {1, kQuestionTail})
-    for (const char* name : {"h2o", "tova", "snapkv", "streamingllm", "hae", "madakv"}) {
-      const PolicyConfig p = make_policy_config(name, {{"budget", "10"}});
-      Replayer replayer(tr, {p}, ReplayOptions{.prompt_tail = tail});
-      std::vector<std::vector<EvictionRecord>> replayed;
-      replayer.replay_sample(s.name, [&](const LayerResult& r) {
-        if (r.layer == 0) replayed = r.evicted;
-      });
-      live::PreparedPrompt pp =
-          engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), false, tail);
-      live::RunOptions o;
-      o.steps = 6;
-      o.policy = &p;
-      o.forced = &answer;
-      const live::RunResult live_run = engine.run(pp, o);
-      expect_same_evictions(live_run.caches[0], replayed,
-                            std::string(name) + " tail " + prompt_tail_text(tail));
-    }
+    for (const char* name : {"h2o", "tova", "snapkv", "streamingllm", "hae", "madakv", "random"})
+      for (const char* budget : {"10", "25%"}) {
+        const PolicyConfig p = make_policy_config(name, {{"budget", budget}});
+        Replayer replayer(tr, {p}, ReplayOptions{.prompt_tail = tail});
+        std::vector<std::vector<EvictionRecord>> replayed;
+        replayer.replay_sample(s.name, [&](const LayerResult& r) {
+          if (r.layer == 0) replayed = r.evicted;
+        });
+        live::PreparedPrompt pp =
+            engine.prepare(prompt, 6, live::LiveEngine::live_needs({p}, c), false, tail);
+        live::RunOptions o;
+        o.steps = 6;
+        o.policy = &p;
+        o.forced = &answer;
+        const live::RunResult live_run = engine.run(pp, o);
+        expect_same_evictions(live_run.caches[0], replayed,
+                              std::string(name) + " " + budget + " tail " + prompt_tail_text(tail));
+      }
 }
 
 // Several questions on one compressed context (kvpress's pipeline with questions asked in turn):

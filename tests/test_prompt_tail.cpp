@@ -90,6 +90,18 @@ std::vector<PolicyConfig> every_policy() {
   return out;
 }
 
+// `p` with a budget given as a share of the prompt replaced by the entries that share keeps of
+// the whole prompt: what a prompt tail compresses its part to (the orders at equal memory).
+PolicyConfig on_whole_prompt(const PolicyConfig& p, TraceReader& reader) {
+  const int P = reader.read_sample(reader.sample_names()[0]).prompt_len;
+  if (budget_entries(p, P) < 0) return p;  // no budget, or one it sizes itself
+  std::map<std::string, std::string> overrides = p.params.values();
+  overrides["budget"] = std::to_string(budget_entries(p, P));
+  PolicyConfig out = p;
+  out.params = ParamSet(p.params.owner(), overrides);
+  return out;
+}
+
 void expect_same_results(const std::vector<LayerResult>& tail,
                          const std::vector<LayerResult>& split, const std::string& what) {
   ASSERT_EQ(tail.size(), split.size()) << what;
@@ -128,12 +140,63 @@ TEST(PromptTail, IsTheTraceSplitBeforeItsLastTokensForEveryPolicy) {
         split_before_tail(trace, tail, "prompt_tail_split_" + prompt_tail_text(tail) + ".h5");
     for (const PolicyConfig& p : policies) {
       const auto with_tail = replay_all(trace, p, tail);
-      const auto restated = replay_all(split, p, 0);
+      const auto restated = replay_all(split, on_whole_prompt(p, reader), 0);
       expect_same_results(with_tail, restated, p.label + " tail " + prompt_tail_text(tail));
       // The fed tokens are decode steps: the first answer token's step (the tail's last) is
       // measured over the compressed cache.
       const int fed = tail == kQuestionTail ? question : tail;
       EXPECT_EQ(with_tail[0].steps[0].size(), static_cast<std::size_t>(10 + fed)) << p.label;
+    }
+  }
+}
+
+TEST(PromptTail, HoldsWhatTheWholePromptsCompressionHoldsAtEveryStep) {
+  // Under --equal-memory a 30% budget keeps ceil(0.3 P) entries per KV head whether the whole
+  // prompt is compressed or the prompt less its last token or its question: the tail's tokens
+  // and the answer's are held within it, so every answer step attends as many entries in each
+  // order, and the budget is stated as the same entry count. MEDA sizes its layers (their sum at
+  // most L x the budget); the others hold the budget in every layer.
+  const std::string trace = tail_trace();
+  TraceReader reader(trace);
+  const SampleInfo sample = reader.read_sample(reader.sample_names()[0]);
+  const int P = sample.prompt_len, G = sample.gen_len;
+  const int budget = (3 * P + 9) / 10;  // ceil(0.3 P)
+  for (const char* name : {"random", "h2o", "snapkv", "tova", "streamingllm", "lookm", "meda"}) {
+    std::map<std::string, std::string> overrides{{"budget", "30%"}};
+    PolicyConfig p = make_policy_config(name, overrides);
+    const auto equal = equal_memory_overrides(p);
+    ASSERT_TRUE(equal.has_value()) << name;
+    for (const auto& [key, value] : *equal) overrides[key] = value;
+    p = make_policy_config(name, overrides);
+    const auto whole = replay_all(trace, p, 0);
+    const bool uniform = std::string(name) != "meda";
+    // Every layer and KV head together: at most L x Hkv x the budget at each answer step.
+    for (int t = 0; t < G; ++t) {
+      int held = 0, heads = 0;
+      for (const LayerResult& r : whole)
+        for (const auto& head : r.steps) held += head[t].cache_size - 1, ++heads;
+      EXPECT_LE(held, heads * budget) << name << " step " << t;
+    }
+    for (const int tail : {1, kQuestionTail}) {
+      const auto with_tail = replay_all(trace, p, tail);
+      ASSERT_EQ(with_tail.size(), whole.size()) << name;
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        EXPECT_EQ(with_tail[i].budget_entries, budget) << name;
+        EXPECT_EQ(whole[i].budget_entries, budget) << name;
+        for (std::size_t g = 0; g < whole[i].steps.size(); ++g) {
+          const auto& a = whole[i].steps[g];
+          const auto& b = with_tail[i].steps[g];
+          ASSERT_EQ(a.size(), static_cast<std::size_t>(G)) << name;
+          const std::size_t fed = b.size() - a.size();
+          for (std::size_t t = 0; t < a.size(); ++t) {
+            // cache_size counts the step's own token beside the entries held.
+            EXPECT_EQ(b[fed + t].cache_size, a[t].cache_size) << name << " step " << t;
+            if (uniform) EXPECT_EQ(a[t].cache_size, budget + 1) << name << " step " << t;
+          }
+          for (std::size_t t = 0; uniform && t < fed; ++t)
+            EXPECT_LE(b[t].cache_size, budget + 1) << name;
+        }
+      }
     }
   }
 }

@@ -69,6 +69,7 @@ class ParamSet {
   const std::string& get_string(const std::string& key) const;
   Size get_size(const std::string& key) const;
   const std::map<std::string, std::string>& values() const { return values_; }
+  const std::string& owner() const { return owner_; }
   // "key=value,key=value" in key order; stable, used in results and decision dumps.
   std::string str() const;
 

@@ -301,7 +301,7 @@ class PolicyLoop {
   const TraceInfo& trace_;
   const SampleInfo& sample_;
   std::vector<std::unique_ptr<LayerAttention>>& layers_;
-  const PolicyConfig& config_;
+  const PolicyConfig config_;  // a copy: sized per sample (sized_for_split)
   bool check_;
   const SampleStats* stats_ = nullptr;
   std::vector<std::unique_ptr<Policy>> policies_;
@@ -349,7 +349,8 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   std::unique_ptr<PolicyLoop> loop;
   if (o.policy) {
     loop = std::make_unique<PolicyLoop>(b, pp.trace, append ? pp.context : pp.sample, layers,
-                                        pp.stats, *o.policy, o.check_invariants);
+                                        pp.stats, sized_for_split(*o.policy, pp.sample, split),
+                                        o.check_invariants);
     loop->prefill(r.caches);
   }
   const bool history = o.record || (o.policy && o.policy->merges());

@@ -565,7 +565,8 @@ namespace {
 std::unique_ptr<Policy> create_for_sample(const PolicyConfig& p, const SampleInfo& sample,
                                           int prompt_tail) {
   const PromptSplit split = prompt_split(p, sample, prompt_tail);
-  return p.info->create(p.params, known_before_decoding(context_only(sample, split.fed)));
+  const PolicyConfig sized = sized_for_split(p, sample, split);
+  return p.info->create(sized.params, known_before_decoding(context_only(sample, split.fed)));
 }
 
 // "'a', 'b', 'c' and 4 more"
@@ -599,9 +600,9 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
         for (const std::string& n : instance->notes()) noted.add(static_cast<int>(i), name, n);
         // A budget the prompt fits in evicts nothing at prefill: say so, or the run reads as a
         // perfect compression.
-        const int compressed =
-            sample.prompt_len - prompt_split(p, sample, options_.prompt_tail).fed;
-        if (const int b = budget_entries(p, compressed);
+        const PromptSplit split = prompt_split(p, sample, options_.prompt_tail);
+        const int compressed = sample.prompt_len - split.fed;
+        if (const int b = budget_entries(sized_for_split(p, sample, split), compressed);
             b >= compressed && !p.info->keeps_everything)
           noted.add(static_cast<int>(i), name,
                     p.label + ": budget " + p.params.values().at("budget") +
@@ -877,7 +878,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     }
     results[i].policy_index = i;
     results[i].sample = sample.name;
-    results[i].budget_entries = budget_entries(policies_[i], sample.prompt_len - split.fed);
+    results[i].budget_entries =
+        budget_entries(sized_for_split(policies_[i], sample, split), sample.prompt_len - split.fed);
   });
   // Results of the policies that replayed the layer, in policy order.
   std::vector<LayerResult> replayed;
