@@ -3,6 +3,7 @@ policy's hue, shaded by its reading; tagged runs in their policy's), a line styl
 saving as PNG and PDF (or into a dict, for kvsim.plot). Used by figures.py, sweep_report.py and
 the experiments' reports."""
 import os
+import re
 
 import matplotlib
 import numpy as np
@@ -30,6 +31,13 @@ PRESET_SHADES = {
     "authors": ("black", 0.7),
 }
 OTHER_SHADES = [("black", 0.4), ("white", 0.4), ("white", 0.6), ("black", 0.6)]
+
+
+def seed_group(label):
+    """The policy a seeded run's label belongs to, as kvsim labels the runs over seeds (its
+    seeded_label): NAME@seedK -> NAME, NAME@TAG-seedK -> NAME@TAG; other labels as they are."""
+    m = re.fullmatch(r"(.*?)(?:@seed|(@[^@]*)-seed)\d+", label)
+    return m.group(1) + (m.group(2) or "") if m else label
 
 
 def policy_or_preset(name):

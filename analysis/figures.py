@@ -25,7 +25,6 @@ import argparse
 import csv
 import glob
 import os
-import re
 import sys
 import warnings
 from collections import defaultdict
@@ -40,11 +39,13 @@ warnings.filterwarnings("ignore", message="All-NaN slice encountered")
 
 try:
     from .figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
-                               new_figure, policy_colour, policy_style, readable_legend, save)
+                               new_figure, policy_colour, policy_style, readable_legend, save,
+                               seed_group)
 except ImportError:  # run as a script from analysis/
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
-                              new_figure, policy_colour, policy_style, readable_legend, save)
+                              new_figure, policy_colour, policy_style, readable_legend, save,
+                              seed_group)
 
 
 def find_inputs(paths):
@@ -517,7 +518,7 @@ def accuracy_figure(rows, out, written):
         return
     groups = defaultdict(lambda: defaultdict(list))
     for r in scored:  # the draws of a seeded policy (random@seed0, ...) are one policy
-        g = groups[(re.sub(r"@seed\d+$", "", r["policy"]), r.get("budget", ""))]
+        g = groups[(seed_group(r["policy"]), r.get("budget", ""))]
         for k in ("answer_contains", "full_answer_contains", "kv_fraction"):
             g[k].append(float(r[k]))
     by_policy = defaultdict(list)

@@ -44,14 +44,13 @@ Needs numpy, pandas, h5py, matplotlib and the kvsim module (its bootstrap and te
 import argparse
 import json
 import os
-import re
 import sys
 
 import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figure_style import new_figure, policy_style, save  # noqa: E402
+from figure_style import new_figure, policy_style, save, seed_group  # noqa: E402
 from prediction_card import at_chance_text, full_cache_reading  # noqa: E402
 from replay_vs_live import ranks, spearman  # noqa: E402
 
@@ -60,9 +59,9 @@ CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image
             "item": (("noimage", "no image tokens"),
                      ("swapped", "the asked box's image of another class"),
                      ("shuffled", "the images shuffled among the boxes"))}
-FLOORS = ("random", "downsample")
+FLOORS = ("random", "random@window", "downsample")
 # The floors every policy is tested against, left out of "best" and of the rank statistics.
-TESTED_FLOORS = ("random", "text_only")
+TESTED_FLOORS = ("random", "random@window", "text_only")
 REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
                   ("mean_output_rel_error", "output error ‖o − ô‖/‖o‖"),
                   ("mean_output_value_error", "output error ‖o − ô‖/Σp‖v‖"),
@@ -88,8 +87,14 @@ def fail(message):
 
 
 def group_of(label):
-    """random@seed3 -> random (the floor's draws); other labels as they are."""
-    return re.sub(r"@seed\d+$", "", label)
+    """random@seed3 -> random, random@window-seed3 -> random@window (a seeded policy's draws);
+    other labels as they are."""
+    return seed_group(label)
+
+
+def is_draw(labels):
+    """Which of `labels` (a Series) name one draw of a seeded policy."""
+    return labels.map(group_of) != labels
 
 
 def read(path):
@@ -118,7 +123,7 @@ def replay_rows(directory, seed, budget):
     """Per policy (the floor's draws pooled by the summary's own seed-group row): the overall
     means and the peak held over the budget."""
     t = read(os.path.join(directory, f"replay_{budget}.csv"))
-    t = t[(t["sample"] == "all") & ~t["policy"].str.contains(r"@seed\d+$", regex=True)]
+    t = t[(t["sample"] == "all") & ~is_draw(t["policy"])]
     out = t[["policy"] + [m for m, _ in REPLAY_METRICS if m in t]].copy()
     out["replay_held"] = t["peak_held_over_budget"]
     out["seed"], out["budget"] = seed, budget
@@ -229,6 +234,9 @@ def load(seeds, budgets, unit="image"):
 
 
 RESULTS = ("live", "replay", "replay_by_image", "controls")
+# What identifies a row of each of them: no two folders joined may both hold one.
+RESULT_KEYS = (("seed", "budget", "label", "sample"), ("seed", "budget", "policy"),
+               ("seed", "budget", "policy", "sample"), ("seed", "control", "sample"))
 
 
 def machine():
@@ -272,10 +280,27 @@ def load_results(directory):
     return tables, {int(k): v for k, v in saved["builds"].items()}, saved["settings"]
 
 
+def joined(table, more, name, key, directory):
+    """`table` and `more` (one of RESULTS) as one; controls both folders hold are kept once if
+    equal, any other row the two share refused."""
+    both = pd.concat([table, more], ignore_index=True)
+    if name == "controls":
+        both = both.drop_duplicates()
+    twice = both[both.duplicated(list(key), keep=False)]
+    if not twice.empty:
+        r = twice.iloc[0]
+        fail(f"--from-results {directory}: its {name} results repeat an earlier folder's (" +
+             ", ".join(f"{k} {r[k]}" for k in key) + ")")
+    return both
+
+
 def merge_results(loaded, directories):
     """Several results/ folders (load_results each) as one: the tables' rows joined, the builds
-    and seeds together. Their budgets, unit and order must agree and no seed may repeat; the
-    machine of each folder is kept with its seeds ("machines") where they differ."""
+    and seeds together. Their budgets, unit and order must agree; a seed may be in two folders
+    (other policies run on the same trained model, whose build must be the same) but no result
+    may be (a row of one seed, budget, policy and item; the full cache's controls of a seed,
+    when both hold them, must be equal). The machine of each folder is kept with its seeds
+    ("machines") where they differ."""
     if len(loaded) == 1:
         return loaded[0]
     tables, builds, settings = list(loaded[0][0]), dict(loaded[0][1]), loaded[0][2]
@@ -285,13 +310,15 @@ def merge_results(loaded, directories):
             if more.get(key) != settings.get(key):
                 fail(f"--from-results {directory}: its {key} {more.get(key)} differs from "
                      f"{directories[0]}'s {settings.get(key)}")
-        twice = sorted(set(more["seeds"]) & set(settings["seeds"]))
-        if twice:
-            fail(f"--from-results {directory}: seed(s) {twice} are in an earlier folder too")
-        tables = [pd.concat([t, m], ignore_index=True) for t, m in zip(tables, more_tables)]
+        for seed in set(more_builds) & set(builds):
+            if more_builds[seed] != builds[seed]:
+                fail(f"--from-results {directory}: seed {seed}'s build differs from an earlier "
+                     "folder's (another trained model)")
+        tables = [joined(t, m, name, key, directory) for t, m, name, key in
+                  zip(tables, more_tables, RESULTS, RESULT_KEYS)]
         builds.update(more_builds)
         machines.append(dict(more.get("machine", {}), seeds=list(more["seeds"])))
-        settings = dict(settings, seeds=sorted(settings["seeds"] + more["seeds"]))
+        settings = dict(settings, seeds=sorted(set(settings["seeds"]) | set(more["seeds"])))
     settings.pop("machine", None)
     if all({k: v for k, v in m.items() if k != "seeds"} ==
            {k: v for k, v in machines[0].items() if k != "seeds"} for m in machines):
@@ -307,7 +334,7 @@ def merge_identical(live):
     key = live.sort_values(["seed", "budget", "sample"])
     signature = {p: tuple(g["contains"].fillna(-1)) + tuple(g["exact"].fillna(-1)) +
                  tuple(g["dnll"].round(9).fillna(-1))
-                 for p, g in key[~key["label"].str.contains("@seed")].groupby("policy")}
+                 for p, g in key[~is_draw(key["label"])].groupby("policy")}
     names = {}
     for p, sig in signature.items():
         names.setdefault(sig, []).append(p)
@@ -408,8 +435,9 @@ def comparisons(live, budgets, metric="contains"):
     for budget in budgets:
         g = cells[cells["budget"] == budget]
         families = []
-        if "random" in set(g["policy"]):
-            families.append(("random", g, "random"))
+        for floor in ("random", "random@window"):  # unprotected, and with a recent window
+            if floor in set(g["policy"]):
+                families.append((floor, g, floor))
         if not text.empty:
             families.append(("text_only", pd.concat([g, text.assign(budget=budget)]), "text_only"))
         means = g.groupby("policy")[metric].mean().drop(labels=list(TESTED_FLOORS),
@@ -445,7 +473,7 @@ def kendall_w(matrix):
 
 def stability(live, budgets):
     """budget -> Kendall's W of the policies' accuracy ranks across seeds, the floors left out
-    (`random` and `text_only`: a floor last for every seed inflates the agreement), over every
+    (TESTED_FLOORS: a floor last for every seed inflates the agreement), over every
     other budgeted policy and over the top half by mean accuracy (where a choice is made)."""
     acc = per_seed(live, "contains")
     acc = acc[~acc["policy"].isin(TESTED_FLOORS)]
@@ -559,7 +587,7 @@ def floor_cell(comps, b, p, against):
 
 def write_floors(f, comps, budgets, order, held_text):
     """Each policy's difference from `random` and from `text_only`, p after Holm beside."""
-    against = [a for a in ("random", "text_only") if (comps["against"] == a).any()]
+    against = [a for a in TESTED_FLOORS if (comps["against"] == a).any()]
     if not against:
         return
     c = comps[comps["against"].isin(against)]
@@ -593,7 +621,8 @@ def write_tests(f, comps, w, budgets, rho_pooled, rho_within, how):
     Kendall's W across seeds and replay's metrics against the accuracy loss."""
     write_best(f, comps, budgets, how)
     f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
-            "1 = every seed ranks them alike; the floors `random` and `text_only` left out): " +
+            "1 = every seed ranks them alike; the floors left out: " +
+            ", ".join(f"`{x}`" for x in TESTED_FLOORS) + "): " +
             ", ".join(f"{b}%: {fmt(w[b][0], '.2f')} over {w[b][2]} policies, "
                       f"{fmt(w[b][1], '.2f')} over the top {w[b][3]}" for b in budgets) + ".\n\n")
     f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "

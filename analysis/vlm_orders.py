@@ -65,17 +65,17 @@ def members(table):
     return pd.DataFrame(rows)
 
 
-def order_effects(compress, append):
-    """Per budget: append − compress per seed and item for each policy run in both orders (each
-    cell's draws already averaged in the report's by-image table), tested against no difference
-    over seeds and items at once (kvsim.compare_seeds: the crossed bootstrap), Holm over the
-    budget's policies."""
+def order_effects(before, after):
+    """Per budget: after − before (accuracy) per seed and item for each policy run in both
+    orders (each cell's draws already averaged in the reports' by-image tables), tested against
+    no difference over seeds and items at once (kvsim.compare_seeds: the crossed bootstrap), Holm
+    over the budget's policies."""
     import kvsim
 
     key = ["seed", "budget", "policy", "sample"]
-    both = compress[key + ["contains"]].merge(append[key + ["contains"]], on=key,
-                                             suffixes=("_compress", "_append"))
-    both["difference"] = both["contains_append"] - both["contains_compress"]
+    both = before[key + ["contains"]].merge(after[key + ["contains"]], on=key,
+                                            suffixes=("_before", "_after"))
+    both["difference"] = both["contains_after"] - both["contains_before"]
     out = []
     for budget, g in both.groupby("budget"):
         zero = g.drop_duplicates(["seed", "sample"]).assign(policy="no difference",

@@ -4,21 +4,25 @@
 # Fashion-MNIST images in numbered boxes, 392 of ~480 prompt positions, a question about one box;
 # `python -m kvsim.vlm build-multi` from the committed weights), for every training seed:
 # capture the full-cache answers, then replay the trace and run the model live with every policy
-# at several budgets at equal memory, in both orders:
+# at several budgets at equal memory, in four orders:
 #   compress  the whole prompt, question included, is compressed (query-aware: SnapKV's window
 #             sees the question), `--equal-memory`, every budgeted policy and the seed methods;
 #   tail1     as compress, but the prompt's last token is fed after compression
 #             (`--prompt-tail 1`): the first answer token comes from the compressed cache
 #   tailq     as compress, but the whole question is fed after compression (`--prompt-tail
 #             question`): the scorers do not see it, and no answer token is free
+#             (these three share one reading and the same entries at every step: a factorial,
+#             analysis/vlm_factorial.py, takes the free first token and the scorer seeing the
+#             question apart)
 #   append    the context is compressed before the question is read (kvpress's pipeline), the
 #             question and answer appended: the policies with a `question` parameter, each
 #             compressing once to the same ceil(budget x context) entries (equal memory by
 #             construction: every policy holds the same rows at every step);
-# with the floors (random over several draws, downsample), the controls (no images; the asked
-# image swapped for another class; the images shuffled among the boxes) and, in the append order,
-# several questions on one compressed context (prompts_shared.h5: every box of 40 contexts asked
-# in turn). analysis/vlm_eval_report.py reports each order and analysis/prediction_card.py tests
+# with the floors (random over several draws, unprotected and with SnapKV's 32-position recent
+# window, `random@window`, in the three orders of one reading; text_only; downsample), the
+# controls (no images; the asked image swapped for another class; the images shuffled among the
+# boxes) and, in the append order, several questions on one compressed context
+# (prompts_shared.h5: every box of 40 contexts asked in turn). analysis/vlm_eval_report.py reports each order and analysis/prediction_card.py tests
 # how well replay predicts its accuracy out of sample; analysis/vlm_orders.py compares the orders
 # (and the single-image task, if its report is given).
 # Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
@@ -32,8 +36,9 @@
 #   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
 #   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
 #   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
-#   split over processes); VLM_MULTI_ORDERS ("compress append"; also tail1, tailq) the orders
-#   run; VLM_MULTI_EXTRAS=0
+#   split over processes); VLM_MULTI_ORDERS ("compress tail1 tailq append") the orders run;
+#   VLM_MULTI_POLICIES=LIST runs only these budgeted policies (a floor added to a kept run: join
+#   the reports with vlm_eval_report.py --from-results A B); VLM_MULTI_EXTRAS=0
 #   leaves out the self-sizing policies and the several-questions run (with one order, or
 #   without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1 builds
 #   the small CI model and evaluates one seed and two budgets (tests); VLM_MULTI_DOCS=FILE writes
@@ -51,7 +56,7 @@ seeds=${VLM_MULTI_SEEDS:-0 1 2 3 4}
 weights=${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}
 draws=${VLM_MULTI_DRAWS:-3}
 shared_budget=${VLM_MULTI_SHARED:-20}
-orders=${VLM_MULTI_ORDERS:-compress append}
+orders=${VLM_MULTI_ORDERS:-compress tail1 tailq append}
 extras=${VLM_MULTI_EXTRAS:-1}
 runs_order() { case " $orders " in *" $1 "*) return 0 ;; esac; return 1; }
 for order in $orders; do
@@ -190,6 +195,11 @@ for order in $orders; do
     --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$order/card"
 done
+# The three orders of one reading taken apart: one change at a time.
+if runs_order compress && runs_order tail1 && runs_order tailq; then
+  "$py" "$repo/analysis/vlm_factorial.py" --compress "$out/compress" --tail1 "$out/tail1" \
+    --tailq "$out/tailq" --out "$out" >/dev/null
+fi
 runs_order compress && runs_order append && [ "$extras" = 1 ] || exit 0
 single=""
 [ -n "${VLM_MULTI_SINGLE:-}" ] && single="--single ${VLM_MULTI_SINGLE}"

@@ -2,7 +2,8 @@
 """The statistics of the experiment reports, against worked examples: Kendall's W
 (analysis/vlm_eval_report.py), the prediction card's isotonic map, its left-out error, its
 families and its rank correlations (analysis/prediction_card.py), the transfer test
-(analysis/prediction_transfer.py), on constructed data worked out by hand; and the at-chance
+(analysis/prediction_transfer.py), the order factorial's effects (analysis/vlm_factorial.py)
+and the joining of results folders, on constructed data worked out by hand; and the at-chance
 rule (a full cache not above chance gets no card)."""
 import os
 import sys
@@ -15,6 +16,9 @@ import pandas as pd
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 import prediction_card as card  # noqa: E402
 import prediction_transfer  # noqa: E402
+import vlm_eval_report  # noqa: E402
+import vlm_factorial  # noqa: E402
+from figure_style import seed_group  # noqa: E402
 from vlm_eval_report import kendall_w, stability  # noqa: E402
 
 
@@ -45,6 +49,59 @@ class KendallW(unittest.TestCase):
         self.assertAlmostEqual(w_all, 348 / 540)
         self.assertAlmostEqual(w_top, 6 / 54)
         self.assertEqual((n_all, n_top), (4, 2))
+
+
+class Factorial(unittest.TestCase):
+    def test_each_effect_is_one_pair_of_orders(self):
+        # Two seeds, four items, one budget. `a` answers every item at 1 with the whole prompt
+        # compressed, 0.75 with the last token fed after, 0.25 with the question fed after: free
+        # first token +0.25, scorer sees the question +0.5, question after compression -0.75, the
+        # same in every cell (an interval of one point, p the smallest the two-sided bootstrap
+        # gives, 2/10001, x 2 after Holm over the two policies). `b` is the same in every order:
+        # 0, p 1.
+        accuracy = {"a": {"compress": 1.0, "tail1": 0.75, "tailq": 0.25},
+                    "b": {"compress": 0.5, "tail1": 0.5, "tailq": 0.5}}
+        by_image = {o: pd.DataFrame([{"seed": s, "budget": "10", "policy": p, "sample": f"i{i}",
+                                      "contains": accuracy[p][o]}
+                                     for p in accuracy for s in range(2) for i in range(4)])
+                    for o in vlm_factorial.ORDERS}
+        e = vlm_factorial.effects(by_image).set_index(["effect", "policy"])
+        expected = {"free first token": 0.25, "scorer sees the question": 0.5,
+                    "question after compression": -0.75}
+        for name, value in expected.items():
+            a, b = e.loc[(name, "a")], e.loc[(name, "b")]
+            self.assertAlmostEqual(a["mean"], value)
+            self.assertAlmostEqual(a["ci_low"], value)
+            self.assertAlmostEqual(a["ci_high"], value)
+            self.assertAlmostEqual(a["p_holm"], 2 * 2 / 10001)
+            self.assertEqual(a["verdict"], "better" if value > 0 else "worse")
+            self.assertEqual((a["n"], b["n"]), (4, 4))
+            self.assertAlmostEqual(b["mean"], 0.0)
+            self.assertEqual(b["verdict"], "no difference shown")
+
+
+class JoinedResults(unittest.TestCase):
+    def test_seeded_labels_and_a_floor_added_later(self):
+        self.assertEqual(seed_group("random@seed3"), "random")
+        self.assertEqual(seed_group("random@window-seed2"), "random@window")
+        self.assertEqual(seed_group("random@window"), "random@window")
+        self.assertEqual(seed_group("h2o"), "h2o")
+        live = pd.DataFrame({"seed": [0, 0], "budget": ["10", "10"], "label": ["h2o", "tova"],
+                             "sample": ["x", "x"]})
+        more = pd.DataFrame({"seed": [0], "budget": ["10"], "label": ["random@window-seed0"],
+                             "sample": ["x"]})
+        key = vlm_eval_report.RESULT_KEYS[0]
+        self.assertEqual(len(vlm_eval_report.joined(live, more, "live", key, "B")), 3)
+        with self.assertRaises(SystemExit) as e:
+            vlm_eval_report.joined(live, live.iloc[:1], "live", key, "B")
+        self.assertIn("B: its live results repeat an earlier folder's (seed 0, budget 10, label "
+                      "h2o, sample x)", str(e.exception))
+        controls = pd.DataFrame({"seed": [0], "control": ["noimage"], "sample": ["x"],
+                                 "contains": [1.0]})
+        key = vlm_eval_report.RESULT_KEYS[3]
+        self.assertEqual(len(vlm_eval_report.joined(controls, controls, "controls", key, "B")), 1)
+        with self.assertRaises(SystemExit):
+            vlm_eval_report.joined(controls, controls.assign(contains=0.0), "controls", key, "B")
 
 
 class Card(unittest.TestCase):

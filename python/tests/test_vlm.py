@@ -239,8 +239,9 @@ class SmallBuild(unittest.TestCase):
         assert_same_files(self, out, again, ("vlm_eval.md", "vlm_eval.csv", "vlm_eval_by_seed.csv",
                                              "vlm_eval_by_image.csv", "vlm_comparisons.csv",
                                              "vlm_accuracy_vs_memory.png"))
-        # Each seed's results kept apart, then joined (--from-results A B): the same report; a
-        # seed given twice is refused, named.
+        # Each seed's results kept apart, then joined (--from-results A B): the same report; so
+        # are a run's policies apart from its floor's on the same seeds (a floor added later);
+        # a result given twice is refused, named.
         import vlm_eval_report  # analysis/, on the path with tolerance
 
         tables, builds, settings = vlm_eval_report.load_results(os.path.join(out, "results"))
@@ -257,10 +258,22 @@ class SmallBuild(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         assert_same_files(self, out, joined, ("vlm_eval.md", "vlm_eval.csv",
                                               "vlm_comparisons.csv"))
+        halves = []
+        for floor in (False, True):
+            half = os.path.join(self.tmp, f"random_{floor}")
+            vlm_eval_report.save_results(
+                half, [t if "policy" not in t else t[(t["policy"] == "random") == floor]
+                       for t in tables], builds, settings)
+            halves.append(os.path.join(half, "results"))
+        r = subprocess.run(report + halves + ["--out", joined + "_halves"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        assert_same_files(self, out, joined + "_halves", ("vlm_eval.md", "vlm_eval.csv",
+                                                          "vlm_comparisons.csv"))
         r = subprocess.run(report + [parts[0], parts[0], "--out", joined + "2"],
                            capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("seed(s) [0] are in an earlier folder too", r.stderr)
+        self.assertIn("its live results repeat an earlier folder's (seed 0, budget ", r.stderr)
         # The docs' single-image report, card and figures are the run's (analysis/docs_tables.py):
         # a copy of the document takes this run's (its figures beside it, as the links resolve),
         # and the eight-box regions stay as they were.
@@ -491,47 +504,19 @@ class SmallMultiBuild(unittest.TestCase):
                 self.assertEqual(rows.shape, (49, 64))
         self.assertIn("shared", self.report)
 
-    def test_the_tail_orders_run_every_policy_with_no_free_token(self):
-        # The question fed after compression (tailq; tail1 feeds the prompt's last token, the
-        # engine's tests cover both): every budgeted policy runs, the seed methods included, at
-        # equal memory, and the first answer token comes from the compressed cache.
-        out = os.path.join(self.tmp, "multi_tail")
+    def test_the_multi_image_experiment_runs_on_the_small_model(self):
+        # Every order (compress, tail1, tailq, append) at one budget.
+        out = os.path.join(self.tmp, "multi_eval")
         env = dict(os.environ, VLM_MULTI_SMALL="1", KVSIM_MODELS=MODELS,
-                   KVSIM_CACHE=os.path.join(self.tmp, "cache"), VLM_MULTI_ORDERS="tailq",
-                   VLM_MULTI_EXTRAS="0", VLM_MULTI_BUDGETS="20")
+                   KVSIM_CACHE=os.path.join(self.tmp, "cache"), VLM_MULTI_BUDGETS="20")
         build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
         script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
         r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        for order, fed in (("tailq", "question"),):  # tail1 differs in --prompt-tail only
-            with open(os.path.join(out, order, "vlm_eval.csv")) as f:
-                table = list(csv.DictReader(f))
-            names = {row["policy"].split(", ")[0] for row in table}
-            self.assertLessEqual({"random", "h2o", "snapkv", "hae", "madakv", "meda", "lookm"},
-                                 names, order)
-            for row in table:
-                if row["budget"] in ("20", "60") and row["policy"] not in ("hae", "meda"):
-                    self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
-            with open(os.path.join(out, order, "vlm_eval.md")) as f:
-                md = f.read()
-            self.assertIn(f"The {fed} is fed after compression", md)
-            self.assertIn("`--prompt-tail", md)
-            self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
-            with open(os.path.join(out, order, "seed0", "replay_20.log")) as f:
-                self.assertIn("fed after compression", f.read())
         r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True,
                            env=dict(env, VLM_MULTI_ORDERS="tail2"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown order 'tail2'", r.stderr)
-
-    def test_the_multi_image_experiment_runs_on_the_small_model(self):
-        out = os.path.join(self.tmp, "multi_eval")
-        env = dict(os.environ, VLM_MULTI_SMALL="1", KVSIM_MODELS=MODELS,
-                   KVSIM_CACHE=os.path.join(self.tmp, "cache"))
-        build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
-        script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
-        r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
         def rows(*path):
             with open(os.path.join(out, *path)) as f:
@@ -545,7 +530,7 @@ class SmallMultiBuild(unittest.TestCase):
         self.assertEqual(names(append), {"random", "downsample", "streamingllm", "h2o", "snapkv",
                                          "pyramidkv", "adakv", "tova", "knorm",
                                          "expected_attention"})
-        for budget in ("20", "60"):
+        for budget in ("20",):
             held = {float(row["kv_fraction"]) for row in append if row["budget"] == budget}
             self.assertEqual(len(held), 1, held)  # equal memory by construction
             for row in compress:
@@ -555,8 +540,38 @@ class SmallMultiBuild(unittest.TestCase):
             snapkv = [float(row["kv_fraction"]) for row in compress
                       if row["budget"] == budget and row["policy"] == "snapkv"]
             self.assertGreater(min(held), snapkv[0])
+        # The tail orders: every budgeted policy, the seed methods and both random floors
+        # included, at equal memory, and text_only; the first answer token from the compressed
+        # cache (tail1 differs from tailq in --prompt-tail only; the engine's tests cover both).
+        for order, fed in (("tail1", "last token"), ("tailq", "question")):
+            table = rows(order, "vlm_eval.csv")
+            self.assertLessEqual({"random", "random@window", "text_only", "h2o", "snapkv", "hae",
+                                  "madakv", "meda", "lookm"}, names(table), order)
+            for row in table:
+                if row["budget"] == "20" and row["policy"] not in ("hae", "meda"):
+                    self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
+            with open(os.path.join(out, order, "vlm_eval.md")) as f:
+                md = f.read()
+            self.assertIn("`--prompt-tail", md)
+            self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
+            with open(os.path.join(out, order, "seed0", "replay_20.log")) as f:
+                self.assertIn("fed after compression", f.read())
+        self.assertIn("The question is fed after compression",
+                      open(os.path.join(out, "tailq", "vlm_eval.md")).read())
+        # The factorial: each effect for every policy run in the three orders of one reading,
+        # paired over the same items; the same memory in each.
+        factorial = rows("vlm_factorial.csv")
+        effects = {row["effect"] for row in factorial}
+        self.assertEqual(effects, {"free first token", "scorer sees the question",
+                                   "question after compression"})
+        in_all = names(compress) & names(rows("tail1", "vlm_eval.csv")) & names(
+            rows("tailq", "vlm_eval.csv"))
+        self.assertEqual({row["policy"] for row in factorial}, in_all)
+        self.assertIn("random@window", in_all)
+        for row in factorial:
+            self.assertEqual(int(row["n"]), 16, row)
         orders = rows("vlm_orders.csv")
-        self.assertEqual(len(orders), 2 * 10)  # two budgets, ten policies in both orders
+        self.assertEqual(len(orders), 10)  # one budget, ten policies in both orders
         for row in orders:
             self.assertEqual(int(row["n"]), 16, row)  # the same held-out items in both orders
         with open(os.path.join(out, "vlm_orders.md")) as f:
@@ -586,7 +601,7 @@ class SmallMultiBuild(unittest.TestCase):
         self.assertIn("differs from the run", r.stderr)
         r = subprocess.run(tool + [doc] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("6 of 6 region(s) rewritten", r.stdout)
+        self.assertIn("7 of 7 region(s) rewritten", r.stdout)
         self.assertEqual(subprocess.run(tool + [doc, "--check"] + run).returncode, 0)
         with open(doc) as f:
             rewritten = f.read()

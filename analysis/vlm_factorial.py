@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""One change at a time: what the order of the question does, taken apart. Reads the reports
+(vlm_eval_report.py's OUT) of three orders of experiments/vlm_multi_eval.sh that share one
+reading, every budgeted policy at equal memory (`--equal-memory`: budgets rounded up, decode =
+cap, StreamingLLM and TOVA compressing after every step, H2O cumulative; a share of the whole
+prompt, so each order holds the same entries at every step, the question's and the answer's
+included), and differ in one thing each:
+
+  compress  the whole prompt compressed; the first answer token is computed from the full prompt
+  tail1     the prompt less its last token compressed, that token fed after compression: no
+            answer token is free; the scorers still see the question, less its last token
+  tailq     the prompt less its question compressed, the question fed after compression: the
+            scorers see none of it (and its entries join the cache after the compression)
+
+and writes, per budget and policy run in all three (`text_only` at its own size; the floors
+`random`, `random@window` and `downsample` like any policy), the accuracy in each order and
+three paired effects:
+
+  free first token          compress − tail1
+  scorer sees the question  tail1 − tailq
+  question after compression  tailq − compress (the whole step: the two above, negated, summed)
+
+each over the same seeds and items (each cell's random draws averaged), its 95% interval and p
+from the crossed bootstrap over seeds and items at once (kvsim.compare_seeds), Holm over the
+budget's policies for each effect.
+
+    vlm_factorial.py --compress DIR --tail1 DIR --tailq DIR --out OUT
+
+Writes OUT/vlm_factorial.md and OUT/vlm_factorial.csv (one row per budget, policy and effect).
+"""
+import argparse
+import os
+import sys
+
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vlm_eval_report import fmt, p_text  # noqa: E402
+from vlm_orders import members, order_effects, read  # noqa: E402
+
+ORDERS = ("compress", "tail1", "tailq")
+# (name, what it isolates, the order without the feature, the order with it): effect = with −
+# without.
+EFFECTS = (("free first token", "compress − tail1", "tail1", "compress"),
+           ("scorer sees the question", "tail1 − tailq", "tailq", "tail1"),
+           ("question after compression", "tailq − compress", "compress", "tailq"))
+VERDICT = {"better": "▲", "worse": "▼"}
+
+
+def effects(by_image):
+    """One row per budget, policy and effect: the paired difference, its interval and p after
+    Holm over the budget's policies (order_effects)."""
+    out = []
+    for name, formula, without, with_ in EFFECTS:
+        e = order_effects(by_image[without], by_image[with_])
+        e.insert(0, "effect", name)
+        e.insert(1, "formula", formula)
+        out.append(e)
+    return pd.concat(out, ignore_index=True)
+
+
+def accuracies(tables):
+    """(budget, policy) -> {order: (accuracy, ci_low, ci_high, held)} from the reports' tables."""
+    out = {}
+    for order, t in tables.items():
+        for _, r in t.iterrows():
+            out.setdefault((r["budget"], r["policy"]), {})[order] = (
+                r["contains"], r["contains_ci_low"], r["contains_ci_high"], r["kv_fraction"])
+    return out
+
+
+def effect_cell(r):
+    return (f"{fmt(r['mean'], '+.3f')} [{fmt(r['ci_low'], '+.2f')}, {fmt(r['ci_high'], '+.2f')}]"
+            f"{' ' + VERDICT[r['verdict']] if r['verdict'] in VERDICT else ''} "
+            f"({p_text(r['p_holm'])})")
+
+
+def write(path, result, acc, budgets):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("**One change at a time** (eight-box task; three orders with one reading, every "
+                "budgeted policy at equal memory: a share of the whole prompt, the question's "
+                "and the answer's entries held within it, decode = cap). Accuracy: mean over "
+                "seeds [95% interval over seeds and items]. Effects, paired over the same seeds "
+                "and items: *free first token* = compress − tail1 (the scorers see the question "
+                "in both), *scorer sees the question* = tail1 − tailq (no free token in either; "
+                "in tailq the question's entries also join after compression), *question after "
+                "compression* = tailq − compress; each with its 95% interval over seeds and "
+                "items (crossed bootstrap), ▲/▼ where Holm over the budget's policies shows it "
+                "above/below 0, p after Holm in brackets. Held: peak KV memory while decoding, "
+                "share of the full cache, mean over the budget's policies.\n\n"
+                "| budget | policy | compress | tail1 | tailq | free first token | scorer sees "
+                "the question | question after compression |\n|---|---|---|---|---|---|---|---|\n")
+        for b in budgets:
+            g = result[result["budget"] == b]
+            held = [pd.Series([acc[(b, p)][o][3] for p in g["policy"].unique()]).mean()
+                    for o in ORDERS]
+            f.write(f"| {b if b == 'self' else b + '%'} | held | " +
+                    " | ".join(fmt(h) for h in held) + " | | | |\n")
+            for p in sorted(g["policy"].unique()):
+                cells = [f"{fmt(a[0])} [{fmt(a[1], '.2f')}, {fmt(a[2], '.2f')}]"
+                         for a in (acc[(b, p)][o] for o in ORDERS)]
+                rows = g[g["policy"] == p].set_index("effect")
+                f.write(f"| {b if b == 'self' else b + '%'} | `{p}` | " + " | ".join(cells) +
+                        " | " + " | ".join(effect_cell(rows.loc[name]) for name, *_ in EFFECTS) +
+                        " |\n")
+        f.write("\n")
+        for name, formula, *_ in EFFECTS:
+            for b in budgets:
+                g = result[(result["budget"] == b) & (result["effect"] == name)]
+                groups = [(words, sorted(g[g["verdict"] == v]["policy"]))
+                          for v, words in (("better", "shown above 0"),
+                                           ("no difference shown", "not shown to differ from 0"),
+                                           ("worse", "shown below 0"))]
+                f.write(f"- {name} ({formula}), {b if b == 'self' else b + '%'}: " + "; ".join(
+                    f"{words} ({len(names)}): " +
+                    (", ".join(f"`{n}`" for n in names) if names else "none")
+                    for words, names in groups) + ".\n")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for order in ORDERS:
+        ap.add_argument(f"--{order}", required=True, help=f"vlm_eval_report.py's OUT, {order}")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv"))) for o in ORDERS}
+    by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
+                for o in ORDERS}
+    result = effects(by_image)
+    common = set.intersection(*(set(t["policy"]) for t in by_image.values()))
+    result = result[result["policy"].isin(common)]
+    budgets = sorted(set(result["budget"]), key=lambda b: (b == "self", float(b)
+                                                            if b != "self" else 0))
+    os.makedirs(a.out, exist_ok=True)
+    result.to_csv(os.path.join(a.out, "vlm_factorial.csv"), index=False, float_format="%.6g")
+    write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets)
+    print(open(os.path.join(a.out, "vlm_factorial.md"), encoding="utf-8").read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
