@@ -595,7 +595,8 @@ def write_floors(f, comps, budgets, order, held_text):
     f.write("\n**Against the floors.** Each policy's accuracy minus the floor's at the same "
             "budget, ▲/▼ where Holm over the budget's family shows it better/worse, p after Holm "
             f"in brackets (the smallest p the resamples give is {fmt(c['smallest_p'].min(), '.4f')}"
-            f", {fmt(floor, '.3f')} after Holm). " + held_text + "\n\n| policy | " +
+            f", {fmt(floor, '.3f')} after Holm)." + (" " + held_text if held_text else "") +
+            "\n\n| policy | " +
             " | ".join(f"{b}% − `{a}`" for b in budgets for a in against) + " |\n|---|" +
             "---|" * (len(budgets) * len(against)) + "\n")
     for p in order:
@@ -648,7 +649,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
-    refs = [p for p in ("random", "downsample") if p in order]
+    refs = [p for p in FLOORS if p in order]
     order = refs + [p for p in order if p not in refs]
     with open(path, "w", encoding="utf-8") as f:
         full = [b["full"]["accuracy"] for b in builds.values()]
@@ -695,7 +696,7 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                     v = vs_random.loc[(b, p), "verdict"]
                     verdict = {"better": " ▲", "worse": " ▼"}.get(v, "")
                 cells.append(cell(r, "contains") + mark + verdict)
-            name = f"`{p}`" + (f" ({draws} draws)" if p == "random" else "")
+            name = f"`{p}`" + (f" ({draws[p]} draws)" if draws.get(p, 1) > 1 else "")
             f.write(f"| {name} | " + " | ".join(cells) + " |\n")
         f.write(f"\n▲ / ▼: better / worse than `random` at that budget ({how}; Holm over the "
                 "budget's table, α = 0.05; the differences and p under **Against the floors**); "
@@ -922,7 +923,7 @@ def main(argv):
     n_images = live["sample"].nunique()
     write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets,
                  [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
-                 n_images, live[live["policy"] == "random"]["label"].nunique(),
+                 n_images, live.groupby("policy")["label"].nunique().to_dict(),
                  rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)),
                  a.unit, a.order, full_cache_reading(live, a.chance))
     figures(table, live, budgets, a.out, a.unit)

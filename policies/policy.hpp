@@ -269,7 +269,8 @@ PromptSplit prompt_split(const PolicyConfig& p, const SampleInfo& sample, int pr
 // given as a share of the prompt (N%, compression_ratio:R) is a share of the whole prompt: it is
 // resolved there and handed over as that many entries, so the part compressed holds what a
 // compression of the whole prompt holds and the orders with and without a tail are at equal
-// memory. Otherwise (no tail, `question = append`, a budget in entries or none) `p` itself.
+// memory (under budget_rounding = parts, H2O's and LOOK-M's recent share is then taken of those
+// entries). Otherwise (no tail, `question = append`, a budget in entries or none) `p` itself.
 PolicyConfig sized_for_split(const PolicyConfig& p, const SampleInfo& sample,
                              const PromptSplit& split);
 
