@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "analysis/csv_table.hpp"
 #include "sim/core/compact_trace.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/replay/engine.hpp"
@@ -1276,6 +1277,41 @@ TEST(LiveCli, EvaluateWritesIdenticalBytesAndRejectsOracle) {
             0);
   const CliRun replay = kvsim("replay -t " + trace + " -p full -p h2o --budget 50%");
   EXPECT_EQ(replay.code, 0) << replay.output;
+}
+
+// The summary's held-over-budget under a prompt tail: the budget is a share of the whole prompt,
+// the positions compressed are the prompt less its tail (prompt_fed), so a policy holding its
+// budget under --equal-memory reads exactly 1, with a tail or without.
+TEST(LiveCli, HeldOverBudgetCountsThePartCompressed) {
+  const std::string dir = temp_path("held_model"), prompts = temp_path("held_prompts.h5");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(kvsim("live make-model -o " + dir + " --arch llama").code, 0);
+  ASSERT_EQ(kvsim("live make-prompt -o " + prompts +
+                  " --samples 1 --prompt-len 64 --image-tokens 32 --embed-dim 64")
+                .code,
+            0);
+  for (const int tail : {0, 4}) {
+    const std::string summary = temp_path("held_" + std::to_string(tail) + ".csv");
+    const CliRun r =
+        kvsim("live evaluate -m " + dir + " --prompts " + prompts +
+              " -p snapkv -p h2o --budget 25% --equal-memory --gen 3 --no-timing " +
+              (tail ? "--prompt-tail " + std::to_string(tail) + " " : "") + "--summary " + summary);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const CsvTable t = read_csv_table(summary);
+    const auto sample = t.strings("sample");
+    const auto held = t.numbers("peak_held_over_budget"), fed = t.numbers("prompt_fed");
+    const auto kv = t.numbers("prompt_kv_bytes");
+    int rows = 0;
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+      if (sample[i] == "all") continue;
+      ++rows;
+      EXPECT_DOUBLE_EQ(held[i], 1.0) << "tail " << tail << " row " << i;
+      EXPECT_EQ(fed[i], tail);
+      // Two KV heads of 16 dimensions, float32 keys and values, two layers: the part compressed.
+      EXPECT_EQ(kv[i], 2.0 * 2 * 2 * 16 * 4 * (64 - tail)) << "row " << i;
+    }
+    EXPECT_EQ(rows, 2);
+  }
 }
 
 TEST(LiveCli, PromptsAreCheckedAgainstTheModelFirst) {

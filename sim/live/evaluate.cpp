@@ -385,6 +385,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
       s.ref_loglik_full = full_ref;
     }
     s.prompt_kv_bytes = gr.prompt_kv_entries * gr.bytes_per_entry;
+    s.prompt_fed = gr.question_steps;
     s.peak_kv_bytes = gr.peak_kv_entries * gr.bytes_per_entry;
     s.full_peak_kv_bytes = full.peak_kv_entries * full.bytes_per_entry;
     s.ms_per_token = mean_ms(gr);
@@ -459,7 +460,7 @@ std::string eval_summary_csv_header() {
   return "policy,sample,budget,prompt_len,gen_len,mean_kl,max_kl,top1_agreement,first_divergence,"
          "answer_overlap,exact_match,token_match,answer_exact,answer_contains,full_answer_exact,"
          "full_answer_contains,ref_tokens,ref_loglik,ref_loglik_full,ref_nll,ref_nll_full,"
-         "ref_ppl,ref_ppl_full,prompt_kv_bytes,"
+         "ref_ppl,ref_ppl_full,prompt_kv_bytes,prompt_fed,"
          "peak_kv_bytes,full_peak_kv_bytes,kv_fraction,ms_per_token,full_ms_per_token,answer,"
          "full_answer,reference,notes\n";
 }
@@ -492,6 +493,7 @@ void append_eval_summary_csv(std::string& out, const EvalSummary& s, bool timing
   field(out, std::exp(nll));
   field(out, std::exp(nll_full));
   field(out, s.prompt_kv_bytes);
+  field(out, std::int64_t{s.prompt_fed});
   field(out, s.peak_kv_bytes);
   field(out, s.full_peak_kv_bytes);
   field(out, static_cast<double>(s.peak_kv_bytes) / s.full_peak_kv_bytes);
@@ -513,8 +515,8 @@ constexpr const char* kOverallColumns =
     "mean_kl_ci_high,delta_nll_ci_low,delta_nll_ci_high,answer_contains_seed_sd";
 
 // The peak entries held per (layer, KV head) over the budget of one row: peak_kv_bytes counts
-// the entries stored when a step attends, its own token included, and prompt_kv_bytes / P the
-// bytes of one position in every layer and head.
+// the entries stored when a step attends, its own token included, and prompt_kv_bytes over the
+// positions compressed (P less prompt_fed) the bytes of one position in every layer and head.
 double held_over_budget(const CsvTable& t, std::size_t row, const PolicyConfig* config) {
   if (!config) return NAN;
   const auto col = [&](const char* name) {
@@ -522,9 +524,13 @@ double held_over_budget(const CsvTable& t, std::size_t row, const PolicyConfig* 
     return v.empty() ? NAN : std::stod(v);
   };
   const double P = col("prompt_len"), prompt_bytes = col("prompt_kv_bytes");
-  const int budget = budget_entries(*config, static_cast<int>(P));
+  const double compressed = P - (t.column("prompt_fed") >= 0 ? col("prompt_fed") : 0.0);
+  // The budget as the policy resolved it: a share of the context under `question = append`, of
+  // the whole prompt otherwise (a prompt tail's included: sized_for_split).
+  const int budget =
+      budget_entries(*config, static_cast<int>(config->appends_question() ? compressed : P));
   if (budget <= 0 || !(prompt_bytes > 0)) return NAN;
-  return (col("peak_kv_bytes") * P / prompt_bytes - 1) / budget;
+  return (col("peak_kv_bytes") * compressed / prompt_bytes - 1) / budget;
 }
 
 std::string fixed(double x, const char* format) {

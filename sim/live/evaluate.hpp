@@ -89,6 +89,9 @@ struct EvalSummary {  // one policy on one sample
   int ref_tokens = 0;
   double ref_loglik = NAN, ref_loglik_full = NAN;
   std::int64_t prompt_kv_bytes = 0, peak_kv_bytes = 0, full_peak_kv_bytes = 0;
+  // Prompt tokens fed after compression (the question under `question = append`, a prompt
+  // tail); prompt_kv_bytes is then the part compressed.
+  int prompt_fed = 0;
   double ms_per_token = NAN, full_ms_per_token = NAN;
   std::vector<EvalStep> steps;
   // What the policy noted on this sample (its greedy run; Policy::notes), each once.
