@@ -621,9 +621,10 @@ def write_tests(f, comps, w, budgets, rho_pooled, rho_within, how):
     """The report's tests and ranks: every policy's difference from each budget's best,
     Kendall's W across seeds and replay's metrics against the accuracy loss."""
     write_best(f, comps, budgets, how)
+    floors_run = set(comps["policy"]) | set(comps["against"])
     f.write("\n**Rank stability across seeds** (Kendall's W of the policies' accuracy ranks, "
             "1 = every seed ranks them alike; the floors left out: " +
-            ", ".join(f"`{x}`" for x in TESTED_FLOORS) + "): " +
+            ", ".join(f"`{x}`" for x in TESTED_FLOORS if x in floors_run) + "): " +
             ", ".join(f"{b}%: {fmt(w[b][0], '.2f')} over {w[b][2]} policies, "
                       f"{fmt(w[b][1], '.2f')} over the top {w[b][3]}" for b in budgets) + ".\n\n")
     f.write("**Replay's metrics against the live accuracy loss** (Spearman ρ over the "
