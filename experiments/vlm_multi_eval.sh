@@ -22,9 +22,10 @@
 # window, `random@window`, in the three orders of one reading; text_only; downsample), the
 # controls (no images; the asked image swapped for another class; the images shuffled among the
 # boxes) and, in the append order, several questions on one compressed context
-# (prompts_shared.h5: every box of 40 contexts asked in turn). analysis/vlm_eval_report.py reports each order and analysis/prediction_card.py tests
-# how well replay predicts its accuracy out of sample; analysis/vlm_orders.py compares the orders
-# (and the single-image task, if its report is given).
+# (prompts_shared.h5: every box of 40 contexts asked in turn). analysis/vlm_eval_report.py
+# reports each order and analysis/prediction_card.py tests how well replay predicts its accuracy
+# out of sample; analysis/vlm_orders.py compares the compress and append orders (and the
+# single-image task, if its report is given).
 # Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
 #   OUT_DIR    default demo/vlm_multi (from the current directory)
 #   MODELS_DIR default $KVSIM_MODELS, else the repository's models/ (python3 -m kvsim.models fetch)
