@@ -61,7 +61,8 @@ CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image
                      ("shuffled", "the images shuffled among the boxes"))}
 FLOORS = ("random", "random@window", "downsample")
 # The floors every policy is tested against, left out of "best" and of the rank statistics.
-TESTED_FLOORS = ("random", "random@window", "text_only")
+RANDOM_FLOORS = ("random", "random@window")  # unprotected, and with a recent window
+TESTED_FLOORS = RANDOM_FLOORS + ("text_only",)
 REPLAY_METRICS = [("mean_mass_recall", "mass recall"),
                   ("mean_output_rel_error", "output error ‖o − ô‖/‖o‖"),
                   ("mean_output_value_error", "output error ‖o − ô‖/Σp‖v‖"),
@@ -435,7 +436,7 @@ def comparisons(live, budgets, metric="contains"):
     for budget in budgets:
         g = cells[cells["budget"] == budget]
         families = []
-        for floor in ("random", "random@window"):  # unprotected, and with a recent window
+        for floor in RANDOM_FLOORS:
             if floor in set(g["policy"]):
                 families.append((floor, g, floor))
         if not text.empty:

@@ -39,8 +39,7 @@ from vlm_eval_report import fmt, p_text  # noqa: E402
 from vlm_orders import members, order_effects, read  # noqa: E402
 
 ORDERS = ("compress", "tail1", "tailq")
-# (name, what it isolates, the order without the feature, the order with it): effect = with −
-# without.
+# (name, formula, the order without the feature, the order with it): effect = with − without.
 EFFECTS = (("free first token", "compress − tail1", "tail1", "compress"),
            ("scorer sees the question", "tail1 − tailq", "tailq", "tail1"),
            ("question after compression", "tailq − compress", "compress", "tailq"))
