@@ -22,7 +22,11 @@
 #   the kvpress presets; the floors random and downsample always run), VLM_EVAL_SELF_SIZING the
 #   policies that size themselves (default text_only,fastv,vtw,avl,st3; empty: none), and
 #   VLM_EVAL_SET settings for every run, space-separated as --set takes them
-#   ("h2o.recent=25% snapkv.window=16"); VLM_EVAL_DOCS=FILE writes the run's report and card into
+#   ("h2o.recent=25% snapkv.window=16"); VLM_EVAL_ORDER the order (compress, the default: the
+#   whole prompt compressed; tail1: its last token fed after compression, `--prompt-tail 1`;
+#   tailq: its question fed after compression, `--prompt-tail question`; under a tail the
+#   self-sizing runs are text_only only, and three runs of one reading in these orders are taken
+#   apart by analysis/vlm_factorial.py); VLM_EVAL_DOCS=FILE writes the run's report and card into
 #   the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
 set -eu
 set -f  # no pathname expansion: settings such as '*.decode=cap' pass as written
@@ -40,6 +44,13 @@ if [ "${VLM_EVAL_SMALL:-0}" = 1 ]; then
   small=--small; budgets=${VLM_EVAL_BUDGETS:-20 60}; seeds=${VLM_EVAL_SEEDS:-0 1}
 fi
 draws=${VLM_EVAL_DRAWS:-5}
+order=${VLM_EVAL_ORDER:-compress}
+case $order in
+  compress) tail="" ;;
+  tail1) tail="--prompt-tail 1" ;;
+  tailq) tail="--prompt-tail question" ;;
+  *) echo "vlm_eval: unknown VLM_EVAL_ORDER '$order' (compress, tail1, tailq)" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 # Runs quietly; on failure the command's messages are shown.
 quiet() { log=$1; shift; "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }; }
@@ -53,6 +64,8 @@ floors=random,downsample
 budgeted=$floors,${VLM_EVAL_POLICIES:-$baselines,$seed_methods,$presets}
 # Sizing their caches themselves: one run each, not a budget.
 self_sizing=${VLM_EVAL_SELF_SIZING-text_only,fastv,vtw,avl,st3}
+# Under a tail the text-only floor only: its cache, every text entry, the tail's included.
+[ -n "$tail" ] && self_sizing=${VLM_EVAL_SELF_SIZING-text_only}
 # The user's settings that apply to the policies of a run (comma-separated), as --set options:
 # an assignment NAME.key=value joins the runs that list NAME (or every run, for '*').
 settings_for() {
@@ -64,8 +77,9 @@ settings_for() {
   echo "$found"
 }
 # What this run chose, beside its results.
-printf 'budgeted: %s\nself-sizing: %s\nset: %s\nbudgets: %s\nseeds: %s\ndraws: %s\n' \
-  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-}" "$budgets" "$seeds" "$draws" >"$out/settings.txt"
+printf 'budgeted: %s\nself-sizing: %s\nset: %s\nbudgets: %s\nseeds: %s\ndraws: %s\norder: %s\n' \
+  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-}" "$budgets" "$seeds" "$draws" "$order" \
+  >"$out/settings.txt"
 runs=""
 for s in $seeds; do
   dir="$out/seed$s"
@@ -82,21 +96,22 @@ for s in $seeds; do
     # oracle (lookahead: the best set in hindsight) has no live run; replay shows the bound.
     # shellcheck disable=SC2046  # settings_for: one word per --set and assignment
     quiet "$dir/replay_$n.log" "$k" replay "$dir/trace.h5" -p "$budgeted,oracle" --budget "$n%" \
-      --equal-memory --seeds "$draws" --summary "$dir/replay_$n.csv" \
+      --equal-memory $tail --seeds "$draws" --summary "$dir/replay_$n.csv" \
       --dump-decisions "$dir/decisions_$n.h5" $(settings_for "$budgeted,oracle")
     # shellcheck disable=SC2046
     quiet "$dir/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-      -p "$budgeted" --budget "$n%" --equal-memory --seeds "$draws" --gen $gen --stop-at-eos \
-      --no-timing --summary "$dir/live_$n.csv" $(settings_for "$budgeted")
+      -p "$budgeted" --budget "$n%" --equal-memory $tail --seeds "$draws" --gen $gen \
+      --stop-at-eos --no-timing --summary "$dir/live_$n.csv" $(settings_for "$budgeted")
   done
   if [ -n "$self_sizing" ]; then
     # shellcheck disable=SC2046
-    quiet "$dir/replay_self.log" "$k" replay "$dir/trace.h5" -p "$self_sizing" \
+    quiet "$dir/replay_self.log" "$k" replay "$dir/trace.h5" -p "$self_sizing" $tail \
       --summary "$dir/replay_self.csv" --dump-decisions "$dir/decisions_self.h5" \
       $(settings_for "$self_sizing")
     # shellcheck disable=SC2046
     quiet "$dir/live_self.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
-      -p "$self_sizing" --gen $gen --stop-at-eos --no-timing --summary "$dir/live_self.csv" \
+      -p "$self_sizing" $tail --gen $gen --stop-at-eos --no-timing \
+      --summary "$dir/live_self.csv" \
       $(settings_for "$self_sizing")
   fi
   # The controls, measured by the same code path: the answer must come from the image.
@@ -107,7 +122,8 @@ for s in $seeds; do
   runs="$runs $s=$dir"
 done
 step "the report and the prediction card"
-"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --out "$out"
+"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --order "$order" \
+  --out "$out"
 # The prediction card: replay's output error -> live accuracy, tested out of sample, with the
 # targets a user would want (family-left-out error <= 0.05, within-budget Spearman >= 0.8, top-1
 # regret <= 0.02); none when the full cache is at chance (one of ten class words).

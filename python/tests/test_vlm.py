@@ -330,6 +330,29 @@ class SmallBuild(unittest.TestCase):
             VLM_EVAL_BUDGETS="20", VLM_EVAL_SET="h2o.recnt=2")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("h2o: unknown parameter 'recnt' (did you mean 'recent'?)", r.stderr)
+        # The order with no free token: the question fed after compression, every budgeted
+        # policy at equal memory and the text-only floor in the same order.
+        tailq, r = self.small_experiment("eval_tailq", VLM_EVAL_POLICIES="h2o,snapkv",
+                                         VLM_EVAL_SEEDS="0", VLM_EVAL_BUDGETS="20",
+                                         VLM_EVAL_ORDER="tailq")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(tailq, "vlm_eval.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual({row["policy"].split(", ")[0] for row in rows},
+                         {"random", "downsample", "h2o", "snapkv", "text_only"})
+        for row in rows:
+            if row["policy"] in ("h2o", "snapkv"):
+                self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
+        with open(os.path.join(tailq, "vlm_eval.md")) as f:
+            self.assertIn("`--prompt-tail question`", f.read())
+        for log in ("replay_20.log", "replay_self.log"):
+            with open(os.path.join(tailq, "seed0", log)) as f:
+                self.assertIn("fed after compression", f.read(), log)
+        with open(os.path.join(tailq, "settings.txt")) as f:
+            self.assertIn("order: tailq\n", f.read())
+        _, r = self.small_experiment("eval_tail2", VLM_EVAL_ORDER="tail2")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown VLM_EVAL_ORDER 'tail2' (compress, tail1, tailq)", r.stderr)
 
 
 def without_regions(doc, headings):
