@@ -29,6 +29,7 @@ budget's policies for each effect.
 Writes OUT/vlm_factorial.md and OUT/vlm_factorial.csv (one row per budget, policy and effect).
 """
 import argparse
+import json
 import os
 import sys
 
@@ -44,6 +45,30 @@ EFFECTS = (("free first token", "compress − tail1", "tail1", "compress"),
            ("scorer sees the question", "tail1 − tailq", "tailq", "tail1"),
            ("question after compression", "tailq − compress", "compress", "tailq"))
 VERDICT = {"better": "▲", "worse": "▼"}
+TASK = {"item": "eight-box task", "image": "single-image task"}  # a report's unit -> its task
+
+
+def fail(message):
+    sys.exit(f"vlm_factorial: {message}")
+
+
+def task_of(directories):
+    """The task the three reports share, from the settings each saved (results/builds.json):
+    each must be the order its option names, and all of one unit."""
+    units = set()
+    for order, directory in directories.items():
+        path = os.path.join(directory, "results", "builds.json")
+        if not os.path.exists(path):
+            fail(f"--{order} {directory}: no results/builds.json (vlm_eval_report.py's OUT)")
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)["settings"]
+        if settings.get("order") != order:
+            fail(f"--{order} {directory}: its report is of the {settings.get('order')} order")
+        units.add(settings.get("unit"))
+    if len(units) != 1:
+        fail("the three reports are of different tasks (units " + ", ".join(sorted(
+            str(u) for u in units)) + ")")
+    return TASK.get(units.pop(), "task")
 
 
 def effects(by_image):
@@ -74,9 +99,9 @@ def effect_cell(r):
             f"({p_text(r['p_holm'])})")
 
 
-def write(path, result, acc, budgets):
+def write(path, result, acc, budgets, task):
     with open(path, "w", encoding="utf-8") as f:
-        f.write("**One change at a time** (eight-box task; three orders with one reading, every "
+        f.write(f"**One change at a time** ({task}; three orders with one reading, every "
                 "budgeted policy at equal memory: a share of the whole prompt, the question's "
                 "and the answer's entries held within it, decode = cap). Accuracy: mean over "
                 "seeds [95% interval over seeds and items]. Effects, paired over the same seeds "
@@ -122,6 +147,7 @@ def main(argv):
         ap.add_argument(f"--{order}", required=True, help=f"vlm_eval_report.py's OUT, {order}")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    task = task_of({o: getattr(a, o) for o in ORDERS})
     tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv"))) for o in ORDERS}
     by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
                 for o in ORDERS}
@@ -132,7 +158,7 @@ def main(argv):
                                                             if b != "self" else 0))
     os.makedirs(a.out, exist_ok=True)
     result.to_csv(os.path.join(a.out, "vlm_factorial.csv"), index=False, float_format="%.6g")
-    write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets)
+    write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets, task)
     print(open(os.path.join(a.out, "vlm_factorial.md"), encoding="utf-8").read())
     return 0
 

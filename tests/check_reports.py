@@ -5,6 +5,7 @@ families and its rank correlations (analysis/prediction_card.py), the transfer t
 (analysis/prediction_transfer.py), the order factorial's effects (analysis/vlm_factorial.py)
 and the joining of results folders, on constructed data worked out by hand; and the at-chance
 rule (a full cache not above chance gets no card)."""
+import json
 import os
 import sys
 import tempfile
@@ -78,6 +79,27 @@ class Factorial(unittest.TestCase):
             self.assertEqual((a["n"], b["n"]), (4, 4))
             self.assertAlmostEqual(b["mean"], 0.0)
             self.assertEqual(b["verdict"], "no difference shown")
+
+    def test_the_reports_must_be_the_orders_they_are_given_as(self):
+        tmp = tempfile.mkdtemp()
+
+        def report(name, order, unit="item"):
+            os.makedirs(os.path.join(tmp, name, "results"))
+            with open(os.path.join(tmp, name, "results", "builds.json"), "w") as f:
+                json.dump({"settings": {"order": order, "unit": unit}, "builds": {}}, f)
+            return os.path.join(tmp, name)
+
+        dirs = {o: report(o, o) for o in vlm_factorial.ORDERS}
+        self.assertEqual(vlm_factorial.task_of(dirs), "eight-box task")
+        with self.assertRaises(SystemExit) as e:  # two folders given the wrong way round
+            vlm_factorial.task_of(dict(dirs, tail1=dirs["tailq"]))
+        self.assertIn("--tail1 " + dirs["tailq"] + ": its report is of the tailq order",
+                      str(e.exception))
+        with self.assertRaises(SystemExit) as e:
+            vlm_factorial.task_of(dict(dirs, tailq=report("single", "tailq", "image")))
+        self.assertIn("different tasks (units image, item)", str(e.exception))
+        single = {o: report(f"s{o}", o, "image") for o in vlm_factorial.ORDERS}
+        self.assertEqual(vlm_factorial.task_of(single), "single-image task")
 
 
 class JoinedResults(unittest.TestCase):
