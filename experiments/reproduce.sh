@@ -12,7 +12,8 @@
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
 #                   compress order at 10%)
 #   --from-results  the page's reports, tables and figures from the results committed under
-#                   experiments/results/ (no model; about two minutes), against the page
+#                   experiments/results/ (no model; about 15 minutes on 2 cores), against the
+#                   page
 #   OUT_DIR         default demo/reproduce/PAGE
 # The page's numbers were produced on the machine its text names; on another CPU they are equal
 # within the tolerance docs/testing.md states, not byte for byte.
@@ -60,7 +61,8 @@ stories_from_results() {  # the stories' table and card from their committed sum
     { cat "$out/stories.log" >&2; exit 1; }
 }
 
-multi_from_results() {  # the eight boxes: both orders' reports and cards, and the orders compared
+multi_from_results() {  # the eight boxes: both orders' reports and cards, the orders compared,
+  # and the factorial of the three orders of one reading (its own run: factorial/ORDER)
   r="$results/vlm_multi" o="$out/vlm_multi"
   mkdir -p "$o"
   for order in compress append; do
@@ -69,6 +71,14 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, and t
   "$py" "$repo/analysis/vlm_orders.py" --compress "$o/compress" --append "$o/append" \
     --shared "$r/shared" --shared-budget 20 --coverage "$r/coverage.csv.gz" --out "$o" \
     >"$o/orders.log" 2>&1 || { cat "$o/orders.log" >&2; exit 1; }
+  f="$o/factorial"
+  mkdir -p "$f"
+  for order in compress tail1 tailq; do
+    report_from_results "vlm_multi/factorial/$order" "eight-box VLM, question $order"
+  done
+  "$py" "$repo/analysis/vlm_factorial.py" --compress "$f/compress" --tail1 "$f/tail1" \
+    --tailq "$f/tailq" --out "$f" >"$f/factorial.log" 2>&1 ||
+    { cat "$f/factorial.log" >&2; exit 1; }
 }
 
 transfer() {  # the declared prediction test across tasks (experiments/prediction_declaration.json)
@@ -81,18 +91,19 @@ transfer() {  # the declared prediction test across tasks (experiments/predictio
 
 case "$mode" in
   results)
-    say "expected time: about two minutes (the reports from experiments/results/, no model)"
+    say "expected time: about 15 minutes on 2 cores (the reports from experiments/results/," \
+      "no model)"
     say "stories: the table and the prediction card from the committed results"
     stories_from_results
     say "single image: the report, its tests and the prediction card from the committed results"
     report_from_results vlm_eval
-    say "eight boxes: both orders' reports and cards, and the orders compared, from the" \
-      "committed results"
+    say "eight boxes: the orders' reports and cards, the orders compared and the factorial," \
+      "from the committed results"
     multi_from_results
     say "the declared prediction test across the tasks"
     transfer
     runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi"
-    runs="$runs transfer=$out/transfer" ;;
+    runs="$runs factorial=$out/vlm_multi/factorial transfer=$out/transfer" ;;
   quick)
     say "expected time: about 10 minutes on 2 cores (one seed of each task: two models built and" \
       "evaluated, the stories)"
@@ -136,7 +147,7 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
     say "the declared prediction test across the tasks"
     transfer
-    runs="$runs vlm_multi=$out/vlm_multi transfer=$out/transfer" ;;
+    runs="$runs vlm_multi=$out/vlm_multi factorial=$out/vlm_multi transfer=$out/transfer" ;;
 esac
 say "the page's regions against this run (docs_tables.py --check):"
 set --

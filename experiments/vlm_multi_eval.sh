@@ -155,7 +155,7 @@ for s in $seeds; do
         --gen $gen --stop-at-eos --no-timing --summary "$a/live_$n.csv"
     fi
   done
-  if [ "$extras" = 1 ]; then
+  if [ "$extras" = 1 ] && runs_order compress; then
     once "$c/replay_self.csv" "$c/replay_self.log" "$k" replay "$c/trace.h5" -p "$self_sizing" \
       --summary "$c/replay_self.csv" --dump-decisions "$c/decisions_self.h5"
     once "$c/live_self.csv" "$c/live_self.log" "$k" live evaluate -m "$model" \
@@ -209,5 +209,6 @@ single=""
   --shared "$out/shared" --shared-budget "$shared_budget" $single --out "$out"
 # The docs quote this run: its tables written into the document's marked regions.
 if [ -n "${VLM_MULTI_DOCS:-}" ]; then
-  "$py" "$repo/analysis/docs_tables.py" "$VLM_MULTI_DOCS" --run vlm_multi="$out"
+  "$py" "$repo/analysis/docs_tables.py" "$VLM_MULTI_DOCS" --run vlm_multi="$out" \
+    --run factorial="$out"
 fi

@@ -36,7 +36,7 @@ class Reproduce(unittest.TestCase):
         out = tempfile.mkdtemp()
         r = self.run_script("--from-results", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("expected time: about two minutes", r.stdout)
+        self.assertIn("expected time: about 15 minutes on 2 cores", r.stdout)
         self.assertIn("(vlm_eval:vlm_eval.md | held-out images, | until=): equal", r.stdout)
         self.assertIn("(vlm_eval:card/card.md | **Prediction card: | until=): equal", r.stdout)
         for region in ("compress/vlm_eval.md | **Accuracy at equal memory**",
@@ -48,6 +48,10 @@ class Reproduce(unittest.TestCase):
                        "until=**Which differences hold up.**",
                        "append/card/card.md | Out of sample:"):
             self.assertIn(f"(vlm_multi:{region}): equal", r.stdout)
+        for region in ("vlm_factorial.md | **One change at a time** | until=",
+                       "tailq/vlm_eval.md | **Against the floors.** | "
+                       "until=**Which differences hold up.**"):
+            self.assertIn(f"(factorial:{region}): equal", r.stdout)
         self.assertIn("(transfer:transfer.md | **Prediction across tasks** | until=): equal",
                       r.stdout)
         self.assertNotIn("not checked", r.stdout)

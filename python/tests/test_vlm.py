@@ -618,13 +618,13 @@ class SmallMultiBuild(unittest.TestCase):
                                                    "| Out of sample:"))
         with open(doc, "w") as f:
             f.write(committed)
-        run = ["--run", f"vlm_multi={out}"]
+        run = ["--run", f"vlm_multi={out}", "--run", f"factorial={out}"]
         r = subprocess.run(tool + [doc, "--check"] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 1, r.stderr)  # the committed doc quotes the full run
         self.assertIn("differs from the run", r.stderr)
         r = subprocess.run(tool + [doc] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("6 of 6 region(s) rewritten", r.stdout)
+        self.assertIn("7 of 7 region(s) rewritten", r.stdout)  # the factorial's among them
         self.assertEqual(subprocess.run(tool + [doc, "--check"] + run).returncode, 0)
         with open(doc) as f:
             rewritten = f.read()
