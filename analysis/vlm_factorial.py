@@ -45,7 +45,8 @@ EFFECTS = (("free first token", "compress − tail1", "tail1", "compress"),
            ("scorer sees the question", "tail1 − tailq", "tailq", "tail1"),
            ("question after compression", "tailq − compress", "compress", "tailq"))
 VERDICT = {"better": "▲", "worse": "▼"}
-TASK = {"item": "eight-box task", "image": "single-image task"}  # a report's unit -> its task
+# A report's unit -> its task and what one of its samples is called.
+TASK = {"item": ("eight-box task", "items"), "image": ("single-image task", "images")}
 
 
 def fail(message):
@@ -68,7 +69,24 @@ def task_of(directories):
     if len(units) != 1:
         fail("the three reports are of different tasks (units " + ", ".join(sorted(
             str(u) for u in units)) + ")")
-    return TASK.get(units.pop(), "task")
+    return TASK.get(units.pop(), ("task", "samples"))
+
+
+def sample_words(by_image, samples):
+    """What each effect is paired over, e.g. "training seeds 0, 3 and 4, 320 items each":
+    the three orders must hold the same seeds and the same samples of each seed."""
+    keys = {o: set(zip(t["seed"], t["sample"])) for o, t in by_image.items()}
+    for order in ORDERS[1:]:
+        if keys[order] != keys[ORDERS[0]]:
+            fail(f"the {order} report holds other seeds or {samples} than the {ORDERS[0]} one "
+                 f"({len(keys[order])} against {len(keys[ORDERS[0]])} seed-{samples[:-1]} pairs)")
+    per_seed = pd.Series([seed for seed, _ in keys[ORDERS[0]]]).value_counts()
+    seeds = [str(s) for s in sorted(per_seed.index)]
+    named = seeds[0] if len(seeds) == 1 else ", ".join(seeds[:-1]) + " and " + seeds[-1]
+    counts = sorted(set(per_seed))
+    each = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return (f"training seed{'s' if len(seeds) > 1 else ''} {named}, {each} {samples}"
+            f"{' each' if len(seeds) > 1 else ''}")
 
 
 def effects(by_image):
@@ -99,9 +117,9 @@ def effect_cell(r):
             f"({p_text(r['p_holm'])})")
 
 
-def write(path, result, acc, budgets, task):
+def write(path, result, acc, budgets, task, sample):
     with open(path, "w", encoding="utf-8") as f:
-        f.write(f"**One change at a time** ({task}; three orders with one reading, every "
+        f.write(f"**One change at a time** ({task}, {sample}; three orders with one reading, every "
                 "budgeted policy at equal memory: a share of the whole prompt, the question's "
                 "and the answer's entries held within it, decode = cap). Accuracy: mean over "
                 "seeds [95% interval over seeds and items]. Effects, paired over the same seeds "
@@ -147,10 +165,11 @@ def main(argv):
         ap.add_argument(f"--{order}", required=True, help=f"vlm_eval_report.py's OUT, {order}")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    task = task_of({o: getattr(a, o) for o in ORDERS})
+    task, samples = task_of({o: getattr(a, o) for o in ORDERS})
     tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv"))) for o in ORDERS}
     by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
                 for o in ORDERS}
+    sample = sample_words(by_image, samples)
     result = effects(by_image)
     common = set.intersection(*(set(t["policy"]) for t in by_image.values()))
     result = result[result["policy"].isin(common)]
@@ -158,7 +177,8 @@ def main(argv):
                                                             if b != "self" else 0))
     os.makedirs(a.out, exist_ok=True)
     result.to_csv(os.path.join(a.out, "vlm_factorial.csv"), index=False, float_format="%.6g")
-    write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets, task)
+    write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets, task,
+          sample)
     print(open(os.path.join(a.out, "vlm_factorial.md"), encoding="utf-8").read())
     return 0
 

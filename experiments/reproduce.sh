@@ -6,8 +6,9 @@
 #   PAGE            real_model (docs/real_model.md)
 #   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
 #                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
-#                   hour) and the eight boxes from the committed weights (about 20 min a seed;
-#                   VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them here first)
+#                   hour) and the eight boxes from the committed weights in four orders (about
+#                   70 min a seed, their reports about 2 h; VLM_MULTI_WEIGHTS names others,
+#                   VLM_MULTI_WEIGHTS= trains them here first); about 10 hours in all
 #   --quick         one seed of each task, its rows against the committed per-seed results: the
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
 #                   compress order at 10%)
@@ -76,9 +77,35 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, the o
   for order in compress tail1 tailq; do
     report_from_results "vlm_multi/factorial/$order" "eight-box VLM, question $order"
   done
-  "$py" "$repo/analysis/vlm_factorial.py" --compress "$f/compress" --tail1 "$f/tail1" \
-    --tailq "$f/tailq" --out "$f" >"$f/factorial.log" 2>&1 ||
-    { cat "$f/factorial.log" >&2; exit 1; }
+  factorial "$f"
+}
+
+factorial() {  # DIR: the three orders' reports in DIR/ORDER taken apart, into DIR
+  "$py" "$repo/analysis/vlm_factorial.py" --compress "$1/compress" --tail1 "$1/tail1" \
+    --tailq "$1/tailq" --out "$1" >"$1/factorial.log" 2>&1 ||
+    { cat "$1/factorial.log" >&2; exit 1; }
+}
+
+factorial_setting() {  # KEY: a setting of the committed factorial run (its seeds, its budgets)
+  "$py" -c 'import json, sys
+print(" ".join(map(str, json.load(open(sys.argv[1]))["settings"][sys.argv[2]])))' \
+    "$results/vlm_multi/factorial/compress/builds.json" "$1"
+}
+
+factorial_from_run() {  # the factorial over the seeds and budgets of its committed run, reported
+  # from the full run's folders (the page's factorial is its own run: its seeds may be fewer)
+  f="$out/vlm_multi/factorial"
+  mkdir -p "$f"
+  seeds=$(factorial_setting seeds) budgets=$(factorial_setting budgets)
+  for order in compress tail1 tailq; do
+    set --
+    for s in $seeds; do set -- "$@" "$s=$out/vlm_multi/$order/seed$s"; done
+    # shellcheck disable=SC2086
+    "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
+      --order "$order" --out "$f/$order" >"$f/$order.log" 2>&1 ||
+      { cat "$f/$order.log" >&2; exit 1; }
+  done
+  factorial "$f"
 }
 
 transfer() {  # the declared prediction test across tasks (experiments/prediction_declaration.json)
@@ -134,8 +161,8 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "the eight-box regions quote five seeds and both orders: not compared with one"
     runs="stories=$out/stories" ;;
   full)
-    say "expected time: about 2 h 50 min on 2 cores (stories 1 min, the single image an hour" \
-      "for ten seeds, the eight boxes 20 min a seed)"
+    say "expected time: about 10 hours on 2 cores (stories 1 min, the single image an hour" \
+      "for ten seeds, the eight boxes about 70 min a seed in four orders and 2 h of reports)"
     say "stories: experiments/stories_eval.sh"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
@@ -145,9 +172,12 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \
       "${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}"
     "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null
+    say "the factorial over the seeds of its committed run, from this run's folders"
+    factorial_from_run
     say "the declared prediction test across the tasks"
     transfer
-    runs="$runs vlm_multi=$out/vlm_multi factorial=$out/vlm_multi transfer=$out/transfer" ;;
+    runs="$runs vlm_multi=$out/vlm_multi factorial=$out/vlm_multi/factorial"
+    runs="$runs transfer=$out/transfer" ;;
 esac
 say "the page's regions against this run (docs_tables.py --check):"
 set --

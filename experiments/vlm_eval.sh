@@ -46,11 +46,11 @@ fi
 draws=${VLM_EVAL_DRAWS:-5}
 order=${VLM_EVAL_ORDER:-compress}
 case $order in
-  compress) tail="" ;;
-  tail1) tail="--prompt-tail 1" ;;
-  tailq) tail="--prompt-tail question" ;;
+  compress | tail1 | tailq) ;;
   *) echo "vlm_eval: unknown VLM_EVAL_ORDER '$order' (compress, tail1, tailq)" >&2; exit 2 ;;
 esac
+tail=$(prompt_tail_of "$order")
+[ -z "$tail" ] || tail="--prompt-tail $tail"
 mkdir -p "$out"
 # Runs quietly; on failure the command's messages are shown.
 quiet() { log=$1; shift; "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }; }

@@ -115,8 +115,7 @@ for s in $seeds; do
   ln -sf "$(cd "$c" && pwd)/trace.h5" "$a/trace.h5"
   for order in tail1 tailq; do
     runs_order $order || continue
-    t="$out/$order/seed$s" tail=1
-    [ $order = tailq ] && tail=question
+    t="$out/$order/seed$s" tail=$(prompt_tail_of $order)
     mkdir -p "$t"
     cp "$vlm/build.json" "$t/build.json"
     ln -sf "$(cd "$c" && pwd)/trace.h5" "$t/trace.h5"

@@ -9,3 +9,14 @@ k="$build/kvsim"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+# The prompt tail an order feeds after compression, as `--prompt-tail` takes it (empty: none):
+# compress and append compress the whole prompt; tail1 its last token, tailq its question after.
+# Fails (status 1) on an order it does not know; the caller names the choices.
+prompt_tail_of() {
+  case $1 in
+    compress | append) echo "" ;;
+    tail1) echo 1 ;;
+    tailq) echo question ;;
+    *) return 1 ;;
+  esac
+}

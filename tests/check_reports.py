@@ -90,7 +90,7 @@ class Factorial(unittest.TestCase):
             return os.path.join(tmp, name)
 
         dirs = {o: report(o, o) for o in vlm_factorial.ORDERS}
-        self.assertEqual(vlm_factorial.task_of(dirs), "eight-box task")
+        self.assertEqual(vlm_factorial.task_of(dirs), ("eight-box task", "items"))
         with self.assertRaises(SystemExit) as e:  # two folders given the wrong way round
             vlm_factorial.task_of(dict(dirs, tail1=dirs["tailq"]))
         self.assertIn("--tail1 " + dirs["tailq"] + ": its report is of the tailq order",
@@ -99,7 +99,22 @@ class Factorial(unittest.TestCase):
             vlm_factorial.task_of(dict(dirs, tailq=report("single", "tailq", "image")))
         self.assertIn("different tasks (units image, item)", str(e.exception))
         single = {o: report(f"s{o}", o, "image") for o in vlm_factorial.ORDERS}
-        self.assertEqual(vlm_factorial.task_of(single), "single-image task")
+        self.assertEqual(vlm_factorial.task_of(single), ("single-image task", "images"))
+
+    def test_the_sample_is_named_and_must_be_the_same_in_every_order(self):
+        def table(seeds, items):
+            return pd.DataFrame([{"seed": s, "sample": f"i{i}"} for s in seeds
+                                 for i in range(items)])
+
+        same = {o: table([0, 3, 4], 320) for o in vlm_factorial.ORDERS}
+        self.assertEqual(vlm_factorial.sample_words(same, "items"),
+                         "training seeds 0, 3 and 4, 320 items each")
+        one = {o: table([2], 5) for o in vlm_factorial.ORDERS}
+        self.assertEqual(vlm_factorial.sample_words(one, "images"), "training seed 2, 5 images")
+        with self.assertRaises(SystemExit) as e:  # tailq run without seed 4
+            vlm_factorial.sample_words(dict(same, tailq=table([0, 3], 320)), "items")
+        self.assertIn("the tailq report holds other seeds or items than the compress one "
+                      "(640 against 960 seed-item pairs)", str(e.exception))
 
 
 class JoinedResults(unittest.TestCase):
