@@ -2,9 +2,10 @@
 // attention shape (28 query heads, 4 KV heads, d = 128; 2 layers; 256 tokens per frame; 64
 // generated tokens), replayed through five policies (full, h2o, snapkv, streamingllm, tova at
 // 20%) from the full trace and from its compact copy, beside the GEMM floor of the full replay
-// measured on this machine in the same run. The compact traces are written without the prompt
-// entropies (--no-entropies: only MEDA reads them, and they cost a pass over all P² logits of
-// every head, unmasked).
+// measured on this machine in the same run. The compact traces replayed are written without the
+// prompt entropies (--no-entropies: only MEDA reads them, and they cost a pass over all P² logits
+// of every head, unmasked); the compaction is also timed with them (kvsim compact's default),
+// each beside the GEMM floor of its own products.
 //
 //   kvsim_bench_compact [--prompts 2048,8192,32768] [--dir DIR] [google-benchmark flags]
 //
@@ -21,6 +22,8 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "experiments/bench_common.hpp"
 #include "sim/core/compact_trace.hpp"
@@ -41,6 +44,7 @@ fs::path dir;
 
 struct Measured {
   double full_s = 0, compact_s = 0, compaction_s = 0, floor_gflop = 0;
+  double entropies_s = 0, compaction_gflop = 0, entropies_gflop = 0;  // compaction with entropies
   std::uintmax_t full_bytes = 0, compact_bytes = 0;
   int prompt_len = 0;
 };
@@ -79,13 +83,44 @@ fs::path compact_path(int prompt) {
   return dir / ("video_" + std::to_string(prompt) + ".compact.h5");
 }
 
+// The products a compaction computes, in GFLOP: the causal prompt logits in blocks of 64 rows,
+// for the prompt and again for the context before the question, and (with the entropies) every
+// prompt row against every prompt key; for every query head and layer.
+std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
+  const auto& info = reader.info();
+  double prompt = 0, entropies = 0;
+  auto causal = [](double P) {
+    double n = 0;
+    for (double i0 = 0; i0 < P; i0 += 64) n += std::min(64.0, P - i0) * std::min(i0 + 64, P);
+    return n;
+  };
+  for (const auto& name : reader.sample_names()) {
+    const auto s = reader.read_sample(name);
+    const int question = kvsim::question_length(s);
+    const double per_head = 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
+    prompt +=
+        (causal(s.prompt_len) + (question > 0 ? causal(s.prompt_len - question) : 0)) * per_head;
+    entropies += static_cast<double>(s.prompt_len) * s.prompt_len * per_head;
+  }
+  return {prompt, entropies};
+}
+
+double seconds_to_compact(int prompt, bool entropies, const fs::path& out) {
+  const auto start = std::chrono::steady_clock::now();
+  kvsim::write_compact_trace(kvsim::TraceReader(full_path(prompt)), out,
+                             {.window = 64, .entropies = entropies, .threads = hardware_threads()});
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void make_traces(int prompt) {
   if (!fs::exists(full_path(prompt))) kvsim::synth_write(video_config(prompt), full_path(prompt));
-  const auto start = std::chrono::steady_clock::now();
-  kvsim::write_compact_trace(kvsim::TraceReader(full_path(prompt)), compact_path(prompt),
-                             {.window = 64, .entropies = false, .threads = hardware_threads()});
   Measured& m = measured[prompt];
-  m.compaction_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.compaction_s = seconds_to_compact(prompt, false, compact_path(prompt));
+  const fs::path with_entropies = dir / ("video_" + std::to_string(prompt) + ".entropies.h5");
+  m.entropies_s = seconds_to_compact(prompt, true, with_entropies);
+  fs::remove(with_entropies);
+  std::tie(m.compaction_gflop, m.entropies_gflop) =
+      compaction_gflop(kvsim::TraceReader(full_path(prompt)));
   m.full_bytes = fs::file_size(full_path(prompt));
   m.compact_bytes = fs::file_size(compact_path(prompt));
 }
@@ -198,6 +233,20 @@ int main(int argc, char** argv) {
   }
   std::printf("(floor: %s GEMM rate on %d threads, measured above with each prompt's key count)\n",
               "single-precision", hardware_threads());
+  std::printf("\n%8s %12s %10s %11s %14s %10s %11s\n", "P", "compaction s", "floor s",
+              "comp./floor", "+entropies s", "floor s", "+ent./floor");
+  for (int p : prompts) {
+    const Measured& m = measured[p];
+    const double rate = gemm_gflops.count(m.prompt_len) ? gemm_gflops[m.prompt_len] : 0;
+    const double floor = rate > 0 ? m.compaction_gflop / rate : 0;
+    const double with = rate > 0 ? (m.compaction_gflop + m.entropies_gflop) / rate : 0;
+    std::printf("%8d %12.2f %10.2f %10.2fx %14.2f %10.2f %10.2fx\n", m.prompt_len, m.compaction_s,
+                floor, floor > 0 ? m.compaction_s / floor : 0, m.entropies_s, with,
+                with > 0 ? m.entropies_s / with : 0);
+  }
+  std::printf(
+      "(compaction: kvsim compact's products, the prompt's and the context's causal logits "
+      "and, with the entropies, every prompt row against every key)\n");
   benchmark::Shutdown();
   if (!keep) fs::remove_all(dir);
   return 0;

@@ -244,9 +244,11 @@ void TraceReader::read_file_attrs() {
   }
 
   if (auto compact = h5_read_int_attr(root, "kvtrace_compact")) {
-    if (*compact != 1)
+    if (*compact < 1 || *compact > kCompactTraceVersion)
       throw TraceError(path_ + ": kvtrace_compact is " + std::to_string(*compact) +
-                       "; this kvsim reads compact traces of version 1");
+                       "; this kvsim reads compact traces of versions 1 to " +
+                       std::to_string(kCompactTraceVersion));
+    info_.compact_version = static_cast<int>(*compact);
     info_.compact_window = require_positive_int(root, "compact_window", path_, false);
     info_.compact_entropies = require_positive_int(root, "compact_entropies", path_, true) != 0;
   }

@@ -21,6 +21,9 @@ const char* dtype_name(DType t);
 std::size_t dtype_bytes(DType t);
 
 // File-level attributes.
+// The version of the compact section this kvsim writes (kvtrace-v1.md, "Compact traces").
+constexpr int kCompactTraceVersion = 2;
+
 struct TraceInfo {
   std::string model;
   int num_layers = 0;
@@ -40,6 +43,9 @@ struct TraceInfo {
   // rows would give; 0 for a full trace.
   int compact_window = 0;
   bool compact_entropies = false;  // whether it stores every layer's prompt entropies
+  // The section's version (kvtrace_compact): 1 stored entropies from products shaped otherwise
+  // than this kvsim's (equal to about 1e-9, not byte for byte); 2 as this kvsim computes them.
+  int compact_version = 0;
   bool compact() const { return compact_window > 0; }
   int group_size() const { return num_heads / num_kv_heads; }
 };

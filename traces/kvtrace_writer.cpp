@@ -27,7 +27,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
     h5_write_int_array_attr(root, "mrope_section",
                             {info.mrope_section.begin(), info.mrope_section.end()});
   if (info.compact()) {
-    h5_write_int_attr(root, "kvtrace_compact", 1);
+    h5_write_int_attr(root, "kvtrace_compact", kCompactTraceVersion);
     h5_write_int_attr(root, "compact_window", info.compact_window);
     h5_write_int_attr(root, "compact_entropies", info.compact_entropies ? 1 : 0);
   }

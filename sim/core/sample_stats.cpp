@@ -44,7 +44,9 @@ double entropy_of(const double* p, int n, double total) {
 }
 
 // One prompt row i: its heads' probabilities summed (cross-modal causal, cross-modal over every
-// prompt key, full), and the sums of the heads' own entropies. Logits cover keys 0..P-1.
+// prompt key, full), and the sums of the heads' own entropies. Logits cover keys 0..P-1. The plain
+// statement, with masks over every key (layer_entropies_naive); layer_entropies uses
+// FastRowAccumulator, the same arithmetic on the keys the masks pass.
 class RowAccumulator {
  public:
   explicit RowAccumulator(int P) : P_(P), cm_(P), cm_all_(P), full_(P), tmp_(P) {}
@@ -96,6 +98,113 @@ class RowAccumulator {
   bool cm_valid_ = false, cm_all_valid_ = false;
 };
 
+// RowAccumulator's arithmetic, operation for operation (the same bytes), with the work its masks
+// skip left out: the cross-modal softmaxes run over the list of the other modality's keys (most
+// rows of a media prompt have a few dozen), the full one over the causal keys only, the maxima
+// taken over floats (scale > 0 and rounding are monotone: max scale·x = scale·max x), and each
+// probability added to the head sum as it is divided. The exponentials, in double, remain: they
+// and the products are the pass's cost.
+class FastRowAccumulator {
+ public:
+  FastRowAccumulator(int P, const std::vector<std::uint8_t>& modality)
+      : P_(P), modality_(modality), cm_(P, 0.0), cm_all_(P, 0.0), full_(P, 0.0), tmp_(P) {
+    for (int j = 0; j < P; ++j) (modality[j] == 0 ? text_ : media_).push_back(j);
+  }
+  void start(int i) {
+    clear();
+    i_ = i;
+    other_ = modality_[i] == 0 ? &media_ : &text_;
+    causal_other_ =
+        static_cast<int>(std::upper_bound(other_->begin(), other_->end(), i) - other_->begin());
+    cm_heads_ = cm_all_heads_ = full_heads_ = 0;
+    heads_ = 0;
+    cm_valid_ = cm_all_valid_ = false;
+  }
+  void add_head(const float* logits, double scale) {
+    ++heads_;
+    const int* other = other_->data();
+    if (causal_other_ > 0) {  // cross-modal, causal
+      cm_valid_ = true;
+      cm_heads_ += listed_softmax(logits, other, causal_other_, scale, cm_.data());
+    }
+    if (!other_->empty()) {  // Eq. 4, unmasked
+      cm_all_valid_ = true;
+      cm_all_heads_ +=
+          listed_softmax(logits, other, static_cast<int>(other_->size()), scale, cm_all_.data());
+    }
+    full_heads_ += causal_softmax(logits, i_ + 1, scale, full_.data());
+  }
+  void finish(double out[6]) const {
+    out[0] = cm_valid_ ? listed_entropy(cm_.data(), causal_other_) : NAN;
+    out[1] = cm_valid_ ? cm_heads_ / heads_ : NAN;
+    double h = 0;
+    for (int j = 0; j <= i_; ++j)
+      if (full_[j] > 0) h -= full_[j] / heads_ * std::log(full_[j] / heads_);
+    out[2] = h;
+    out[3] = full_heads_ / heads_;
+    out[4] = cm_all_valid_ ? listed_entropy(cm_all_.data(), static_cast<int>(other_->size())) : NAN;
+    out[5] = cm_all_valid_ ? cm_all_heads_ / heads_ : NAN;
+  }
+
+ private:
+  // Zeroes what the last row wrote (its causal keys and its other-modality keys).
+  void clear() {
+    if (other_ == nullptr) return;
+    std::fill(full_.begin(), full_.begin() + i_ + 1, 0.0);
+    for (int j : *other_) cm_[j] = cm_all_[j] = 0.0;
+  }
+  // masked_softmax over the keys keys[0..n) (ascending), each probability added to sum; the
+  // row's entropy.
+  double listed_softmax(const float* x, const int* keys, int n, double scale, double* sum) {
+    float top = x[keys[0]];
+    for (int m = 1; m < n; ++m) top = std::max(top, x[keys[m]]);
+    const double mx = scale * top;
+    double z = 0, zy = 0;
+    for (int m = 0; m < n; ++m) {
+      const double y = scale * x[keys[m]] - mx;
+      tmp_[m] = std::exp(y);
+      z += tmp_[m];
+      zy += tmp_[m] * y;
+    }
+    for (int m = 0; m < n; ++m) sum[keys[m]] += tmp_[m] / z;
+    return std::log(z) - zy / z;
+  }
+  // The same over keys 0..n-1.
+  double causal_softmax(const float* x, int n, double scale, double* sum) {
+    float top = x[0];
+    for (int j = 1; j < n; ++j) top = std::max(top, x[j]);
+    const double mx = scale * top;
+    for (int j = 0; j < n; ++j) tmp_[j] = scale * x[j] - mx;
+    double z = 0, zy = 0;
+    for (int j = 0; j < n; ++j) {
+      const double y = tmp_[j];
+      tmp_[j] = std::exp(y);
+      z += tmp_[j];
+      zy += tmp_[j] * y;
+    }
+    for (int j = 0; j < n; ++j) sum[j] += tmp_[j] / z;
+    return std::log(z) - zy / z;
+  }
+  double listed_entropy(const double* p, int n) const {
+    double h = 0;
+    for (int m = 0; m < n; ++m) {
+      const double v = p[(*other_)[m]];
+      if (v > 0) h -= v / heads_ * std::log(v / heads_);
+    }
+    return h;
+  }
+
+  int P_;
+  const std::vector<std::uint8_t>& modality_;
+  std::vector<int> text_, media_;  // the prompt's text keys and its other keys, ascending
+  const std::vector<int>* other_ = nullptr;
+  int causal_other_ = 0;  // how many of *other_ are <= i
+  std::vector<double> cm_, cm_all_, full_, tmp_;
+  int i_ = 0, heads_ = 0;
+  double cm_heads_ = 0, cm_all_heads_ = 0, full_heads_ = 0;
+  bool cm_valid_ = false, cm_all_valid_ = false;
+};
+
 using RowEntropies = std::array<double, 6>;
 
 // Means over rows: cross-modal = mean over text rows + mean over vision rows (rows without a
@@ -128,28 +237,45 @@ LayerEntropies reduce_rows(const std::vector<RowEntropies>& rows,
 
 }  // namespace
 
+int entropy_block_rows(int heads, int prompt_len) {
+  return std::clamp((1 << 24) / std::max(1, heads * prompt_len), 1, 64);
+}
+
 LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
                                const LayerTensors& t, int threads) {
   const int P = sample.prompt_len, H = trace.num_heads, Hkv = trace.num_kv_heads,
-            d = trace.head_dim;
-  // Row blocks hold every head's logits at once (about 16 MiB of floats per thread at most).
-  const int kBlock = std::clamp((1 << 22) / std::max(1, H * P), 1, 64);
+            d = trace.head_dim, group = H / Hkv;
+  // A block holds every head's logits of its rows (row i needs all heads at once: the
+  // head-averaged distributions), at most 64 MiB of floats. The heads of one KV group are one
+  // product, group x rows queries against the group's keys, so the keys are read (and packed)
+  // once per block and group, not once per head.
+  const int block = entropy_block_rows(H, P), blocks = (P + block - 1) / block;
+  const int workers = std::max(1, std::min(threads, blocks));
   std::vector<RowEntropies> rows(P);
   openblas_set_num_threads(1);
-  parallel_for((P + kBlock - 1) / kBlock, threads, [&](int b) {
-    const int i0 = b * kBlock, n = std::min(kBlock, P - i0), keys = P;  // Eq. 4 sees every key
-    std::vector<float> logits(static_cast<std::size_t>(H) * n * keys);
-    for (int h = 0; h < H; ++h)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, d, 1.0f, &t.q(i0, h, 0), H * d,
-                  t.k.data() + static_cast<std::size_t>(h / (H / Hkv)) * d, Hkv * d, 0.0f,
-                  &logits[static_cast<std::size_t>(h) * n * keys], keys);
-    RowAccumulator acc(P);
-    for (int r = 0; r < n; ++r) {
-      acc.start(i0 + r);
-      for (int h = 0; h < H; ++h)
-        acc.add_head(&logits[(static_cast<std::size_t>(h) * n + r) * keys], trace.scale,
-                     sample.modality);
-      acc.finish(rows[i0 + r].data());
+  // Each worker takes every workers-th block with buffers of its own; a row's result depends on
+  // its row only, so on no thread count.
+  parallel_for(workers, workers, [&](int w) {
+    std::vector<float> queries(static_cast<std::size_t>(group) * block * d);
+    std::vector<float> logits(static_cast<std::size_t>(H) * block * P);
+    FastRowAccumulator acc(P, sample.modality);
+    for (int b = w; b < blocks; b += workers) {
+      const int i0 = b * block, n = std::min(block, P - i0);  // Eq. 4 sees every key
+      for (int g = 0; g < Hkv; ++g) {
+        for (int hh = 0; hh < group; ++hh)
+          for (int r = 0; r < n; ++r)
+            std::copy_n(&t.q(i0 + r, g * group + hh, 0), d,
+                        &queries[(static_cast<std::size_t>(hh) * n + r) * d]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * n, P, d, 1.0f, queries.data(),
+                    d, t.k.data() + static_cast<std::size_t>(g) * d, Hkv * d, 0.0f,
+                    &logits[static_cast<std::size_t>(g) * group * n * P], P);
+      }
+      for (int r = 0; r < n; ++r) {
+        acc.start(i0 + r);
+        for (int h = 0; h < H; ++h)
+          acc.add_head(&logits[(static_cast<std::size_t>(h) * n + r) * P], trace.scale);
+        acc.finish(rows[i0 + r].data());
+      }
     }
   });
   return reduce_rows(rows, sample.modality);

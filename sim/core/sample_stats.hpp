@@ -48,7 +48,12 @@ struct SampleStats {
 // that many rows (AttentionNeeds::prefill_window).
 std::vector<double> window_column_sums(const LayerAttention& att, int window);
 
-// One layer's entropies, computed with blocked GEMMs (threads over row blocks, deterministic).
+// The prompt rows of one block of layer_entropies: every head's logits of a block are held at
+// once, at most 64 MiB of floats, and at most 64 rows.
+int entropy_block_rows(int heads, int prompt_len);
+
+// One layer's entropies, computed with blocked GEMMs, the heads of each KV group in one product
+// (threads over row blocks, deterministic).
 LayerEntropies layer_entropies(const TraceInfo& trace, const SampleInfo& sample,
                                const LayerTensors& t, int threads);
 

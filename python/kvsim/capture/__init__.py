@@ -285,7 +285,7 @@ class Recorder:
             if self.mrope_section is not None:
                 f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
             if self._compact is not None:
-                f.attrs["kvtrace_compact"] = 1
+                f.attrs["kvtrace_compact"] = 2  # kvtrace-v1.md: entropies from grouped products
                 f.attrs["compact_window"] = self._compact["window"]
                 f.attrs["compact_entropies"] = int(self._compact["entropies"])
             for s in self.samples:
