@@ -26,6 +26,14 @@ inline double peak_rss_mib() {
   return u.ru_maxrss / 1024.0;
 }
 
+// The logits of a causal prompt of P rows computed in blocks of 64 rows, each block against the
+// keys up to its last row (LayerAttention's prefill blocks), per head.
+inline double causal_prompt_logits(double P) {
+  double n = 0;
+  for (double i0 = 0; i0 < P; i0 += 64) n += std::min(64.0, P - i0) * std::min(i0 + 64, P);
+  return n;
+}
+
 // The attention products a full replay of the baselines computes, in GFLOP: the causal prompt
 // logits in blocks of 64 rows (h2o's column sums), then per decode step the logits and the output
 // over the T keys, for every query head, layer and sample.
@@ -35,9 +43,8 @@ inline double attention_gflop(const TraceReader& reader) {
   for (const auto& name : reader.sample_names()) {
     const auto s = reader.read_sample(name);
     const double P = s.prompt_len, G = s.gen_len, T = s.total_len(), d = info.head_dim;
-    double prompt = 0;
-    for (double i0 = 0; i0 < P; i0 += 64) prompt += std::min(64.0, P - i0) * std::min(i0 + 64, P);
-    flop += (prompt * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
+    flop +=
+        (causal_prompt_logits(P) * d * 2 + 2 * G * T * d * 2) * info.num_heads * info.num_layers;
   }
   return flop / 1e9;
 }

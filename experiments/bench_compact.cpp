@@ -34,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using kvsim::bench::attention_gflop;
+using kvsim::bench::causal_prompt_logits;
 using kvsim::bench::hardware_threads;
 using kvsim::bench::measure_gemm_rate;
 
@@ -89,17 +90,13 @@ fs::path compact_path(int prompt) {
 std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
   const auto& info = reader.info();
   double prompt = 0, entropies = 0;
-  auto causal = [](double P) {
-    double n = 0;
-    for (double i0 = 0; i0 < P; i0 += 64) n += std::min(64.0, P - i0) * std::min(i0 + 64, P);
-    return n;
-  };
   for (const auto& name : reader.sample_names()) {
     const auto s = reader.read_sample(name);
     const int question = kvsim::question_length(s);
     const double per_head = 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
-    prompt +=
-        (causal(s.prompt_len) + (question > 0 ? causal(s.prompt_len - question) : 0)) * per_head;
+    prompt += (causal_prompt_logits(s.prompt_len) +
+               (question > 0 ? causal_prompt_logits(s.prompt_len - question) : 0)) *
+              per_head;
     entropies += static_cast<double>(s.prompt_len) * s.prompt_len * per_head;
   }
   return {prompt, entropies};
