@@ -9,6 +9,7 @@
 
 #include "python/bindings/common.hpp"
 #include "sim/core/compact_trace.hpp"
+#include "traces/kvtrace.hpp"
 
 namespace py = pybind11;
 
@@ -98,6 +99,8 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
 }  // namespace
 
 void bind_compact(py::module_& m) {
+  // The version a compact trace written now carries (kvtrace-v1.md, "Compact traces").
+  m.attr("COMPACT_TRACE_VERSION") = kCompactTraceVersion;
   m.def(
       "compact_trace",
       [](const std::string& trace, const std::string& out, int window, bool entropies, int threads,

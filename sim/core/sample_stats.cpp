@@ -107,7 +107,7 @@ class RowAccumulator {
 class FastRowAccumulator {
  public:
   FastRowAccumulator(int P, const std::vector<std::uint8_t>& modality)
-      : P_(P), modality_(modality), cm_(P, 0.0), cm_all_(P, 0.0), full_(P, 0.0), tmp_(P) {
+      : modality_(modality), cm_(P, 0.0), cm_all_(P, 0.0), full_(P, 0.0), tmp_(P) {
     for (int j = 0; j < P; ++j) (modality[j] == 0 ? text_ : media_).push_back(j);
   }
   void start(int i) {
@@ -194,7 +194,6 @@ class FastRowAccumulator {
     return h;
   }
 
-  int P_;
   const std::vector<std::uint8_t>& modality_;
   std::vector<int> text_, media_;  // the prompt's text keys and its other keys, ascending
   const std::vector<int>* other_ = nullptr;

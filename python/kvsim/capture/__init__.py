@@ -253,7 +253,7 @@ class Recorder:
         (FileExistsError)."""
         import h5py
 
-        from kvsim._kvsim import check_outputs
+        from kvsim._kvsim import COMPACT_TRACE_VERSION, check_outputs
 
         check_outputs([(path, "path", "trace")], force=force)
 
@@ -285,7 +285,7 @@ class Recorder:
             if self.mrope_section is not None:
                 f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
             if self._compact is not None:
-                f.attrs["kvtrace_compact"] = 2  # kvtrace-v1.md: entropies from grouped products
+                f.attrs["kvtrace_compact"] = COMPACT_TRACE_VERSION
                 f.attrs["compact_window"] = self._compact["window"]
                 f.attrs["compact_entropies"] = int(self._compact["entropies"])
             for s in self.samples:
