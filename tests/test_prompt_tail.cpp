@@ -191,7 +191,9 @@ TEST(PromptTail, HoldsWhatTheWholePromptsCompressionHoldsAtEveryStep) {
           for (std::size_t t = 0; t < a.size(); ++t) {
             // cache_size counts the step's own token beside the entries held.
             EXPECT_EQ(b[fed + t].cache_size, a[t].cache_size) << name << " step " << t;
-            if (uniform) EXPECT_EQ(a[t].cache_size, budget + 1) << name << " step " << t;
+            if (uniform) {
+              EXPECT_EQ(a[t].cache_size, budget + 1) << name << " step " << t;
+            }
           }
           for (std::size_t t = 0; uniform && t < fed; ++t)
             EXPECT_LE(b[t].cache_size, budget + 1) << name;
