@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -85,8 +86,9 @@ fs::path compact_path(int prompt) {
 }
 
 // The products a compaction computes, in GFLOP: the causal prompt logits in blocks of 64 rows,
-// for the prompt and again for the context before the question, and (with the entropies) every
-// prompt row against every prompt key; for every query head and layer.
+// with the context's last block again at the context's shape when the context (the prompt before
+// its question) ends inside a block, and (with the entropies) every prompt row against every
+// prompt key; for every query head and layer.
 std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
   const auto& info = reader.info();
   double prompt = 0, entropies = 0;
@@ -94,9 +96,8 @@ std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
     const auto s = reader.read_sample(name);
     const int question = kvsim::question_length(s);
     const double per_head = 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
-    prompt += (causal_prompt_logits(s.prompt_len) +
-               (question > 0 ? causal_prompt_logits(s.prompt_len - question) : 0)) *
-              per_head;
+    const double context = question > 0 ? s.prompt_len - question : 0;
+    prompt += (causal_prompt_logits(s.prompt_len) + std::fmod(context, 64.0) * context) * per_head;
     entropies += static_cast<double>(s.prompt_len) * s.prompt_len * per_head;
   }
   return {prompt, entropies};
@@ -242,8 +243,8 @@ int main(int argc, char** argv) {
                 with > 0 ? m.entropies_s / with : 0);
   }
   std::printf(
-      "(compaction: kvsim compact's products, the prompt's and the context's causal logits "
-      "and, with the entropies, every prompt row against every key)\n");
+      "(compaction: kvsim compact's products, the prompt's causal logits, the context's last "
+      "block and, with the entropies, every prompt row against every key)\n");
   benchmark::Shutdown();
   if (!keep) fs::remove_all(dir);
   return 0;

@@ -3,8 +3,11 @@
 // statistic; the format is validated like the full one.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "policies/policy.hpp"
 #include "sim/core/compact_trace.hpp"
+#include "sim/core/layer_attention.hpp"
 #include "sim/replay/reference_replay.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/replay_helpers.hpp"
@@ -102,6 +105,87 @@ TEST(CompactTrace, HoldsTheLayoutItDeclares) {
   EXPECT_LT(c.stored_bytes("000000"), f.stored_bytes("000000"));
   EXPECT_THROW(write_compact_trace(c, temp_path("twice.h5"), {}), std::invalid_argument);
   EXPECT_THROW(reference_replay(c, "000000", make_policy_config("snapkv", {})), std::logic_error);
+}
+
+// The statistics of the prompt and of its context as two prompts of their own (what compaction
+// computed until it took both from one pass): plain LayerAttentions of each.
+StoredPromptStats two_pass_stats(const TraceInfo& trace, const SampleInfo& sample,
+                                 const LayerTensors& full, int threads) {
+  const AttentionNeeds needs{.prefill_column_sums = true,
+                             .text_query_layers = trace.num_layers,
+                             .prefill_column_sums_rounded = true};
+  StoredPromptStats stats;
+  const int question = question_length(sample);
+  for (const SampleInfo& s :
+       {sample, question > 0 ? context_only(sample, question) : SampleInfo{}}) {
+    if (s.prompt_len == 0) continue;
+    LayerAttention att(LayerAttention::PromptOnly{}, trace, s, full, needs, threads);
+    StoredPromptStats::Prompt& p = stats.by_prompt_len[s.prompt_len];
+    for (int h = 0; h < trace.num_heads; ++h) {
+      p.column_sums.insert(p.column_sums.end(), att.prefill_column_sums(h),
+                           att.prefill_column_sums(h) + s.prompt_len);
+      p.column_sums_rounded.insert(p.column_sums_rounded.end(), att.prefill_column_sums_rounded(h),
+                                   att.prefill_column_sums_rounded(h) + s.prompt_len);
+    }
+    p.text_column_sums.assign(att.text_query_column_sums(),
+                              att.text_query_column_sums() + s.prompt_len);
+    p.text_column_max.assign(att.text_query_column_max(),
+                             att.text_query_column_max() + s.prompt_len);
+  }
+  return stats;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The context's statistics come from the prompt's pass (its rows before the context's end, and
+// the one block that straddles the end multiplied again at the context's shape): the bytes of a
+// pass of its own, on MHA and GQA, float16 and float32, at 1 and 2 threads, for contexts that end
+// at a block's end, just before and after it, inside a block and after one position; and with
+// no text query after the context (its last positions relabelled as image tokens).
+TEST(CompactTrace, ContextStatisticsFromThePromptsPassAreATwoPassesBytes) {
+  struct Case {
+    std::string name;
+    int heads, kv_heads;
+    DType dtype;
+  };
+  for (const Case& k : {Case{"mha", 4, 4, DType::kFloat16}, Case{"gqa", 4, 2, DType::kFloat16},
+                        Case{"gqa32", 4, 2, DType::kFloat32}}) {
+    const TraceReader reader(
+        synthetic("compact_one_pass_" + k.name + ".h5", k.heads, k.kv_heads, 12, k.dtype));
+    const SampleInfo original = reader.read_sample("000000");
+    ASSERT_EQ(original.prompt_len, 209);
+    const LayerTensors full = reader.read_layer(original, 1);
+    int compared = 0;
+    for (const int context : {197, 192, 191, 193, 128, 100, 64, 20, 1, -197}) {
+      SampleInfo sample = original;
+      sample.question_len = sample.prompt_len - std::abs(context);
+      if (context < 0)
+        std::fill(sample.modality.begin() + sample.prompt_len - sample.question_len,
+                  sample.modality.begin() + sample.prompt_len,
+                  static_cast<std::uint8_t>(Modality::kImage));
+      for (const int threads : {1, 2}) {
+        const StoredPromptStats want = two_pass_stats(reader.info(), sample, full, threads);
+        LayerTensors moved = full;
+        const StoredPromptStats got =
+            prompt_stats_of_layer(reader.info(), sample, moved, false, threads);
+        EXPECT_EQ(moved.q, full.q);  // handed back
+        ASSERT_EQ(got.by_prompt_len.size(), 2u) << k.name << " context " << context;
+        for (const auto& [len, w] : want.by_prompt_len) {
+          const StoredPromptStats::Prompt& g = got.prompt(len, "test");
+          const std::string where = k.name + " context " + std::to_string(context) + " length " +
+                                    std::to_string(len) + " threads " + std::to_string(threads);
+          EXPECT_TRUE(same_bytes(g.column_sums, w.column_sums)) << where;
+          EXPECT_TRUE(same_bytes(g.column_sums_rounded, w.column_sums_rounded)) << where;
+          EXPECT_TRUE(same_bytes(g.text_column_sums, w.text_column_sums)) << where;
+          EXPECT_TRUE(same_bytes(g.text_column_max, w.text_column_max)) << where;
+          ++compared;
+        }
+      }
+    }
+    EXPECT_EQ(compared, 10 * 2 * 2) << k.name;
+  }
 }
 
 // Each policy and preset alone (its own window alignment) on MHA and GQA traces, with and

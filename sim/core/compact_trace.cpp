@@ -27,29 +27,41 @@ SampleInfo compact_sample(SampleInfo sample, int window) {
 
 namespace {
 
-// The statistics LayerAttention keeps of a prompt of sample.prompt_len positions. `full` is moved
-// through the computation and back.
-StoredPromptStats::Prompt prompt_part(const TraceInfo& trace, const SampleInfo& sample,
-                                      LayerTensors& full, int threads) {
+// The statistics LayerAttention keeps of the sample's prompt and, when `context` > 0, of its
+// first `context` positions (the context before its question), from one pass over the prompt:
+// the same bytes as a LayerAttention of each. `full` is moved through the computation and back.
+void add_prompt_parts(const TraceInfo& trace, const SampleInfo& sample, int context,
+                      LayerTensors& full, int threads, StoredPromptStats& stats) {
   const AttentionNeeds needs{.prefill_column_sums = true,
                              .text_query_layers = trace.num_layers,
                              .prefill_column_sums_rounded = true};
-  LayerAttention att(LayerAttention::PromptOnly{}, trace, sample, std::move(full), needs, threads);
-  const int P = sample.prompt_len, H = trace.num_heads;
-  StoredPromptStats::Prompt part;
-  part.column_sums.reserve(static_cast<std::size_t>(H) * P);
-  part.column_sums_rounded.reserve(static_cast<std::size_t>(H) * P);
-  for (int h = 0; h < H; ++h) {
-    part.column_sums.insert(part.column_sums.end(), att.prefill_column_sums(h),
-                            att.prefill_column_sums(h) + P);
-    part.column_sums_rounded.insert(part.column_sums_rounded.end(),
-                                    att.prefill_column_sums_rounded(h),
-                                    att.prefill_column_sums_rounded(h) + P);
-  }
-  part.text_column_sums.assign(att.text_query_column_sums(), att.text_query_column_sums() + P);
-  part.text_column_max.assign(att.text_query_column_max(), att.text_query_column_max() + P);
+  LayerAttention att(LayerAttention::PromptOnly{.prefix = context}, trace, sample, std::move(full),
+                     needs, threads);
+  const int H = trace.num_heads;
+  const auto part = [H](int P, auto column_sums, auto column_sums_rounded, const float* text_sums,
+                        const float* text_max) {
+    StoredPromptStats::Prompt p;
+    p.column_sums.reserve(static_cast<std::size_t>(H) * P);
+    p.column_sums_rounded.reserve(static_cast<std::size_t>(H) * P);
+    for (int h = 0; h < H; ++h) {
+      p.column_sums.insert(p.column_sums.end(), column_sums(h), column_sums(h) + P);
+      p.column_sums_rounded.insert(p.column_sums_rounded.end(), column_sums_rounded(h),
+                                   column_sums_rounded(h) + P);
+    }
+    p.text_column_sums.assign(text_sums, text_sums + P);
+    p.text_column_max.assign(text_max, text_max + P);
+    return p;
+  };
+  stats.by_prompt_len[sample.prompt_len] = part(
+      sample.prompt_len, [&](int h) { return att.prefill_column_sums(h); },
+      [&](int h) { return att.prefill_column_sums_rounded(h); }, att.text_query_column_sums(),
+      att.text_query_column_max());
+  if (context > 0)
+    stats.by_prompt_len[context] = part(
+        context, [&](int h) { return att.prefix_column_sums(h); },
+        [&](int h) { return att.prefix_column_sums_rounded(h); },
+        att.prefix_text_query_column_sums(), att.prefix_text_query_column_max());
   full = att.release_tensors();
-  return part;
 }
 
 }  // namespace
@@ -58,12 +70,9 @@ StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo
                                         LayerTensors& full, bool entropies, int threads) {
   if (full.stored) throw std::logic_error("prompt statistics of a layer that is already compact");
   StoredPromptStats stats;
-  stats.by_prompt_len[sample.prompt_len] = prompt_part(trace, sample, full, threads);
   const int question = question_length(sample);
-  if (question > 0) {
-    const SampleInfo context = context_only(sample, question);
-    stats.by_prompt_len[context.prompt_len] = prompt_part(trace, context, full, threads);
-  }
+  add_prompt_parts(trace, sample, question > 0 ? sample.prompt_len - question : 0, full, threads,
+                   stats);
   stats.has_entropies = entropies;
   if (entropies) stats.entropies = entropy_array(layer_entropies(trace, sample, full, threads));
   return stats;

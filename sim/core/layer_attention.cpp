@@ -239,11 +239,21 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
   }
 }
 
-LayerAttention::LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample,
-                               LayerTensors tensors, const AttentionNeeds& needs, int threads)
+LayerAttention::LayerAttention(PromptOnly prompt_only, const TraceInfo& trace,
+                               const SampleInfo& sample, LayerTensors tensors,
+                               const AttentionNeeds& needs, int threads)
     : LayerAttention(Shape{.decode = false}, trace, sample, std::move(tensors), needs) {
   if (needs.key_ranking)
     throw std::invalid_argument("key ranking needs every decode query: replay only");
+  if (prompt_only.prefix < 0 || prompt_only.prefix >= P_ ||
+      (prompt_only.prefix > 0 && tensors_.stored))
+    throw std::logic_error("a prompt prefix of " + std::to_string(prompt_only.prefix) +
+                           " positions on a prompt of " + std::to_string(P_) +
+                           (tensors_.stored ? " with stored statistics" : ""));
+  prefix_ = prompt_only.prefix;
+  if (prefix_ > 0 && want_colsums_) prefix_colsums_.resize(static_cast<std::size_t>(H_) * prefix_);
+  if (prefix_ > 0 && want_rounded_colsums_)
+    prefix_rounded_.resize(static_cast<std::size_t>(H_) * prefix_);
   openblas_set_num_threads(1);
   if (tensors_.stored)
     take_stored(needs);
@@ -279,8 +289,7 @@ void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_rounded_colsums_) rounded_colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   // Window row r is query P - window + r: its causal part is written by whoever computes the
   // prefill, so only the masked tail is zeroed here (the block is touched once, not twice).
-  window_rows_ =
-      std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(H_) * window_ * P_);
+  window_rows_ = take_pooled_block(static_cast<std::size_t>(H_) * window_ * P_);
   for (int h = 0; h < H_; ++h)
     for (int r = 0; r < window_; ++r) {
       float* row = &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
@@ -289,7 +298,7 @@ void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (!decode) return;
   // Every element is written by compute_decode (or the reference replay): left uninitialised,
   // the [H, G, T] block is touched once, not zeroed first.
-  decode_probs_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(G_) * H_ * T_);
+  decode_probs_ = take_pooled_block(static_cast<std::size_t>(G_) * H_ * T_);
   decode_lse_.assign(static_cast<std::size_t>(G_) * H_, 0.0f);
   decode_mass_.assign(static_cast<std::size_t>(G_) * H_, 0.0);
   if (tensors_.has_v()) {
@@ -313,6 +322,14 @@ void LayerAttention::compute_text_query_stats(int threads) {
   text_colmax_.assign(P_, 0.0f);
   constexpr int kBlock = 16;
   std::vector<float> probs(static_cast<std::size_t>(H_) * kBlock * P_);
+  // The prefix's statistics are the sums before its first text row at or after it is added.
+  const std::size_t prefix_end =
+      static_cast<std::size_t>(std::lower_bound(rows.begin(), rows.end(), prefix_) - rows.begin());
+  const auto take_prefix = [&] {
+    if (prefix_ == 0) return;
+    prefix_text_colsum_.assign(text_colsum_.begin(), text_colsum_.begin() + prefix_);
+    prefix_text_colmax_.assign(text_colmax_.begin(), text_colmax_.begin() + prefix_);
+  };
   for (std::size_t b0 = 0; b0 < rows.size(); b0 += kBlock) {
     const int n = static_cast<int>(std::min<std::size_t>(kBlock, rows.size() - b0));
     parallel_for(H_, threads, [&](int h) {
@@ -328,6 +345,7 @@ void LayerAttention::compute_text_query_stats(int threads) {
     });
     for (int r = 0; r < n; ++r) {
       const int i = rows[b0 + r];
+      if (b0 + r == prefix_end) take_prefix();
       for (int j = 0; j <= i; ++j) {
         float mean = 0;
         for (int h = 0; h < H_; ++h)
@@ -338,6 +356,7 @@ void LayerAttention::compute_text_query_stats(int threads) {
       }
     }
   }
+  if (prefix_end == rows.size()) take_prefix();
 }
 
 const float* LayerAttention::text_query_column_sums() const {
@@ -370,24 +389,60 @@ void LayerAttention::compute_prefill(int h, int block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
     if (stored && keys <= P_ - window_) continue;
+    float* half_row = to_half ? rounded_row.data() : nullptr;
+    if (prefix_ > i0 && prefix_ < keys) take_prefix_sums(h, i0, logits.data(), half_row);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d_, 1.0f,
                 tensors_.query(i0, h), H_ * d_, k, Hkv_ * d_, 0.0f, logits.data(), keys);
     for (int r = 0; r < rows; ++r) {
       const int i = i0 + r;
       float* row = &logits[static_cast<std::size_t>(r) * keys];
       softmax_inplace(row, i + 1, scale_);
-      if (colsum) kernels::active().accumulate(colsum, row, i + 1);
-      if (to_half) {
-        round_through_half(row, rounded_row.data(), i + 1);
-        kernels::active().accumulate(rounded, rounded_row.data(), i + 1);
-      } else if (rounded) {
-        kernels::active().accumulate(rounded, row, i + 1);  // float32: rounding changes nothing
-      }
+      add_prefill_row(row, i + 1, colsum, rounded, half_row);
       if (epsilon_ > 0) count_sparse(h, row, i);
       if (i >= P_ - window_)
         std::copy(row, row + i + 1,
                   &window_rows_[(static_cast<std::size_t>(h) * window_ + i - (P_ - window_)) * P_]);
     }
+    if (prefix_ == keys) take_prefix_sums(h, keys, logits.data(), half_row);
+  }
+}
+
+void LayerAttention::add_prefill_row(const float* row, int n, float* colsum, float* rounded,
+                                     float* half_row) const {
+  if (colsum) kernels::active().accumulate(colsum, row, n);
+  if (half_row) {
+    round_through_half(row, half_row, n);
+    kernels::active().accumulate(rounded, half_row, n);
+  } else if (rounded) {
+    kernels::active().accumulate(rounded, row, n);  // float32: rounding changes nothing
+  }
+}
+
+void LayerAttention::take_prefix_sums(int h, int i0, float* logits, float* half_row) {
+  const std::size_t at = static_cast<std::size_t>(h) * P_;
+  const std::size_t prefix_at = static_cast<std::size_t>(h) * prefix_;
+  float* colsum = nullptr;
+  float* rounded = nullptr;
+  if (!prefix_colsums_.empty()) {
+    colsum = &prefix_colsums_[prefix_at];
+    std::copy_n(&colsums_[at], prefix_, colsum);
+  }
+  if (!prefix_rounded_.empty()) {
+    rounded = &prefix_rounded_[prefix_at];
+    std::copy_n(&rounded_colsums_[at], prefix_, rounded);
+  }
+  if (i0 >= prefix_) return;
+  // The prefix's last block, rows [i0, prefix) against its keys [0, prefix): the product a
+  // prompt of `prefix` positions computes, so the same logits to the bit.
+  const int rows = prefix_ - i0;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, prefix_, d_, 1.0f,
+              tensors_.query(i0, h), H_ * d_,
+              tensors_.k.data() + static_cast<std::size_t>(h / group_size()) * d_, Hkv_ * d_, 0.0f,
+              logits, prefix_);
+  for (int r = 0; r < rows; ++r) {
+    float* row = logits + static_cast<std::size_t>(r) * prefix_;
+    softmax_inplace(row, i0 + r + 1, scale_);
+    add_prefill_row(row, i0 + r + 1, colsum, rounded, half_row);
   }
 }
 
@@ -500,6 +555,29 @@ void LayerAttention::compute_decode(int first, int last) {
 const float* LayerAttention::prefill_column_sums(int h) const {
   if (!want_colsums_) throw std::logic_error("prefill column sums were not requested");
   return &colsums_[static_cast<std::size_t>(h) * P_];
+}
+
+const float* LayerAttention::prefix_column_sums(int h) const {
+  if (prefix_colsums_.empty()) throw std::logic_error("prefix column sums were not requested");
+  return &prefix_colsums_[static_cast<std::size_t>(h) * prefix_];
+}
+
+const float* LayerAttention::prefix_column_sums_rounded(int h) const {
+  if (prefix_rounded_.empty())
+    throw std::logic_error("rounded prefix column sums were not requested");
+  return &prefix_rounded_[static_cast<std::size_t>(h) * prefix_];
+}
+
+const float* LayerAttention::prefix_text_query_column_sums() const {
+  if (prefix_text_colsum_.empty())
+    throw std::logic_error("prefix text-query statistics were not requested");
+  return prefix_text_colsum_.data();
+}
+
+const float* LayerAttention::prefix_text_query_column_max() const {
+  if (prefix_text_colmax_.empty())
+    throw std::logic_error("prefix text-query statistics were not requested");
+  return prefix_text_colmax_.data();
 }
 
 const float* LayerAttention::prefill_column_sums_rounded(int h) const {

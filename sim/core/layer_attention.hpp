@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/core/block_pool.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim {
@@ -73,7 +74,13 @@ class LayerAttention {
   // The live path: statistics of the prompt only (no decode step exists yet). `tensors` holds
   // T = P + G rows of which the first P are filled; rows of generated tokens are written with
   // set_token_row as they are produced (policies that merge read recorded keys and values).
-  struct PromptOnly {};
+  // `prefix` (0 < prefix < P): also the column sums (plain and rounded) and text-query statistics
+  // that a PromptOnly of the prompt's first `prefix` positions computes, to the byte, from the same
+  // pass (causal rows before `prefix` see only keys before it; the one block that straddles it
+  // is multiplied again at the shorter prompt's shape): the context before a question.
+  struct PromptOnly {
+    int prefix = 0;
+  };
   LayerAttention(PromptOnly, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs, int threads);
   void set_token_row(int position, const float* q, const float* k, const float* v);
@@ -123,6 +130,12 @@ class LayerAttention {
   // [P]: Σ over text queries i < P of the head-averaged p_ij, and the max over them.
   const float* text_query_column_sums() const;
   const float* text_query_column_max() const;
+  // PromptOnly::prefix's statistics: [prefix] each, as the accessors above give a prompt that long.
+  int prefix_len() const { return prefix_; }
+  const float* prefix_column_sums(int h) const;
+  const float* prefix_column_sums_rounded(int h) const;
+  const float* prefix_text_query_column_sums() const;
+  const float* prefix_text_query_column_max() const;
   // [T]: full-cache probabilities of decode step t (query P + t) for query head h; zero beyond.
   const float* decode_probs(int t, int h) const {
     return &decode_probs_[(static_cast<std::size_t>(h) * G_ + t) * T_];
@@ -158,6 +171,13 @@ class LayerAttention {
                  const AttentionNeeds& needs);
   void allocate(const AttentionNeeds& needs, bool decode);
   void compute_prefill(int h, int block_rows);
+  // Adds a softmaxed causal row of n entries to the column sums given (null: not wanted);
+  // `half_row` (n floats) when the rounded sums round through float16.
+  void add_prefill_row(const float* row, int n, float* colsum, float* rounded,
+                       float* half_row) const;
+  // The prefix's sums of head h, once the prompt's sums hold every row before i0: theirs, plus
+  // rows [i0, prefix) at the prefix's own shape; `logits` is a free buffer of a block's logits.
+  void take_prefix_sums(int h, int i0, float* logits, float* half_row);
   // A compact trace's statistics in place of those of the prompt rows it does not hold.
   void take_stored(const AttentionNeeds& needs);
   void compute_decode(int first_head, int last_head);
@@ -178,8 +198,8 @@ class LayerAttention {
   std::vector<float> colsums_;  // [H, P]
   bool want_rounded_colsums_;
   std::vector<float> rounded_colsums_;     // [H, P]
-  std::unique_ptr<float[]> window_rows_;   // [H, window, P]: rows written before they are read
-  std::unique_ptr<float[]> decode_probs_;  // [H, G, T]: a KV head's rows contiguous
+  PooledBlock window_rows_;                // [H, window, P]: rows written before they are read
+  PooledBlock decode_probs_;               // [H, G, T]: a KV head's rows contiguous
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<double> decode_mass_;        // [G, H]
   std::vector<float> full_output_;         // [G, H, d]
@@ -190,8 +210,13 @@ class LayerAttention {
   std::vector<std::int32_t> ranking_;      // [G, Hkv, T]
   std::vector<std::int32_t> rank_counts_;  // [G, Hkv, 2]
   double epsilon_ = 0;
-  std::vector<float> text_colsum_;  // [P]
-  std::vector<float> text_colmax_;  // [P]
+  std::vector<float> text_colsum_;         // [P]
+  std::vector<float> text_colmax_;         // [P]
+  int prefix_ = 0;                         // PromptOnly::prefix
+  std::vector<float> prefix_colsums_;      // [H, prefix]
+  std::vector<float> prefix_rounded_;      // [H, prefix]
+  std::vector<float> prefix_text_colsum_;  // [prefix]
+  std::vector<float> prefix_text_colmax_;  // [prefix]
 };
 
 // Numerically stable in-place softmax of scale·x[0..n) (x holds raw q·k); returns log Σ exp.
