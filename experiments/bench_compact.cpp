@@ -8,6 +8,7 @@
 // each beside the GEMM floor of its own products.
 //
 //   kvsim_bench_compact [--prompts 2048,8192,32768] [--dir DIR] [google-benchmark flags]
+//   kvsim_bench_compact --floors FULL_TRACE     the GEMM floors of FULL_TRACE's stages, as CSV
 //
 // Traces are written to DIR (default: a fresh temporary directory, removed at the end) and kept
 // there between runs when DIR is given. Prints, per prompt length, both replay times, the
@@ -103,6 +104,22 @@ std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
   return {prompt, entropies};
 }
 
+// The products a replay of the compact copy computes, in GFLOP: the blocks of prompt rows from
+// the first row it keeps (a 64-row window's block), the decode logits and outputs.
+double compact_replay_gflop(const kvsim::TraceReader& reader) {
+  const auto& info = reader.info();
+  double flop = 0;
+  for (const auto& name : reader.sample_names()) {
+    const auto s = reader.read_sample(name);
+    const double first = kvsim::compact_first_row(s, 64);
+    flop +=
+        ((causal_prompt_logits(s.prompt_len) - causal_prompt_logits(first)) * info.head_dim * 2 +
+         4.0 * s.gen_len * s.total_len() * info.head_dim) *
+        info.num_heads * info.num_layers;
+  }
+  return flop / 1e9;
+}
+
 double seconds_to_compact(int prompt, bool entropies, const fs::path& out) {
   const auto start = std::chrono::steady_clock::now();
   kvsim::write_compact_trace(kvsim::TraceReader(full_path(prompt)), out,
@@ -158,6 +175,30 @@ class Collector : public benchmark::ConsoleReporter {
   }
 };
 
+// --floors: each stage's products over the GEMM rate measured here with the trace's key count.
+int print_floors(const fs::path& trace) {
+  const kvsim::TraceReader reader(trace);
+  const int keys = reader.read_sample(reader.sample_names().front()).prompt_len;
+  benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
+      ->Arg(keys)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(2.0);
+  Collector reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  const double rate = gemm_gflops.at(keys);
+  const auto [compaction, entropies] = compaction_gflop(reader);
+  std::printf("stage,gflop,gemm_gflops_per_s,floor_seconds\n");
+  const auto row = [rate](const char* stage, double gflop) {
+    std::printf("%s,%.1f,%.1f,%.2f\n", stage, gflop, rate, gflop / rate);
+  };
+  row("full_replay", attention_gflop(reader));
+  row("compaction", compaction);
+  row("compaction_with_entropies", compaction + entropies);
+  row("compact_replay", compact_replay_gflop(reader));
+  return 0;
+}
+
 std::vector<int> parse_list(const char* text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -174,14 +215,27 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::vector<char*> rest = {argv[0]};
   bool keep = false;
+  fs::path floors_of;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--prompts") && i + 1 < argc) {
+    if (!std::strcmp(argv[i], "--floors") && i + 1 < argc) {
+      floors_of = argv[++i];
+    } else if (!std::strcmp(argv[i], "--prompts") && i + 1 < argc) {
       prompts = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
       dir = argv[++i];
       keep = true;
     } else {
       rest.push_back(argv[i]);
+    }
+  }
+  if (!floors_of.empty()) {
+    int rest_argc = static_cast<int>(rest.size());
+    benchmark::Initialize(&rest_argc, rest.data());
+    try {
+      return print_floors(floors_of);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvsim_bench_compact: --floors %s: %s\n", floors_of.c_str(), e.what());
+      return 1;
     }
   }
   for (int p : prompts)
