@@ -131,7 +131,6 @@ class LayerAttention {
   const float* text_query_column_sums() const;
   const float* text_query_column_max() const;
   // PromptOnly::prefix's statistics: [prefix] each, as the accessors above give a prompt that long.
-  int prefix_len() const { return prefix_; }
   const float* prefix_column_sums(int h) const;
   const float* prefix_column_sums_rounded(int h) const;
   const float* prefix_text_query_column_sums() const;
