@@ -117,6 +117,42 @@ def effect_cell(r):
             f"({p_text(r['p_holm'])})")
 
 
+def reading(result, budgets):
+    """The lists read as counts, one clause per effect: of the budgeted policies at each budget,
+    how many are shown above 0 and below 0; the policies of a direction that holds four or fewer
+    at all budgets together are named (with the budgets where they are)."""
+    shares = [b for b in budgets if b != "self"]
+    clauses = []
+    for name, *_ in EFFECTS:
+        parts = []
+        for verdict, words in (("better", "above 0"), ("worse", "below 0")):
+            found = {b: sorted(result[(result["budget"] == b) & (result["effect"] == name) &
+                                      (result["verdict"] == verdict)]["policy"]) for b in shares}
+            counts = [len(found[b]) for b in shares]
+            text = f"{words} for {count_words(counts)}"
+            named = sum(counts)
+            if 0 < named <= 4:
+                by_policy = {}
+                for b in shares:
+                    for p in found[b]:
+                        by_policy.setdefault(p, []).append(f"{b}%")
+                text += " (" + "; ".join(f"`{p}` at {' and '.join(at)}"
+                                         for p, at in sorted(by_policy.items())) + ")"
+            parts.append(text)
+        clauses.append(f"*{name}* shown " + ", ".join(parts))
+    total = [len(set(result[result["budget"] == b]["policy"])) for b in shares]
+    return (f"**Read from the lists** (of {count_words(total)} budgeted policies at "
+            f"{', '.join(b + '%' for b in shares)}): " + "; ".join(clauses) + ".")
+
+
+def count_words(counts):
+    """[15, 15, 13] -> "15, 15 and 13"; all zero -> "none"."""
+    if not any(counts):
+        return "none"
+    words = [str(c) for c in counts]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def write(path, result, acc, budgets, task, sample):
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"**One change at a time** ({task}, {sample}; three orders with one reading, every "
@@ -157,6 +193,7 @@ def write(path, result, acc, budgets, task, sample):
                     f"{words} ({len(names)}): " +
                     (", ".join(f"`{n}`" for n in names) if names else "none")
                     for words, names in groups) + ".\n")
+        f.write("\n" + reading(result, budgets) + "\n")
 
 
 def main(argv):

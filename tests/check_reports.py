@@ -79,6 +79,16 @@ class Factorial(unittest.TestCase):
             self.assertEqual((a["n"], b["n"]), (4, 4))
             self.assertAlmostEqual(b["mean"], 0.0)
             self.assertEqual(b["verdict"], "no difference shown")
+        # The lists read as counts: `a` shown above 0 in the first two effects and below 0 in the
+        # third, `b` in none, at the one budget.
+        self.assertEqual(
+            vlm_factorial.reading(vlm_factorial.effects(by_image), ["10"]),
+            "**Read from the lists** (of 2 budgeted policies at 10%): *free first token* shown "
+            "above 0 for 1 (`a` at 10%), below 0 for none; *scorer sees the question* shown above "
+            "0 for 1 (`a` at 10%), below 0 for none; *question after compression* shown above 0 "
+            "for none, below 0 for 1 (`a` at 10%).")
+        self.assertEqual(vlm_factorial.count_words([15, 15, 13]), "15, 15 and 13")
+        self.assertEqual(vlm_factorial.count_words([0, 0, 0]), "none")
 
     def test_the_reports_must_be_the_orders_they_are_given_as(self):
         tmp = tempfile.mkdtemp()
