@@ -122,6 +122,8 @@ def reading(result, budgets):
     how many are shown above 0 and below 0; the policies of a direction that holds four or fewer
     at all budgets together are named (with the budgets where they are)."""
     shares = [b for b in budgets if b != "self"]
+    if not shares:
+        return ""
     clauses = []
     for name, *_ in EFFECTS:
         parts = []
@@ -193,7 +195,9 @@ def write(path, result, acc, budgets, task, sample):
                     f"{words} ({len(names)}): " +
                     (", ".join(f"`{n}`" for n in names) if names else "none")
                     for words, names in groups) + ".\n")
-        f.write("\n" + reading(result, budgets) + "\n")
+        read = reading(result, budgets)
+        if read:
+            f.write("\n" + read + "\n")
 
 
 def main(argv):
