@@ -104,20 +104,15 @@ std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
   return {prompt, entropies};
 }
 
-// The products a replay of the compact copy computes, in GFLOP: the blocks of prompt rows from
-// the first row it keeps (a 64-row window's block), the decode logits and outputs.
+// The products a replay of the compact copy computes, in GFLOP: the full replay's less the
+// prompt rows before the first it keeps (a 64-row window's block).
 double compact_replay_gflop(const kvsim::TraceReader& reader) {
   const auto& info = reader.info();
-  double flop = 0;
-  for (const auto& name : reader.sample_names()) {
-    const auto s = reader.read_sample(name);
-    const double first = kvsim::compact_first_row(s, 64);
-    flop +=
-        ((causal_prompt_logits(s.prompt_len) - causal_prompt_logits(first)) * info.head_dim * 2 +
-         4.0 * s.gen_len * s.total_len() * info.head_dim) *
-        info.num_heads * info.num_layers;
-  }
-  return flop / 1e9;
+  double skipped = 0;
+  for (const auto& name : reader.sample_names())
+    skipped += causal_prompt_logits(kvsim::compact_first_row(reader.read_sample(name), 64));
+  return attention_gflop(reader) -
+         skipped * 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
 }
 
 double seconds_to_compact(int prompt, bool entropies, const fs::path& out) {
@@ -159,6 +154,15 @@ void BM_GemmRate(benchmark::State& state) {
   measure_gemm_rate(state, static_cast<int>(state.range(0)));
 }
 
+// BM_GemmRate with `keys` keys, for at least `seconds`.
+void register_gemm_rate(int keys, double seconds) {
+  benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
+      ->Arg(keys)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(seconds);
+}
+
 class Collector : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -179,11 +183,7 @@ class Collector : public benchmark::ConsoleReporter {
 int print_floors(const fs::path& trace) {
   const kvsim::TraceReader reader(trace);
   const int keys = reader.read_sample(reader.sample_names().front()).prompt_len;
-  benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
-      ->Arg(keys)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->MinTime(2.0);
+  register_gemm_rate(keys, 2.0);
   Collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   const double rate = gemm_gflops.at(keys);
@@ -253,11 +253,7 @@ int main(int argc, char** argv) {
     make_traces(p);
     measured[p].prompt_len = kvsim::TraceReader(full_path(p)).read_sample("000000").prompt_len;
     measured[p].floor_gflop = attention_gflop(kvsim::TraceReader(full_path(p)));
-    benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
-        ->Arg(measured[p].prompt_len)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(1.0);
+    register_gemm_rate(measured[p].prompt_len, 1.0);
     benchmark::RegisterBenchmark("BM_ReplayFull", BM_ReplayFull)
         ->Arg(p)
         ->Unit(benchmark::kMillisecond)
