@@ -26,8 +26,10 @@
 #   whole prompt compressed; tail1: its last token fed after compression, `--prompt-tail 1`;
 #   tailq: its question fed after compression, `--prompt-tail question`; under a tail the
 #   self-sizing runs are text_only only, and three runs of one reading in these orders are taken
-#   apart by analysis/vlm_factorial.py); VLM_EVAL_DOCS=FILE writes the run's report and card into
-#   the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
+#   apart by analysis/vlm_factorial.py); VLM_EVAL_WINDOW=N adds the random floor that protects
+#   the N newest positions (`random@window`, clamped to the budget as the SnapKV family's
+#   observation window is) beside the unprotected one; VLM_EVAL_DOCS=FILE writes the run's report
+#   and card into the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
 set -eu
 set -f  # no pathname expansion: settings such as '*.decode=cap' pass as written
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +63,10 @@ baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
 seed_methods=lookm,hae,madakv,meda
 presets=snapkv:kvpress,streamingllm:kvpress,tova:kvpress,pyramidkv:kvpress,knorm:kvpress,expected_attention:kvpress,adakv:kvpress,lookm:released
 floors=random,downsample
+window_floor=""
+if [ -n "${VLM_EVAL_WINDOW:-}" ]; then
+  floors=$floors,random@window window_floor="--set random@window.window=$VLM_EVAL_WINDOW"
+fi
 budgeted=$floors,${VLM_EVAL_POLICIES:-$baselines,$seed_methods,$presets}
 # Sizing their caches themselves: one run each, not a budget.
 self_sizing=${VLM_EVAL_SELF_SIZING-text_only,fastv,vtw,avl,st3}
@@ -78,7 +84,7 @@ settings_for() {
 }
 # What this run chose, beside its results.
 printf 'budgeted: %s\nself-sizing: %s\nset: %s\nbudgets: %s\nseeds: %s\ndraws: %s\norder: %s\n' \
-  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-}" "$budgets" "$seeds" "$draws" "$order" \
+  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-} $window_floor" "$budgets" "$seeds" "$draws" "$order" \
   >"$out/settings.txt"
 runs=""
 for s in $seeds; do
@@ -97,11 +103,12 @@ for s in $seeds; do
     # shellcheck disable=SC2046  # settings_for: one word per --set and assignment
     quiet "$dir/replay_$n.log" "$k" replay "$dir/trace.h5" -p "$budgeted,oracle" --budget "$n%" \
       --equal-memory $tail --seeds "$draws" --summary "$dir/replay_$n.csv" \
-      --dump-decisions "$dir/decisions_$n.h5" $(settings_for "$budgeted,oracle")
+      --dump-decisions "$dir/decisions_$n.h5" $window_floor $(settings_for "$budgeted,oracle")
     # shellcheck disable=SC2046
     quiet "$dir/live_$n.log" "$k" live evaluate -m "$model" --prompts "$vlm/prompts.h5" \
       -p "$budgeted" --budget "$n%" --equal-memory $tail --seeds "$draws" --gen $gen \
-      --stop-at-eos --no-timing --summary "$dir/live_$n.csv" $(settings_for "$budgeted")
+      --stop-at-eos --no-timing --summary "$dir/live_$n.csv" $window_floor \
+      $(settings_for "$budgeted")
   done
   if [ -n "$self_sizing" ]; then
     # shellcheck disable=SC2046

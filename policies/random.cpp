@@ -1,6 +1,7 @@
 // random: the floor every selection must beat. At the end of the prefill each KV head keeps its
-// protected entries (the first `sinks` and the last `window` prompt positions) and a uniform
-// random choice of the others up to the budget, drawn per (sample, layer, KV head) from `seed`.
+// protected entries (the first `sinks` and the last `window` prompt positions, the window clamped
+// to the budget less the sinks as SnapKV's observation window is) and a uniform random choice of
+// the others up to the budget, drawn per (sample, layer, KV head) from `seed`.
 // UniPruneBench and VTC-Bench report random token selection as the baseline that many published
 // VLM compression methods fail to beat; kvsim draws it with the same budget semantics as the
 // other budgeted policies, so that it sits in the same tables.
@@ -30,10 +31,19 @@ class RandomEviction final : public Policy {
         sinks_(static_cast<int>(p.get_int("sinks"))),
         window_(static_cast<int>(p.get_int("window"))),
         draw_(static_cast<std::uint64_t>(p.get_int("seed")), context_draw_key(s)) {
-    if (budget_ < sinks_ + window_)
+    if (budget_ < sinks_)
       throw std::invalid_argument(
           "random: budget (" + std::to_string(budget_) +
-          " entries) is below parameters 'sinks' + 'window' = " + std::to_string(sinks_ + window_));
+          " entries) is below parameter 'sinks' = " + std::to_string(sinks_));
+    // A window the budget cannot hold shrinks to what is left after the sinks, so that the floor
+    // keeps the newest entries where the SnapKV family's clamped window keeps them
+    // (read_snapkv_scoring); the run's notes say so.
+    if (budget_ < sinks_ + window_ && budget_ < s.prompt_len) {
+      note("random: budget (" + std::to_string(budget_) + " entries) is below parameters " +
+           "'sinks' + 'window' = " + std::to_string(sinks_ + window_) + ": window clamped to " +
+           std::to_string(budget_ - sinks_));
+      window_ = budget_ - sinks_;
+    }
   }
 
   void on_prefill(const LayerView& view, KvCache& cache) override {

@@ -56,9 +56,25 @@ TEST(RandomFloor, HoldsTheBudgetAndItsProtectedEntries) {
   // Without decode = cap the generated tokens are appended (the policy decides once).
   const auto grow = run_policy(trace, "random", {{"budget", "5"}});
   EXPECT_EQ(grow[0].steps[0].back().cache_size, 5 + 6);
-  // The budget cannot be below what it protects.
-  EXPECT_THROW(run_policy(trace, "random", {{"budget", "2"}, {"sinks", "1"}, {"window", "2"}}),
+  // A budget below the sinks is refused; one below sinks + window clamps the window to what the
+  // sinks leave (here 1: the sink and the newest position, nothing drawn), at every step.
+  EXPECT_THROW(run_policy(trace, "random", {{"budget", "2"}, {"sinks", "3"}}),
                std::invalid_argument);
+  for (int seed = 0; seed < 3; ++seed) {
+    const auto clamped = run_policy(trace, "random",
+                                    {{"budget", "2"},
+                                     {"sinks", "1"},
+                                     {"window", "2"},
+                                     {"decode", "cap"},
+                                     {"seed", std::to_string(seed)}});
+    for (const auto& layer : clamped)
+      for (int g = 0; g < 2; ++g) {
+        EXPECT_EQ(kept_after_prefill(layer, g, 20), (std::set<int>{0, 19}));
+        // Decoding slides the one-entry window: step t evicts position P + t - 1.
+        for (const auto& e : layer.evicted[g])
+          if (e.step >= 0) EXPECT_EQ(e.position, 20 + e.step - 1) << "step " << e.step;
+      }
+  }
 }
 
 TEST(RandomFloor, IsUniformOverTheEvictableEntriesAndIndependentPerCache) {
