@@ -27,12 +27,20 @@ another CPU, each within float32 rounding or one unit of its last printed digit,
 near-ties; a figure with at most 2% of its pixels changed); or different, with the first
 difference. It exits 1 when any region or figure differs (the docs drifted from the run). Errors
 name the document, the marker's line and what is missing.
+
+Numbers in the hand-written prose are checked too (after writing, with --check, or alone with
+--prose): each number with a decimal point outside the regions and code spans must be one that a
+region of the same document holds, rounded to the prose's digits, so that a hand copy of a run's
+number cannot outlive the run.
+
+    docs_tables.py DOC.md --prose
 """
 import argparse
 import os
 import re
 import shutil
 import sys
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tolerance  # noqa: E402
@@ -194,14 +202,79 @@ def regenerate(runs, doc_path):
     return "\n".join(out), verdicts, written, figures
 
 
+# A number as prose prints it: a decimal point and at least two digits after it, signed or not,
+# not part of a version (0.3.21), a name or a code span.
+PROSE_NUMBER = re.compile(r"(?<![\w.+\-−])[-+−]?\d*\.\d{2,}(?![\w.])")
+CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+def decimal_of(token):
+    return Decimal(token.replace("−", "-").lstrip("+"))
+
+
+def rounds_to(value, digits, target):
+    """Whether `value`, printed to `digits` decimals (half up or half even), reads `target`."""
+    step = Decimal(1).scaleb(-digits)
+    return any(abs(value.quantize(step, rounding)) == target
+               for rounding in (ROUND_HALF_UP, ROUND_HALF_EVEN))
+
+
+def loose_numbers(text):
+    """The numbers of the hand-written prose that no generated region of the same document holds
+    (line, number): a region's number, rounded to the prose's digits, must read the prose's
+    (sign aside: "a 0.031 gap" quotes "-0.031"). A number copied by hand from a run therefore
+    fails here once the regions are regenerated from another run; a prose number with nothing
+    to quote belongs in a code span or in the report that writes a region."""
+    hand, generated, inside = [], [], False
+    for n, line in enumerate(text.split("\n"), 1):
+        if BEGIN.match(line):
+            inside = True
+        elif line == END:
+            inside = False
+        elif not line.startswith("<!--"):
+            (generated if inside else hand).append((n, line))
+    quoted = {}
+    for _, line in generated:
+        for token in PROSE_NUMBER.findall(line):
+            value = decimal_of(token)
+            quoted.setdefault(-value.as_tuple().exponent, set()).add(value)
+    loose = []
+    for n, line in hand:
+        for token in PROSE_NUMBER.findall(CODE_SPAN.sub("", line)):
+            target = abs(decimal_of(token))
+            digits = -target.as_tuple().exponent
+            if not any(rounds_to(v, digits, target)
+                       for more, values in quoted.items() if more >= digits for v in values):
+                loose.append((n, token))
+    return loose
+
+
+def check_prose(doc):
+    """Prints each loose number of `doc` (loose_numbers) on stderr; 0 when there is none."""
+    with open(doc, encoding="utf-8") as f:
+        loose = loose_numbers(f.read())
+    for n, token in loose:
+        print(f"docs_tables: {doc}:{n}: {token} is quoted by hand and no generated region holds "
+              "it (generate it, or quote a region's number)", file=sys.stderr)
+    return 1 if loose else 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("doc")
-    ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR", required=True,
+    ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR",
                     help="an experiment's run directory (vlm_eval=demo/vlm); repeatable")
     ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 naming the regions that differ from the runs")
+                    help="write nothing; exit 1 naming the regions that differ from the runs "
+                         "and the prose numbers no region holds")
+    ap.add_argument("--prose", action="store_true",
+                    help="only check the hand-written prose: exit 1 naming each number with a "
+                         "decimal point that no generated region holds at the prose's digits")
     a = ap.parse_args(argv)
+    if a.prose:
+        return check_prose(a.doc)
+    if not a.run:
+        ap.error("--run NAME=RUN_DIR is required (or --prose)")
     runs = {}
     for r in a.run:
         name, sep, path = r.partition("=")
@@ -226,7 +299,8 @@ def main(argv):
                 print(f"{place}: {verdict}")
             else:
                 print(f"docs_tables: differs from the run: {place}: {verdict}", file=sys.stderr)
-        return 0 if all(v is None or v for _, v in verdicts) else 1
+        prose = check_prose(a.doc)
+        return 0 if all(v is None or v for _, v in verdicts) and prose == 0 else 1
     changed = [place for place, verdict in verdicts
                if verdict is not None and verdict.kind != tolerance.EQUAL]
     with open(a.doc, "w", encoding="utf-8") as f:
@@ -235,7 +309,8 @@ def main(argv):
         os.makedirs(os.path.dirname(destination), exist_ok=True)
         shutil.copyfile(source, destination)
     print(f"docs_tables: {len(changed)} of {written} region(s) rewritten in {a.doc}")
-    return 0
+    # The regions written, the hand-written numbers that no longer read them are named.
+    return check_prose(a.doc)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ control_noimage.csv, control_swapped.csv (control_shuffled.csv: optional), trace
 build.json. Or --from-results DIR: the tables a report keeps of its runs (OUT/results/: every
 live and replay row per seed, budget, policy and image, the controls and the builds), so that a
 report is regenerated from the repository without a model, the trace or the decision files.
-Writes OUT/results/, OUT/vlm_eval.md, OUT/vlm_eval.csv (one row
+Writes OUT/results/, OUT/vlm_eval.md, OUT/vlm_builds.md (the builds' own full-cache
+measurement, with the controls), OUT/vlm_eval.csv (one row
 per budget and policy), OUT/vlm_eval_by_seed.csv (one row per seed, budget and policy: what the
 prediction card fits), OUT/vlm_comparisons.csv and, as PNG and PDF, OUT/vlm_accuracy_vs_memory,
 OUT/vlm_accuracy_vs_budget, OUT/vlm_accuracy_vs_image_kept and OUT/vlm_replay_vs_accuracy.
@@ -760,6 +761,54 @@ def write_report(path, table, comps, w, controls, builds, budgets, seeds, first,
                 ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
 
 
+# What each build measured with the full cache (its build.json): the prompt forms, in the order
+# the report lists them, and the share of answers that name the class of the image in the asked
+# place after another image took it (the control's own key).
+BUILD_FORMS = (("full", "the image", "the images"),
+               ("shared", None, "several questions on one context (each asked every box)"),
+               ("no_image", "no image tokens", "no image tokens"),
+               ("swapped", "another image's tokens (a fixed derangement)",
+                "the asked box's image swapped for one of another class"),
+               ("shuffled", None, "the images shuffled among the boxes"))
+NAMES_THE_NEW_CLASS = ("names_the_swapped_in_class", "names_the_class_now_in_the_box")
+
+
+def spread(values, listed=False):
+    """mean ± SD over seeds (one seed: its value), with each seed's value when `listed`."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    text = f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f}"
+    return text + (f" ({', '.join(f'{v:.3f}' for v in values)})" if listed else "")
+
+
+def builds_report(builds, unit="image"):
+    """The builds' own full-cache measurement (build.json of each seed) as a table: per prompt
+    form, the accuracy over seeds with each seed's value, the share of answers that name some
+    class, and, where another image took the asked place, the share that name that image's
+    class. Does the model read the image: what every budgeted result is measured against."""
+    seeds = sorted(builds)
+    first = builds[seeds[0]]
+    items = first["test_images" if unit == "image" else "test_items"]
+    word = "held-out images" if unit == "image" else "held-out items"
+    seeds_word = "projector seed" if unit == "image" else "training seed"
+    which = (f"{seeds_word} {seeds[0]}" if len(seeds) == 1 else
+             f"{len(seeds)} {seeds_word}s: {', '.join(map(str, seeds))}; mean ± SD over seeds, "
+             "each seed's accuracy in brackets")
+    rows = []
+    for key, single, multi in BUILD_FORMS:
+        label = single if unit == "image" else multi
+        if label is None or any(key not in builds[s] for s in seeds):
+            continue
+        measured = [builds[s][key] for s in seeds]
+        named = next((k for k in NAMES_THE_NEW_CLASS if k in measured[0]), None)
+        rows.append(f"| {label} | {spread([m['accuracy'] for m in measured], listed=True)} | "
+                    f"{spread([m['answers_a_class_word'] for m in measured])} | "
+                    f"{spread([m[named] for m in measured]) if named else '–'} |")
+    return (f"**Does it read the image?** Greedy answers with the full cache on the {items} {word}"
+            f", as each build measured them ({which}):\n\n| prompt | accuracy | answers with some class word | names the class "
+            "of the image now in the asked place |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 def figures(table, live, budgets, out, unit="image"):
     written = []
     budgeted = table[table["budget"] != SELF]
@@ -928,6 +977,8 @@ def main(argv):
                  n_images, live.groupby("policy")["label"].nunique().to_dict(),
                  rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)),
                  a.unit, a.order, full_cache_reading(live, a.chance))
+    with open(os.path.join(a.out, "vlm_builds.md"), "w", encoding="utf-8") as f:
+        f.write(builds_report(builds, a.unit))
     figures(table, live, budgets, a.out, a.unit)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0

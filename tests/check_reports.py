@@ -4,7 +4,8 @@
 families and its rank correlations (analysis/prediction_card.py), the transfer test
 (analysis/prediction_transfer.py), the order factorial's effects (analysis/vlm_factorial.py)
 and the joining of results folders, on constructed data worked out by hand; and the at-chance
-rule (a full cache not above chance gets no card)."""
+rule (a full cache not above chance gets no card); the builds' own measurement as a table, and
+the docs' hand-written numbers checked against their generated regions (analysis/docs_tables.py)."""
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+import docs_tables  # noqa: E402
 import prediction_card as card  # noqa: E402
 import prediction_transfer  # noqa: E402
 import vlm_eval_report  # noqa: E402
@@ -149,6 +151,56 @@ class JoinedResults(unittest.TestCase):
         self.assertEqual(len(vlm_eval_report.joined(controls, controls, "controls", key, "B")), 1)
         with self.assertRaises(SystemExit):
             vlm_eval_report.joined(controls, controls.assign(contains=0.0), "controls", key, "B")
+
+
+class Builds(unittest.TestCase):
+    def test_the_builds_measurement_as_a_table(self):
+        # Two seeds, worked by hand: accuracies 0.8 and 0.9 -> mean 0.850, SD
+        # sqrt(((0.05)^2 + (0.05)^2) / 1) = 0.0707; the swapped control's own key read.
+        def build(full, swapped, named):
+            return {"test_images": 4, "full": {"accuracy": full, "answers_a_class_word": 1.0},
+                    "no_image": {"accuracy": 0.0, "answers_a_class_word": 0.5},
+                    "swapped": {"accuracy": swapped, "answers_a_class_word": 1.0,
+                                "names_the_swapped_in_class": named}}
+        text = vlm_eval_report.builds_report({1: build(0.9, 0.0, 0.75), 0: build(0.8, 0.25, 0.5)})
+        self.assertIn("on the 4 held-out images, as each build measured them (2 projector seeds: "
+                      "0, 1;", text)
+        rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+        self.assertEqual(rows[1:], [
+            "| the image | 0.850 ± 0.071 (0.800, 0.900) | 1.000 ± 0.000 | – |",
+            "| no image tokens | 0.000 ± 0.000 (0.000, 0.000) | 0.500 ± 0.000 | – |",
+            "| another image's tokens (a fixed derangement) | 0.125 ± 0.177 (0.250, 0.000) | "
+            "1.000 ± 0.000 | 0.625 ± 0.177 |"])
+        # The eight-box builds: the rows a build holds, one seed's values alone.
+        multi = dict(build(0.5, 0.25, 0.5), test_items=3, shared={
+            "accuracy": 0.75, "answers_a_class_word": 1.0})
+        del multi["swapped"]["names_the_swapped_in_class"]
+        multi["swapped"]["names_the_class_now_in_the_box"] = 0.25
+        rows = vlm_eval_report.builds_report({2: multi}, "item").splitlines()
+        self.assertIn("on the 3 held-out items, as each build measured them (training seed 2):",
+                      rows[0])
+        self.assertEqual(rows[4:], [
+            "| the images | 0.500 | 1.000 | – |",
+            "| several questions on one context (each asked every box) | 0.750 | 1.000 | – |",
+            "| no image tokens | 0.000 | 0.500 | – |",
+            "| the asked box's image swapped for one of another class | 0.250 | 1.000 | 0.250 |"])
+
+
+class ProseNumbers(unittest.TestCase):
+    def test_a_hand_number_must_read_a_region_number(self):
+        doc = "\n".join([
+            "The best is `h2o` at 0.81 (0.8125 in the table), 0.031 apart, ρ = +0.88.",
+            "<!-- generated: run:report.md | **Table** -->",
+            "| `h2o` | 0.8125 | -0.0314 | +0.884 | 0.4449 |",
+            "<!-- end generated -->",
+            "Stale: 0.45 and 0.446; versions 0.3.21 and `0.999` and 1.5 are not numbers checked.",
+        ])
+        # 0.8125 -> 0.81; -0.0314 -> 0.031 (sign aside); +0.884 -> +0.88;
+        # 0.4449 -> 0.44 and 0.445, neither 0.45 nor 0.446; 1.5 has one decimal.
+        self.assertEqual(docs_tables.loose_numbers(doc), [(5, "0.45"), (5, "0.446")])
+        # Half up or half even: 0.125 printed to two digits reads 0.13 or 0.12.
+        self.assertEqual(docs_tables.loose_numbers(
+            "0.13 and 0.12\n<!-- generated: r:f | h -->\n0.125\n<!-- end generated -->"), [])
 
 
 class Card(unittest.TestCase):
