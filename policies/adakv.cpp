@@ -195,9 +195,6 @@ const PolicyRegistration reg({
         },
         concat(window_optional(snapkv_scoring_params()), expected_attention_params())),
     .switches = {.decode = true, .caches = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
     .needs_for =
         [](const ParamSet& p) {
           AttentionNeeds n;

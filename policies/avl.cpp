@@ -210,9 +210,6 @@ const PolicyRegistration reg({
                 "text_window = limit",
                 1, 1e9}},
     .needs = {.prefill_column_sums = true, .prefill_window = 1},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Avl>(p, s);
     },

@@ -193,10 +193,6 @@ const PolicyRegistration reg({
     .provenance = "kvsim; the downsampling baseline of VTC-Bench, on cache entries",
     .params = {budget_param(), budget_rounding_param(false), grid_param()},
     .switches = {.decode = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Downsample>(p, s);
     },

@@ -22,6 +22,7 @@
 #include <stdexcept>
 
 #include "policies/policy.hpp"
+#include "policies/scorer_policy.hpp"
 #include "policies/scorers.hpp"
 #include "policies/selection.hpp"
 
@@ -209,47 +210,23 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
 
 namespace {
 
-class ExpectedAttention final : public Policy {
- public:
-  ExpectedAttention(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "expected_attention")),
-        scoring_(read_expected_attention(p)) {}
-
-  void on_prefill(const LayerView& view, KvCache& cache) override {
-    scores_.clear();
-    if (view.prompt_len() <= budget_) return;
-    scores_ = expected_attention_scores(view, scoring_, "expected_attention");
-    for (int g = 0; g < cache.kv_heads(); ++g)
-      cache.keep_only(g, keep_top_scores(scores_[g], budget_));
-  }
-
-  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
-  const std::vector<double>* eviction_scores(int, int g) const override {
-    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
-  }
-
- private:
-  int budget_;
-  ExpectedAttentionScoring scoring_;
-  std::vector<std::vector<double>> scores_;  // [kv head][prompt position]
-};
-
-const PolicyRegistration reg({
-    .name = "expected_attention",
-    .summary = "Keeps the prompt entries future queries are expected to attend most, the queries "
-               "modelled as a Gaussian (kvpress's ExpectedAttentionPress).",
-    .provenance = "Devoto et al. 2025 (arXiv 2510.00636); NVIDIA/kvpress "
-                  "kvpress/presses/expected_attention_press.py (ExpectedAttentionPress)",
-    .params = concat({budget_param(), budget_rounding_param(false)}, expected_attention_params()),
-    .switches = {.decode = true, .question = true},
-    .needs = {.prompt_queries = true},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
-    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
-      return std::make_unique<ExpectedAttention>(p, s);
+const PolicyRegistration reg(scorer_policy(
+    {
+        .name = "expected_attention",
+        .summary = "Keeps the prompt entries future queries are expected to attend most, the "
+                   "queries modelled as a Gaussian (kvpress's ExpectedAttentionPress).",
+        .provenance = "Devoto et al. 2025 (arXiv 2510.00636); NVIDIA/kvpress "
+                      "kvpress/presses/expected_attention_press.py (ExpectedAttentionPress)",
+        .params = concat({budget_param(), budget_rounding_param(false)},
+                         expected_attention_params()),
+        .switches = {.decode = true, .question = true},
+        .needs = {.prompt_queries = true},
     },
-});
+    [](const ParamSet& p, const SampleInfo&, int) {
+      return PromptScorer{.score = [scoring = read_expected_attention(p)](const LayerView& view) {
+        return expected_attention_scores(view, scoring, "expected_attention");
+      }};
+    }));
 
 }  // namespace
 }  // namespace kvsim

@@ -54,9 +54,6 @@ const PolicyRegistration reg({
     .params = {{"K", ParamType::kInt, "2", "first layer without the dropped tokens", 1, 1e9},
                {"R", ParamType::kFloat, "50", "share of image tokens dropped, %", 0, 100}},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<FastV>(p, s);
     },

@@ -15,10 +15,6 @@ const PolicyRegistration reg({
     .summary = "Full cache: keeps every entry (the reference for all metrics).",
     .provenance = "kvsim",
     .params = {},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet&, const SampleInfo&) { return std::make_unique<FullCache>(); },
     .keeps_everything = true,
 });

@@ -126,10 +126,7 @@ const PolicyRegistration reg({
                 {"none", "queries"}}},
     .switches = {.caches = true, .question = true},
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
-    .lookahead = false,
-    .merges = false,
     .merges_for = merges_by_param,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<H2O>(p, s);
     },

@@ -304,9 +304,6 @@ const PolicyRegistration reg({
                 0,
                 0,
                 {"bin", "budget"}}},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
     .needs_for =
         [](const ParamSet& p) {
           const std::string stages = p.get_string("stages");

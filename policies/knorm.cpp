@@ -4,52 +4,27 @@
 // the B prompt entries whose keys (after the rotary embedding, as the trace stores them) have the
 // smallest L2 norm, ties to the newer; no attention is read. Decoding appends without eviction,
 // as kvpress's prefill presses do (`decode` changes that: policies/decode_mode.cpp).
-#include "policies/policy.hpp"
+#include "policies/scorer_policy.hpp"
 #include "policies/scorers.hpp"
-#include "policies/selection.hpp"
 
 namespace kvsim {
 namespace {
 
-class Knorm final : public Policy {
- public:
-  Knorm(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "knorm")) {}
-
-  void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len();
-    scores_.assign(cache.kv_heads(), {});
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      scores_[g] = key_norm_scores(view, g);
-      if (P > budget_) cache.keep_only(g, keep_top_scores(scores_[g], budget_));
-    }
-  }
-
-  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
-  const std::vector<double>* eviction_scores(int, int g) const override {
-    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
-  }
-
- private:
-  int budget_;
-  std::vector<std::vector<double>> scores_;  // [kv head][prompt position]: -‖k‖
-};
-
-const PolicyRegistration reg({
-    .name = "knorm",
-    .summary = "Keeps the prompt entries whose keys have the smallest L2 norm; no attention read.",
-    .provenance = "Devoto et al. 2024 (arXiv 2406.11430); NVIDIA/kvpress "
-                  "kvpress/presses/knorm_press.py (KnormPress)",
-    .params = {budget_param(), budget_rounding_param(false)},
-    .switches = {.decode = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
-    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
-      return std::make_unique<Knorm>(p, s);
+const PolicyRegistration reg(scorer_policy(
+    {
+        .name = "knorm",
+        .summary = "Keeps the prompt entries whose keys have the smallest L2 norm; no attention "
+                   "read.",
+        .provenance = "Devoto et al. 2024 (arXiv 2406.11430); NVIDIA/kvpress "
+                      "kvpress/presses/knorm_press.py (KnormPress)",
+        .params = {budget_param(), budget_rounding_param(false)},
+        .switches = {.decode = true, .question = true},
     },
-});
+    [](const ParamSet&, const SampleInfo&, int) {
+      return PromptScorer{
+          .score = [](const LayerView& view) { return each_kv_head(view, key_norm_scores); },
+          .within_budget = true};
+    }));
 
 }  // namespace
 }  // namespace kvsim

@@ -175,7 +175,6 @@ const PolicyRegistration reg({
                 {"none", "average", "pivotal", "weighted"}}},
     .switches = {.decode = true},
     .needs = {.prefill_column_sums = true, .prefill_window = 0},
-    .lookahead = false,
     .merges = true,
     .needs_for =
         [](const ParamSet& p) {

@@ -351,9 +351,6 @@ const PolicyRegistration reg({
          {"max_overspend", ParamType::kFloat, "1",
           "conserve_capped: a head keeps at most (1 + max_overspend) * phi^l entries", 0, 1e9}},
     .switches = {.decode = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
     .needs_for =
         [](const ParamSet& p) {
           const int proxy = static_cast<int>(p.get_int("proxy"));

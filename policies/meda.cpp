@@ -205,8 +205,6 @@ const PolicyRegistration reg({
                 {"drop", "redistribute"}},
                {"merge", ParamType::kBool, "true", "merge unselected entries (false: evict them)"}},
     .switches = {.decode = true},
-    .needs = {},
-    .lookahead = false,
     .merges = true,
     .needs_for =
         [](const ParamSet& p) {

@@ -190,9 +190,7 @@ const PolicyRegistration reg({
                   }
                 }}},
     .switches = {.caches = true},
-    .needs = {},
     .lookahead = true,
-    .merges = false,
     .needs_for = oracle_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Oracle>(p, s);

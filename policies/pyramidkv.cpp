@@ -137,9 +137,6 @@ const PolicyRegistration reg({
         },
         snapkv_scoring_params()),
     .switches = {.decode = true, .caches = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
     .merges_for = merges_by_param,
     .needs_for = snapkv_needs,
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {

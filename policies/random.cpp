@@ -96,10 +96,6 @@ const PolicyRegistration reg({
                {"sinks", ParamType::kInt, "0", "first positions always kept", 0, 1e9},
                {"window", ParamType::kInt, "0", "most recent positions always kept", 0, 1e9}},
     .switches = {.decode = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<RandomEviction>(p, s);
     },

@@ -208,6 +208,16 @@ std::vector<double> text_prior_priority(std::span<const double> scores,
   return out;
 }
 
+std::vector<std::vector<std::uint8_t>> keep_by_scores(
+    const std::vector<std::vector<double>>& scores, int keep, double alpha,
+    const std::vector<std::vector<std::uint8_t>>& forced) {
+  if (alpha >= 0) return keep_head_adaptive(scores, keep, alpha, forced);
+  std::vector<std::vector<std::uint8_t>> kept;
+  for (std::size_t g = 0; g < scores.size(); ++g)
+    kept.push_back(keep_top_scores(scores[g], keep, forced[g]));
+  return kept;
+}
+
 std::vector<std::vector<std::uint8_t>> keep_head_adaptive(
     const std::vector<std::vector<double>>& scores, int keep, double alpha,
     const std::vector<std::vector<std::uint8_t>>& forced) {

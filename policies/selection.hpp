@@ -55,6 +55,13 @@ std::vector<std::vector<std::uint8_t>> keep_head_adaptive(
     const std::vector<std::vector<double>>& scores, int keep, double alpha,
     const std::vector<std::vector<std::uint8_t>>& forced);
 
+// A layer's selection by its KV heads' scores: alpha < 0, each head keeps its `keep` best
+// (keep_top_scores); otherwise keep_head_adaptive. A scorer policy's selection (scorer_policy.hpp,
+// and the Python ScorerPolicy's).
+std::vector<std::vector<std::uint8_t>> keep_by_scores(
+    const std::vector<std::vector<double>>& scores, int keep, double alpha,
+    const std::vector<std::vector<std::uint8_t>>& forced);
+
 // Forced mask for "the first `sinks` entries and the last `recent` entries".
 std::vector<std::uint8_t> sink_and_recent_mask(int n, int sinks, int recent);
 

@@ -245,9 +245,6 @@ const PolicyRegistration reg({
                {"heredity", ParamType::kString, "",
                 "QK heredity (Eq. 6): SOURCE:FIRST-LAST[,...], e.g. 7:8-10; empty: off"}},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<St3>(p, s);
     },

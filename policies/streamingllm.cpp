@@ -60,11 +60,7 @@ const PolicyRegistration reg({
                {"sinks", ParamType::kInt, "4", "initial positions always kept", 0, 1e9},
                prompt_merge_param()},
     .switches = {.compress = true, .caches = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
     .merges_for = merges_by_param,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<StreamingLlm>(p, s);
     },

@@ -25,10 +25,6 @@ const PolicyRegistration reg({
                "and keeps the text (sizes itself: no budget).",
     .provenance = "kvsim",
     .params = {},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet&, const SampleInfo&) { return std::make_unique<TextOnly>(); },
 });
 

@@ -61,9 +61,6 @@ const PolicyRegistration reg({
     .params = {budget_param(), budget_rounding_param(false)},
     .switches = {.compress = true, .question = true},
     .needs = {.prefill_column_sums = false, .prefill_window = 1},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Tova>(p, s);
     },

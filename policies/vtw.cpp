@@ -32,10 +32,6 @@ const PolicyRegistration reg({
                 "first layer without vision tokens: an index, or a percentage of the layers "
                 "(rounded up)",
                 0, 1e9}},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo&) -> std::unique_ptr<Policy> {
       return std::make_unique<Vtw>(p);
     },

@@ -42,10 +42,7 @@ const PolicyRegistration merge_reg({
     .summary = "test only",
     .provenance = "tests",
     .params = {},
-    .needs = {},
-    .lookahead = false,
     .merges = true,
-    .needs_for = {},
     .create = [](const ParamSet&, const SampleInfo&) -> std::unique_ptr<Policy> {
       return std::make_unique<MergeAndPark>();
     },
@@ -78,10 +75,6 @@ const PolicyRegistration scores_head_one_reg({
     .summary = "test only",
     .provenance = "tests",
     .params = {},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet&, const SampleInfo&) -> std::unique_ptr<Policy> {
       return std::make_unique<OldestOutScoresHeadOne>();
     },
@@ -579,10 +572,6 @@ const PolicyRegistration switches_reg({
     .provenance = "tests",
     .params = {budget_param("3")},
     .switches = {.decode = true, .caches = true, .question = true},
-    .needs = {},
-    .lookahead = false,
-    .merges = false,
-    .needs_for = {},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<KeepFirst>(resolve_budget(p, s.prompt_len, "test_offers_switches"));
     },

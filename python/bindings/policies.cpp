@@ -81,15 +81,8 @@ void bind_policies(py::module_& m) {
               throw py::value_error("score() gave NaN for KV head " + std::to_string(g));
           forced.push_back(sink_and_recent_mask(static_cast<int>(scores[g].size()), sinks, window));
         }
-        std::vector<std::vector<std::uint8_t>> kept;
-        if (alpha < 0) {
-          for (std::size_t g = 0; g < scores.size(); ++g)
-            kept.push_back(keep_top_scores(scores[g], keep, forced[g]));
-        } else {
-          kept = keep_head_adaptive(scores, keep, alpha, forced);
-        }
         py::list out;
-        for (const auto& k : kept) out.append(to_numpy(k));
+        for (const auto& k : keep_by_scores(scores, keep, alpha, forced)) out.append(to_numpy(k));
         return out;
       },
       py::arg("scores"), py::arg("keep"), py::arg("sinks"), py::arg("window"), py::arg("alpha"),
