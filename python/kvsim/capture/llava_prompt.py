@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Export a kvsim prompt file (kvprompt v1) and language-model checkpoint from a LLaVA model.
+"""python -m kvsim.capture.llava_prompt: a kvsim prompt file (kvprompt v1) and language-model
+checkpoint exported from a LLaVA model.
 
 kvsim's live path runs only the language model; the vision tower and projector run here, once.
 For an image and a question this writes:
@@ -8,9 +8,9 @@ For an image and a question this writes:
   * --save-lm DIR (optional): the language model as a LlamaForCausalLM checkpoint in the Hugging
     Face layout (config.json + safetensors) that `kvsim live` loads.
 
-Needs torch, transformers (>= 4.45), pillow, h5py and numpy, and the model weights; kvsim's
-build and tests do not run it. Example:
-  export_llava_prompt.py --model llava-hf/llava-1.5-7b-hf --image cat.jpg \\
+Needs torch, transformers (>= 4.45), pillow, h5py and numpy, and the model weights (imported when
+run, not with kvsim.capture); kvsim's build and tests do not run it. Example:
+  python3 -m kvsim.capture.llava_prompt --model llava-hf/llava-1.5-7b-hf --image cat.jpg \\
       --question "What is in the picture?" --answer "A cat." --out prompts.h5 --save-lm llava-lm
 Several --image/--question pairs make several samples (000000, 000001, ...).
 """
