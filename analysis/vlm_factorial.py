@@ -85,7 +85,9 @@ def sample_words(by_image, samples):
     named = seeds[0] if len(seeds) == 1 else ", ".join(seeds[:-1]) + " and " + seeds[-1]
     counts = sorted(set(per_seed))
     each = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return (f"training seed{'s' if len(seeds) > 1 else ''} {named}, {each} {samples}"
+    # The single-image task trains a projector per seed; the eight-box task the whole model.
+    kind = "projector" if samples == "images" else "training"
+    return (f"{kind} seed{'s' if len(seeds) > 1 else ''} {named}, {each} {samples}"
             f"{' each' if len(seeds) > 1 else ''}")
 
 
@@ -155,19 +157,19 @@ def count_words(counts):
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def write(path, result, acc, budgets, task, sample):
+def write(path, result, acc, budgets, task, sample, samples="items"):
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"**One change at a time** ({task}, {sample}; three orders with one reading, every "
                 "budgeted policy at equal memory: a share of the whole prompt, the question's "
                 "and the answer's entries held within it, decode = cap). Accuracy: mean over "
-                "seeds [95% interval over seeds and items]. Effects, paired over the same seeds "
-                "and items: *free first token* = compress − tail1 (the scorers see the question "
-                "in both), *scorer sees the question* = tail1 − tailq (no free token in either; "
-                "in tailq the question's entries also join after compression), *question after "
-                "compression* = tailq − compress; each with its 95% interval over seeds and "
-                "items (crossed bootstrap), ▲/▼ where Holm over the budget's policies shows it "
-                "above/below 0, p after Holm in brackets. Held: peak KV memory while decoding, "
-                "share of the full cache, mean over the budget's policies.\n\n"
+                f"seeds [95% interval over seeds and {samples}]. Effects, paired over the same "
+                f"seeds and {samples}: *free first token* = compress − tail1 (the scorers see "
+                "the question in both), *scorer sees the question* = tail1 − tailq (no free "
+                "token in either; in tailq the question's entries also join after compression), "
+                "*question after compression* = tailq − compress; each with its 95% interval "
+                f"over seeds and {samples} (crossed bootstrap), ▲/▼ where Holm over the budget's "
+                "policies shows it above/below 0, p after Holm in brackets. Held: peak KV memory "
+                "while decoding, share of the full cache, mean over the budget's policies.\n\n"
                 "| budget | policy | compress | tail1 | tailq | free first token | scorer sees "
                 "the question | question after compression |\n|---|---|---|---|---|---|---|---|\n")
         for b in budgets:
@@ -219,7 +221,7 @@ def main(argv):
     os.makedirs(a.out, exist_ok=True)
     result.to_csv(os.path.join(a.out, "vlm_factorial.csv"), index=False, float_format="%.6g")
     write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets, task,
-          sample)
+          sample, samples)
     print(open(os.path.join(a.out, "vlm_factorial.md"), encoding="utf-8").read())
     return 0
 

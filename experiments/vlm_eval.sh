@@ -63,9 +63,10 @@ baselines=streamingllm,h2o,snapkv,pyramidkv,adakv,tova,knorm,expected_attention
 seed_methods=lookm,hae,madakv,meda
 presets=snapkv:kvpress,streamingllm:kvpress,tova:kvpress,pyramidkv:kvpress,knorm:kvpress,expected_attention:kvpress,adakv:kvpress,lookm:released
 floors=random,downsample
-window_floor=""
+window_set="" window_floor=""
 if [ -n "${VLM_EVAL_WINDOW:-}" ]; then
-  floors=$floors,random@window window_floor="--set random@window.window=$VLM_EVAL_WINDOW"
+  window_set=random@window.window=$VLM_EVAL_WINDOW
+  floors=$floors,random@window window_floor="--set $window_set"
 fi
 budgeted=$floors,${VLM_EVAL_POLICIES:-$baselines,$seed_methods,$presets}
 # Sizing their caches themselves: one run each, not a budget.
@@ -84,7 +85,8 @@ settings_for() {
 }
 # What this run chose, beside its results.
 printf 'budgeted: %s\nself-sizing: %s\nset: %s\nbudgets: %s\nseeds: %s\ndraws: %s\norder: %s\n' \
-  "$budgeted" "$self_sizing" "${VLM_EVAL_SET:-} $window_floor" "$budgets" "$seeds" "$draws" "$order" \
+  "$budgeted" "$self_sizing" "$(echo ${VLM_EVAL_SET:-} $window_set)" "$budgets" \
+  "$seeds" "$draws" "$order" \
   >"$out/settings.txt"
 runs=""
 for s in $seeds; do

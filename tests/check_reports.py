@@ -122,7 +122,7 @@ class Factorial(unittest.TestCase):
         self.assertEqual(vlm_factorial.sample_words(same, "items"),
                          "training seeds 0, 3 and 4, 320 items each")
         one = {o: table([2], 5) for o in vlm_factorial.ORDERS}
-        self.assertEqual(vlm_factorial.sample_words(one, "images"), "training seed 2, 5 images")
+        self.assertEqual(vlm_factorial.sample_words(one, "images"), "projector seed 2, 5 images")
         with self.assertRaises(SystemExit) as e:  # tailq run without seed 4
             vlm_factorial.sample_words(dict(same, tailq=table([0, 3], 320)), "items")
         self.assertIn("the tailq report holds other seeds or items than the compress one "

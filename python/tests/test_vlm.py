@@ -287,10 +287,11 @@ class SmallBuild(unittest.TestCase):
                 "--run", f"vlm_eval={out}"]
         r = subprocess.run(tool, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("4 of 4 region(s) rewritten", r.stdout)  # two regions, two figures
+        # three regions (the builds' table, the report, the card), two figures
+        self.assertIn("5 of 5 region(s) rewritten", r.stdout)
         self.assertEqual(subprocess.run(tool + ["--check"]).returncode, 0)
         with open(os.path.join(out, "card", "card.png"), "rb") as a, \
-                open(os.path.join(self.tmp, "analysis", "readme", "vlm_prediction_card.png"),
+                open(os.path.join(self.tmp, "docs", "images", "vlm_prediction_card.png"),
                      "rb") as b:
             self.assertEqual(a.read(), b.read())
         with open(doc) as f:
@@ -624,7 +625,8 @@ class SmallMultiBuild(unittest.TestCase):
         self.assertIn("differs from the run", r.stderr)
         r = subprocess.run(tool + [doc] + run, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("7 of 7 region(s) rewritten", r.stdout)  # the factorial's among them
+        # the factorial's among them, and the builds' own measurement
+        self.assertIn("8 of 8 region(s) rewritten", r.stdout)
         self.assertEqual(subprocess.run(tool + [doc, "--check"] + run).returncode, 0)
         with open(doc) as f:
             rewritten = f.read()
