@@ -6,9 +6,10 @@
 #   PAGE            real_model (docs/real_model.md)
 #   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
 #                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
-#                   hour) and the eight boxes from the committed weights in four orders (about
-#                   70 min a seed, their reports about 2 h; VLM_MULTI_WEIGHTS names others,
-#                   VLM_MULTI_WEIGHTS= trains them here first); about 10 hours in all
+#                   hour, and its factorial of three orders, about 2 h) and the eight boxes from
+#                   the committed weights in four orders (about 70 min a seed, their reports
+#                   about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them
+#                   here first); about 12 hours in all
 #   --quick         one seed of each task, its rows against the committed per-seed results: the
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
 #                   compress order at 10%)
@@ -80,6 +81,25 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, the o
   factorial "$f"
 }
 
+image_factorial_from_results() {  # the single image's factorial (its own run: factorial/ORDER)
+  mkdir -p "$out/vlm_eval/factorial"
+  for order in compress tail1 tailq; do
+    report_from_results "vlm_eval/factorial/$order" "assembled VLM, question $order"
+  done
+  factorial "$out/vlm_eval/factorial"
+}
+
+image_factorial_run() {  # the single image's three orders of one reading, run, then taken apart
+  budgets=$("$py" -c 'import json, sys
+print(" ".join(json.load(open(sys.argv[1]))["settings"]["budgets"]))' \
+    "$results/vlm_eval/factorial/compress/builds.json")
+  for order in compress tail1 tailq; do
+    VLM_EVAL_ORDER=$order VLM_EVAL_WINDOW=32 VLM_EVAL_BUDGETS=$budgets \
+      "$repo/experiments/vlm_eval.sh" "$out/vlm_eval/factorial/$order" "$models" "$build" >/dev/null
+  done
+  factorial "$out/vlm_eval/factorial"
+}
+
 factorial() {  # DIR: the three orders' reports in DIR/ORDER taken apart, into DIR
   "$py" "$repo/analysis/vlm_factorial.py" --compress "$1/compress" --tail1 "$1/tail1" \
     --tailq "$1/tailq" --out "$1" >"$1/factorial.log" 2>&1 ||
@@ -124,13 +144,16 @@ case "$mode" in
     stories_from_results
     say "single image: the report, its tests and the prediction card from the committed results"
     report_from_results vlm_eval
+    say "single image: the factorial of three orders of one reading, from the committed results"
+    image_factorial_from_results
     say "eight boxes: the orders' reports and cards, the orders compared and the factorial," \
       "from the committed results"
     multi_from_results
     say "the declared prediction test across the tasks"
     transfer
     runs="stories=$out/stories vlm_eval=$out/vlm_eval vlm_multi=$out/vlm_multi"
-    runs="$runs factorial=$out/vlm_multi/factorial transfer=$out/transfer" ;;
+    runs="$runs factorial=$out/vlm_multi/factorial transfer=$out/transfer"
+    runs="$runs image_factorial=$out/vlm_eval/factorial" ;;
   quick)
     say "expected time: about 10 minutes on 2 cores (one seed of each task: two models built and" \
       "evaluated, the stories)"
@@ -161,14 +184,17 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "the eight-box regions quote five seeds and both orders: not compared with one"
     runs="stories=$out/stories" ;;
   full)
-    say "expected time: about 10 hours on 2 cores (stories 1 min, the single image an hour" \
-      "for ten seeds, the eight boxes about 70 min a seed in four orders and 2 h of reports)"
+    say "expected time: about 12 hours on 2 cores (stories 1 min, the single image an hour" \
+      "for ten seeds and 2 h for its factorial, the eight boxes about 70 min a seed in four" \
+      "orders and 2 h of reports)"
     say "stories: experiments/stories_eval.sh"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
     say "single image: experiments/vlm_eval.sh, ten seeds (progress below)"
     "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
-    runs="stories=$out/stories vlm_eval=$out/vlm_eval"
+    say "single image: the three orders of one reading, ten seeds each (about 2 h)"
+    image_factorial_run
+    runs="stories=$out/stories vlm_eval=$out/vlm_eval image_factorial=$out/vlm_eval/factorial"
     say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \
       "${VLM_MULTI_WEIGHTS-$repo/experiments/weights/vlm_multi}"
     "$repo/experiments/vlm_multi_eval.sh" "$out/vlm_multi" "$models" "$build" >/dev/null

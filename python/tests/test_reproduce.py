@@ -52,6 +52,8 @@ class Reproduce(unittest.TestCase):
                        "tailq/vlm_eval.md | **Against the floors.** | "
                        "until=**Which differences hold up.**"):
             self.assertIn(f"(factorial:{region}): equal", r.stdout)
+        self.assertIn("(image_factorial:vlm_factorial.md | **One change at a time** | until=): "
+                      "equal", r.stdout)
         self.assertIn("(transfer:transfer.md | **Prediction across tasks** | until=): equal",
                       r.stdout)
         self.assertNotIn("not checked", r.stdout)
