@@ -21,10 +21,22 @@
 namespace kvsim {
 namespace {
 
+// budget_rounding = parts: `recent` as the share of the budget (the reference code sizes both
+// parts as ratios of the prompt, so a count has no share).
+double recent_share(const ParamSet& p) {
+  const Size r = p.get_size("recent");
+  if (r.percent) return r.value / 100.0;
+  throw std::invalid_argument(
+      "h2o: budget_rounding = parts needs 'recent' as a percentage of the "
+      "budget (the reference code sizes both parts as ratios of the "
+      "prompt), not '" +
+      p.get_string("recent") + "'");
+}
+
 class H2O final : public Policy {
  public:
   H2O(const ParamSet& p, const SampleInfo& s)
-      : split_(resolve_budget_split(p, s.prompt_len, "h2o")),
+      : split_(resolve_budget_split(p, s.prompt_len, "h2o", recent_share)),
         budget_(split_.total),
         oneshot_(p.get_string("mode") == "oneshot"),
         per_query_(p.get_string("normalize") == "queries"),
@@ -134,6 +146,7 @@ const PolicyRegistration reg({
     .equal_memory = [](const ParamSet&) -> std::map<std::string, std::string> {
       return {{"mode", "cumulative"}};
     },
+    .recent_share = recent_share,
 });
 
 }  // namespace

@@ -28,10 +28,15 @@
 namespace kvsim {
 namespace {
 
+// budget_rounding = parts: recent_ratio is the recent part's share.
+double recent_share(const ParamSet& p) {
+  return p.get_float("recent_ratio");
+}
+
 class LookM final : public Policy {
  public:
   LookM(const ParamSet& p, const SampleInfo& s)
-      : split_(resolve_budget_split(p, s.prompt_len, "lookm")),
+      : split_(resolve_budget_split(p, s.prompt_len, "lookm", recent_share)),
         budget_(split_.total),
         recent_(split_.recent >= 0
                     ? split_.recent  // budget_rounding = parts
@@ -190,6 +195,7 @@ const PolicyRegistration reg({
     .equal_memory = [](const ParamSet&) -> std::map<std::string, std::string> {
       return {{"text", "prior"}, {"forced", "fit"}};
     },
+    .recent_share = recent_share,
 });
 
 }  // namespace

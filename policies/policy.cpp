@@ -196,7 +196,9 @@ int budget_entries(const PolicyConfig& policy, int prompt_len) {
   } catch (const std::invalid_argument&) {
     return -1;  // a special value such as hae's "auto"
   }
-  return resolve_budget(policy.params, prompt_len, policy.info->name);
+  return resolve_budget_split(policy.params, prompt_len, policy.info->name,
+                              policy.info->recent_share)
+      .total;
 }
 
 namespace {
@@ -396,27 +398,8 @@ ParamSpec budget_rounding_param(bool parts) {
   return {"budget_rounding", ParamType::kChoice, "ceil", help, 0, 0, choices};
 }
 
-namespace {
-// The recent part's share of the budget, for budget_rounding = parts: lookm's recent_ratio, or
-// h2o's recent as a percentage of the budget.
-double recent_share(const ParamSet& params, const std::string& policy) {
-  const auto& v = params.values();
-  if (v.count("recent_ratio")) return params.get_float("recent_ratio");
-  if (v.count("recent")) {
-    const Size r = params.get_size("recent");
-    if (r.percent) return r.value / 100.0;
-    throw std::invalid_argument(policy +
-                                ": budget_rounding = parts needs 'recent' as a percentage of the "
-                                "budget (the reference code sizes both parts as ratios of the "
-                                "prompt), not '" +
-                                params.get_string("recent") + "'");
-  }
-  throw std::invalid_argument(policy + ": budget_rounding = parts needs a recent part");
-}
-}  // namespace
-
-BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len,
-                                 const std::string& policy) {
+BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len, const std::string& policy,
+                                 const std::function<double(const ParamSet&)>& recent_share) {
   const Size size = params.get_size("budget");
   const std::string rounding = params.values().count("budget_rounding")
                                    ? params.get_string("budget_rounding")
@@ -426,7 +409,9 @@ BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len,
     // H2O: heavy_budget = int(heavy_budget_ratio * P), recent_budget = int(recent_budget_ratio *
     // P); LOOK-M the same with hh_ratio and recent_ratio. The ratios are r * (1 - share) and
     // r * share, the literals' doubles for the halves the presets use.
-    const double r = size.value / 100.0, share = recent_share(params, policy);
+    if (!recent_share)
+      throw std::invalid_argument(policy + ": budget_rounding = parts needs a recent part");
+    const double r = size.value / 100.0, share = recent_share(params);
     out.recent = static_cast<int>(prompt_len * (r * share));
     out.total = out.recent + static_cast<int>(prompt_len * (r * (1.0 - share)));
   } else {

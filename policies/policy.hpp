@@ -209,6 +209,10 @@ struct PolicyInfo {
   // at most its budget's entries after every hook, beyond those every budgeted policy gets
   // (equal_memory_overrides); unset: none. Throws std::invalid_argument when it cannot.
   std::function<std::map<std::string, std::string>(const ParamSet&)> equal_memory;
+  // budget_rounding = parts (budget_rounding_param(true)): the share of the budget its recent part
+  // takes, read from its own parameters (H2O's `recent`, LOOK-M's `recent_ratio`); unset: no
+  // recent part. Throws std::invalid_argument when the parameters give no share.
+  std::function<double(const ParamSet&)> recent_share;
   // Never evicts: the reference every metric is measured against, with no budget to hold (full).
   bool keeps_everything = false;
   // A lookahead reference regret is measured against (replay's `regret` column): given its
@@ -375,11 +379,13 @@ ParamSpec budget_param(const std::string& default_value = "20%");
 ParamSpec budget_rounding_param(bool parts);
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);
 // The budget, and under budget_rounding = parts its recent part (else recent = -1: the policy
-// splits the total by its own rule).
+// splits the total by its own rule). `recent_share` is the policy's (PolicyInfo::recent_share),
+// read only under parts; parts without one is an error naming the policy.
 struct BudgetSplit {
   int total = 0;
   int recent = -1;
 };
-BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len, const std::string& policy);
+BudgetSplit resolve_budget_split(const ParamSet& params, int prompt_len, const std::string& policy,
+                                 const std::function<double(const ParamSet&)>& recent_share = {});
 
 }  // namespace kvsim

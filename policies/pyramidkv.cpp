@@ -20,34 +20,30 @@
 // eviction (`decode` changes that: policies/decode_mode.cpp).
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 #include "policies/merging.hpp"
-#include "policies/policy.hpp"
+#include "policies/scorer_policy.hpp"
 #include "policies/scorers.hpp"
-#include "policies/selection.hpp"
 
 namespace kvsim {
 namespace {
 
-class PyramidKV final : public Policy {
- public:
-  PyramidKV(const ParamSet& p, const SampleInfo& s)
-      : budget_(resolve_budget(p, s.prompt_len, "pyramidkv")),
-        beta_(static_cast<int>(p.get_int("beta"))),
-        reference_rounding_(p.get_string("rounding") == "reference"),
-        kvpress_rounding_(p.get_string("rounding") == "kvpress"),
-        real_budget_(p.get_size("budget").unrounded(
-            s.prompt_len, parse_rounding(p.get_string("budget_rounding")))),
-        scoring_(read_snapkv_scoring(p, "pyramidkv", budget_, s.prompt_len)),
-        merge_(read_prompt_merge(p)) {
-    if (!scoring_.clamped.empty()) note(scoring_.clamped);
+// The entries each layer keeps, window included (the pyramid above).
+struct PyramidBudgets {
+  int budget, beta, window;
+  bool reference_rounding, kvpress_rounding;
+  double real_budget;  // kvpress's B = P (1 - ratio), before rounding
+
+  int layer_keep(const LayerView& view) const {
+    const int layer = view.layer(), layers = view.num_layers(), P = view.prompt_len();
+    return kvpress_rounding ? std::max(kvpress_layer_keep(layer, layers, P), window)
+                            : prefix_budget(layer, layers, P) + window;
   }
 
   // kvpress's entries kept in all by layer l (window included). nearbyint rounds half to even.
   int kvpress_layer_keep(int layer, int layers, int P) const {
-    const double B = real_budget_, w = scoring_.window;
-    double lo = B / beta_, hi = 2 * B - lo;
+    const double B = real_budget, w = window;
+    double lo = B / beta, hi = 2 * B - lo;
     if (hi >= P - w) {
       hi = P - w;
       lo = 2 * B - hi;
@@ -59,15 +55,15 @@ class PyramidKV final : public Policy {
 
   // Prefix entries (beyond the window) layer l keeps.
   int prefix_budget(int layer, int layers, int P) const {
-    const int w = scoring_.window, base = budget_ - w;
+    const int w = window, base = budget - w;
     if (P < 2 * base) return base;  // uniform fall-back of the reference
-    int lo = base / beta_, hi = 2 * base - lo;
+    int lo = base / beta, hi = 2 * base - lo;
     if (hi >= P - w) {
       hi = P - w;
       lo = 2 * base - hi;
     }
     if (layers <= 1) return base;
-    if (reference_rounding_) return hi - layer * ((hi - lo) / (layers - 1));
+    if (reference_rounding) return hi - layer * ((hi - lo) / (layers - 1));
     std::vector<double> real(layers);
     std::vector<int> out(layers);
     long total = 0;
@@ -82,67 +78,51 @@ class PyramidKV final : public Policy {
     for (long i = 0; i < static_cast<long>(layers) * base - total; ++i) ++out[order[i]];
     return out[layer];
   }
-
-  void on_prefill(const LayerView& view, KvCache& cache) override {
-    const int P = view.prompt_len();
-    scores_.clear();
-    if (P <= budget_) return;  // P = B keeps everything in every layer either way
-    const int keep =
-        kvpress_rounding_
-            ? std::max(kvpress_layer_keep(view.layer(), view.num_layers(), P), scoring_.window)
-            : prefix_budget(view.layer(), view.num_layers(), P) + scoring_.window;
-    scores_.resize(cache.kv_heads());
-    for (int g = 0; g < cache.kv_heads(); ++g) {
-      std::vector<double>& score = scores_[g];
-      score = snapkv_scores(view, g, scoring_);
-      score.resize(P, kUnscored);
-      std::vector<std::uint8_t> window(P, 0);
-      for (int j = P - scoring_.window; j < P; ++j) window[j] = 1;
-      keep_or_merge(view, cache, g, keep_top_scores(score, keep, window), merge_);
-    }
-  }
-
-  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
-  const std::vector<double>* eviction_scores(int, int g) const override {
-    return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
-  }
-
- private:
-  int budget_, beta_;
-  bool reference_rounding_, kvpress_rounding_;
-  double real_budget_;
-  SnapKVScoring scoring_;
-  std::optional<MergeKind> merge_;
-  std::vector<std::vector<double>> scores_;  // [kv head][prompt position] of the last prefill
 };
 
-const PolicyRegistration reg({
-    .name = "pyramidkv",
-    .summary = "SnapKV scores with layer budgets decreasing linearly with depth (total L x B).",
-    .provenance = "Cai et al. 2024, PyramidKV, Sec. 3; KVCache-Factory pyramidkv_utils.py",
-    .params = concat(
-        {
-            budget_param(),
-            budget_rounding_param(false),
-            prompt_merge_param(),
-            {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
-            {"rounding",
-             ParamType::kChoice,
-             "exact",
-             "exact (budgets sum to L x B), reference (KVCache-Factory's floored step) or "
-             "kvpress (PyramidKVPress's layer budgets on the real budget, window included)",
-             0,
-             0,
-             {"exact", "reference", "kvpress"}},
-        },
-        snapkv_scoring_params()),
-    .switches = {.decode = true, .caches = true, .question = true},
-    .merges_for = merges_by_param,
-    .needs_for = snapkv_needs,
-    .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
-      return std::make_unique<PyramidKV>(p, s);
+PromptScorer pyramid_scorer(const ParamSet& p, const SampleInfo& s, int budget) {
+  const SnapKVScoring scoring = read_snapkv_scoring(p, "pyramidkv", budget, s.prompt_len);
+  const PyramidBudgets budgets{.budget = budget,
+                               .beta = static_cast<int>(p.get_int("beta")),
+                               .window = scoring.window,
+                               .reference_rounding = p.get_string("rounding") == "reference",
+                               .kvpress_rounding = p.get_string("rounding") == "kvpress",
+                               .real_budget = p.get_size("budget").unrounded(
+                                   s.prompt_len, parse_rounding(p.get_string("budget_rounding")))};
+  PromptScorer scorer{
+      .score = [scoring](const LayerView& view) { return snapkv_prompt_scores(view, scoring); },
+      .merge = read_prompt_merge(p),
+      .layer_keep = [budgets](const LayerView& view) { return budgets.layer_keep(view); }};
+  if (!scoring.clamped.empty()) scorer.notes.push_back(scoring.clamped);
+  return scorer;
+}
+
+const PolicyRegistration reg(scorer_policy(
+    {
+        .name = "pyramidkv",
+        .summary = "SnapKV scores with layer budgets decreasing linearly with depth (total L x B).",
+        .provenance = "Cai et al. 2024, PyramidKV, Sec. 3; KVCache-Factory pyramidkv_utils.py",
+        .params = concat(
+            {
+                budget_param(),
+                budget_rounding_param(false),
+                prompt_merge_param(),
+                {"beta", ParamType::kInt, "20", "pyramid steepness β (min = (B - w) / β)", 1, 1e9},
+                {"rounding",
+                 ParamType::kChoice,
+                 "exact",
+                 "exact (budgets sum to L x B), reference (KVCache-Factory's floored step) or "
+                 "kvpress (PyramidKVPress's layer budgets on the real budget, window included)",
+                 0,
+                 0,
+                 {"exact", "reference", "kvpress"}},
+            },
+            snapkv_scoring_params()),
+        .switches = {.decode = true, .caches = true, .question = true},
+        .merges_for = merges_by_param,
+        .needs_for = snapkv_needs,
     },
-});
+    pyramid_scorer));
 
 }  // namespace
 }  // namespace kvsim

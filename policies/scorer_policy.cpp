@@ -26,12 +26,16 @@ class ScorerPolicy final : public Policy {
     std::vector<std::vector<std::uint8_t>> forced(scores_.size());
     for (std::size_t g = 0; g < scores_.size(); ++g)
       for (double s : scores_[g]) forced[g].push_back(s == kUnscored);
-    const auto keep = keep_by_scores(scores_, budget_, alpha_, forced);
+    const int keep_n = scorer_.layer_keep ? scorer_.layer_keep(view) : budget_;
+    const auto keep = keep_by_scores(scores_, keep_n, alpha_, forced);
     for (int g = 0; g < cache.kv_heads(); ++g)
       keep_or_merge(view, cache, g, keep[g], scorer_.merge);
   }
 
-  void on_decode(const LayerView&, const StepAttention&, KvCache&) override {}
+  void on_decode(const LayerView& view, const StepAttention& att, KvCache&) override {
+    if (scorer_.score_decoded && !scores_.empty())
+      scorer_.score_decoded(view, att.position, scores_);
+  }
   const std::vector<double>* eviction_scores(int, int g) const override {
     return g < static_cast<int>(scores_.size()) ? &scores_[g] : nullptr;
   }

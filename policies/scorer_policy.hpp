@@ -4,9 +4,10 @@
 // every prompt entry of every KV head a score (higher is kept; kUnscored protects an entry, e.g. an
 // observation window); when the prompt exceeds the budget each head keeps its protected entries
 // and the budget's best others, ties to the newer (selection.hpp), per head or head-adaptive; the
-// entries it does not keep are dropped, or merged when the scorer says so. Decoding appends (the
-// `decode` switch wraps it: policies/decode_mode.cpp); the scores stay the policy's eviction
-// scores, so a capped decode evicts by them.
+// entries it does not keep are dropped, or merged when the scorer says so; a layer may keep more
+// or fewer than the budget (per-layer selection). Decoding appends (the `decode` switch wraps it:
+// policies/decode_mode.cpp); the scores stay the policy's eviction scores, so a capped decode
+// evicts by them.
 #pragma once
 
 #include <functional>
@@ -30,6 +31,13 @@ struct PromptScorer {
   // Also score a prompt the budget holds, so that a capped decode evicts by the scores there too
   // (knorm); otherwise such a prompt is not scored (a scorer may need more than it has).
   bool within_budget = false;
+  // Per-layer selection: the entries this layer keeps (protected ones included) when the prompt
+  // exceeds the budget; unset, every layer keeps the budget (PyramidKV's pyramid sets it).
+  std::function<int(const LayerView&)> layer_keep;
+  // Scores the position a decode step appended (the scores hold one more entry per step), so that
+  // a capped decode evicts by them; unset, the scores stay the prompt's (generated tokens have
+  // none and are not evicted by score).
+  std::function<void(const LayerView&, int position, PromptScores&)> score_decoded;
 };
 // Builds the scorer from the policy's parameters, the sample and the budget's entries.
 using MakePromptScorer =

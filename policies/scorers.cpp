@@ -67,6 +67,16 @@ std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScor
   return s.max_pool ? pool_max(score, s.kernel) : pool_avg(score, s.kernel);
 }
 
+std::vector<std::vector<double>> snapkv_prompt_scores(const LayerView& view,
+                                                      const SnapKVScoring& s) {
+  std::vector<std::vector<double>> scores(view.num_kv_heads());
+  for (int g = 0; g < view.num_kv_heads(); ++g) {
+    scores[g] = snapkv_scores(view, g, s);
+    scores[g].resize(view.prompt_len(), kUnscored);
+  }
+  return scores;
+}
+
 std::vector<double> prompt_column_scores(const LayerView& view, int g) {
   const int group = view.group_size();
   std::vector<double> score(view.prompt_len(), 0.0);

@@ -35,6 +35,10 @@ AttentionNeeds snapkv_needs(const ParamSet& p);
 // of p_ij, pooled along positions.
 // Needs AttentionNeeds::prefill_window >= window.
 std::vector<double> snapkv_scores(const LayerView& view, int kv_head, const SnapKVScoring& s);
+// snapkv_scores of every KV head over the whole prompt, the window's entries kUnscored (kept by
+// every selection): the prompt scores of the SnapKV family.
+std::vector<std::vector<double>> snapkv_prompt_scores(const LayerView& view,
+                                                      const SnapKVScoring& s);
 
 // Σ over all causal prompt rows of p_ij, summed over the KV head's query heads (H2O's prompt
 // scores). Needs AttentionNeeds::prefill_column_sums.

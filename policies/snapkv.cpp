@@ -10,8 +10,6 @@
 // Reading chosen: summing over the window (the original repository) rather than averaging
 // (kvpress) ranks identically, so it is not a parameter; average pooling counts padding as zeros
 // (F.avg_pool1d's default in the reference code).
-#include <stdexcept>
-
 #include "policies/merging.hpp"
 #include "policies/policy.hpp"
 #include "policies/scorer_policy.hpp"
@@ -35,16 +33,9 @@ const PolicyRegistration reg(scorer_policy(
     },
     [](const ParamSet& p, const SampleInfo& s, int budget) {
       const SnapKVScoring scoring = read_snapkv_scoring(p, "snapkv", budget, s.prompt_len);
-      PromptScorer scorer{.score =
-                              [scoring](const LayerView& view) {
-                                // The window's entries have no score: they are kept.
-                                return each_kv_head(view, [&](const LayerView& v, int g) {
-                                  auto score = snapkv_scores(v, g, scoring);
-                                  score.resize(v.prompt_len(), kUnscored);
-                                  return score;
-                                });
-                              },
-                          .merge = read_prompt_merge(p)};
+      PromptScorer scorer{
+          .score = [scoring](const LayerView& view) { return snapkv_prompt_scores(view, scoring); },
+          .merge = read_prompt_merge(p)};
       if (!scoring.clamped.empty()) scorer.notes.push_back(scoring.clamped);
       return scorer;
     }));

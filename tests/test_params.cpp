@@ -153,7 +153,7 @@ TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
   // H2O and LOOK-M: int(255 * 0.1) = 25 heavy + 25 recent, one fewer than ceil(51).
   for (const std::string name : {"h2o:paper", "lookm:released"}) {
     const PolicyConfig c = make_policy_config(name, {});
-    const BudgetSplit split = resolve_budget_split(c.params, 255, name);
+    const BudgetSplit split = resolve_budget_split(c.params, 255, name, c.info->recent_share);
     EXPECT_EQ(split.total, 50) << name;
     EXPECT_EQ(split.recent, 25) << name;
     EXPECT_EQ(budget_entries(c, 255), 50) << name;
@@ -161,8 +161,13 @@ TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
   const PolicyConfig absolute =
       make_policy_config("h2o", {{"budget_rounding", "parts"}, {"recent", "8"}});
   EXPECT_NE(error_of([&] {
-              resolve_budget_split(absolute.params, 100, "h2o");
+              resolve_budget_split(absolute.params, 100, "h2o", absolute.info->recent_share);
             }).find("h2o: budget_rounding = parts needs 'recent' as a percentage"),
+            std::string::npos);
+  // The share is the policy's own: the budget alone cannot split.
+  EXPECT_NE(error_of([&] {
+              resolve_budget_split(make_policy_config("h2o:paper", {}).params, 100, "h2o");
+            }).find("h2o: budget_rounding = parts needs a recent part"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               make_policy_config("snapkv", {{"budget_rounding", "parts"}});

@@ -53,8 +53,33 @@ const PolicyRegistration adaptive(scorer_policy(
     [](const ParamSet&, const SampleInfo&, int) { return hand_scorer(false); },
     ScorerSelection::kHeadAdaptive));
 
-std::string hand_trace(const std::string& name) {
-  TinyTrace t{.prompt_len = 20};
+// Per-layer selection: layer l keeps 5 + 2 l entries (the window among them).
+const PolicyRegistration per_layer(scorer_policy(hand_info("test_scorer_per_layer", false),
+                                                 [](const ParamSet&, const SampleInfo&, int) {
+                                                   PromptScorer s = hand_scorer(false);
+                                                   s.layer_keep = [](const LayerView& view) {
+                                                     return 5 + 2 * view.layer();
+                                                   };
+                                                   return s;
+                                                 }));
+// Decoded positions scored: head 1's new entry scores +position (newest best), head 0's -position
+// (newest worst).
+const PolicyRegistration decoded(scorer_policy(hand_info("test_scorer_decoded", false),
+                                               [](const ParamSet&, const SampleInfo&, int) {
+                                                 PromptScorer s = hand_scorer(false);
+                                                 s.score_decoded = [](const LayerView&,
+                                                                      int position,
+                                                                      PromptScores& scores) {
+                                                   for (auto& head : scores)
+                                                     head.resize(position + 1, kUnscored);
+                                                   scores[0][position] = -position;
+                                                   scores[1][position] = position;
+                                                 };
+                                                 return s;
+                                               }));
+
+std::string hand_trace(const std::string& name, int layers = 1) {
+  TinyTrace t{.prompt_len = 20, .layers = layers};
   for (int i = 0; i < 26; ++i) {
     t.weights.push_back(1 + i % 3);
     t.weights_kv1.push_back(1 + i % 2);
@@ -102,6 +127,31 @@ TEST(ScorerPolicy, APromptTheBudgetHoldsIsScoredOnlyWhenAsked) {
     EXPECT_EQ(evicted_at(scored[0], step, 1), std::vector<int>{18 - step}) << step;
     EXPECT_EQ(evicted_at(unscored[0], step, 1), std::vector<int>{step}) << step;
   }
+}
+
+TEST(ScorerPolicy, PerLayerSelectionKeepsEachLayersCount) {
+  const auto r =
+      run_policy(hand_trace("scorer_per_layer.h5", 3), "test_scorer_per_layer", {{"budget", "5"}});
+  // Head 0 ranks 19 (protected), 13, 6, 12, 5, then 18, 11, 4 (score 4, newest first), 17 (3).
+  EXPECT_EQ(kept_after_prefill(r[0], 0), (std::set<int>{5, 6, 12, 13, 19}));
+  EXPECT_EQ(kept_after_prefill(r[1], 0), (std::set<int>{5, 6, 11, 12, 13, 18, 19}));
+  EXPECT_EQ(kept_after_prefill(r[2], 0), (std::set<int>{4, 5, 6, 11, 12, 13, 17, 18, 19}));
+  EXPECT_EQ(kept_after_prefill(r[2], 1), (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 19}));
+}
+
+TEST(ScorerPolicy, DecodedPositionsScoredAreEvictedByTheirScores) {
+  // budget 5, decode = cap: the prefill keeps head 0's {5, 6, 12, 13, 19} and head 1's
+  // {0, 1, 2, 3, 19}. Each step appends position 20 + s and evicts the lowest score: on head 0
+  // the new entry itself (its -position is below every prompt score); on head 1 the new entry
+  // (+position) stays and the prompt goes from the newest kept (3, then 2, 1, 0), then the
+  // oldest generated entry once 19 (unscored) is all the prompt left.
+  const auto r = run_policy(hand_trace("scorer_decoded.h5"), "test_scorer_decoded",
+                            {{"budget", "5"}, {"decode", "cap"}});
+  for (int step = 0; step < 6; ++step)
+    EXPECT_EQ(evicted_at(r[0], step, 0), std::vector<int>{20 + step}) << step;
+  const std::vector<int> head1{3, 2, 1, 0, 20, 21};
+  for (int step = 0; step < 6; ++step)
+    EXPECT_EQ(evicted_at(r[0], step, 1), std::vector<int>{head1[step]}) << step;
 }
 
 TEST(ScorerPolicy, TheScorersNotesAreThePolicys) {

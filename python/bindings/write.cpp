@@ -7,10 +7,10 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
-#include <filesystem>
 
 #include "python/bindings/common.hpp"
 #include "sim/core/output_guard.hpp"
+#include "sim/core/partial_files.hpp"
 #include "traces/kvtrace_writer.hpp"
 
 namespace py = pybind11;
@@ -133,7 +133,7 @@ void write_trace(const std::string& path, const py::dict& samples, const std::st
   const WriteOptions options{.dtype = dtype == "float16" ? DType::kFloat16 : DType::kFloat32,
                              .gzip_level = gzip,
                              .shuffle = shuffle};
-  const std::string partial = path + ".partial";
+  const std::string partial = begin_partial(path);
   try {
     {
       TraceWriter w(partial, info, options);
@@ -171,10 +171,10 @@ void write_trace(const std::string& path, const py::dict& samples, const std::st
       for (int l = 0; l < info.num_layers; ++l) check.read_layer_into(s, l, t);
     }
   } catch (...) {
-    std::filesystem::remove(partial);
+    discard_partial(path);
     throw;
   }
-  std::filesystem::rename(partial, path);
+  publish(path);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
+#include <thread>
 
 namespace kvsim {
 
@@ -58,6 +60,29 @@ void publish(const std::string& path) {
     throw std::runtime_error(path + ": cannot rename from " + partial(path) + ": " +
                              std::strerror(errno));
   untrack_partial(partial(path));
+}
+
+void discard_partial(const std::string& path) noexcept {
+  std::remove(partial(path).c_str());
+  untrack_partial(partial(path));
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  track_partial(tmp);  // an interrupted run leaves no temporary file
+  const auto fail = [&](const std::string& why) {
+    std::remove(tmp.c_str());
+    untrack_partial(tmp);
+    throw std::runtime_error(why);
+  };
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail(tmp + ": cannot open for writing: " + std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) fail(tmp + ": write failed (disk full?)");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail(path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
+  untrack_partial(tmp);
 }
 
 void track_partial(const std::string& partial_path) {

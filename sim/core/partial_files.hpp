@@ -1,5 +1,6 @@
-// Result files are written to `<path>.partial` and renamed when complete. The ones being written
-// are tracked so that an interrupted or failed run removes them and leaves no half file behind.
+// Result files are written to `<path>.partial` (or a temporary name unique to the writer) and
+// renamed when complete: every file kvsim writes goes through here. The ones being written are
+// tracked so that an interrupted or failed run removes them and leaves no half file behind.
 #pragma once
 
 #include <cstdio>
@@ -16,6 +17,12 @@ std::string begin_partial(const std::string& path);
 std::FILE* open_partial(const std::string& path);
 // Renames partial(path) to `path` and stops tracking it; throws std::runtime_error naming both.
 void publish(const std::string& path);
+// Removes partial(path) and stops tracking it: a write that failed.
+void discard_partial(const std::string& path) noexcept;
+// Writes `text` to `path` through a temporary file unique to this process and thread (writers side
+// by side, and concurrent runs, each have their own) and a rename, so readers only ever see
+// complete files; tracked meanwhile. Throws std::runtime_error naming the file.
+void write_file_atomically(const std::string& path, const std::string& text);
 // Starts / stops tracking a file being written (the .partial path itself).
 void track_partial(const std::string& partial_path);
 void untrack_partial(const std::string& partial_path);

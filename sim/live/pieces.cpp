@@ -6,19 +6,16 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "sim/core/splitmix.hpp"
+
 namespace kvsim::live {
 
 namespace fs = std::filesystem;
 
 std::string fingerprint_of(const std::vector<std::string>& parts) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const auto& p : parts) {
-    for (unsigned char c : p) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  std::uint64_t h = kStoreKeyOffset;
+  for (const auto& p : parts) h = fnv1a64(p + "\n", h);
+  return hex16(h);
 }
 
 std::string checkpoint_fingerprint(const std::string& dir) {

@@ -1,7 +1,5 @@
 #include "sim/replay/sweep.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +9,6 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "analysis/bootstrap.hpp"
 #include "policies/policy_config.hpp"
@@ -19,6 +16,7 @@
 #include "sim/core/output_guard.hpp"
 #include "sim/core/parallel.hpp"
 #include "sim/core/partial_files.hpp"
+#include "sim/core/splitmix.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/results.hpp"
 
@@ -286,16 +284,6 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
   return held;
 }
 
-namespace {
-
-std::uint64_t splitmix_finish(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 std::string file_content_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open for hashing");
@@ -303,7 +291,7 @@ std::string file_content_hash(const std::string& path) {
   // chain hashed the demo's 528 MiB in ~0.7 s; this runs at the speed of reading it). The rotation
   // carries high bits down; splitmix64's finaliser mixes the lanes and the length.
   constexpr std::uint64_t kPrime = 1099511628211ull;
-  std::uint64_t lane[4] = {1469598103934665603ull, 1ull, 2ull, 3ull}, length = 0;
+  std::uint64_t lane[4] = {kStoreKeyOffset, 1ull, 2ull, 3ull}, length = 0;
   std::vector<char> buf(1 << 20);  // a multiple of 32: only the last read leaves a tail
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -320,21 +308,13 @@ std::string file_content_hash(const std::string& path) {
     for (; i < n; ++i) lane[0] = (lane[0] ^ static_cast<unsigned char>(buf[i])) * kPrime;
   }
   std::uint64_t h = length;
-  for (std::uint64_t l : lane) h = splitmix_finish(h ^ l);
+  for (std::uint64_t l : lane) h = splitmix_mix(h ^ l);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
 }
 
 namespace {
-
-std::string fnv_hex(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
 
 std::string num(double x) {
   std::string out;
@@ -479,23 +459,6 @@ std::string layer_rows(const LayerResult& r) {
   return out;
 }
 
-// Writes `text` to `path` through a unique temporary file in the same directory and a rename, so
-// readers and concurrent sweeps only ever see complete files.
-void write_atomically(const fs::path& path, const std::string& text) {
-  // Unique per process and thread (side-by-side items of one sweep write at the same time).
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  track_partial(tmp.string());  // an interrupted sweep leaves no temporary file
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
-  }
-  fs::rename(tmp, path);
-  untrack_partial(tmp.string());
-}
-
 // Replayer::validate over every trace: one error listing every offender, and the notes.
 void validate_configurations(const std::vector<std::string>& traces,
                              const std::vector<PolicyConfig>& configs, const SweepOptions& o) {
@@ -542,8 +505,9 @@ std::vector<SweepItem> list_items(const std::vector<std::string>& traces,
 // The file name of one (trace, sample, configuration). The item format is part of the key: a
 // finished item of another format is not reused.
 std::string item_key(const SweepItem& it, const PolicyConfig& c) {
-  return fnv_hex(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
-                 "\n" KVSIM_VERSION "\n" + kItemHeader);
+  return hex16(fnv1a64(it.hash + "\n" + it.sample + "\n" + c.info->name + "\n" + c.params.str() +
+                           "\n" KVSIM_VERSION "\n" + kItemHeader,
+                       kStoreKeyOffset));
 }
 
 fs::path prepare_items_dir(const std::string& out_dir) {
@@ -586,8 +550,9 @@ const char* kProgressHead = "kvsim sweep progress of a (trace, sample)\n";
 const char* kProgressItem = "#item ";
 
 fs::path progress_path(const fs::path& items_dir, const SweepItem& it) {
-  return items_dir / (fnv_hex(it.hash + "\n" + it.sample + "\n" KVSIM_VERSION "\n" + kItemHeader +
-                              kProgressHead) +
+  return items_dir / (hex16(fnv1a64(it.hash + "\n" + it.sample + "\n" KVSIM_VERSION "\n" +
+                                        kItemHeader + kProgressHead,
+                                    kStoreKeyOffset)) +
                       ".progress");
 }
 
@@ -647,7 +612,8 @@ std::vector<std::string> replay_item(const SweepItem& it, const std::vector<Poli
           [&](int l) {
             for (std::size_t c = 0; c < run.size(); ++c)
               if (first_layers[c] <= l) done[c].layers = l + 1;
-            if (l + 1 < it.layers) write_atomically(progress_file, progress_text(keys, done));
+            if (l + 1 < it.layers)
+              write_file_atomically(progress_file.string(), progress_text(keys, done));
             on_layer();
           },
           first_layers);
@@ -744,8 +710,8 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
         means[ci].add(it.trace + "\n" + it.sample, line, entries);
       }
     }
-  write_atomically(fs::path(out_dir) / "results.csv", all);
-  write_atomically(fs::path(out_dir) / "notes.csv", notes_csv);
+  write_file_atomically((fs::path(out_dir) / "results.csv").string(), all);
+  write_file_atomically((fs::path(out_dir) / "notes.csv").string(), notes_csv);
   for (const auto& [config, note] : noted.lines(items.size()))
     report.notes.push_back(configs[config].label + ": " + note);
   report.table = means_table(configs, means);
@@ -855,7 +821,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
         });
     // Counted as each is stored, so that an interrupt's count lags the files by at most one.
     for (std::size_t c = 0; c < run.keys.size(); ++c) {
-      write_atomically(items_dir / (run.keys[c] + ".csv"), text[c]);
+      write_file_atomically((items_dir / (run.keys[c] + ".csv")).string(), text[c]);
       const std::lock_guard<std::mutex> lock(report_mutex);
       ++report.items_run;
       note_kept();
