@@ -9,7 +9,7 @@
 //   keys and over vision keys.
 // - Modality share (MadaKV Fig. 2b): share of the prompt attention mass on text and vision keys.
 // - Entropy (MEDA Fig. 2): mean row entropy of the prompt attention, and E_CM (Eq. 4-6), both
-//   head-averaged (sim/core/sample_stats.hpp).
+//   head-averaged (core/sample_stats.hpp).
 // - Layer cosine (ST3 Eq. 4-5, Fig. 3): cosine of the last prompt token's head-averaged attention
 //   over the prompt between every pair of layers.
 // - PPCI (A-VL Eq. 2, Fig. 4-5) over the image tokens of the head-averaged attention: of each
@@ -30,9 +30,9 @@
 #include <stdexcept>
 
 #include "analysis/key_similarity.hpp"
-#include "sim/core/layer_attention.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/sample_stats.hpp"
+#include "core/layer_attention.hpp"
+#include "core/partial_files.hpp"
+#include "core/sample_stats.hpp"
 
 namespace kvsim {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "sim/core/splitmix.hpp"
+#include "core/splitmix.hpp"
 
 namespace kvsim {
 

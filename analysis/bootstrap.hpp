@@ -19,7 +19,7 @@ struct Interval {
 struct BootstrapOptions {
   int resamples = 2000;
   double level = 0.95;     // two-sided coverage
-  std::uint64_t seed = 0;  // SplitMix64 stream (sim/core/splitmix.hpp)
+  std::uint64_t seed = 0;  // SplitMix64 stream (core/splitmix.hpp)
 };
 
 // The q-quantile of sorted values by linear interpolation between order statistics at position

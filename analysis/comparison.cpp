@@ -8,8 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/core/csv_format.hpp"
-#include "sim/core/run_labels.hpp"
+#include "core/csv_format.hpp"
+#include "core/run_labels.hpp"
 
 namespace kvsim {
 

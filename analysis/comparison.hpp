@@ -13,7 +13,7 @@ namespace kvsim {
 
 // One metric per (policy, sample): the rows of a policy on a sample (its layers, heads or steps)
 // averaged, weighted by `weight` (a row count: replay's summary has one per layer) where given;
-// the runs of one policy over seeds (sim/core/run_labels.hpp) pooled into one policy, each seed
+// the runs of one policy over seeds (core/run_labels.hpp) pooled into one policy, each seed
 // counting equally. Rows whose sample is "all" (overall rows) and empty values are left out.
 struct SampleTable {
   std::vector<std::string> samples;         // sorted

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/core/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace kvsim {
 

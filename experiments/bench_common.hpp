@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "sim/core/parallel.hpp"
+#include "core/parallel.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim::bench {

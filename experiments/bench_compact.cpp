@@ -28,8 +28,8 @@
 #include <utility>
 
 #include "experiments/bench_common.hpp"
-#include "sim/core/compact_trace.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/run/compact_trace.hpp"
 #include "traces/synth.hpp"
 
 namespace {

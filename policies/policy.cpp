@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/core/suggest.hpp"
+#include "core/suggest.hpp"
 #include "traces/mrope.hpp"
 
 namespace kvsim {

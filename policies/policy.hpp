@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "sim/core/kv_cache.hpp"
-#include "sim/core/layer_attention.hpp"
-#include "sim/core/params.hpp"
-#include "sim/core/run_labels.hpp"
-#include "sim/core/sample_stats.hpp"
+#include "core/kv_cache.hpp"
+#include "core/layer_attention.hpp"
+#include "core/params.hpp"
+#include "core/run_labels.hpp"
+#include "core/sample_stats.hpp"
 
 namespace kvsim {
 
@@ -374,7 +374,7 @@ void check_question_once(const ParamSet& p, const std::string& policy, bool evic
 
 // The budget parameter every budgeted policy declares, and its resolution against P.
 ParamSpec budget_param(const std::string& default_value = "20%");
-// `budget_rounding` (sim/core/params.hpp Rounding), declared by every budgeted policy beside its
+// `budget_rounding` (core/params.hpp Rounding), declared by every budgeted policy beside its
 // budget; `parts` (for policies with a heavy and a recent part) adds H2O's and LOOK-M's split.
 ParamSpec budget_rounding_param(bool parts);
 int resolve_budget(const ParamSet& params, int prompt_len, const std::string& policy);

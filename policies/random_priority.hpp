@@ -1,13 +1,13 @@
 // A reproducible uniform draw per (seed, sample, layer, KV head, position), for the random floor:
 // a counter-based hash (SplitMix64's output function over the fields chained in turn:
-// sim/core/splitmix.hpp), so that a draw depends on nothing but its coordinates: not on threads,
+// core/splitmix.hpp), so that a draw depends on nothing but its coordinates: not on threads,
 // not on the order in which samples or layers are replayed, not on the other policies of a run.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "sim/core/splitmix.hpp"
+#include "core/splitmix.hpp"
 
 namespace kvsim {
 

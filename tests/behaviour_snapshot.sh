@@ -160,8 +160,13 @@ if [ "${1:-}" = --threads ]; then
   threads=1 && snapshot "$2" "$tmp/threads1"
   threads=2 && snapshot "$2" "$tmp/threads2"
   status=0
-  diff -rq "$tmp/threads1" "$tmp/threads2" >&2 || status=1
-  [ $status -ne 0 ] || echo "behaviour_snapshot: 1 and 2 threads equal" >&2
+  if ! diff -r "$tmp/threads1" "$tmp/threads2" >"$tmp/diff.txt"; then
+    status=1
+    echo "behaviour_snapshot: 1 and 2 threads differ (the first 60 lines of the diff):" >&2
+    head -60 "$tmp/diff.txt" >&2
+  else
+    echo "behaviour_snapshot: 1 and 2 threads equal" >&2
+  fi
   rm -rf "$tmp"
   exit $status
 fi

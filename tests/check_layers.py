@@ -1,33 +1,46 @@
 #!/usr/bin/env python3
 """The folders show the dependency order; includes only point down (docs/architecture.md):
 
-    sim/cli, python/bindings -> sim/live, sim/replay -> policies, analysis -> sim/core -> traces
-    gpu (the CUDA backend, a plugin loaded by sim/live) -> sim/live's backend interface
+    sim/cli, python/bindings    the command line and the Python module
+    sim/replay, sim/live        what runs policies: replay and sweeps; the live model
+    gpu                         the CUDA backend, a plugin loaded by sim/live (its backend interface)
+    sim/run                     run plumbing: MPI, progress, result files, notes, compaction
+    policies, analysis          the policies; the statistics
+    core                        caches, layer attention, sample statistics, parameters, kernels,
+                                hashing, parallel helpers
+    traces                      the trace and prompt formats
 
-sim/live and sim/replay are siblings: neither includes the other. Each layer may include its own
-files and those of the layers it names below. An include written without a folder (or with ../)
-is resolved against the including file's folder, so it cannot hide a step up. Usage:
-check_layers.py REPO_ROOT, or check_layers.py --self-test
+Siblings (policies and analysis; sim/replay and sim/live) do not include each other. Each floor may
+include its own files and those of the floors below it. An include written without a folder (or
+with ../) is resolved against the including file's folder, so it cannot hide a step up. A C++
+source outside every floor (other than tests/ and experiments/) is an error too: a new folder must
+be given its place. Each floor is also its own CMake object library, linked on its own against the
+floors below it with every symbol resolved (kvsim_floor_check_*), so a call that points up fails
+to link. Usage: check_layers.py REPO_ROOT, or check_layers.py --self-test
 """
 import os
 import re
 import sys
 import tempfile
 
-BELOW_ENGINES = {"policies", "analysis", "sim/core", "traces"}
-# layer -> the layers its files may include (itself included)
+BELOW_RUN = {"policies", "analysis", "core", "traces"}
+BELOW_ENGINES = {"sim/run"} | BELOW_RUN
+# floor -> the floors its files may include (itself included)
 ALLOWED = {
     "traces": {"traces"},
-    "sim/core": {"sim/core", "traces"},
-    "analysis": {"analysis", "sim/core", "traces"},
-    "policies": {"policies", "sim/core", "traces"},
+    "core": {"core", "traces"},
+    "analysis": {"analysis", "core", "traces"},
+    "policies": {"policies", "core", "traces"},
+    "sim/run": {"sim/run"} | BELOW_RUN,
     "sim/replay": {"sim/replay"} | BELOW_ENGINES,
     "sim/live": {"sim/live"} | BELOW_ENGINES,
     "gpu": {"gpu", "sim/live"} | BELOW_ENGINES,
     "sim/cli": {"sim/cli", "sim/live", "sim/replay"} | BELOW_ENGINES,
     "python/bindings": {"python/bindings", "sim/live", "sim/replay"} | BELOW_ENGINES,
 }
-ORDER = sorted(ALLOWED, key=len, reverse=True)  # "sim/core" before "sim"
+# Sources here may include any floor.
+FREE = ("tests", "experiments", "build")
+ORDER = sorted(ALLOWED, key=len, reverse=True)  # the longest folder first
 SOURCES = (".cpp", ".hpp", ".cu", ".cuh", ".h")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -49,8 +62,25 @@ def target_of(root, rel, included):
     return os.path.normpath(included)
 
 
+def unplaced(root):
+    """C++ sources outside every floor and the free folders."""
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        top = rel_dir.split(os.sep)[0]
+        if rel_dir != "." and (top in FREE or top.startswith(".")
+                               or "CMakeCache.txt" in files):  # a build folder of any name
+            dirs[:] = []
+            continue
+        for name in files:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if name.endswith(SOURCES) and layer_of(rel) is None:
+                out.append(f"{rel}: in no floor (give its folder a place in ALLOWED)")
+    return out
+
+
 def violations(root):
-    bad = []
+    bad = unplaced(root)
     for layer in ALLOWED:
         for dirpath, _, files in os.walk(os.path.join(root, layer)):
             for name in files:
@@ -58,7 +88,7 @@ def violations(root):
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, name), root)
                 if layer_of(rel) != layer:
-                    continue  # a deeper layer's folder (sim/core inside sim/...)
+                    continue  # a deeper floor's folder
                 for n, line in enumerate(open(os.path.join(root, rel), encoding="utf-8"), 1):
                     m = INCLUDE.match(line)
                     if not m:
@@ -70,17 +100,23 @@ def violations(root):
 
 
 def self_test():
-    """Violations the check must catch, and includes it must let through, in a scratch tree."""
+    """Violations the check must catch, and includes it must let through, in a scratch tree: an
+    include pointing up planted in every floor, a relative one, a sibling's, and a source in no
+    floor."""
     files = {
-        "sim/core/a.hpp": '#include "traces/t.hpp"\n#include "b.hpp"\n',  # fine
-        "sim/core/b.hpp": "",
-        "traces/t.hpp": '#include "../sim/core/b.hpp"\n',  # up, written relatively
-        "sim/live/l.cpp": '#include "sim/replay/r.hpp"\n',  # a sibling
-        "sim/replay/r.hpp": '#include "policies/p.hpp"\n',  # fine
-        "policies/p.hpp": "",
-        "python/bindings/m.cpp": '#include "sim/cli/c.hpp"\n#include "sim/live/l.hpp"\n',
-        "sim/cli/c.hpp": "",
-        "sim/live/l.hpp": "",
+        "traces/t.hpp": '#include "../core/b.hpp"\n',  # up, written relatively
+        "core/a.hpp": '#include "traces/t.hpp"\n#include "b.hpp"\n',  # fine
+        "core/b.hpp": '#include "policies/p.hpp"\n',  # up
+        "policies/p.hpp": '#include "analysis/s.hpp"\n',  # a sibling
+        "analysis/s.hpp": '#include "sim/run/r.hpp"\n',  # up
+        "sim/run/r.hpp": '#include "policies/p.hpp"\n#include "sim/replay/e.hpp"\n',  # fine, up
+        "sim/replay/e.hpp": '#include "sim/run/r.hpp"\n#include "sim/live/l.hpp"\n',  # a sibling
+        "sim/live/l.hpp": '#include "sim/cli/c.hpp"\n',  # up
+        "gpu/k.cu": '#include "sim/live/l.hpp"\n#include "sim/replay/e.hpp"\n',  # fine, up
+        "sim/cli/c.hpp": '#include "sim/live/l.hpp"\n#include "python/bindings/m.hpp"\n',  # up
+        "python/bindings/m.hpp": '#include "sim/cli/c.hpp"\n',  # a sibling
+        "sim/stray.cpp": "",  # in no floor
+        "tests/t.cpp": '#include "sim/cli/c.hpp"\n',  # tests may include anything
     }
     with tempfile.TemporaryDirectory() as root:
         for path, text in files.items():
@@ -88,10 +124,13 @@ def self_test():
             with open(os.path.join(root, path), "w") as f:
                 f.write(text)
         found = sorted(b.split(": ", 1)[0] for b in violations(root))
-    expected = ["python/bindings/m.cpp:1", "sim/live/l.cpp:1", "traces/t.hpp:1"]
+    expected = sorted(["traces/t.hpp:1", "core/b.hpp:1", "policies/p.hpp:1", "analysis/s.hpp:1",
+                       "sim/run/r.hpp:2", "sim/replay/e.hpp:2", "sim/live/l.hpp:1", "gpu/k.cu:2",
+                       "sim/cli/c.hpp:2", "python/bindings/m.hpp:1", "sim/stray.cpp"])
     if found != expected:
         sys.exit(f"check_layers self-test: found {found}, expected {expected}")
-    print("layers self-test: relative, sibling and bindings includes caught")
+    print("layers self-test: an upward include in every floor, relative, sibling and unplaced "
+          "sources caught")
 
 
 def main():

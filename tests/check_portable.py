@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that a kvsim binary runs on any x86-64 CPU: instructions beyond the x86-64 baseline
 (VEX/EVEX-encoded AVX, AVX2, FMA, AVX-512, and BMI/LZCNT/POPCNT/MOVBE) may appear only in the
-functions dispatched at run time (sim/core/kernels/ instantiated for an AVX set, and the F16C
+functions dispatched at run time (core/kernels/ instantiated for an AVX set, and the F16C
 conversions of traces/half.cpp), and must appear there (else the dispatch would be pointless).
 
     check_portable.py BINARY

@@ -3,7 +3,7 @@
 // fits releases the kept blocks smaller than it.
 #include <gtest/gtest.h>
 
-#include "sim/core/block_pool.hpp"
+#include "core/block_pool.hpp"
 
 namespace kvsim::test {
 namespace {

@@ -13,7 +13,7 @@
 #include <random>
 #include <sstream>
 
-#include "sim/core/partial_files.hpp"
+#include "core/partial_files.hpp"
 #include "sim/replay/results.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"

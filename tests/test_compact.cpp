@@ -5,10 +5,10 @@
 
 #include <cstring>
 
+#include "core/layer_attention.hpp"
 #include "policies/policy.hpp"
-#include "sim/core/compact_trace.hpp"
-#include "sim/core/layer_attention.hpp"
 #include "sim/replay/reference_replay.hpp"
+#include "sim/run/compact_trace.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"

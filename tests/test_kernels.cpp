@@ -1,4 +1,4 @@
-// The run-time dispatched vector kernels (sim/core/kernels/): every instruction set this CPU
+// The run-time dispatched vector kernels (core/kernels/): every instruction set this CPU
 // supports against the scalar loop of its contract, on lengths around every lane count.
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <random>
 
-#include "sim/core/kernels/kernels.hpp"
-#include "sim/core/layer_attention.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/layer_attention.hpp"
 
 namespace kvsim {
 namespace {

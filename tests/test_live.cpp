@@ -10,9 +10,9 @@
 #include <random>
 
 #include "analysis/csv_table.hpp"
-#include "sim/core/compact_trace.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/run/compact_trace.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "sim/core/mpi_world.hpp"
+#include "sim/run/mpi_world.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/prompt_file.hpp"

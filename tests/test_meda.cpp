@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/sample_stats.hpp"
 #include "policies/selection.hpp"
-#include "sim/core/sample_stats.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/synth.hpp"

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/layer_attention.hpp"
 #include "policies/policy.hpp"
 #include "policies/scorers.hpp"
-#include "sim/core/layer_attention.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/kvtrace_writer.hpp"

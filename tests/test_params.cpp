@@ -2,9 +2,9 @@
 
 #include <fstream>
 
+#include "core/suggest.hpp"
 #include "policies/policy.hpp"
 #include "policies/policy_config.hpp"
-#include "sim/core/suggest.hpp"
 #include "tests/tiny_trace.hpp"
 
 namespace kvsim::test {

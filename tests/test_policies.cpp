@@ -2,8 +2,8 @@
 // q = 1 and k_j = ln w_j, p_ij = w_j / Σ_{m<=i} w_m; with q = 0, attention is uniform).
 #include <gtest/gtest.h>
 
+#include "core/kv_cache.hpp"
 #include "policies/selection.hpp"
-#include "sim/core/kv_cache.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 

@@ -7,7 +7,7 @@
 #include "analysis/bootstrap.hpp"
 #include "analysis/paired.hpp"
 #include "analysis/seed_comparison.hpp"
-#include "sim/core/splitmix.hpp"
+#include "core/splitmix.hpp"
 
 namespace kvsim::test {
 namespace {

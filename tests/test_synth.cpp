@@ -6,7 +6,7 @@
 #include <numeric>
 #include <set>
 
-#include "sim/core/layer_attention.hpp"
+#include "core/layer_attention.hpp"
 #include "traces/synth.hpp"
 
 namespace kvsim {

@@ -1,5 +1,5 @@
 // What an existing file on disk is, as far as kvsim's own formats go: the output guard
-// (sim/core/output_guard.hpp) asks before it lets a command write over it.
+// (sim/run/output_guard.hpp) asks before it lets a command write over it.
 #pragma once
 
 #include <string>

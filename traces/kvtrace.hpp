@@ -104,7 +104,7 @@ int parse_prompt_tail(const std::string& text);
 const std::string& context_draw_key(const SampleInfo& sample);
 
 // What a compact trace stores of one layer in place of its early prompt queries: the statistics
-// LayerAttention computes from them (sim/core/layer_attention.hpp), as it computed them.
+// LayerAttention computes from them (core/layer_attention.hpp), as it computed them.
 struct StoredPromptStats {
   // The statistics of the first `prompt_len` positions taken as the prompt.
   struct Prompt {

@@ -1,13 +1,13 @@
 // Causal attention of packed sequences for training the assembled VLM's decoder
-// (sim/core/causal_attention.hpp), on numpy arrays; python/kvsim/vlm/attention.py wraps it as a
+// (core/causal_attention.hpp), on numpy arrays; python/kvsim/vlm/attention.py wraps it as a
 // torch autograd function. Beside it, what that training sets and records of the machine: the
 // kernels' instruction set (simd) and OpenBLAS's thread count (blas_threads).
 #include <cstdint>
 #include <string>
 
+#include "core/causal_attention.hpp"
+#include "core/kernels/kernels.hpp"
 #include "python/bindings/common.hpp"
-#include "sim/core/causal_attention.hpp"
-#include "sim/core/kernels/kernels.hpp"
 
 namespace kvsim::python {
 

@@ -16,14 +16,14 @@
 #include <utility>
 #include <vector>
 
-#include "sim/core/blas_threads.hpp"
+#include "core/blas_threads.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim::python {
 
 namespace py = pybind11;
 
-// kvsim's output guard (sim/core/output_guard.hpp) with Python's errors: FileExistsError for a
+// kvsim's output guard (sim/run/output_guard.hpp) with Python's errors: FileExistsError for a
 // conflict, OSError where an output cannot be written. outputs: (path, option, kind), kind
 // "result", "trace" or "prompts"; inputs: (path, role).
 void check_outputs_py(const std::vector<std::tuple<std::string, std::string, std::string>>& outputs,

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "python/bindings/common.hpp"
-#include "sim/core/compact_trace.hpp"
+#include "sim/run/compact_trace.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace py = pybind11;

@@ -3,7 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "python/bindings/common.hpp"
-#include "sim/core/output_guard.hpp"
+#include "sim/run/output_guard.hpp"
 
 namespace py = pybind11;
 
@@ -34,7 +34,7 @@ PYBIND11_MODULE(_kvsim, m) {
   kvsim::python::bind_compact(m);
   kvsim::python::bind_attention(m);
   // The user's own exception from a Python policy, raised as itself; an output in the way of an
-  // input or of a trace (sim/core/output_guard.hpp) as FileExistsError.
+  // input or of a trace (sim/run/output_guard.hpp) as FileExistsError.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

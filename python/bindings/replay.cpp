@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <map>
 
+#include "core/params.hpp"
 #include "policies/policy_config.hpp"
 #include "python/bindings/python_policy.hpp"
-#include "sim/core/note_tally.hpp"
-#include "sim/core/params.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/run/note_tally.hpp"
 
 namespace kvsim::python {
 

@@ -8,9 +8,9 @@
 
 #include <cstdio>
 
+#include "core/partial_files.hpp"
 #include "python/bindings/common.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/partial_files.hpp"
+#include "sim/run/output_guard.hpp"
 #include "traces/kvtrace_writer.hpp"
 
 namespace py = pybind11;

@@ -1,12 +1,12 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/layer_attention.hpp"
 #include "policies/policy.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/compact_trace.hpp"
-#include "sim/core/layer_attention.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/progress.hpp"
+#include "sim/run/compact_trace.hpp"
+#include "sim/run/output_guard.hpp"
+#include "sim/run/progress.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim::cli {

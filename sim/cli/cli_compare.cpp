@@ -4,8 +4,8 @@
 #include "analysis/csv_table.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/output_guard.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/run/output_guard.hpp"
 
 namespace kvsim::cli {
 

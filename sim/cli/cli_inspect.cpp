@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "sim/cli/cli.hpp"
-#include "sim/core/progress.hpp"
+#include "sim/run/progress.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim::cli {

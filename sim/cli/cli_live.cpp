@@ -8,16 +8,16 @@
 #include <random>
 #include <thread>
 
+#include "core/partial_files.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/mpi_world.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/live/evaluate.hpp"
 #include "sim/live/pieces.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
+#include "sim/run/mpi_world.hpp"
+#include "sim/run/output_guard.hpp"
+#include "sim/run/progress.hpp"
 
 namespace kvsim::cli {
 

@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/suggest.hpp"
 #include "policies/policy.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/suggest.hpp"
 
 namespace kvsim::cli {
 

@@ -7,12 +7,12 @@
 #include "analysis/prediction_card.hpp"
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/replay/bounds.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/run/output_guard.hpp"
+#include "sim/run/progress.hpp"
 
 namespace kvsim::cli {
 

@@ -4,9 +4,9 @@
 
 #include "analysis/attention_stats.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/run/output_guard.hpp"
+#include "sim/run/progress.hpp"
 
 namespace kvsim::cli {
 

@@ -8,9 +8,9 @@
 
 #include "policies/policy_config.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/mpi_world.hpp"
-#include "sim/core/progress.hpp"
 #include "sim/replay/sweep.hpp"
+#include "sim/run/mpi_world.hpp"
+#include "sim/run/progress.hpp"
 
 namespace kvsim::cli {
 

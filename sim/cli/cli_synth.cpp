@@ -1,9 +1,9 @@
 #include <cstdio>
 
+#include "core/partial_files.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/progress.hpp"
+#include "sim/run/output_guard.hpp"
+#include "sim/run/progress.hpp"
 #include "traces/synth.hpp"
 
 namespace kvsim::cli {

@@ -7,10 +7,10 @@
 #include <map>
 #include <sstream>
 
+#include "core/partial_files.hpp"
+#include "core/suggest.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/core/mpi_world.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/suggest.hpp"
+#include "sim/run/mpi_world.hpp"
 
 namespace {
 

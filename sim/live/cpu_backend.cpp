@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/parallel.hpp"
 #include "sim/live/backend.hpp"
-#include "sim/core/parallel.hpp"
 
 namespace kvsim::live {
 

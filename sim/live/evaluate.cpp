@@ -9,12 +9,12 @@
 
 #include "analysis/comparison.hpp"
 #include "analysis/csv_table.hpp"
-#include "sim/core/compact_trace.hpp"
-#include "sim/core/csv_format.hpp"
-#include "sim/core/note_tally.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/result_files.hpp"
+#include "core/csv_format.hpp"
+#include "core/partial_files.hpp"
 #include "sim/live/pieces.hpp"
+#include "sim/run/compact_trace.hpp"
+#include "sim/run/note_tally.hpp"
+#include "sim/run/result_files.hpp"
 #include "traces/half.hpp"
 
 namespace kvsim::live {

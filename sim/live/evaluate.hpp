@@ -25,7 +25,7 @@ struct CaptureOptions {
   // Greedy generation stops once it has fed one of these tokens (the model's end of sequence):
   // the sample then has as many generated positions as tokens up to and including it.
   std::vector<std::int32_t> stop_tokens;
-  // > 0: write a compact trace (sim/core/compact_trace.hpp) keeping the prompt queries of windows
+  // > 0: write a compact trace (sim/run/compact_trace.hpp) keeping the prompt queries of windows
   // up to this many rows: each sample's statistics are computed from its layers as captured (in
   // the stored dtype), and its other prompt queries never reach the disk.
   int compact_window = 0;

@@ -4,7 +4,7 @@
 // Each layer runs its own policy instance, which has first seen the prefill of every lower layer
 // (the state replay's single instance has on reaching that layer; policies/policy.hpp).
 // Per sample the prompt is prefilled once with a full cache (shared by every run), its attention
-// statistics computed once (sim/core/layer_attention.hpp, prompt only). A run then loads the
+// statistics computed once (core/layer_attention.hpp, prompt only). A run then loads the
 // prompt's keys and values into the backend's cache, calls on_prefill for every layer, and for each
 // decode step and layer: appends the token's key and value, attends over the retained entries,
 // calls on_decode, and applies the policy's evictions and merges to the backend's cache (the

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "sim/core/splitmix.hpp"
+#include "core/splitmix.hpp"
 
 namespace kvsim::live {
 

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "sim/core/kernels/kernels.hpp"
-#include "sim/core/note_tally.hpp"
-#include "sim/core/parallel.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/parallel.hpp"
+#include "sim/run/note_tally.hpp"
 
 namespace kvsim {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/core/layer_attention.hpp"
+#include "core/layer_attention.hpp"
 
 namespace kvsim {
 

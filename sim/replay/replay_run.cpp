@@ -6,11 +6,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/core/note_tally.hpp"
-#include "sim/core/partial_files.hpp"
+#include "core/partial_files.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
+#include "sim/run/note_tally.hpp"
 
 namespace kvsim {
 

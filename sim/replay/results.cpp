@@ -8,7 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/core/partial_files.hpp"
+#include "core/partial_files.hpp"
 
 namespace kvsim {
 

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "analysis/bootstrap.hpp"
-#include "sim/core/csv_format.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/result_files.hpp"
+#include "core/csv_format.hpp"
+#include "core/partial_files.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/run/result_files.hpp"
 #include "traces/hdf5_util.hpp"
 
 namespace kvsim {

@@ -11,14 +11,14 @@
 #include <sstream>
 
 #include "analysis/bootstrap.hpp"
+#include "core/parallel.hpp"
+#include "core/partial_files.hpp"
+#include "core/splitmix.hpp"
 #include "policies/policy_config.hpp"
-#include "sim/core/note_tally.hpp"
-#include "sim/core/output_guard.hpp"
-#include "sim/core/parallel.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/splitmix.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/run/note_tally.hpp"
+#include "sim/run/output_guard.hpp"
 
 #ifdef KVSIM_WITH_MPI
 #include <mpi.h>

@@ -4,19 +4,19 @@ the host: the column sums of the causal prefill attention per query head (plain,
 probabilities rounded to the file's dtype), and the text queries' head-averaged column sums and
 maxima, of the prompt and of the context before the question.
 
-The same definitions as kvsim's C++ (sim/core/layer_attention.cpp: compute_prefill,
+The same definitions as kvsim's C++ (core/layer_attention.cpp: compute_prefill,
 compute_text_query_stats), summed in another order: equal to kvsim.prompt_statistics to float32
 rounding, not bit for bit, so replay of such a trace can differ from the full trace's where two
 scores tie to the last bit. MEDA's prompt entropies are not computed here (a capture with device
 statistics is written without them, as `kvsim compact --no-entropies`). Pure torch: the rules
 for the question and the first kept row are restated here from traces/kvtrace.cpp and
-sim/core/compact_trace.cpp because kvsim's C++ module is often not importable where the GPU is.
+sim/run/compact_trace.cpp because kvsim's C++ module is often not importable where the GPU is.
 """
 import numpy as np
 
 __all__ = ["question_length", "first_row", "prompt_statistics"]
 
-PREFILL_BLOCK_ROWS = 64  # kPrefillBlockRows (sim/core/layer_attention.hpp)
+PREFILL_BLOCK_ROWS = 64  # kPrefillBlockRows (core/layer_attention.hpp)
 
 
 def question_length(modality, question_len=-1):

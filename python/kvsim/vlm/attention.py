@@ -1,5 +1,5 @@
 """Causal attention of packed sequences as a torch autograd function computed by kvsim's C++
-kernels (sim/core/causal_attention.hpp): the decoder's attention when the eight-box VLM trains on
+kernels (core/causal_attention.hpp): the decoder's attention when the eight-box VLM trains on
 the CPU.
 
 torch 1.13 computes a decoder with 8-dimensional heads as batched products over [items · heads,

@@ -1,4 +1,4 @@
-#include "sim/core/block_pool.hpp"
+#include "core/block_pool.hpp"
 
 #include <map>
 #include <mutex>

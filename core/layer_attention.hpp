@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/core/block_pool.hpp"
+#include "core/block_pool.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim {
@@ -20,7 +20,7 @@ struct AttentionNeeds {
   // attention averaged over all query heads: how much text attends each entry (defined as HAE's
   // Dual-Attention Pruning reads it, Eq. 1 and 3; also read by `kvsim stats` and replay --bounds).
   int text_query_layers = 0;
-  // Per-layer entropies of every layer before the first is compressed (sim/core/sample_stats.hpp).
+  // Per-layer entropies of every layer before the first is compressed (core/sample_stats.hpp).
   bool sample_entropies = false;
   // Windows W: the column sums of every layer's last W prompt rows, before the first layer is
   // compressed (SampleStats::window_sums; MadaKV's Eq. 9 needs of all layers). Sorted, unique.
@@ -66,7 +66,7 @@ class LayerAttention {
   LayerAttention(const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs, int threads);
   // The plain reference: the same statistics from scalar loops, row by row, no BLAS, no blocking
-  // (sim/replay/reference_replay.cpp). Used to check the fast path and as the benchmark's baseline.
+  // (core/naive_attention.cpp). Used to check the fast path and as the benchmark's baseline.
   struct Naive {};
   LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs);

@@ -1,11 +1,11 @@
-#include "sim/core/params.hpp"
+#include "core/params.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/core/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace kvsim {
 

@@ -1,4 +1,4 @@
-#include "sim/core/csv_format.hpp"
+#include "core/csv_format.hpp"
 
 #include <charconv>
 #include <cmath>

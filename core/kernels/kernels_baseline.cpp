@@ -1,6 +1,6 @@
 // The instruction set every CPU of the target has (SSE2 on x86-64), built with the project's
 // default flags.
-#include "sim/core/kernels/kernels_impl.hpp"
+#include "core/kernels/kernels_impl.hpp"
 
 namespace kvsim::kernels {
 const Table& table_baseline() {

@@ -1,4 +1,4 @@
-#include "sim/core/kv_cache.hpp"
+#include "core/kv_cache.hpp"
 
 #include <algorithm>
 #include <stdexcept>

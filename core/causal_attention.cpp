@@ -1,12 +1,12 @@
-#include "sim/core/causal_attention.hpp"
+#include "core/causal_attention.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "sim/core/kernels/kernels.hpp"
-#include "sim/core/parallel.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/parallel.hpp"
 
 namespace kvsim {
 

@@ -1,4 +1,4 @@
-#include "sim/core/kernels/kernels.hpp"
+#include "core/kernels/kernels.hpp"
 
 #include <cstdlib>
 #include <stdexcept>

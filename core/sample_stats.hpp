@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "sim/core/layer_attention.hpp"
+#include "core/layer_attention.hpp"
 #include "traces/kvtrace.hpp"
 
 namespace kvsim {

@@ -1,5 +1,5 @@
 // Built with -mavx2 -mfma (CMakeLists.txt); called only where the CPU has both.
-#include "sim/core/kernels/kernels_impl.hpp"
+#include "core/kernels/kernels_impl.hpp"
 
 namespace kvsim::kernels {
 const Table& table_avx2() {

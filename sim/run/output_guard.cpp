@@ -1,9 +1,9 @@
-#include "sim/core/output_guard.hpp"
+#include "sim/run/output_guard.hpp"
 
 #include <filesystem>
 #include <system_error>
 
-#include "sim/core/result_files.hpp"
+#include "sim/run/result_files.hpp"
 #include "traces/file_kind.hpp"
 
 namespace kvsim {

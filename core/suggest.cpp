@@ -1,4 +1,4 @@
-#include "sim/core/suggest.hpp"
+#include "core/suggest.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "sim/core/layer_attention.hpp"
+#include "core/layer_attention.hpp"
 
 #include <cblas.h>
 
@@ -9,9 +9,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/core/kernels/kernels.hpp"
-#include "sim/core/parallel.hpp"
-#include "sim/core/suggest.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/parallel.hpp"
+#include "core/suggest.hpp"
 #include "traces/half.hpp"
 
 namespace kvsim {

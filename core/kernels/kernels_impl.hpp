@@ -7,7 +7,7 @@
 #include <cmath>
 #include <xsimd/xsimd.hpp>
 
-#include "sim/core/kernels/kernels.hpp"
+#include "core/kernels/kernels.hpp"
 
 namespace kvsim::kernels {
 namespace {

@@ -22,7 +22,7 @@ struct Table {
   // Σ x[i]²
   float (*sum_of_squares)(const float* x, int n);
 
-  // One query row of causal attention (sim/core/causal_attention.hpp) over its n keys and values,
+  // One query row of causal attention (core/causal_attention.hpp) over its n keys and values,
   // stored transposed: kt[d·stride + j], vt likewise, readable (and, in the backward, writable)
   // up to column n rounded up to the lane count; p: scratch of that many floats.
   // Forward: p_j = softmax_j(scale·Σ_d q[d]·kt[d][j]), out[d] = Σ_j p_j·vt[d][j]; returns the log

@@ -1,4 +1,4 @@
-#include "sim/core/run_labels.hpp"
+#include "core/run_labels.hpp"
 
 #include <algorithm>
 

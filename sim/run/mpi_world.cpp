@@ -1,4 +1,4 @@
-#include "sim/core/mpi_world.hpp"
+#include "sim/run/mpi_world.hpp"
 
 #include <algorithm>
 #include <cstdio>

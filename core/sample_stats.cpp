@@ -1,4 +1,4 @@
-#include "sim/core/sample_stats.hpp"
+#include "core/sample_stats.hpp"
 
 #include <cblas.h>
 
@@ -6,7 +6,7 @@
 #include <array>
 #include <cmath>
 
-#include "sim/core/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace kvsim {
 

@@ -1,4 +1,4 @@
-#include "sim/core/progress.hpp"
+#include "sim/run/progress.hpp"
 
 #include <unistd.h>
 

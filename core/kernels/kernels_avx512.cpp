@@ -1,6 +1,6 @@
 // Built with -mavx512f -mavx512cd -mavx512dq -mavx512bw (CMakeLists.txt); called only where the
 // CPU and its OS support AVX-512.
-#include "sim/core/kernels/kernels_impl.hpp"
+#include "core/kernels/kernels_impl.hpp"
 
 namespace kvsim::kernels {
 const Table& table_avx512() {

@@ -9,7 +9,7 @@
 namespace kvsim {
 
 // Every result file is written to `<path>.partial` and renamed when complete (partial, publish:
-// sim/core/partial_files.hpp), so an interrupted run never leaves a truncated file under the final
+// core/partial_files.hpp), so an interrupted run never leaves a truncated file under the final
 // name.
 // Fails at once, before any work, when `path` (given with `option`, e.g. "--summary") cannot be
 // written: the error names the user's path and the operating system's reason.

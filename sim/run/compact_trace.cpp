@@ -1,12 +1,12 @@
-#include "sim/core/compact_trace.hpp"
+#include "sim/run/compact_trace.hpp"
 
 #include <cstdio>
 #include <stdexcept>
 #include <xtensor/xview.hpp>
 
-#include "sim/core/layer_attention.hpp"
-#include "sim/core/partial_files.hpp"
-#include "sim/core/sample_stats.hpp"
+#include "core/layer_attention.hpp"
+#include "core/partial_files.hpp"
+#include "core/sample_stats.hpp"
 #include "traces/kvtrace_writer.hpp"
 
 namespace kvsim {

@@ -1,4 +1,4 @@
-#include "sim/core/result_files.hpp"
+#include "sim/run/result_files.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "sim/core/partial_files.hpp"
+#include "core/partial_files.hpp"
 
 namespace kvsim {
 

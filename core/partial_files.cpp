@@ -1,4 +1,4 @@
-#include "sim/core/partial_files.hpp"
+#include "core/partial_files.hpp"
 
 #include <unistd.h>
 
