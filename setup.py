@@ -1,6 +1,6 @@
 """Builds the C++ half of the `kvsim` package with the project's CMake, for the interpreter
 running pip: the pybind11 module kvsim._kvsim, the `kvsim` command (installed inside the package
-and run by the `kvsim` entry point), and the figures code from analysis/.
+and run by the `kvsim` entry point).
 
 Environment: KVSIM_BUILD_DIR, the CMake build directory to use (default: the checkout's build/
 when it is a Release build with the module for this interpreter, as the README's set-up makes it,
@@ -151,7 +151,7 @@ class CMakeBuild(build_ext):
                  "pip install -v shows the compiler's lines)")
         run_build(["cmake", "--build", build, "-j", str(os.cpu_count() or 1), "--target",
                    "_kvsim", "kvsim"])
-        progress("[3/3] copying the module, the kvsim command and the figures code in place")
+        progress("[3/3] copying the module and the kvsim command in place")
         package = os.path.join(build, "python", "kvsim")
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         module = os.path.join(package, "_kvsim" + suffix)
@@ -164,17 +164,14 @@ class CMakeBuild(build_ext):
         out = os.path.dirname(target)
         os.makedirs(os.path.join(out, "bin"), exist_ok=True)
         shutil.copy2(os.path.join(build, "kvsim"), os.path.join(out, "bin", "kvsim"))
-        os.makedirs(os.path.join(out, "analysis"), exist_ok=True)
-        for name in ("__init__.py", "figure_style.py", "figures.py", "sweep_report.py"):
-            shutil.copyfile(os.path.join(package, "analysis", name),
-                            os.path.join(out, "analysis", name))
 
 
 require_debian_python()
 setup(
-    packages=["kvsim", "kvsim.capture", "kvsim.models", "kvsim.vlm"],
+    packages=["kvsim", "kvsim.capture", "kvsim.models", "kvsim.report", "kvsim.vlm"],
     package_dir={"kvsim": "python/kvsim", "kvsim.capture": "python/kvsim/capture",
-                 "kvsim.models": "python/kvsim/models", "kvsim.vlm": "python/kvsim/vlm"},
+                 "kvsim.models": "python/kvsim/models", "kvsim.report": "python/kvsim/report",
+                 "kvsim.vlm": "python/kvsim/vlm"},
     package_data={"kvsim": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kvsim._kvsim", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -34,7 +34,7 @@ PredictionCard parse_prediction_card(const std::string& text, const std::string&
   PredictionCard c;
   c.path = path;
   if (j.is_object() && j.contains("at_chance")) {
-    // analysis/prediction_card.py's card of a model whose full cache answers at chance: no map.
+    // kvsim.report.prediction_card's card of a model whose full cache answers at chance: no map.
     const auto& r = j.at("at_chance");
     auto number = [&](const char* key) {
       if (!r.is_object() || !r.contains(key) || !r.at(key).is_number()) return std::string("?");
@@ -62,7 +62,7 @@ PredictionCard parse_prediction_card(const std::string& text, const std::string&
     }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument("--card " + path + ": not a prediction card (" + e.what() +
-                                "; analysis/prediction_card.py writes one)");
+                                "; kvsim.report.prediction_card writes one)");
   }
   if (c.metric != "replay_output_rel_error" && c.metric != "replay_mass_recall")
     throw std::invalid_argument("--card " + path + ": metric '" + c.metric +

@@ -1,4 +1,4 @@
-// A prediction card (analysis/prediction_card.py): a monotone map, fitted on live runs of a real
+// A prediction card (kvsim.report.prediction_card): a monotone map, fitted on live runs of a real
 // model, from a replay metric to the live outcome, with the range its out-of-sample residuals
 // took. `kvsim replay --card` reads it to print a predicted outcome for every replayed policy.
 #pragma once

@@ -14,9 +14,9 @@
 #   experiments/merging_regimes.sh [LAYERS] [SEEDS]
 #     -> results/merging_regimes/traces/REGIME_L<LAYERS>_s<SEED>.h5 (kept and reused)
 #     -> results/merging_regimes/recipes/merging_vs_eviction/ (the sweep, table_by_trace.csv/.md)
-#     -> results/merging_regimes/merging.csv/.md (analysis/merging_report.py: merging against
-#        eviction per regime, policy and budget, averaged over the seeds, with the number of
-#        seeds on which merging was lower)
+#     -> results/merging_regimes/merging.csv/.md (experiments/reports/merging_report.py: merging
+#     against eviction per regime, policy and budget, averaged over the seeds, with the number of
+#     seeds on which merging was lower)
 #
 # LAYERS (default 8) sets each trace's depth and SEEDS (default "1 2 3 4"; 1 is the demo's) the
 # generator's seeds; the shape is otherwise the demo's (LLaVA-1.5-7B).
@@ -24,6 +24,7 @@
 # results/; relative paths are the caller's (nothing is written into the repository).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+reports=$repo/experiments/reports  # the experiments' own reports
 layers=${1:-8}
 seeds=${2:-"1 2 3 4"}
 out="${KVSIM_RESULTS:-results}/merging_regimes"
@@ -46,6 +47,9 @@ for regime in demo value_gap visible flat_deep flat_deep_visible; do
   done
 done
 KVSIM_RESULTS="$out" "$repo/experiments/run_recipe.sh" merging_vs_eviction "${traces[@]}"
-/usr/bin/python3 "$repo/analysis/merging_report.py" \
+# The kvsim package the report imports: the build's beside the binary, else the source tree's.
+built=$(dirname "${KVSIM:-$repo/build/kvsim}")/python
+PYTHONPATH="$built:$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
+  /usr/bin/python3 "$reports/merging_report.py" \
   "$out/recipes/merging_vs_eviction/table_by_trace.csv" --out "$out"
 echo "merging_regimes: $out/merging.md"

@@ -1,26 +1,22 @@
 #!/bin/sh
 # Regenerates a page's numbers and figures and checks them against the page, region by region
-# (analysis/docs_tables.py --check: equal; equal within the stated tolerance, analysis/tolerance.py;
-# or different, with the first difference).
-# Usage: experiments/reproduce.sh PAGE [--quick | --from-results] [OUT_DIR]
-#   PAGE            real_model (docs/real_model.md)
-#   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
-#                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
-#                   hour, and its factorial of three orders, about 2 h) and the eight boxes from
-#                   the committed weights in four orders (about 70 min a seed, their reports
-#                   about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them
-#                   here first); about 12 hours in all
-#   --quick         one seed of each task, its rows against the committed per-seed results: the
-#                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
-#                   compress order at 10%)
-#   --from-results  the page's reports, tables and figures from the results committed under
-#                   experiments/results/ (no model; about 15 minutes on 2 cores), against the
-#                   page
-#   OUT_DIR         default demo/reproduce/PAGE
-# The page's numbers were produced on the machine its text names; on another CPU they are equal
-# within the tolerance docs/testing.md states, not byte for byte.
+# (experiments/reports/docs_tables.py --check: equal; equal within the stated tolerance,
+# kvsim.report.tolerance; or different, with the first difference). Usage: experiments/reproduce.sh
+# PAGE [--quick | --from-results] [OUT_DIR] PAGE            real_model (docs/real_model.md) (no
+# option)     every experiment of the page, from the models (python3 -m kvsim.models fetch): the
+# stories (about 1 min on 2 cores), the single image (ten seeds, about an hour, and its factorial of
+# three orders, about 2 h) and the eight boxes from the committed weights in four orders (about 70
+# min a seed, their reports about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains
+# them here first); about 12 hours in all --quick         one seed of each task, its rows against
+# the committed per-seed results: the stories, the single image (about 8 min) and the eight boxes
+# (seed 0, the compress order at 10%) --from-results  the page's reports, tables and figures from
+# the results committed under experiments/results/ (no model; about 15 minutes on 2 cores), against
+# the page OUT_DIR         default demo/reproduce/PAGE The page's numbers were produced on the
+# machine its text names; on another CPU they are equal within the tolerance docs/testing.md states,
+# not byte for byte.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
+reports=$repo/experiments/reports  # the experiments' own reports
 page=${1:-}
 mode=${2:-full}
 case "$mode" in --quick) mode=quick ;; --from-results) mode=results ;; full) ;;
@@ -41,9 +37,9 @@ mkdir -p "$out"
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 
 report_from_results() {  # NAME [CARD]: a committed experiment's report, regenerated in OUT/NAME
-  "$py" "$repo/analysis/vlm_eval_report.py" --from-results "$results/$1" \
+  "$py" "$reports/vlm_eval_report.py" --from-results "$results/$1" \
     --out "$out/$1" >"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
-  "$py" "$repo/analysis/prediction_card.py" --by-image "$out/$1/vlm_eval_by_image.csv" \
+  "$py" -m kvsim.report.prediction_card --by-image "$out/$1/vlm_eval_by_image.csv" \
     --outcome contains --name "${2:-assembled VLM}" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$1/card" >>"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
 }
@@ -57,8 +53,8 @@ stories_from_results() {  # the stories' table and card from their committed sum
   for b in 10 20 30 50; do
     set -- "$@" "$b%=$results/stories/live_$b.csv.gz"
   done
-  { "$py" "$repo/analysis/replay_vs_live.py" --out "$out/stories" --replay "$@" &&
-    "$py" "$repo/analysis/prediction_card.py" --by-image "$out/stories/by_image.csv" \
+  { "$py" -m kvsim.report.replay_vs_live --out "$out/stories" --replay "$@" &&
+    "$py" -m kvsim.report.prediction_card --by-image "$out/stories/by_image.csv" \
       --outcome dnll --name stories260K --out "$out/stories/card"; } >"$out/stories.log" 2>&1 ||
     { cat "$out/stories.log" >&2; exit 1; }
 }
@@ -70,7 +66,7 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, the o
   for order in compress append; do
     report_from_results "vlm_multi/$order" "eight-box VLM, question $order"
   done
-  "$py" "$repo/analysis/vlm_orders.py" --compress "$o/compress" --append "$o/append" \
+  "$py" "$reports/vlm_orders.py" --compress "$o/compress" --append "$o/append" \
     --shared "$r/shared" --shared-budget 20 --coverage "$r/coverage.csv.gz" --out "$o" \
     >"$o/orders.log" 2>&1 || { cat "$o/orders.log" >&2; exit 1; }
   f="$o/factorial"
@@ -101,7 +97,7 @@ print(" ".join(json.load(open(sys.argv[1]))["settings"]["budgets"]))' \
 }
 
 factorial() {  # DIR: the three orders' reports in DIR/ORDER taken apart, into DIR
-  "$py" "$repo/analysis/vlm_factorial.py" --compress "$1/compress" --tail1 "$1/tail1" \
+  "$py" "$reports/vlm_factorial.py" --compress "$1/compress" --tail1 "$1/tail1" \
     --tailq "$1/tailq" --out "$1" >"$1/factorial.log" 2>&1 ||
     { cat "$1/factorial.log" >&2; exit 1; }
 }
@@ -121,7 +117,7 @@ factorial_from_run() {  # the factorial over the seeds and budgets of its commit
     set --
     for s in $seeds; do set -- "$@" "$s=$out/vlm_multi/$order/seed$s"; done
     # shellcheck disable=SC2086
-    "$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
+    "$py" "$reports/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
       --order "$order" --out "$f/$order" >"$f/$order.log" 2>&1 ||
       { cat "$f/$order.log" >&2; exit 1; }
   done
@@ -129,7 +125,7 @@ factorial_from_run() {  # the factorial over the seeds and budgets of its commit
 }
 
 transfer() {  # the declared prediction test across tasks (experiments/prediction_declaration.json)
-  "$py" "$repo/analysis/prediction_transfer.py" \
+  "$py" "$reports/prediction_transfer.py" \
     --declaration "$repo/experiments/prediction_declaration.json" --task "vlm_eval=$out/vlm_eval" \
     --task "vlm_multi/compress=$out/vlm_multi/compress" \
     --task "vlm_multi/append=$out/vlm_multi/append" --out "$out/transfer" \
@@ -163,7 +159,7 @@ case "$mode" in
     say "single image, seed 0: experiments/vlm_eval.sh (progress below)"
     VLM_EVAL_SEEDS=0 "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
     say "seed 0's rows against the committed per-seed results:"
-    "$py" "$repo/analysis/tolerance.py" "$results/vlm_eval/vlm_eval_by_seed.csv.gz" \
+    "$py" -m kvsim.report.tolerance "$results/vlm_eval/vlm_eval_by_seed.csv.gz" \
       "$out/vlm_eval/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset
     say "the single-image regions quote ten seeds: not compared with one"
     say "eight boxes, seed 0 from its committed weights: the compress order at 10% and the" \
@@ -178,7 +174,7 @@ case "$mode" in
 p = sys.argv[1]
 m = json.load(open(p))["settings"].get("machine", {}) if os.path.exists(p) else {}
 print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
-    "$py" "$repo/analysis/tolerance.py" "$results/vlm_multi/compress_by_seed.csv.gz" \
+    "$py" -m kvsim.report.tolerance "$results/vlm_multi/compress_by_seed.csv.gz" \
       "$out/vlm_multi/compress/vlm_eval_by_seed.csv" --keys seed,budget,policy --subset \
       --made-with-simd "$made_with"
     say "the eight-box regions quote five seeds and both orders: not compared with one"
@@ -208,7 +204,7 @@ esac
 say "the page's regions against this run (docs_tables.py --check):"
 set --
 for r in $runs; do set -- "$@" --run "$r"; done
-if "$py" "$repo/analysis/docs_tables.py" "$doc" --check "$@"; then
+if "$py" "$reports/docs_tables.py" "$doc" --check "$@"; then
   say "every checked region of $doc is reproduced"
 else
   say "some region of $doc differs (above)"; exit 1

@@ -16,5 +16,8 @@ traces=("$@")
 out="${KVSIM_RESULTS:-results}/recipes/${recipe}"
 args=()
 for t in "${traces[@]}"; do args+=(--trace "$t"); done
-"${KVSIM:-$repo/build/kvsim}" sweep --config "$ini" "${args[@]}" --out "$out"
-/usr/bin/python3 "$repo/analysis/sweep_report.py" "$out/results.csv" --out "$out"
+kvsim=${KVSIM:-$repo/build/kvsim}
+"$kvsim" sweep --config "$ini" "${args[@]}" --out "$out"
+# The report: the kvsim package built beside the binary (its intervals), else the source tree's.
+PYTHONPATH="$(dirname "$kvsim")/python:$repo/python${PYTHONPATH:+:$PYTHONPATH}" \
+  /usr/bin/python3 -m kvsim.report.sweep_report "$out/results.csv" --out "$out"

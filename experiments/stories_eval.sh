@@ -41,7 +41,7 @@ for b in 10% 20% 30% 50%; do
   replays="$replays $b=$out/replay_$n.csv"
   lives="$lives $b=$out/live_$n.csv"
 done
-"$py" "$repo/analysis/replay_vs_live.py" --replay $replays --live $lives --out "$out"
+"$py" -m kvsim.report.replay_vs_live --replay $replays --live $lives --out "$out"
 # The prediction card: replay's output error -> the live ΔNLL, tested out of sample.
-"$py" "$repo/analysis/prediction_card.py" --by-image "$out/by_image.csv" --outcome dnll \
+"$py" -m kvsim.report.prediction_card --by-image "$out/by_image.csv" --outcome dnll \
   --name stories260K --out "$out/card"

@@ -26,13 +26,15 @@
 #   whole prompt compressed; tail1: its last token fed after compression, `--prompt-tail 1`;
 #   tailq: its question fed after compression, `--prompt-tail question`; under a tail the
 #   self-sizing runs are text_only only, and three runs of one reading in these orders are taken
-#   apart by analysis/vlm_factorial.py); VLM_EVAL_WINDOW=N adds the random floor that protects
-#   the N newest positions (`random@window`, clamped to the budget as the SnapKV family's
+#   apart by experiments/reports/vlm_factorial.py); VLM_EVAL_WINDOW=N adds the random floor that
+#   protects the N newest positions (`random@window`, clamped to the budget as the SnapKV family's
 #   observation window is) beside the unprotected one; VLM_EVAL_DOCS=FILE writes the run's report
-#   and card into the marked regions of FILE (docs/real_model.md: analysis/docs_tables.py).
+#   and card into the marked regions of FILE (docs/real_model.md:
+#   experiments/reports/docs_tables.py).
 set -eu
 set -f  # no pathname expansion: settings such as '*.decode=cap' pass as written
 repo=$(cd "$(dirname "$0")/.." && pwd)
+reports=$repo/experiments/reports  # the experiments' own reports
 out=${1:-demo/vlm}
 . "$repo/experiments/models_dir.sh"
 models=${2:-$(models_dir)}
@@ -131,14 +133,14 @@ for s in $seeds; do
   runs="$runs $s=$dir"
 done
 step "the report and the prediction card"
-"$py" "$repo/analysis/vlm_eval_report.py" --budgets $budgets --seed $runs --order "$order" \
+"$py" "$reports/vlm_eval_report.py" --budgets $budgets --seed $runs --order "$order" \
   --out "$out"
 # The prediction card: replay's output error -> live accuracy, tested out of sample, with the
 # targets a user would want (family-left-out error <= 0.05, within-budget Spearman >= 0.8, top-1
 # regret <= 0.02); none when the full cache is at chance (one of ten class words).
-"$py" "$repo/analysis/prediction_card.py" --by-image "$out/vlm_eval_by_image.csv" \
+"$py" -m kvsim.report.prediction_card --by-image "$out/vlm_eval_by_image.csv" \
   --outcome contains --name "assembled VLM" --targets 0.05,0.8,0.02 --chance 0.1 --out "$out/card"
 # The docs quote this run: its report and card written into the document's marked regions.
 if [ -n "${VLM_EVAL_DOCS:-}" ]; then
-  "$py" "$repo/analysis/docs_tables.py" "$VLM_EVAL_DOCS" --run vlm_eval="$out"
+  "$py" "$reports/docs_tables.py" "$VLM_EVAL_DOCS" --run vlm_eval="$out"
 fi

@@ -3,20 +3,21 @@
 
     sim/cli, python/bindings    the command line and the Python module
     sim/replay, sim/live        what runs policies: replay and sweeps; the live model
-    gpu                         the CUDA backend, a plugin loaded by sim/live (its backend interface)
+    gpu                         the CUDA backend, a plugin of sim/live (its backend interface)
     sim/run                     run plumbing: MPI, progress, result files, notes, compaction
     policies, analysis          the policies; the statistics
     core                        caches, layer attention, sample statistics, parameters, kernels,
                                 hashing, parallel helpers
     traces                      the trace and prompt formats
 
-Siblings (policies and analysis; sim/replay and sim/live) do not include each other. Each floor may
-include its own files and those of the floors below it. An include written without a folder (or
-with ../) is resolved against the including file's folder, so it cannot hide a step up. A C++
-source outside every floor (other than tests/ and experiments/) is an error too: a new folder must
-be given its place. Each floor is also its own CMake object library, linked on its own against the
-floors below it with every symbol resolved (kvsim_floor_check_*), so a call that points up fails
-to link. Usage: check_layers.py REPO_ROOT, or check_layers.py --self-test
+Siblings (policies and analysis; sim/replay and sim/live) do not include each other; the table of
+docs/architecture.md states ALLOWED and is checked against it. Each floor may include its own files
+and those of the floors below it. An include written without a folder (or with ../) is resolved
+against the including file's folder, so it cannot hide a step up. A C++ source outside every floor
+(other than tests/ and experiments/) is an error too: a new folder must be given its place. Each
+floor is also its own CMake object library, linked on its own against the floors below it with every
+symbol resolved (kvsim_floor_check_*), so a call that points up fails to link. Usage:
+check_layers.py REPO_ROOT, or check_layers.py --self-test
 """
 import os
 import re
@@ -99,6 +100,28 @@ def violations(root):
     return bad
 
 
+def documented(root):
+    """{folder: the folders it may include} from docs/architecture.md's table."""
+    table = {}
+    with open(os.path.join(root, "docs", "architecture.md"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\| `([a-z/]+)` \| (.*) \|$", line.strip())
+            if m:
+                table[m.group(1)] = set(re.findall(r"`([a-z/]+)`", m.group(2))) | {m.group(1)}
+    return table
+
+
+def doc_mismatches(root):
+    """Where docs/architecture.md's table and ALLOWED disagree."""
+    table = documented(root)
+    out = []
+    for layer in sorted(set(table) | set(ALLOWED)):
+        if table.get(layer) != ALLOWED.get(layer):
+            said, checked = sorted(table.get(layer, [])), sorted(ALLOWED.get(layer, []))
+            out.append(f"docs/architecture.md: {layer}: the table says {said}, the check {checked}")
+    return out
+
+
 def self_test():
     """Violations the check must catch, and includes it must let through, in a scratch tree: an
     include pointing up planted in every floor, a relative one, a sibling's, and a source in no
@@ -124,20 +147,28 @@ def self_test():
             with open(os.path.join(root, path), "w") as f:
                 f.write(text)
         found = sorted(b.split(": ", 1)[0] for b in violations(root))
+        # The documented table against the check: a row that allows more is caught.
+        os.makedirs(os.path.join(root, "docs"))
+        with open(os.path.join(root, "docs", "architecture.md"), "w") as f:
+            f.write("| `traces` | nothing else |\n| `core` | `traces`, `policies` |\n")
+        drift = [m.split(": ")[1] for m in doc_mismatches(root)]
+    if "core" not in drift or "traces" in drift:
+        sys.exit(f"check_layers self-test: the documented table's drift found in {drift}, "
+                 "expected core and not traces")
     expected = sorted(["traces/t.hpp:1", "core/b.hpp:1", "policies/p.hpp:1", "analysis/s.hpp:1",
                        "sim/run/r.hpp:2", "sim/replay/e.hpp:2", "sim/live/l.hpp:1", "gpu/k.cu:2",
                        "sim/cli/c.hpp:2", "python/bindings/m.hpp:1", "sim/stray.cpp"])
     if found != expected:
         sys.exit(f"check_layers self-test: found {found}, expected {expected}")
     print("layers self-test: an upward include in every floor, relative, sibling and unplaced "
-          "sources caught")
+          "sources, and a documented table that drifted, caught")
 
 
 def main():
     if sys.argv[1:] == ["--self-test"]:
         self_test()
         return
-    bad = violations(sys.argv[1])
+    bad = violations(sys.argv[1]) + doc_mismatches(sys.argv[1])
     if bad:
         sys.exit("includes pointing up:\n" + "\n".join(bad))
     print("layers: every include points down")

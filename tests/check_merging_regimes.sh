@@ -2,13 +2,17 @@
 # experiments/merging_regimes.sh runs end to end (one-layer traces and two seeds here; the
 # docs/demo.md's table uses eight layers and four seeds): ten traces, each through the 24
 # configurations of the merging_vs_eviction recipe, tabled per trace and compared by
-# analysis/merging_report.py; then merging_report.py on a table worked out by hand.
+# experiments/reports/merging_report.py; then merging_report.py on a table worked out by hand.
 # Usage: check_merging_regimes.sh KVSIM
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
+reports=$here/experiments/reports  # the experiments' own reports
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "$1"; exit 1; }
+# The kvsim package merging_report.py imports: the build's beside the binary, else the source's.
+PYTHONPATH="$(dirname "$1")/python:$here/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
 KVSIM=$1 KVSIM_RESULTS="$out" "$here/experiments/merging_regimes.sh" 1 "1 2" > /dev/null
 table="$out/merging_regimes/recipes/merging_vs_eviction/table_by_trace.csv"
 rows=$(($(wc -l < "$table") - 1))
@@ -33,14 +37,15 @@ x/r_L8_s2.h5,"meda[budget=5%,merge=true]",meda,,0.5,0.5,0.4,10,1
 x/r_L8_s1.h5,"lookm[budget=5%,merge=none]",lookm,,0.5,0.3,0.2,10,1
 x/r_L8_s1.h5,"lookm[budget=5%,merge=average]",lookm,,0.5,0.1,0.1,10,1
 CSV
-/usr/bin/python3 "$here/analysis/merging_report.py" "$out/hand.csv" --out "$out/hand" > /dev/null
+/usr/bin/python3 "$reports/merging_report.py" "$out/hand.csv" --out "$out/hand" > /dev/null
 grep -qx "r,meda,5%,true,2,0.35,0.35,1,0.25,0.25" "$out/hand/merging.csv" ||
   { cat "$out/hand/merging.csv"; fail "merging.csv: wrong meda row"; }
 grep -qx '| `r` | \*\*0.300 → 0.100 (1/1)\*\* | 0.350 → 0.350 (1/2) |' "$out/hand/merging.md" ||
   { cat "$out/hand/merging.md"; fail "merging.md: wrong row"; }
 # A configuration without its eviction twin is an error naming it.
 grep -v "merge=none" "$out/hand.csv" > "$out/orphan.csv"
-if /usr/bin/python3 "$here/analysis/merging_report.py" "$out/orphan.csv" --out "$out/o" 2> "$out/err"; then
+if /usr/bin/python3 "$reports/merging_report.py" "$out/orphan.csv" --out "$out/o" 2>"$out/err"
+then
   fail "merging_report.py accepted a merging run without its eviction twin"
 fi
 grep -q "r seed 1: lookm at 5% has no run without merging" "$out/err" || fail "$(cat "$out/err")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""analysis/replay_vs_live.py: Spearman's ρ against values worked out by hand, and the join of
+"""kvsim.report.replay_vs_live: Spearman's ρ against values worked out by hand, and the join of
 replay and live summaries (perplexity over samples = exp(Σ NLL·tokens / Σ tokens))."""
 import csv
 import math
@@ -8,8 +8,7 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
-import replay_vs_live as rvl  # noqa: E402
+import kvsim.report.replay_vs_live as rvl
 
 
 class ReplayVsLive(unittest.TestCase):
@@ -59,7 +58,7 @@ class ReplayVsLive(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(out, "perplexity_vs_budget.png")))
 
     def test_live_perplexity_figure(self):
-        import figures
+        from kvsim.report import figures
 
         d = tempfile.mkdtemp()
         live = os.path.join(d, "live_summary.csv")

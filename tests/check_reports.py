@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The statistics of the experiment reports, against worked examples: Kendall's W
-(analysis/vlm_eval_report.py), the prediction card's isotonic map, its left-out error, its
-families and its rank correlations (analysis/prediction_card.py), the transfer test
-(analysis/prediction_transfer.py), the order factorial's effects (analysis/vlm_factorial.py)
-and the joining of results folders, on constructed data worked out by hand; and the at-chance
-rule (a full cache not above chance gets no card); the builds' own measurement as a table, and
-the docs' hand-written numbers checked against their generated regions (analysis/docs_tables.py)."""
+"""The statistics of the experiment reports (experiments/reports/), against worked examples:
+Kendall's W (vlm_eval_report.py), the prediction card's isotonic map, its left-out error, its
+families and its rank correlations (kvsim.report.prediction_card), the transfer test
+(prediction_transfer.py), the order factorial's effects (vlm_factorial.py) and the joining of
+results folders, on constructed data worked out by hand; and the at-chance rule (a full cache not
+above chance gets no card); the builds' own measurement as a table, and the docs' hand-written
+numbers checked against their generated regions (docs_tables.py)."""
 import json
 import os
 import sys
@@ -15,13 +15,16 @@ import unittest
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+import kvsim.report.prediction_card as card
+from kvsim.report.figure_style import seed_group
+
+# The experiments' reports (kvsim on the path: the build's, as ctest sets it).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments",
+                                "reports"))
 import docs_tables  # noqa: E402
-import prediction_card as card  # noqa: E402
 import prediction_transfer  # noqa: E402
 import vlm_eval_report  # noqa: E402
 import vlm_factorial  # noqa: E402
-from figure_style import seed_group  # noqa: E402
 from vlm_eval_report import kendall_w, stability  # noqa: E402
 
 

@@ -237,7 +237,7 @@ TEST(PredictionCard, ReadsTheMapAndPredictsBetweenItsKnots) {
   EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
   std::ofstream(bad) << "not json";
   EXPECT_THROW(read_prediction_card(bad), std::invalid_argument);
-  // A card of a model at chance (analysis/prediction_card.py writes no map): named, not "key 'map'
+  // A card of a model at chance (kvsim.report.prediction_card writes no map): named, not "key 'map'
   // not found".
   const std::string chance = temp_path("chance_card.json");
   std::ofstream(chance) << R"({"model": "small", "metric": "replay_output_rel_error",

@@ -1,5 +1,5 @@
 """kvsim's figures as matplotlib Figures, for notebooks: the figures `kvsim figures` writes (same
-code, analysis/figures.py and analysis/sweep_report.py), from results in memory or on disk, plus
+code, kvsim.report.figures and kvsim.report.sweep_report), from results in memory or on disk, plus
 a look at one head's attention. Nothing is written; nothing goes through pyplot's global state.
 
     import kvsim, kvsim.plot
@@ -21,8 +21,8 @@ except ImportError as _missing:
                       f"(./install-deps.sh installs python3-numpy and python3-matplotlib), or "
                       f"install it into this one") from None
 
-from .analysis import figures as _figures
-from .analysis import sweep_report as _sweep_report
+from .report import figures as _figures
+from .report import sweep_report as _sweep_report
 
 __all__ = ["recall_by_layer", "budget_curves", "sweep", "stats", "live", "attention",
            "modality_shares", "policy_style"]

@@ -14,7 +14,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 MODELS = default_models()
 # kvsim's kernel set the committed numbers of python/tests/data were made with (an AVX-512
-# machine): under another, their comparison is printed, not required (analysis/tolerance.py).
+# machine): under another, their comparison is printed, not required (kvsim.report.tolerance).
 COMMITTED_KERNELS = "avx512"
 BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
 

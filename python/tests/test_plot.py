@@ -39,7 +39,7 @@ class Plot(unittest.TestCase):
                 self.assertEqual(list(line.get_xdata()), [0, 1, 2])
 
     def test_seeds_are_one_line_and_self_sizing_policies_a_panel_apart(self):
-        from kvsim.analysis import figures
+        from kvsim.report import figures
 
         steps = os.path.join(self.dir, "seeded.csv")
         subprocess.run([BINARY, "replay", self.trace, "-p", "full,random,h2o,st3", "--budget",
@@ -61,7 +61,7 @@ class Plot(unittest.TestCase):
         self.assertAlmostEqual(band.max(), per_run.max().max(), places=6)
 
     def test_a_summary_is_drawn_with_its_intervals_at_equal_memory(self):
-        from kvsim.analysis import figures
+        from kvsim.report import figures
 
         trace, summary = os.path.join(self.dir, "four.h5"), os.path.join(self.dir, "summary.csv")
         subprocess.run([BINARY, "synth", "--out", trace, "--samples", "4", "--layers", "2",
@@ -90,7 +90,7 @@ class Plot(unittest.TestCase):
 
     def test_stats_across_samples_are_their_mean_with_an_interval(self):
         import h5py
-        from kvsim.analysis import figures
+        from kvsim.report import figures
 
         trace, stats = os.path.join(self.dir, "three.h5"), os.path.join(self.dir, "three_stats.h5")
         subprocess.run([BINARY, "synth", "--out", trace, "--samples", "3", "--layers", "3",
@@ -112,7 +112,7 @@ class Plot(unittest.TestCase):
         import colorsys
 
         import matplotlib.colors as mc
-        from kvsim.analysis.figure_style import policy_colour
+        from kvsim.report.figure_style import policy_colour
 
         by_policy = {}
         for p in kvsim.presets():
@@ -270,7 +270,7 @@ class Plot(unittest.TestCase):
         self.assertEqual(recent_axes.get_xlabel(), "recent (% of the budget)")
 
     def test_every_policy_has_its_own_colour_and_marker(self):
-        from kvsim.analysis import figure_style as fs
+        from kvsim.report import figure_style as fs
 
         names = [p["name"] for p in kvsim.policies()]
         self.assertEqual(sorted(set(names) - set(fs.POLICY_COLOURS)), [])

@@ -94,8 +94,11 @@ def assert_same_files(test, first, second, names):
 
 
 EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-sys.path.insert(0, os.path.join(REPO, "analysis"))
-import tolerance  # noqa: E402  (analysis/tolerance.py: what "the same numbers" means across CPUs)
+from kvsim.report import tolerance  # noqa: E402  (what "the same numbers" means across CPUs)
+
+# The experiments' reports.
+REPORTS = os.path.join(REPO, "experiments", "reports")
+sys.path.insert(0, REPORTS)
 
 # A second choice of kernels, to show on whatever machine runs the suite that the committed
 # numbers hold under other kernels than the ones it picks itself (AVX2 or AVX-512): OpenBLAS's,
@@ -106,7 +109,7 @@ SECOND_KERNELS = {"OPENBLAS_CORETYPE": "Nehalem", "ATEN_CPU_CAPABILITY": "defaul
 
 def check_committed_numbers(test, produced, name, keys, subset=False, everywhere=False):
     """The experiment's small setting gives the numbers committed in python/tests/data/NAME,
-    within analysis/tolerance.py's tolerances (the bytes on the machine that wrote them; float32
+    within kvsim.report.tolerance's tolerances (the bytes on the machine that wrote them; float32
     rounding and near-ties decided otherwise on another CPU): a change of the code that moves
     them shows here, and the committed file (and the docs quoting the experiment) are regenerated
     with it. KVSIM_UPDATE_EXPECTED=1 writes the file instead. `subset`: a run of fewer seeds.
@@ -232,7 +235,7 @@ class SmallBuild(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
         # The report again from the tables it kept (results/), without the runs: the same bytes.
         again = os.path.join(self.tmp, "again")
-        r = subprocess.run([sys.executable, os.path.join(REPO, "analysis", "vlm_eval_report.py"),
+        r = subprocess.run([sys.executable, os.path.join(REPORTS, "vlm_eval_report.py"),
                             "--from-results", os.path.join(out, "results"), "--out", again],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -242,7 +245,7 @@ class SmallBuild(unittest.TestCase):
         # Each seed's results kept apart, then joined (--from-results A B): the same report; so
         # are a run's policies apart from its floor's on the same seeds (a floor added later);
         # a result given twice is refused, named.
-        import vlm_eval_report  # analysis/, on the path with tolerance
+        import vlm_eval_report  # experiments/reports/, on the path
 
         tables, builds, settings = vlm_eval_report.load_results(os.path.join(out, "results"))
         parts = []
@@ -252,7 +255,7 @@ class SmallBuild(unittest.TestCase):
                                          {seed: builds[seed]}, dict(settings, seeds=[seed]))
             parts.append(os.path.join(part, "results"))
         joined = os.path.join(self.tmp, "joined")
-        report = [sys.executable, os.path.join(REPO, "analysis", "vlm_eval_report.py"),
+        report = [sys.executable, os.path.join(REPORTS, "vlm_eval_report.py"),
                   "--from-results"]
         r = subprocess.run(report + parts + ["--out", joined], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -274,16 +277,16 @@ class SmallBuild(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("its live results repeat an earlier folder's (seed 0, budget ", r.stderr)
-        # The docs' single-image report, card and figures are the run's (analysis/docs_tables.py):
-        # a copy of the document takes this run's (its figures beside it, as the links resolve),
-        # and the eight-box regions stay as they were.
+        # The docs' single-image report, card and figures are the run's
+        # (experiments/reports/docs_tables.py): a copy of the document takes this run's (its figures
+        # beside it, as the links resolve), and the eight-box regions stay as they were.
         os.makedirs(os.path.join(self.tmp, "docs"))
         doc = os.path.join(self.tmp, "docs", "real_model.md")
         with open(os.path.join(REPO, "docs", "real_model.md")) as f:
             committed = f.read()
         with open(doc, "w") as f:
             f.write(committed)
-        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py"), doc,
+        tool = [sys.executable, os.path.join(REPORTS, "docs_tables.py"), doc,
                 "--run", f"vlm_eval={out}"]
         r = subprocess.run(tool, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -607,9 +610,9 @@ class SmallMultiBuild(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, f"vlm_orders.{ext}")))
         for order in ("compress", "append"):  # replay's prediction of the accuracy, per order
             self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
-        # The docs' eight-box tables are the run's: written in by analysis/docs_tables.py, and a
-        # document that quotes another run is told apart.
-        tool = [sys.executable, os.path.join(REPO, "analysis", "docs_tables.py")]
+        # The docs' eight-box tables are the run's: written in by
+        # experiments/reports/docs_tables.py, and a document that quotes another run is told apart.
+        tool = [sys.executable, os.path.join(REPORTS, "docs_tables.py")]
         doc = os.path.join(self.tmp, "real_model.md")
         with open(os.path.join(REPO, "docs", "real_model.md")) as f:
             # A model at chance (the small setting's) gets no tests or card figures: the regions
@@ -709,7 +712,6 @@ class ReportRetention(unittest.TestCase):
     def test_image_and_text_entries_kept_by_hand(self):
         import h5py
 
-        sys.path.insert(0, os.path.join(REPO, "analysis"))
         from vlm_eval_report import read_kept
 
         d = tempfile.mkdtemp()

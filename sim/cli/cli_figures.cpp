@@ -16,15 +16,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// analysis/figures.py: $KVSIM_ANALYSIS_DIR, else the source tree kvsim was built from.
-std::string figures_script() {
-  const char* dir = std::getenv("KVSIM_ANALYSIS_DIR");
-  const std::string path = std::string(dir ? dir : KVSIM_SOURCE_DIR "/analysis") + "/figures.py";
-  if (!std::filesystem::exists(path))
-    throw std::runtime_error("figures: cannot find " + path + " (set KVSIM_ANALYSIS_DIR)");
-  return path;
-}
-
 // Debian's python3 has matplotlib, numpy and h5py (install-deps.sh); $KVSIM_PYTHON overrides.
 std::string python() {
   if (const char* p = std::getenv("KVSIM_PYTHON")) return p;
@@ -39,20 +30,23 @@ Runner add_figures(CLI::App& app) {
       "directories holding them) as PNG and PDF: sparsity, cumulative-attention variance, PPCI "
       "across layers and steps, layer similarity, entropy, head modality preference, attention "
       "share vs generated length, recall and hit rate by layer per policy, budget vs error. "
-      "Runs analysis/figures.py with Debian's python3 (matplotlib, numpy, h5py).");
+      "Runs the kvsim package's figures module (python3 -m kvsim.report.figures) with Debian's "
+      "python3 (matplotlib, numpy, h5py).");
   app.footer("Example:\n  kvsim figures results.csv stats.h5 -o figs/");
   auto results = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   app.add_option("results", *results, "Result files or directories")->required();
   app.add_option("-o,--out", *out, "Output directory")->required();
   return [=] {
-    // The reports' intervals come from the kvsim module (kvsim.summarize): the one built beside
-    // this binary, unless another is on the path already.
+    // The kvsim package: the one built beside this binary (the figures' intervals need its C++
+    // module), else the source tree's, unless another is on the path already (an installed
+    // package: `python -m kvsim` sets KVSIM_PYTHON to its interpreter).
     const char* path = std::getenv("PYTHONPATH");
-    const std::string here = KVSIM_BUILD_PYTHON_DIR;
-    if (std::filesystem::exists(here + "/kvsim"))
-      setenv("PYTHONPATH", (path && *path ? std::string(path) + ":" + here : here).c_str(), 1);
-    std::string cmd = shell_quote(python()) + " " + shell_quote(figures_script());
+    const std::string built = KVSIM_BUILD_PYTHON_DIR;
+    const std::string here =
+        std::filesystem::exists(built + "/kvsim") ? built : KVSIM_SOURCE_DIR "/python";
+    setenv("PYTHONPATH", (path && *path ? std::string(path) + ":" + here : here).c_str(), 1);
+    std::string cmd = shell_quote(python()) + " -m kvsim.report.figures";
     for (const auto& r : *results) cmd += " " + shell_quote(r);
     cmd += " --out " + shell_quote(*out);
     const int status = std::system(cmd.c_str());

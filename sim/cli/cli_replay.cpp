@@ -128,7 +128,7 @@ Runner add_replay(CLI::App& app) {
   app.add_option("--bounds-epsilon", a->bounds_epsilon, "Allowed loss ε of Theorem 2.1")
       ->capture_default_str();
   app.add_option("--card", a->card,
-                 "Prediction card (analysis/prediction_card.py's card.json): also print the live "
+                 "Prediction card (kvsim.report.prediction_card's card.json): also print the live "
                  "outcome its map predicts for each policy")
       ->check(CLI::ExistingFile);
   app.add_option("--checkpoint", a->checkpoint,

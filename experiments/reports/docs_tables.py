@@ -22,7 +22,7 @@ list, or several. A figure is marked on the line before its image,
 
 and FILE (a PNG of the run) is copied to PATH, resolved against the document's folder. Regions
 of experiments not given are left as they are. --check writes nothing and gives each region and
-figure a verdict: equal; equal within tolerance (analysis/tolerance.py: the numbers of a run on
+figure a verdict: equal; equal within tolerance (kvsim.report.tolerance: the numbers of a run on
 another CPU, each within float32 rounding or one unit of its last printed digit, a few moved by
 near-ties; a figure with at most 2% of its pixels changed); or different, with the first
 difference. It exits 1 when any region or figure differs (the docs drifted from the run). Errors
@@ -43,8 +43,7 @@ import shutil
 import sys
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tolerance  # noqa: E402
+from kvsim.report import tolerance
 
 BEGIN = re.compile(r"^<!-- generated: (.+?) -->\s*$")
 END = "<!-- end generated -->"

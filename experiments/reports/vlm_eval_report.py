@@ -50,10 +50,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figure_style import new_figure, policy_style, save, seed_group  # noqa: E402
-from prediction_card import at_chance_text, full_cache_reading  # noqa: E402
-from replay_vs_live import ranks, spearman  # noqa: E402
+from kvsim.report.figure_style import new_figure, policy_style, save, seed_group
+from kvsim.report.prediction_card import at_chance_text, full_cache_reading
+from kvsim.report.replay_vs_live import ranks, spearman
 
 SELF = "self"  # the budget label of the runs of policies that size their caches themselves
 CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image's tokens")),

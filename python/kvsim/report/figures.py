@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the papers' figures from kvsim's result files (never from stdout).
 
-    figures.py RESULTS [RESULTS ...] --out DIR
+    python3 -m kvsim.report.figures RESULTS [RESULTS ...] --out DIR   (what `kvsim figures` runs)
 
 RESULTS are files or directories holding them:
   * `kvsim stats` files (HDF5, attribute kind = kvsim-stats): sparsity by layer (HAE Fig. 3),
@@ -37,15 +37,10 @@ import numpy as np
 warnings.filterwarnings("ignore", message="Mean of empty slice")
 warnings.filterwarnings("ignore", message="All-NaN slice encountered")
 
-try:
-    from .figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
-                               new_figure, policy_colour, policy_style, readable_legend, save,
-                               seed_group)
-except ImportError:  # run as a script from analysis/
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
-                              new_figure, policy_colour, policy_style, readable_legend, save,
-                              seed_group)
+from . import sweep_report
+from .figure_style import (draw_intervals, label_points, layer_axis, memory_axes,  # noqa: F401
+                           new_figure, policy_colour, policy_style, readable_legend, save,
+                           seed_group)
 
 
 def find_inputs(paths):
@@ -647,10 +642,6 @@ def main(argv):
     if live_steps or live_summaries:
         live_figures(live_steps, live_summaries, replays, args.out, written)
     for sw in sweeps:  # sweep results: the recipe report (table, per-parameter figures, Pareto)
-        try:
-            from . import sweep_report  # inside the kvsim package
-        except ImportError:
-            import sweep_report
         sub = os.path.join(args.out, os.path.basename(os.path.dirname(os.path.abspath(sw))) or "sweep")
         sweep_written = sweep_report.report(sw, sub)
         if not sweep_written:

@@ -35,9 +35,8 @@ import sys
 
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vlm_eval_report import fmt, p_text  # noqa: E402
-from vlm_orders import members, order_effects, read  # noqa: E402
+from vlm_eval_report import fmt, p_text  # a sibling: experiments/reports/ is the script's folder
+from vlm_orders import members, order_effects, read
 
 ORDERS = ("compress", "tail1", "tailq")
 # (name, formula, the order without the feature, the order with it): effect = with − without.

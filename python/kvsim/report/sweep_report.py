@@ -22,13 +22,8 @@ from collections import defaultdict
 
 import numpy as np
 
-try:
-    from .figure_style import (draw_intervals, label_points, memory_axes,  # in the package
-                               new_figure, policy_colour, policy_style, readable_legend, save)
-except ImportError:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figure_style import (draw_intervals, label_points, memory_axes, new_figure,
-                              policy_colour, policy_style, readable_legend, save)
+from .figure_style import (draw_intervals, label_points, memory_axes, new_figure, policy_colour,
+                           policy_style, readable_legend, save)
 
 
 def parse_label(label):
@@ -57,12 +52,11 @@ def intervals(rs, column):
     samples = [(r["trace"], r["sample"]) for r in rs if r[column]]
     n = len(set(samples))
     try:
-        import kvsim
+        from .. import summarize  # the C++ module's; absent where it is not built
     except ImportError:
         return n, float("nan"), float("nan")
-    s = kvsim.summarize({"policy": ["c"] * len(samples),
-                         "sample": [f"{t}/{x}" for t, x in samples],
-                         column: [float(r[column]) for r in rs if r[column]]}, column)
+    s = summarize({"policy": ["c"] * len(samples), "sample": [f"{t}/{x}" for t, x in samples],
+                   column: [float(r[column]) for r in rs if r[column]]}, column)
     return n, float(s["ci_low"].iloc[0]), float(s["ci_high"].iloc[0])
 
 
@@ -166,10 +160,10 @@ HELD = "KV entries held per head (mean while decoding; labels: budgets)"
 def parameter_specs():
     """{policy: {parameter: spec}} from kvsim.policies(), or {} without the kvsim module."""
     try:
-        import kvsim
+        from .. import policies
     except ImportError:
         return {}
-    return {p["name"]: {q["name"]: q for q in p["params"]} for p in kvsim.policies()}
+    return {p["name"]: {q["name"]: q for q in p["params"]} for p in policies()}
 
 
 def axis_label(policy, key, raw_values, specs):

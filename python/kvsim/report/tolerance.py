@@ -6,7 +6,7 @@ another machine's arithmetic from a change of the code.
 
 compare_files/compare_rows compare result tables; compare_text compares the text of a report (the
 numbers in it, each against the unit of its last printed digit too: a value printed to three
-decimals may move by one unit in the third); analysis/docs_tables.py --check uses it.
+decimals may move by one unit in the third); experiments/reports/docs_tables.py --check uses it.
 
 On one machine kvsim's results are the same bytes whatever the thread count; across machines
 they are not, because OpenBLAS, PyTorch and oneDNN pick their kernels by the CPU
@@ -219,7 +219,7 @@ def kernels_differ(made_with):
     if not made_with:
         return ""
     try:
-        from kvsim import _kvsim
+        from .. import _kvsim
         here = _kvsim.simd()
     except ImportError:
         return ""

@@ -38,10 +38,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figure_style import new_figure, policy_style, save  # noqa: E402
-from replay_vs_live import spearman  # noqa: E402
-from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head  # noqa: E402
+from kvsim.report.figure_style import new_figure, policy_style, save
+from kvsim.report.replay_vs_live import spearman
+from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head  # a sibling
 
 
 def fail(message):

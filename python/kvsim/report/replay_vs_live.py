@@ -11,7 +11,7 @@ perplexity increase.
 Perplexity over a set of samples is exp(Σ token NLL / Σ tokens) (from ref_nll and ref_tokens);
 the increase is that of the policy minus that of the full cache. Writes DIR/replay_vs_live.csv,
 DIR/by_image.csv (one row per budget, policy and sample: the live ΔNLL beside replay's metrics on
-that sample, what analysis/prediction_card.py reads),
+that sample, what kvsim.report.prediction_card reads),
 DIR/replay_vs_live.md (the table and the correlations) and, as PNG and PDF,
 DIR/perplexity_vs_budget and DIR/replay_vs_live_perplexity. Needs numpy and matplotlib.
 """
@@ -25,8 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figure_style import new_figure, policy_style, save  # noqa: E402
+from .figure_style import new_figure, policy_style, save
 
 REPLAY_METRICS = [("mean_mass_recall", "replay mass recall", -1),
                   ("mean_output_rel_error", "replay output error ‖o − ô‖/‖o‖", 1),
@@ -93,15 +92,16 @@ def read_replay(pairs):
 def dnll_intervals(pairs):
     """(policy, budget) -> the mean over samples of each sample's ΔNLL (ref_nll − ref_nll_full,
     nats per token), with its 95% bootstrap interval over the samples (kvsim.summarize)."""
-    import kvsim
     import pandas as pd
+
+    from .. import summarize
 
     out = {}
     for budget, path in pairs:
         t = pd.read_csv(path, dtype={"sample": str})
         t = t[(t["sample"] != "all") & (t["ref_tokens"] > 0)]
-        s = kvsim.summarize({"policy": t["policy"], "sample": t["sample"],
-                             "dnll": t["ref_nll"] - t["ref_nll_full"]}, "dnll")
+        s = summarize({"policy": t["policy"], "sample": t["sample"],
+                       "dnll": t["ref_nll"] - t["ref_nll_full"]}, "dnll")
         for _, r in s.iterrows():
             out[(r["policy"], budget)] = {"dnll": r["mean"], "dnll_ci_low": r["ci_low"],
                                           "dnll_ci_high": r["ci_high"], "n": int(r["n"])}
@@ -129,7 +129,7 @@ def read_live(pairs):
 def by_image(replays, lives):
     """One row per (budget, policy, sample): the live ΔNLL of the reference (nats per token), the
     memory held and the teacher-forced KL, beside replay's output error and mass recall on that
-    sample (its layer rows pooled): what analysis/prediction_card.py fits."""
+    sample (its layer rows pooled): what kvsim.report.prediction_card fits."""
     import pandas as pd
 
     frames = []

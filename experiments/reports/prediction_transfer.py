@@ -20,9 +20,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prediction_card import (configurations, fmt, isotonic, left_out_error,  # noqa: E402
-                             predict, skill_interval)
+from kvsim.report.prediction_card import (configurations, fmt, isotonic, left_out_error, predict,
+                                          skill_interval)
 
 # Whether the live accuracy rises with the metric (mass recall) or falls (an error).
 RISES_WITH = {"replay_output_rel_error": False, "replay_mass_recall": True}
@@ -37,7 +36,8 @@ def task_points(directory, metric):
     """One point per (seed, budget, policy) of a task's budgeted runs."""
     path = os.path.join(directory, "vlm_eval_by_image.csv")
     if not os.path.exists(path):
-        fail(f"{path}: no such file (run analysis/vlm_eval_report.py for the task first)")
+        fail(f"{path}: no such file (run experiments/reports/vlm_eval_report.py for the task "
+             "first)")
     rows = pd.read_csv(path, dtype={"sample": str, "budget": str})
     for column in ("seed", "budget", "policy", "sample", "contains", "kv_fraction", metric):
         if column not in rows:

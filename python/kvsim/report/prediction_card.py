@@ -41,9 +41,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figure_style import new_figure, policy_style, save  # noqa: E402
-from replay_vs_live import spearman  # noqa: E402
+from .figure_style import new_figure, policy_style, save
+from .replay_vs_live import spearman
 
 RESAMPLES = 1000
 
@@ -53,12 +52,12 @@ def full_cache_reading(rows, chance):
     interval over samples (kvsim's percentile bootstrap) and whether it is above `chance`: at or
     below it the model does not read the images, and no policy's accuracy can show what it kept.
     A dict: accuracy, ci_low, ci_high, n, chance, above_chance."""
-    import kvsim
+    from .. import summarize
 
     full = rows.groupby(["seed", "sample"], as_index=False)["full_contains"].first()
     per = full.groupby("sample", as_index=False)["full_contains"].mean()
-    s = kvsim.summarize({"policy": ["full"] * len(per), "sample": per["sample"],
-                         "full_contains": per["full_contains"]}, "full_contains").iloc[0]
+    s = summarize({"policy": ["full"] * len(per), "sample": per["sample"],
+                   "full_contains": per["full_contains"]}, "full_contains").iloc[0]
     low = float(s["ci_low"]) if len(per) > 1 else float(s["mean"])
     return {"accuracy": float(s["mean"]), "ci_low": low, "ci_high": float(s["ci_high"]),
             "n": int(s["n"]), "chance": chance, "above_chance": low > chance}

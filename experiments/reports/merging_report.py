@@ -22,8 +22,7 @@ import re
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_report import parse_label  # noqa: E402
+from kvsim.report.sweep_report import parse_label
 
 WITHOUT_MERGING = {"lookm": "none", "meda": "false"}
 AVERAGING = {"lookm": "average", "meda": "true"}
