@@ -187,15 +187,25 @@ void apply_compression_ratio_alias(const std::string& name, const PolicyInfo& in
 }
 }  // namespace
 
-int budget_entries(const PolicyConfig& policy, int prompt_len) {
-  const auto& v = policy.params.values();
+BudgetKind PolicyConfig::budget_kind() const {
+  for (const ParamSpec& spec : info->params)
+    if (spec.name == "budget") {
+      const std::string value = budget_text();
+      const bool special =
+          std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end();
+      return special ? BudgetKind::kSpecial : BudgetKind::kEntries;
+    }
+  return BudgetKind::kSelfSized;
+}
+
+std::string PolicyConfig::budget_text() const {
+  const auto& v = params.values();
   const auto it = v.find("budget");
-  if (it == v.end()) return -1;
-  try {
-    Size::parse(it->second);
-  } catch (const std::invalid_argument&) {
-    return -1;  // a special value such as hae's "auto"
-  }
+  return it == v.end() ? "" : it->second;
+}
+
+int budget_entries(const PolicyConfig& policy, int prompt_len) {
+  if (policy.budget_kind() != BudgetKind::kEntries) return -1;
   return resolve_budget_split(policy.params, prompt_len, policy.info->name,
                               policy.info->recent_share)
       .total;
@@ -323,9 +333,7 @@ std::string budget_replaced_warning(
       continue;
     if (preset_pins_budget(n)) continue;
     const PolicyConfig plain = make_policy_config(n, {});
-    const auto own = plain.params.values().find("budget");
-    if (own != plain.params.values().end() && own->second == "auto")
-      replaced += (replaced.empty() ? "" : ", ") + n;
+    if (plain.budget_kind() == BudgetKind::kSpecial) replaced += (replaced.empty() ? "" : ", ") + n;
   }
   if (replaced.empty()) return "";
   return "warning: --budget " + budget + " replaces the default budget = auto of " + replaced +

@@ -235,6 +235,12 @@ class PolicyRegistry {
 };
 
 // One policy of a run: name, label, resolved parameters.
+// How a configuration's cache is sized, read from its registration: by its budget (kEntries: a
+// count or a share of the prompt, resolved per sample), by itself (kSelfSized: it declares no
+// `budget`, as fastv and st3), or by itself in this configuration (kSpecial: the budget is one of
+// its declared special values, hae's `auto`).
+enum class BudgetKind { kEntries, kSelfSized, kSpecial };
+
 struct PolicyConfig {
   std::string label;
   const PolicyInfo* info = nullptr;
@@ -255,6 +261,9 @@ struct PolicyConfig {
     if (info->appends_question) return info->appends_question(params);
     return info->switches.question && params.get_string("question") == "append";
   }
+  BudgetKind budget_kind() const;
+  // The budget as given ("20%", "64", "auto"), or "" when it declares none.
+  std::string budget_text() const;
 };
 
 // How a policy sees a sample's prompt: the last `fed` prompt positions are fed after compression
@@ -316,8 +325,8 @@ struct PolicyRegistration {
   explicit PolicyRegistration(PolicyInfo info) { PolicyRegistry::instance().add(std::move(info)); }
 };
 
-// Entries the policy's `budget` resolves to for a prompt of prompt_len, or -1 when it has none or
-// a special value (hae's "auto").
+// Entries the policy's `budget` resolves to for a prompt of prompt_len, or -1 when its cache is
+// not sized by a budget (budget_kind() is not kEntries).
 int budget_entries(const PolicyConfig& policy, int prompt_len);
 
 // The Policy contract after a hook: no (layer, KV head) of `cache` holds more than the policy's

@@ -175,6 +175,28 @@ TEST(Params, RepositoryPresetsRoundTheirBudgetsAsTheirRepositories) {
             std::string::npos);
 }
 
+TEST(Params, TheBudgetKindIsReadFromTheRegistration) {
+  // A budget that resolves to entries, a special value declared by the policy (hae's auto), and
+  // none at all; the budget as given beside it.
+  const PolicyConfig knorm = make_policy_config("knorm", {});
+  EXPECT_EQ(knorm.budget_kind(), BudgetKind::kEntries);
+  EXPECT_EQ(knorm.budget_text(), "20%");
+  EXPECT_EQ(budget_entries(knorm, 640), 128);
+  const PolicyConfig hae = make_policy_config("hae", {});
+  EXPECT_EQ(hae.budget_kind(), BudgetKind::kSpecial);
+  EXPECT_EQ(hae.budget_text(), "auto");
+  EXPECT_EQ(budget_entries(hae, 640), -1);
+  const PolicyConfig hae64 = make_policy_config("hae", {{"budget", "64"}});
+  EXPECT_EQ(hae64.budget_kind(), BudgetKind::kEntries);
+  EXPECT_EQ(budget_entries(hae64, 640), 64);
+  for (const std::string name : {"fastv", "st3", "full"}) {
+    const PolicyConfig c = make_policy_config(name, {});
+    EXPECT_EQ(c.budget_kind(), BudgetKind::kSelfSized) << name;
+    EXPECT_EQ(c.budget_text(), "") << name;
+    EXPECT_EQ(budget_entries(c, 640), -1) << name;
+  }
+}
+
 TEST(Params, CompressionRatioIsAnAliasOfTheBudget) {
   const PolicyConfig c = make_policy_config("snapkv:kvpress", {{"compression_ratio", "0.8"}});
   EXPECT_EQ(c.params.get_string("budget"), "compression_ratio:0.8");

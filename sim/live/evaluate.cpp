@@ -370,8 +370,7 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
     EvalSummary s;
     s.label = policy.label;
     s.sample = prompt.info.name;
-    if (const auto b = policy.params.values().find("budget"); b != policy.params.values().end())
-      s.budget = b->second;
+    s.budget = policy.budget_text();
     s.prompt_len = prompt.info.prompt_len;
     compare_with_full(full, tf, gr, G, s);
     if (o.vocabulary)
@@ -647,9 +646,7 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
     if (!cfg)
       for (const auto& c : policies)
         if (seed_group_of(c.label) == name) cfg = &c;
-    const auto budget = cfg ? cfg->params.values().find("budget")
-                            : std::map<std::string, std::string>::const_iterator{};
-    line += cfg && budget != cfg->params.values().end() ? csv_quote(budget->second) : "";
+    line += cfg && !cfg->budget_text().empty() ? csv_quote(cfg->budget_text()) : "";
     auto stat = [&](const std::string& h) {
       const SampleTable& table = tables.at(h);
       return summarize(table, table.index(name));
@@ -674,8 +671,9 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
     }
     out.summary_csv += line + "\n";
     const MeanSummary frac = stat("kv_fraction");
-    rows.push_back({name, any.seeds[p], c, e, k, d, frac.mean, h,
-                    cfg && !cfg->info->keeps_everything && budget_entries(*cfg, 1 << 20) < 0});
+    rows.push_back(
+        {name, any.seeds[p], c, e, k, d, frac.mean, h,
+         cfg && !cfg->info->keeps_everything && cfg->budget_kind() != BudgetKind::kEntries});
   };
   std::vector<std::string> groups;
   for (const auto& p : policies) {

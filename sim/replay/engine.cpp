@@ -605,7 +605,7 @@ std::map<std::string, std::vector<std::string>> Replayer::validate(
         if (const int b = budget_entries(sized_for_split(p, sample, split), compressed);
             b >= compressed && !p.info->keeps_everything)
           noted.add(static_cast<int>(i), name,
-                    p.label + ": budget " + p.params.values().at("budget") +
+                    p.label + ": budget " + p.budget_text() +
                         " is not below the prompt's length: the prompt is kept whole (the full "
                         "cache until decoding outgrows the budget)");
       } catch (const std::invalid_argument& e) {

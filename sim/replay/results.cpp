@@ -425,9 +425,8 @@ std::string Summary::table() const {
   int bw = 18;
   for (const Reported& r : rows) {
     const int p = r.members.front();
-    const auto& vals = policies_[p].params.values();
-    const auto it = vals.find("budget");
-    std::string budget = it == vals.end() ? "-" : it->second;
+    std::string budget = policies_[p].budget_text();
+    if (budget.empty()) budget = "-";
     if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
     if (policies_[p].info->lookahead) budget += " (lookahead)";
     bw = std::max<int>(bw, static_cast<int>(budget.size()));
