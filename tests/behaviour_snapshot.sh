@@ -65,13 +65,13 @@ print(" ".join([p["name"] for p in d["policies"]] + [p["name"] for p in d["prese
         # shellcheck disable=SC2086  # $extra and $set are lists of words
         if "$kvsim" replay "$work/$trace.h5" -p "${name%%+*}" --budget 20% --seeds 2 $extra $set \
           -j "$threads" -o "$work/steps.csv" --summary "$work/summary.csv" \
-          --dump-decisions "$work/decisions.h5" >/dev/null 2>"$work/stderr.txt"; then
+          --dump-decisions "$work/decisions.h5" >"$work/table.txt" 2>"$work/stderr.txt"; then
           status=0
         else
           status=$?
         fi
         echo "== $name: exit $status" >>"$stem.messages.txt"
-        cat "$work/stderr.txt" >>"$stem.messages.txt"
+        cat "$work/stderr.txt" "$work/table.txt" >>"$stem.messages.txt"
         [ $status -eq 0 ] || continue
         { echo "== $name"; cat "$work/steps.csv"; } >>"$stem.csv"
         { echo "== $name"; cat "$work/summary.csv"; } >>"$stem.summary.csv"
@@ -88,7 +88,9 @@ print(" ".join([p["name"] for p in d["policies"]] + [p["name"] for p in d["prese
   "$kvsim" live make-prompt -o "$work/prompts.h5" >/dev/null 2>&1
   "$kvsim" live evaluate -m "$work/model" --prompts "$work/prompts.h5" --gen 8 \
     -p h2o,snapkv,tova,knorm,random,streamingllm --budget 40% --seeds 2 \
-    --summary "$work/live.csv" >/dev/null 2>&1
+    --summary "$work/live.csv" >"$work/live.table.txt" 2>/dev/null
+  # The overall table (the per-sample lines before it carry each token's latency).
+  sed -n '/held\/B/,$p' "$work/live.table.txt" >"$out/live.table.txt"
   # Latency and the machine are measured, not decided: left out.
   "$py" - "$work/live.csv" "$out/live.summary.csv" <<'EOF'
 import csv, sys

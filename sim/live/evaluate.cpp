@@ -584,106 +584,107 @@ std::map<std::string, double> furthest_held(const std::vector<std::string>& labe
   return worst;
 }
 
-}  // namespace
+// A policy's overall row: its run's or seed group's numbers, and what the console shows.
+struct Overall {
+  std::string label;
+  int seeds;
+  MeanSummary contains, exact, kl, dnll;
+  double kv_fraction, held;
+  bool sizes_itself;
+};
 
-EvalReport report_evaluation(const std::string& per_sample_csv,
-                             const std::vector<PolicyConfig>& policies) {
-  const CsvTable t = parse_csv_table(per_sample_csv, "live evaluate summary");
-  const std::vector<std::string> label = t.strings("policy"), sample = t.strings("sample");
-  std::map<std::string, const PolicyConfig*> config;
-  for (const auto& p : policies) config[p.label] = &p;
-  // Per-sample additions.
-  const std::vector<double> nll = t.numbers("ref_nll"), nll_full = t.numbers("ref_nll_full");
-  std::vector<double> delta(t.rows.size()), held(t.rows.size());
-  for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    delta[i] = nll[i] - nll_full[i];
-    held[i] = held_over_budget(t, i, config.count(label[i]) ? config.at(label[i]) : nullptr);
-  }
-  EvalReport out;
-  out.notes = tallied_notes(t, label, sample, policies);
-  out.summary_csv = eval_summary_csv_header();
-  out.summary_csv.pop_back();
-  out.summary_csv += std::string(",") + kOverallColumns + "\n";
+// The summary's per-sample rows: each input row with its ΔNLL and held/budget appended.
+void append_per_sample_rows(std::string& csv, const CsvTable& t, const std::vector<double>& delta,
+                            const std::vector<double>& held) {
   for (std::size_t i = 0; i < t.rows.size(); ++i) {
     for (std::size_t c = 0; c < t.header.size(); ++c)
-      out.summary_csv += (c ? "," : "") + csv_quote(t.rows[i][c]);
+      csv += (c ? "," : "") + csv_quote(t.rows[i][c]);
     for (double x : {delta[i], held[i]}) {
-      out.summary_csv += ",";
-      append_float(out.summary_csv, x);
+      csv += ",";
+      append_float(csv, x);
     }
-    out.summary_csv += ",1,1,,,,,,,,,\n";
+    csv += ",1,1,,,,,,,,,\n";
   }
-  // Overall rows: each run, then each seed group, by their per-sample tables.
-  std::map<std::string, SampleTable> column;  // header name -> table, runs kept apart
-  std::map<std::string, SampleTable> pooled;  // the same with seed groups pooled
-  const std::vector<std::string> text = {"policy",      "sample",    "budget", "answer",
-                                         "full_answer", "reference", "notes"};
-  std::vector<std::string> numeric;
-  for (const auto& h : t.header)
-    if (std::find(text.begin(), text.end(), h) == text.end()) numeric.push_back(h);
-  for (const auto& h : numeric) {
+}
+
+// Every numeric column (and delta_nll) as per-sample tables: `runs` keeps each run apart,
+// `pooled` pools a seed group's runs.
+struct SampleTables {
+  std::map<std::string, SampleTable> runs, pooled;  // header name -> table
+};
+SampleTables sample_tables(const CsvTable& t, const std::vector<std::string>& label,
+                           const std::vector<std::string>& sample,
+                           const std::vector<double>& delta) {
+  static const std::vector<std::string> text = {"policy",      "sample",    "budget", "answer",
+                                                "full_answer", "reference", "notes"};
+  SampleTables out;
+  for (const auto& h : t.header) {
+    if (std::find(text.begin(), text.end(), h) != text.end()) continue;
     const std::vector<double> v = t.numbers(h);
-    column[h] = per_sample_values(label, sample, v, {}, false);
-    pooled[h] = per_sample_values(label, sample, v);
+    out.runs[h] = per_sample_values(label, sample, v, {}, false);
+    out.pooled[h] = per_sample_values(label, sample, v);
   }
-  column["delta_nll"] = per_sample_values(label, sample, delta, {}, false);
-  pooled["delta_nll"] = per_sample_values(label, sample, delta);
-  const std::map<std::string, double> worst_held = furthest_held(label, held);
-  struct Overall {
-    std::string label;
-    int seeds;
-    MeanSummary contains, exact, kl, dnll;
-    double kv_fraction, held;
-    bool sizes_itself;
+  out.runs["delta_nll"] = per_sample_values(label, sample, delta, {}, false);
+  out.pooled["delta_nll"] = per_sample_values(label, sample, delta);
+  return out;
+}
+
+// The configuration run `name` was made with; with `groups`, a seed group's too (any of its
+// runs); else nullptr.
+const PolicyConfig* config_of(const std::string& name, const std::vector<PolicyConfig>& policies,
+                              bool groups) {
+  for (const auto& c : policies)
+    if (c.label == name) return &c;
+  if (groups)
+    for (const auto& c : policies)
+      if (seed_group_of(c.label) == name) return &c;
+  return nullptr;
+}
+
+// The overall CSV line of run or seed group `name` (every column's mean over samples, ΔNLL, the
+// furthest held/budget, n, seeds, the intervals), appended to `csv`; its console row.
+Overall append_overall_row(std::string& csv, const CsvTable& t,
+                           const std::map<std::string, SampleTable>& tables,
+                           const std::string& name, const PolicyConfig* cfg, double held) {
+  const SampleTable& any = tables.at("mean_kl");
+  std::string line = csv_quote(name) + ",all,";
+  line += cfg && !cfg->budget_text().empty() ? csv_quote(cfg->budget_text()) : "";
+  auto stat = [&](const std::string& h) {
+    const SampleTable& table = tables.at(h);
+    return summarize(table, table.index(name));
   };
-  std::vector<Overall> rows;
-  auto overall = [&](const std::map<std::string, SampleTable>& tables, const std::string& name) {
-    const SampleTable& any = tables.at("mean_kl");
-    const int p = any.index(name);
-    if (p < 0) return;
-    std::string line = csv_quote(name) + ",all,";
-    const PolicyConfig* cfg = config.count(name) ? config.at(name) : nullptr;
-    if (!cfg)
-      for (const auto& c : policies)
-        if (seed_group_of(c.label) == name) cfg = &c;
-    line += cfg && !cfg->budget_text().empty() ? csv_quote(cfg->budget_text()) : "";
-    auto stat = [&](const std::string& h) {
-      const SampleTable& table = tables.at(h);
-      return summarize(table, table.index(name));
-    };
-    for (const auto& h : t.header) {
-      if (h == "policy" || h == "sample" || h == "budget") continue;
-      line += ",";
-      if (tables.count(h)) append_float(line, stat(h).mean);
-    }
-    const MeanSummary d = stat("delta_nll"), c = stat("answer_contains"), e = stat("answer_exact"),
-                      k = stat("mean_kl");
-    const double h = worst_held.count(name) ? worst_held.at(name) : NAN;
+  for (const auto& h : t.header) {
+    if (h == "policy" || h == "sample" || h == "budget") continue;
     line += ",";
-    append_float(line, d.mean);
-    line += ",";
-    append_float(line, h);
-    line += "," + std::to_string(k.n) + "," + std::to_string(any.seeds[p]);
-    for (double x : {c.interval.low, c.interval.high, e.interval.low, e.interval.high,
-                     k.interval.low, k.interval.high, d.interval.low, d.interval.high, c.seed_sd}) {
-      line += ",";
-      append_float(line, x);
-    }
-    out.summary_csv += line + "\n";
-    const MeanSummary frac = stat("kv_fraction");
-    rows.push_back(
-        {name, any.seeds[p], c, e, k, d, frac.mean, h,
-         cfg && !cfg->info->keeps_everything && cfg->budget_kind() != BudgetKind::kEntries});
-  };
-  std::vector<std::string> groups;
-  for (const auto& p : policies) {
-    overall(column, p.label);
-    const std::string g = seed_group_of(p.label);
-    if (!g.empty() && std::find(groups.begin(), groups.end(), g) == groups.end())
-      groups.push_back(g);
+    if (tables.count(h)) append_float(line, stat(h).mean);
   }
-  for (const auto& g : groups) overall(pooled, g);
-  // The console: plain policies and seed groups (not their runs), budgeted ones first.
+  const MeanSummary d = stat("delta_nll"), c = stat("answer_contains"), e = stat("answer_exact"),
+                    k = stat("mean_kl");
+  line += ",";
+  append_float(line, d.mean);
+  line += ",";
+  append_float(line, held);
+  const int seeds = any.seeds[any.index(name)];
+  line += "," + std::to_string(k.n) + "," + std::to_string(seeds);
+  for (double x : {c.interval.low, c.interval.high, e.interval.low, e.interval.high, k.interval.low,
+                   k.interval.high, d.interval.low, d.interval.high, c.seed_sd}) {
+    line += ",";
+    append_float(line, x);
+  }
+  csv += line + "\n";
+  return {name,
+          seeds,
+          c,
+          e,
+          k,
+          d,
+          stat("kv_fraction").mean,
+          held,
+          cfg && !cfg->info->keeps_everything && cfg->budget_kind() != BudgetKind::kEntries};
+}
+
+// The console table: plain policies and seed groups (not their runs), budgeted ones first.
+std::string console_table(const std::vector<Overall>& rows) {
   std::vector<const Overall*> shown;
   for (const Overall& r : rows)
     if (seed_group_of(r.label).empty()) shown.push_back(&r);
@@ -691,15 +692,16 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
                         [](const Overall* r) { return !r->sizes_itself; });
   int w = 24;
   for (const Overall* r : shown) w = std::max<int>(w, static_cast<int>(r->label.size()) + 10);
+  std::string table;
   char line[512];
   std::snprintf(line, sizeof line, "%-*s %4s %8s %8s %15s %8s %15s %9s %22s %8s %7s\n", w, "policy",
                 "n", "held/B", "contains", "contains_95%", "exact", "exact_95%", "mean_kl",
                 "dnll (95%)", "kv_frac", "seedSD");
-  out.table += line;
+  table += line;
   bool flagged = false, apart = false;
   for (const Overall* r : shown) {
     if (r->sizes_itself && !apart) {
-      out.table += "sizing their caches themselves (no budget: compare by what they held):\n";
+      table += "sizing their caches themselves (no budget: compare by what they held):\n";
       apart = true;
     }
     const std::string held = held_over_budget_cell(r->held, flagged);
@@ -711,13 +713,54 @@ EvalReport report_evaluation(const std::string& per_sample_csv,
                   (fixed(r->dnll.mean, "%+.2f") + " " + interval(r->dnll.interval)).c_str(),
                   fixed(r->kv_fraction, "%.2f").c_str(),
                   fixed(r->contains.seed_sd, "%.3f").c_str());
-    out.table += line;
+    table += line;
   }
-  if (flagged) out.table += kHeldFootnote;
-  out.table +=
+  if (flagged) table += kHeldFootnote;
+  table +=
       "means over the n samples with 95% percentile-bootstrap intervals (docs/outputs.md); "
       "contains / exact: the answer contains / is the reference; dnll: NLL of the reference "
       "answer minus the full cache's; seedSD: SD of the accuracy over seeds\n";
+  return table;
+}
+
+}  // namespace
+
+EvalReport report_evaluation(const std::string& per_sample_csv,
+                             const std::vector<PolicyConfig>& policies) {
+  const CsvTable t = parse_csv_table(per_sample_csv, "live evaluate summary");
+  const std::vector<std::string> label = t.strings("policy"), sample = t.strings("sample");
+  // Per-sample additions.
+  const std::vector<double> nll = t.numbers("ref_nll"), nll_full = t.numbers("ref_nll_full");
+  std::vector<double> delta(t.rows.size()), held(t.rows.size());
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    delta[i] = nll[i] - nll_full[i];
+    held[i] = held_over_budget(t, i, config_of(label[i], policies, false));
+  }
+  EvalReport out;
+  out.notes = tallied_notes(t, label, sample, policies);
+  out.summary_csv = eval_summary_csv_header();
+  out.summary_csv.pop_back();
+  out.summary_csv += std::string(",") + kOverallColumns + "\n";
+  append_per_sample_rows(out.summary_csv, t, delta, held);
+  // Overall rows: each run, then each seed group, by their per-sample tables.
+  const SampleTables tables = sample_tables(t, label, sample, delta);
+  const std::map<std::string, double> worst_held = furthest_held(label, held);
+  std::vector<Overall> rows;
+  auto overall = [&](const std::map<std::string, SampleTable>& by_column, const std::string& name) {
+    if (by_column.at("mean_kl").index(name) < 0) return;
+    const double h = worst_held.count(name) ? worst_held.at(name) : NAN;
+    rows.push_back(append_overall_row(out.summary_csv, t, by_column, name,
+                                      config_of(name, policies, true), h));
+  };
+  std::vector<std::string> groups;
+  for (const auto& p : policies) {
+    overall(tables.runs, p.label);
+    const std::string g = seed_group_of(p.label);
+    if (!g.empty() && std::find(groups.begin(), groups.end(), g) == groups.end())
+      groups.push_back(g);
+  }
+  for (const auto& g : groups) overall(tables.pooled, g);
+  out.table = console_table(rows);
   return out;
 }
 

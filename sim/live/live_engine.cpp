@@ -68,54 +68,90 @@ void check_prompt_fits_model(const PromptSample& p, const ModelConfig& c, const 
   check(p.reference_ids, "reference token", false);
 }
 
+namespace {
+
+// The prompt's positions against the model: M-RoPE ids exactly when the model uses them, and
+// prompt + decode steps within max_position_embeddings (unless allowed beyond) and the sliding
+// window (which the live path does not implement).
+void check_positions(const PromptSample& prompt, const ModelConfig& c, int gen_len,
+                     bool beyond_max_positions) {
+  const int P = prompt.info.prompt_len, T = P + gen_len;
+  const std::string where = "sample '" + prompt.info.name + "': ";
+  if (c.mrope() && prompt.position_ids.empty())
+    throw std::invalid_argument(where +
+                                "the model uses M-RoPE (rope_scaling.mrope_section) and the "
+                                "prompt has no position_ids [P, 3] (kvsim.capture.hf writes them)");
+  if (!c.mrope() && !prompt.position_ids.empty())
+    throw std::invalid_argument(where +
+                                "the prompt has M-RoPE position_ids, but the model uses plain "
+                                "RoPE (no rope_scaling.mrope_section)");
+  if (prompt.position_ids.size() != (c.mrope() ? 3u * P : 0u))
+    throw std::invalid_argument(where + "position_ids hold " +
+                                std::to_string(prompt.position_ids.size()) + " ids, expected [" +
+                                std::to_string(P) + ", 3]");
+  if (c.max_position_embeddings > 0 && T > c.max_position_embeddings && !beyond_max_positions)
+    throw std::invalid_argument(where + std::to_string(P) + " prompt tokens + " +
+                                std::to_string(gen_len) + " decode steps = " + std::to_string(T) +
+                                " positions exceed the model's max_position_embeddings of " +
+                                std::to_string(c.max_position_embeddings) +
+                                " (--allow-beyond-max-positions runs it anyway)");
+  if (c.sliding_window > 0 && T > c.sliding_window)
+    throw std::invalid_argument(
+        where + std::to_string(T) + " tokens exceed the model's sliding_window of " +
+        std::to_string(c.sliding_window) + ", which the live path does not implement");
+}
+
+// The trace header a capture of this model writes.
+TraceInfo trace_info_of(const Model& model) {
+  const ModelConfig& c = model.config();
+  TraceInfo t;
+  t.model = c.model_type;
+  t.num_layers = c.num_hidden_layers;
+  t.num_heads = c.num_attention_heads;
+  t.num_kv_heads = c.num_key_value_heads;
+  t.head_dim = c.head_dim;
+  t.scale = model.scale();
+  t.scale_given = true;
+  t.rope_theta = c.rope_theta;
+  return t;
+}
+
+// The prompt's sample extended by gen_len generated positions (their token ids unknown: they
+// differ from run to run).
+SampleInfo with_generated(SampleInfo s, int gen_len) {
+  const int T = s.prompt_len + gen_len;
+  s.gen_len = gen_len;
+  s.modality.resize(T, 0);
+  s.segment.resize(T, static_cast<std::uint8_t>(Segment::kGenerated));
+  if (!s.media_id.empty()) s.media_id.resize(T, -1);
+  s.token_ids.resize(T, -1);
+  s.has_v = true;
+  s.dtype = DType::kFloat32;
+  return s;
+}
+
+// A prefill's [P, heads, d] rows in a [T, heads, d] tensor, the decode rows zero.
+xt::xtensor<float, 3> padded_rows(const xt::xtensor<float, 3>& x, int T) {
+  auto out =
+      xt::xtensor<float, 3>::from_shape({static_cast<std::size_t>(T), x.shape(1), x.shape(2)});
+  out.fill(0.0f);
+  std::copy(x.begin(), x.end(), out.begin());
+  return out;
+}
+
+}  // namespace
+
 PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
                                    const AttentionNeeds& needs, bool question_after,
                                    int prompt_tail) {
   const ModelConfig& c = model_.config();
   const int P = prompt.info.prompt_len, T = P + gen_len;
   check_prompt_fits_model(prompt, c, "sample '" + prompt.info.name + "': ");
-  if (c.mrope() && prompt.position_ids.empty())
-    throw std::invalid_argument("sample '" + prompt.info.name +
-                                "': the model uses M-RoPE (rope_scaling.mrope_section) and the "
-                                "prompt has no position_ids [P, 3] (kvsim.capture.hf writes them)");
-  if (!c.mrope() && !prompt.position_ids.empty())
-    throw std::invalid_argument("sample '" + prompt.info.name +
-                                "': the prompt has M-RoPE position_ids, but the model uses plain "
-                                "RoPE (no rope_scaling.mrope_section)");
-  if (prompt.position_ids.size() != (c.mrope() ? 3u * P : 0u))
-    throw std::invalid_argument("sample '" + prompt.info.name + "': position_ids hold " +
-                                std::to_string(prompt.position_ids.size()) + " ids, expected [" +
-                                std::to_string(P) + ", 3]");
-  if (c.max_position_embeddings > 0 && T > c.max_position_embeddings && !beyond_max_positions_)
-    throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(P) +
-                                " prompt tokens + " + std::to_string(gen_len) +
-                                " decode steps = " + std::to_string(T) +
-                                " positions exceed the model's max_position_embeddings of " +
-                                std::to_string(c.max_position_embeddings) +
-                                " (--allow-beyond-max-positions runs it anyway)");
-  if (c.sliding_window > 0 && T > c.sliding_window)
-    throw std::invalid_argument("sample '" + prompt.info.name + "': " + std::to_string(T) +
-                                " tokens exceed the model's sliding_window of " +
-                                std::to_string(c.sliding_window) +
-                                ", which the live path does not implement");
+  check_positions(prompt, c, gen_len, beyond_max_positions_);
   PreparedPrompt pp;
   pp.prompt = prompt;
-  pp.trace.model = c.model_type;
-  pp.trace.num_layers = c.num_hidden_layers;
-  pp.trace.num_heads = c.num_attention_heads;
-  pp.trace.num_kv_heads = c.num_key_value_heads;
-  pp.trace.head_dim = c.head_dim;
-  pp.trace.scale = model_.scale();
-  pp.trace.scale_given = true;
-  pp.trace.rope_theta = c.rope_theta;
-  SampleInfo& s = pp.sample = prompt.info;
-  s.gen_len = gen_len;
-  s.modality.resize(T, 0);
-  s.segment.resize(T, static_cast<std::uint8_t>(Segment::kGenerated));
-  if (!s.media_id.empty()) s.media_id.resize(T, -1);
-  s.token_ids.resize(T, -1);  // generated tokens differ from run to run
-  s.has_v = true;
-  s.dtype = DType::kFloat32;
+  pp.trace = trace_info_of(model_);
+  const SampleInfo& s = pp.sample = with_generated(prompt.info, gen_len);
 
   PrefillResult pre = model_.prefill(prompt.info.token_ids, prompt.embed_positions(),
                                      prompt.inputs_embeds, prompt.position_ids);
@@ -128,14 +164,7 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
   for (auto& t : pre.layers) {
     LayerTensors full;
     full.layer = t.layer;
-    auto rows = [&](const xt::xtensor<float, 3>& x) {
-      auto out =
-          xt::xtensor<float, 3>::from_shape({static_cast<std::size_t>(T), x.shape(1), x.shape(2)});
-      out.fill(0.0f);
-      std::copy(x.begin(), x.end(), out.begin());
-      return out;
-    };
-    full.q = rows(t.q), full.k = rows(t.k), full.v = rows(t.v);
+    full.q = padded_rows(t.q, T), full.k = padded_rows(t.k, T), full.v = padded_rows(t.v, T);
     t = LayerTensors{};
     pp.layers.push_back(std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, pp.trace, s,
                                                          std::move(full), needs, threads_));
@@ -151,24 +180,28 @@ PreparedPrompt LiveEngine::prepare(const PromptSample& prompt, int gen_len,
     for (const auto& layer : pp.layers)
       add_layer_stats(pp.stats, pp.trace, compressed, layer->tensors(), needs, threads_, false);
   }
-  if (fed > 0) {
-    const std::string what =
-        prompt_tail != 0 ? "prompt tail" : "question (appended after compression)";
-    for (int i = P - fed; i < P; ++i)
-      if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText))
-        throw std::invalid_argument("sample '" + s.name + "': its " + what + ", the last " +
-                                    std::to_string(fed) + " prompt positions, holds a vision " +
-                                    "token at " + std::to_string(i) +
-                                    ": tokens fed after compression are text tokens");
-    // The first P - Q rows of the one prefill are what a prefill of the context alone computes
-    // (causal attention): the context's statistics come from them.
-    pp.question = fed;
-    pp.context = context_only(s, pp.question);
-    for (const auto& layer : pp.layers)
-      pp.context_layers.push_back(std::make_unique<LayerAttention>(
-          LayerAttention::PromptOnly{}, pp.trace, pp.context, layer->tensors(), needs, threads_));
-  }
+  if (fed > 0) prepare_fed(pp, fed, needs);
   return pp;
+}
+
+void LiveEngine::prepare_fed(PreparedPrompt& pp, int fed, const AttentionNeeds& needs) const {
+  const SampleInfo& s = pp.sample;
+  const int P = s.prompt_len;
+  const std::string what =
+      pp.prompt_tail != 0 ? "prompt tail" : "question (appended after compression)";
+  for (int i = P - fed; i < P; ++i)
+    if (s.modality[i] != static_cast<std::uint8_t>(Modality::kText))
+      throw std::invalid_argument("sample '" + s.name + "': its " + what + ", the last " +
+                                  std::to_string(fed) + " prompt positions, holds a vision " +
+                                  "token at " + std::to_string(i) +
+                                  ": tokens fed after compression are text tokens");
+  // The first P - Q rows of the one prefill are what a prefill of the context alone computes
+  // (causal attention): the context's statistics come from them.
+  pp.question = fed;
+  pp.context = context_only(s, pp.question);
+  for (const auto& layer : pp.layers)
+    pp.context_layers.push_back(std::make_unique<LayerAttention>(
+        LayerAttention::PromptOnly{}, pp.trace, pp.context, layer->tensors(), needs, threads_));
 }
 
 namespace {
@@ -311,11 +344,13 @@ class PolicyLoop {
 
 }  // namespace
 
-RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
-  Backend& b = model_.backend();
-  const ModelConfig& c = model_.config();
-  const int L = c.num_hidden_layers, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
-            d = c.head_dim, P = pp.sample.prompt_len;
+namespace {
+
+// The run's split of the prompt: question = append or a prompt tail loads and compresses the
+// context's rows and feeds the question's (or tail's) tokens as the first steps (kvpress's
+// order), the answer's steps following at the same positions. Checks the options against the
+// prepared prompt.
+PromptSplit checked_split(const PreparedPrompt& pp, const RunOptions& o) {
   if (o.steps > pp.sample.gen_len)
     throw std::invalid_argument("run of " + std::to_string(o.steps) +
                                 " steps on a prompt prepared for " +
@@ -323,25 +358,42 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   if (o.forced && static_cast<int>(o.forced->size()) < o.steps)
     throw std::invalid_argument("teacher forcing needs " + std::to_string(o.steps) +
                                 " tokens, got " + std::to_string(o.forced->size()));
-  // question = append or a prompt tail: the context's rows are loaded and compressed, the
-  // question's (or tail's) tokens fed as the first Q steps (kvpress's order); the answer's steps
-  // follow at the same positions.
   const PromptSplit split =
       o.policy ? prompt_split(*o.policy, pp.sample, pp.prompt_tail) : PromptSplit{};
-  const bool append = split.fed > 0;
-  if (append && (pp.context_layers.empty() || pp.question != split.fed))
+  if (split.fed > 0 && (pp.context_layers.empty() || pp.question != split.fed))
     throw std::logic_error("policy '" + o.policy->label + "' compresses the prompt less its last " +
                            std::to_string(split.fed) +
                            " positions: prepare the prompt with question_after or its tail");
-  const int Q = split.fed, context = P - Q;
-  std::vector<std::unique_ptr<LayerAttention>>& layers = append ? pp.context_layers : pp.layers;
-  b.cache_reset(L, Hkv, d, P + o.steps);
-  for (int l = 0; l < L; ++l) {
+  return split;
+}
+
+// The backend's cache holds the first `context` prompt rows of every layer, with room for
+// `capacity` rows.
+void load_prompt_rows(Backend& b, const ModelConfig& c,
+                      const std::vector<std::unique_ptr<LayerAttention>>& layers, int context,
+                      int capacity) {
+  const int Hkv = c.num_key_value_heads, d = c.head_dim;
+  b.cache_reset(c.num_hidden_layers, Hkv, d, capacity);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerTensors& t = layers[l]->tensors();
     for (int g = 0; g < Hkv; ++g)
       b.cache_assign(l, g, &t.k(0, g, 0), &t.v(0, g, 0), context,
                      static_cast<std::size_t>(Hkv) * d);
   }
+}
+
+}  // namespace
+
+RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
+  Backend& b = model_.backend();
+  const ModelConfig& c = model_.config();
+  const int L = c.num_hidden_layers, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+            d = c.head_dim, P = pp.sample.prompt_len;
+  const PromptSplit split = checked_split(pp, o);
+  const bool append = split.fed > 0;
+  const int Q = split.fed, context = P - Q;
+  std::vector<std::unique_ptr<LayerAttention>>& layers = append ? pp.context_layers : pp.layers;
+  load_prompt_rows(b, c, layers, context, P + o.steps);
   RunResult r;
   r.bytes_per_entry = 2ll * d * static_cast<std::int64_t>(sizeof(float));
   r.prompt_kv_entries = static_cast<std::int64_t>(L) * Hkv * context;

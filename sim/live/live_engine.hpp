@@ -112,6 +112,10 @@ class LiveEngine {
   RunResult run(PreparedPrompt& prepared, const RunOptions& options);
 
  private:
+  // The tokens fed after compression (the prompt tail or the question): checked to be text, and
+  // the context's layer statistics, from the one prefill's first P - fed rows.
+  void prepare_fed(PreparedPrompt& pp, int fed, const AttentionNeeds& needs) const;
+
   Model& model_;
   int threads_;
   bool beyond_max_positions_ = false;

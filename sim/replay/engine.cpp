@@ -800,23 +800,19 @@ void Replayer::replay_samples(const std::vector<std::string>& samples,
   if (stop) std::rethrow_exception(errors[delivered]);
 }
 
-std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
-                                                   const std::map<int, LayerTensors>& sources,
-                                                   std::vector<std::unique_ptr<Policy>>& instances,
-                                                   const SampleStats& stats,
-                                                   const SampleInfo& sample,
-                                                   const std::vector<bool>& prefill_only) const {
-  const TraceInfo& info = reader_.info();
+std::unique_ptr<LayerAttention> Replayer::derive(const TraceInfo& info, const SampleInfo& sample,
+                                                 LayerTensors tensors, bool prompt_only) const {
+  if (prompt_only)
+    return std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, info, sample,
+                                            std::move(tensors), needs_, options_.threads);
+  return std::make_unique<LayerAttention>(info, sample, std::move(tensors), needs_,
+                                          options_.threads);
+}
+
+std::map<int, std::unique_ptr<LayerAttention>> Replayer::heir_attention(
+    const LayerAttention& att, const std::map<int, LayerTensors>& sources, const SampleInfo& sample,
+    bool prompt_only) const {
   const int l = att.layer();
-  // Statistics derived from `att` hold what it holds: the prompt's alone when they suffice.
-  const bool prompt_only = prompt_statistics_suffice(prefill_only);
-  auto derived = [&](const TraceInfo& i, const SampleInfo& s, LayerTensors t) {
-    if (prompt_only)
-      return std::make_unique<LayerAttention>(LayerAttention::PromptOnly{}, i, s, std::move(t),
-                                              needs_, options_.threads);
-    return std::make_unique<LayerAttention>(i, s, std::move(t), needs_, options_.threads);
-  };
-  // Layers that inherit another layer's q/k attend with it but are measured against their own.
   std::map<int, std::unique_ptr<LayerAttention>> heirs;
   for (const auto& p : policies_) {
     const int src = p.attention_source(l);
@@ -828,8 +824,23 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     mixed.q_first_row = sources.at(src).q_first_row;
     mixed.stored = sources.at(src).stored;
     mixed.v = att.tensors().v;
-    heirs[src] = derived(info, sample, std::move(mixed));
+    heirs[src] = derive(reader_.info(), sample, std::move(mixed), prompt_only);
   }
+  return heirs;
+}
+
+std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
+                                                   const std::map<int, LayerTensors>& sources,
+                                                   std::vector<std::unique_ptr<Policy>>& instances,
+                                                   const SampleStats& stats,
+                                                   const SampleInfo& sample,
+                                                   const std::vector<bool>& prefill_only) const {
+  const TraceInfo& info = reader_.info();
+  const int l = att.layer();
+  // Statistics derived from `att` hold what it holds: the prompt's alone when they suffice.
+  const bool prompt_only = prompt_statistics_suffice(prefill_only);
+  const std::map<int, std::unique_ptr<LayerAttention>> heirs =
+      heir_attention(att, sources, sample, prompt_only);
   // Policies with one cache per query head replay the layer with K and V repeated per query
   // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
   // prompt less its question or tail replay it split there, the fed positions becoming the first
@@ -844,9 +855,9 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   for (int i = 0; i < static_cast<int>(policies_.size()); ++i) {
     const Shape s = shape_of(i);
     if (s == Shape{false, 0} || shaped.count(s)) continue;
-    shaped[s] = derived(s.first ? info_with_kv_heads(info, info.num_heads) : info,
-                        context_only(sample, s.second),
-                        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors());
+    shaped[s] = derive(
+        s.first ? info_with_kv_heads(info, info.num_heads) : info, context_only(sample, s.second),
+        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), prompt_only);
   }
   std::vector<LayerResult> results(policies_.size());
   const bool records_flushes = std::any_of(options_.checks.begin(), options_.checks.end(),

@@ -168,6 +168,15 @@ class Replayer {
                                            std::vector<std::unique_ptr<Policy>>& instances,
                                            const SampleStats& stats, const SampleInfo& sample,
                                            const std::vector<bool>& prefill_only) const;
+  // A layer's statistics of `tensors` as this run needs them: the prompt's alone when
+  // `prompt_only` (prompt_statistics_suffice).
+  std::unique_ptr<LayerAttention> derive(const TraceInfo& info, const SampleInfo& sample,
+                                         LayerTensors tensors, bool prompt_only) const;
+  // Layers that inherit another layer's q/k (attention_source) attend with it but are measured
+  // against their own values: one LayerAttention per source layer the policies name.
+  std::map<int, std::unique_ptr<LayerAttention>> heir_attention(
+      const LayerAttention& att, const std::map<int, LayerTensors>& sources,
+      const SampleInfo& sample, bool prompt_only) const;
   // Which policies only catch up on layer `layer`'s prefill (below their first layer).
   std::vector<bool> prefill_only_at(int layer, const std::vector<int>& first_layers) const;
   // Whether the prompt's statistics serve a layer where `prefill_only` says who catches up: no

@@ -163,35 +163,13 @@ std::string read_sample_state(const std::string& text, const std::string& sample
   return summary_lines;
 }
 
-}  // namespace
-
-ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& reader,
-                           const std::vector<PolicyConfig>& policies, const ReplayOptions& options,
-                           const std::vector<std::string>& samples, const ReplayOutputs& outputs,
-                           const std::map<std::string, std::vector<std::string>>& notes,
-                           const std::function<void()>& on_layer) {
-  const std::map<std::string, int> index = sample_index(reader, samples);
-
-  ReplayRunReport report;
-  std::unique_ptr<ReplayCheckpoint> checkpoint;
-  if (outputs.any()) {
-    checkpoint = std::make_unique<ReplayCheckpoint>(
-        outputs.checkpoint_dir(),
-        replay_manifest(file_content_hash(trace_path), policies, options, outputs));
-    report.checkpoint_dir = checkpoint->dir();
-    set_interrupt_note("finished samples are kept in " + checkpoint->dir() +
-                       "; rerun the same command to resume");
-  }
-  std::map<int, std::string> states;  // without a checkpoint: each sample's state, in memory
-  std::vector<std::string> todo;
-  NoteTally noted;
-  for (const auto& s : samples) {
-    if (checkpoint && checkpoint->finished(index.at(s)))
-      ++report.samples_resumed;
-    else
-      todo.push_back(s);
-  }
-
+// Replays the samples not yet finished; each finished sample's state goes to the checkpoint, or
+// without one to `states`.
+void replay_unfinished(const TraceReader& reader, const std::vector<PolicyConfig>& policies,
+                       const ReplayOptions& options, const std::vector<std::string>& todo,
+                       const std::map<std::string, int>& index, const ReplayOutputs& outputs,
+                       ReplayCheckpoint* checkpoint, std::map<int, std::string>& states,
+                       const std::function<void()>& on_layer) {
   Replayer replayer(reader, policies, options);
   std::unique_ptr<SampleSink> sink;
   auto finish_sample = [&] {
@@ -209,7 +187,7 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
         if (!sink || sink->name != r.sample) {
           finish_sample();
           sink = std::make_unique<SampleSink>(r.sample, index.at(r.sample), policies, outputs,
-                                              checkpoint.get(), outputs.bounds_epsilon);
+                                              checkpoint, outputs.bounds_epsilon);
         }
         sink->add(r);
       },
@@ -217,8 +195,17 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
         if (on_layer) on_layer();
       });
   finish_sample();
+}
 
-  // Every sample is finished: the outputs, in the order the samples were asked for.
+// Every sample is finished: the outputs, in the order the samples were asked for, and the
+// report's table, sample means and notes.
+void write_outputs(const TraceReader& reader, const std::vector<PolicyConfig>& policies,
+                   const std::vector<std::string>& samples, const std::map<std::string, int>& index,
+                   const ReplayOutputs& outputs,
+                   const std::map<std::string, std::vector<std::string>>& notes,
+                   const ReplayCheckpoint* checkpoint, const std::map<int, std::string>& states,
+                   ReplayRunReport& report) {
+  NoteTally noted;
   Summary summary(policies, reader.info().num_kv_heads);
   std::unique_ptr<Concatenation> steps, bounds;
   if (!outputs.steps_csv.empty())
@@ -251,12 +238,43 @@ ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& rea
   if (bounds) bounds->close();
   if (decisions) decisions->close();
   if (!outputs.summary_csv.empty()) summary.write_csv(outputs.summary_csv);
+  report.table = summary.table();
+  report.sample_means = summary.sample_means();
+}
+
+}  // namespace
+
+ReplayRunReport run_replay(const std::string& trace_path, const TraceReader& reader,
+                           const std::vector<PolicyConfig>& policies, const ReplayOptions& options,
+                           const std::vector<std::string>& samples, const ReplayOutputs& outputs,
+                           const std::map<std::string, std::vector<std::string>>& notes,
+                           const std::function<void()>& on_layer) {
+  const std::map<std::string, int> index = sample_index(reader, samples);
+  ReplayRunReport report;
+  std::unique_ptr<ReplayCheckpoint> checkpoint;
+  if (outputs.any()) {
+    checkpoint = std::make_unique<ReplayCheckpoint>(
+        outputs.checkpoint_dir(),
+        replay_manifest(file_content_hash(trace_path), policies, options, outputs));
+    report.checkpoint_dir = checkpoint->dir();
+    set_interrupt_note("finished samples are kept in " + checkpoint->dir() +
+                       "; rerun the same command to resume");
+  }
+  std::vector<std::string> todo;
+  for (const auto& s : samples) {
+    if (checkpoint && checkpoint->finished(index.at(s)))
+      ++report.samples_resumed;
+    else
+      todo.push_back(s);
+  }
+  std::map<int, std::string> states;  // without a checkpoint: each sample's state, in memory
+  replay_unfinished(reader, policies, options, todo, index, outputs, checkpoint.get(), states,
+                    on_layer);
+  write_outputs(reader, policies, samples, index, outputs, notes, checkpoint.get(), states, report);
   if (checkpoint) {
     set_interrupt_note("");
     checkpoint->remove();
   }
-  report.table = summary.table();
-  report.sample_means = summary.sample_means();
   return report;
 }
 

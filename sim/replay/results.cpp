@@ -408,6 +408,42 @@ void Summary::write_csv(const std::string& path) const {
   write_whole(path, out);
 }
 
+std::string Summary::budget_cell(int p) const {
+  std::string budget = policies_[p].budget_text();
+  if (budget.empty()) budget = "-";
+  if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
+  if (policies_[p].info->lookahead) budget += " (lookahead)";
+  return budget;
+}
+
+std::string Summary::table_line(const Reported& r, const std::string& label, int w,
+                                const std::string& budget, int bw, const std::string& held) {
+  char line[640];
+  const Acc& a = r.total.acc;
+  const int n_samples = static_cast<int>(r.samples.size());
+  const double n = std::max<long>(a.count, 1);
+  const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);
+  const double mib = a.kv_bytes / std::max<long>(r.total.steps, 1) / (1024.0 * 1024.0);
+  if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
+    std::snprintf(line, sizeof line,
+                  "%-*s %-*s %4d %8.1f %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
+                  label.c_str(), bw, budget.c_str(), n_samples, kept, "-", "-", "-", "-", "-", "-",
+                  "-", "-", "-", "-");
+    return line;
+  }
+  char err[32] = "-", verr[32] = "-";
+  if (a.error_count) {
+    std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
+    std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
+  }
+  std::snprintf(line, sizeof line,
+                "%-*s %-*s %4d %8.1f %8.1f %7s %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
+                label.c_str(), bw, budget.c_str(), n_samples, kept, a.cache / n, held.c_str(),
+                a.attended / n, a.recall / n, interval_text(r.recall_ci).c_str(), a.min_recall, err,
+                interval_text(r.error_ci).c_str(), verr, mib);
+  return line;
+}
+
 std::string Summary::table() const {
   std::ostringstream os;
   char line[640];
@@ -420,17 +456,11 @@ std::string Summary::table() const {
   };
   int w = 14;  // label column: wide enough for preset names
   for (const Reported& r : rows) w = std::max<int>(w, static_cast<int>(shown_label(r).size()));
-  // The budget as given, what it resolved to in entries, and the lookahead mark.
   std::vector<std::string> budgets;
   int bw = 18;
   for (const Reported& r : rows) {
-    const int p = r.members.front();
-    std::string budget = policies_[p].budget_text();
-    if (budget.empty()) budget = "-";
-    if (const std::string n = budget_entries(p); !n.empty() && n != budget) budget += " = " + n;
-    if (policies_[p].info->lookahead) budget += " (lookahead)";
-    bw = std::max<int>(bw, static_cast<int>(budget.size()));
-    budgets.push_back(budget);
+    budgets.push_back(budget_cell(r.members.front()));
+    bw = std::max<int>(bw, static_cast<int>(budgets.back().size()));
   }
   std::snprintf(line, sizeof line,
                 "%-*s %-*s %4s %8s %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w, "policy", bw,
@@ -446,33 +476,11 @@ std::string Summary::table() const {
       os << "sizing their caches themselves (no budget: compare by what they held):\n";
       apart = true;
     }
-    const Acc& a = r.total.acc;
     most_samples = std::max(most_samples, r.samples.size());
     const std::string label = shown_label(r);
-    const int n_samples = static_cast<int>(r.samples.size());
-    const double n = std::max<long>(a.count, 1);
-    const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);
-    const double mib = a.kv_bytes / std::max<long>(r.total.steps, 1) / (1024.0 * 1024.0);
-    char err[32] = "-", verr[32] = "-";
-    if (a.error_count) {
-      std::snprintf(err, sizeof err, "%.4f", a.error / a.error_count);
-      std::snprintf(verr, sizeof verr, "%.4f", a.value_error / a.error_count);
-    }
     const std::string held = held_over_budget_cell(r.held_over_budget, flagged);
-    if (a.count == 0) {  // no decode steps: nothing was attended after the prefill
-      std::snprintf(line, sizeof line,
-                    "%-*s %-*s %4d %8.1f %8s %7s %8s %8s %13s %10s %11s %13s %9s %11s\n", w,
-                    label.c_str(), bw, budgets[i].c_str(), n_samples, kept, "-", "-", "-", "-", "-",
-                    "-", "-", "-", "-", "-");
-      os << line;
-      continue;
-    }
-    std::snprintf(line, sizeof line,
-                  "%-*s %-*s %4d %8.1f %8.1f %7s %8.1f %8.4f %13s %10.4f %11s %13s %9s %11.2f\n", w,
-                  label.c_str(), bw, budgets[i].c_str(), n_samples, kept, a.cache / n, held.c_str(),
-                  a.attended / n, a.recall / n, interval_text(r.recall_ci).c_str(), a.min_recall,
-                  err, interval_text(r.error_ci).c_str(), verr, mib);
-    os << line;
+    os << table_line(r, label, w, budgets[i], bw, held);
+    if (r.total.acc.count == 0) continue;
     if (r.members.size() > 1) {
       std::snprintf(line, sizeof line,
                     "%s: the runs of seeds 0-%zu pooled; over seeds recall SD %.4f, out_rel_err "

@@ -119,6 +119,11 @@ class Summary {
   // The resolved budget of a policy over every sample: "128", "96-128" when samples differ, ""
   // without a budget.
   std::string budget_entries(int policy) const;
+  // The table's budget cell: the budget as given, what it resolved to, the lookahead mark.
+  std::string budget_cell(int policy) const;
+  // The table's line of one row (label, budget cell and held/budget cell given, widths w, bw).
+  static std::string table_line(const Reported& r, const std::string& label, int w,
+                                const std::string& budget, int bw, const std::string& held);
 };
 
 // --bounds: HAE Theorem 2.1 (one row per policy, sample, layer, KV head) and Corollary 2.1 (one
