@@ -562,8 +562,10 @@ TEST(Sweep, ReportWritesTableAndFigures) {
                    out + " > /dev/null 2>&1")
                       .c_str()),
       0);
-  // The kvsim package of the build beside the binary (its C++ module gives the intervals).
-  const std::string python_dir = fs::path(KVSIM_BINARY).parent_path().string() + "/python";
+  // The kvsim package of the build beside the binary (its C++ module gives the intervals), else
+  // the source tree's (a build without the module, e.g. the sanitizer build: no intervals).
+  const std::string python_dir =
+      fs::path(KVSIM_BINARY).parent_path().string() + "/python:" + kRoot + "/python";
   ASSERT_EQ(
       std::system(("PYTHONPATH=" + python_dir + " /usr/bin/python3 -m kvsim.report.sweep_report " +
                    out + "/results.csv --out " + out + " > /dev/null")

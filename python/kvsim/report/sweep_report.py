@@ -51,12 +51,12 @@ def intervals(rs, column):
     over them (kvsim.summarize: docs/outputs.md); NaN bounds without the kvsim module."""
     samples = [(r["trace"], r["sample"]) for r in rs if r[column]]
     n = len(set(samples))
+    from .. import summarize
     try:
-        from .. import summarize  # the C++ module's; absent where it is not built
-    except ImportError:
+        s = summarize({"policy": ["c"] * len(samples), "sample": [f"{t}/{x}" for t, x in samples],
+                       column: [float(r[column]) for r in rs if r[column]]}, column)
+    except ImportError:  # the C++ module is not built here (e.g. a sanitizer build): no intervals
         return n, float("nan"), float("nan")
-    s = summarize({"policy": ["c"] * len(samples), "sample": [f"{t}/{x}" for t, x in samples],
-                   column: [float(r[column]) for r in rs if r[column]]}, column)
     return n, float(s["ci_low"].iloc[0]), float(s["ci_high"].iloc[0])
 
 
