@@ -159,8 +159,15 @@ fi
 if [ "${1:-}" = --threads ]; then
   [ $# -eq 2 ] || usage
   tmp=$(mktemp -d)
-  threads=1 && snapshot "$2" "$tmp/threads1"
-  threads=2 && snapshot "$2" "$tmp/threads2"
+  # Each snapshot traced into a log, so that a step that fails is named (its last lines shown).
+  for threads in 1 2; do
+    if ! (set -x && snapshot "$2" "$tmp/threads$threads") 2>"$tmp/log$threads"; then
+      echo "behaviour_snapshot: the snapshot with $threads thread(s) failed; its last steps:" >&2
+      tail -25 "$tmp/log$threads" >&2
+      rm -rf "$tmp"
+      exit 1
+    fi
+  done
   status=0
   if ! diff -r "$tmp/threads1" "$tmp/threads2" >"$tmp/diff.txt"; then
     status=1
