@@ -14,9 +14,9 @@
 #   experiments/merging_regimes.sh [LAYERS] [SEEDS]
 #     -> results/merging_regimes/traces/REGIME_L<LAYERS>_s<SEED>.h5 (kept and reused)
 #     -> results/merging_regimes/recipes/merging_vs_eviction/ (the sweep, table_by_trace.csv/.md)
-#     -> results/merging_regimes/merging.csv/.md (experiments/reports/merging_report.py: merging
-#     against eviction per regime, policy and budget, averaged over the seeds, with the number of
-#     seeds on which merging was lower)
+#     -> results/merging_regimes/merging.csv/.md (experiments/reports/merging_report.py:
+#        merging against eviction per regime, policy and budget, averaged over the seeds, with
+#        the number of seeds on which merging was lower)
 #
 # LAYERS (default 8) sets each trace's depth and SEEDS (default "1 2 3 4"; 1 is the demo's) the
 # generator's seeds; the shape is otherwise the demo's (LLaVA-1.5-7B).

@@ -1,19 +1,24 @@
 #!/bin/sh
 # Regenerates a page's numbers and figures and checks them against the page, region by region
 # (experiments/reports/docs_tables.py --check: equal; equal within the stated tolerance,
-# kvsim.report.tolerance; or different, with the first difference). Usage: experiments/reproduce.sh
-# PAGE [--quick | --from-results] [OUT_DIR] PAGE            real_model (docs/real_model.md) (no
-# option)     every experiment of the page, from the models (python3 -m kvsim.models fetch): the
-# stories (about 1 min on 2 cores), the single image (ten seeds, about an hour, and its factorial of
-# three orders, about 2 h) and the eight boxes from the committed weights in four orders (about 70
-# min a seed, their reports about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains
-# them here first); about 12 hours in all --quick         one seed of each task, its rows against
-# the committed per-seed results: the stories, the single image (about 8 min) and the eight boxes
-# (seed 0, the compress order at 10%) --from-results  the page's reports, tables and figures from
-# the results committed under experiments/results/ (no model; about 15 minutes on 2 cores), against
-# the page OUT_DIR         default demo/reproduce/PAGE The page's numbers were produced on the
-# machine its text names; on another CPU they are equal within the tolerance docs/testing.md states,
-# not byte for byte.
+# kvsim.report.tolerance; or different, with the first difference).
+# Usage: experiments/reproduce.sh PAGE [--quick | --from-results] [OUT_DIR]
+#   PAGE            real_model (docs/real_model.md)
+#   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
+#                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
+#                   hour, and its factorial of three orders, about 2 h) and the eight boxes from
+#                   the committed weights in four orders (about 70 min a seed, their reports
+#                   about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them
+#                   here first); about 12 hours in all
+#   --quick         one seed of each task, its rows against the committed per-seed results: the
+#                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
+#                   compress order at 10%)
+#   --from-results  the page's reports, tables and figures from the results committed under
+#                   experiments/results/ (no model; about 15 minutes on 2 cores), against the
+#                   page
+#   OUT_DIR         default demo/reproduce/PAGE
+# The page's numbers were produced on the machine its text names; on another CPU they are equal
+# within the tolerance docs/testing.md states, not byte for byte.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 reports=$repo/experiments/reports  # the experiments' own reports

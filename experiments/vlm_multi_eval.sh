@@ -12,39 +12,39 @@
 #   tailq     as compress, but the whole question is fed after compression (`--prompt-tail
 #             question`): the scorers do not see it, and no answer token is free
 #             (these three share one reading and the same entries at every step: a factorial,
-#             experiments/reports/vlm_factorial.py, takes the free first token and the scorer seeing
-#             the question apart) append    the context is compressed before the question is read
-#             (kvpress's pipeline), the question and answer appended: the policies with a `question`
-#             parameter, each compressing once to the same ceil(budget x context) entries (equal
-#             memory by construction: every policy holds the same rows at every step); with the
-#             floors (random over several draws, unprotected and with SnapKV's 32-position recent
-#             window, `random@window`, in the three orders of one reading; text_only; downsample),
-#             the controls (no images; the asked image swapped for another class; the images
-#             shuffled among the boxes) and, in the append order, several questions on one
-#             compressed context (prompts_shared.h5: every box of 40 contexts asked in turn).
-#             experiments/reports/vlm_eval_report.py reports each order and
-#             kvsim.report.prediction_card tests how well replay predicts its accuracy out of
-#             sample; experiments/reports/vlm_orders.py compares the compress and append orders (and
-#             the single-image task, if its report is given). Usage: experiments/vlm_multi_eval.sh
-#             [OUT_DIR] [MODELS_DIR] [BUILD_DIR] OUT_DIR    default demo/vlm_multi (from the current
-#             directory) MODELS_DIR default $KVSIM_MODELS, else the repository's models/ (python3 -m
-#             kvsim.models fetch) BUILD_DIR  default the repository's build/ Environment:
-#             VLM_MULTI_WEIGHTS=DIR the trained weights (DIR/base-seedK, as
-#             experiments/vlm_multi_train.sh and experiments/vlm_multi_gpu.py write them; default
-#             the committed experiments/weights/vlm_multi; empty: each seed is trained here with
-#             steps=4000, about 15 minutes a seed on 2 cores); VLM_MULTI_BUDGETS ("10 20 40"),
-#             VLM_MULTI_SEEDS ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3),
-#             VLM_MULTI_SHARED (the budget of the several-questions run, 20); VLM_MULTI_SINGLE=DIR
-#             adds the single-image task's report (vlm_eval.sh's OUT_DIR) to the comparison;
-#             VLM_MULTI_REPORT=0 runs without reporting (seeds split over processes);
-#             VLM_MULTI_ORDERS ("compress tail1 tailq append") the orders run;
-#             VLM_MULTI_POLICIES=LIST runs only these budgeted policies (a floor added to a kept
-#             run: join the reports with vlm_eval_report.py --from-results A B); VLM_MULTI_EXTRAS=0
-#             leaves out the self-sizing policies and the several-questions run (with one order, or
-#             without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1
-#             builds the small CI model and evaluates one seed and two budgets (tests);
-#             VLM_MULTI_DOCS=FILE writes the run's tables into the marked regions of FILE
-#             (docs/real_model.md: experiments/reports/docs_tables.py).
+#             experiments/reports/vlm_factorial.py, takes the free first token and the scorer
+#             seeing the question apart)
+#   append    the context is compressed before the question is read (kvpress's pipeline), the
+#             question and answer appended: the policies with a `question` parameter, each
+#             compressing once to the same ceil(budget x context) entries (equal memory by
+#             construction: every policy holds the same rows at every step);
+# with the floors (random over several draws, unprotected and with SnapKV's 32-position recent
+# window, `random@window`, in the three orders of one reading; text_only; downsample), the
+# controls (no images; the asked image swapped for another class; the images shuffled among the
+# boxes) and, in the append order, several questions on one compressed context
+# (prompts_shared.h5: every box of 40 contexts asked in turn). The reports
+# (experiments/reports/): vlm_eval_report.py reports each order and kvsim.report.prediction_card
+# tests how well replay predicts its accuracy out of sample; vlm_orders.py compares the compress
+# and append orders (and the single-image task, if its report is given).
+# Usage: experiments/vlm_multi_eval.sh [OUT_DIR] [MODELS_DIR] [BUILD_DIR]
+#   OUT_DIR    default demo/vlm_multi (from the current directory)
+#   MODELS_DIR default $KVSIM_MODELS, else the repository's models/ (python3 -m kvsim.models fetch)
+#   BUILD_DIR  default the repository's build/
+# Environment: VLM_MULTI_WEIGHTS=DIR the trained weights (DIR/base-seedK, as
+#   experiments/vlm_multi_train.sh and experiments/vlm_multi_gpu.py write them; default the
+#   committed experiments/weights/vlm_multi; empty: each seed is trained here with steps=4000,
+#   about 15 minutes a seed on 2 cores); VLM_MULTI_BUDGETS ("10 20 40"), VLM_MULTI_SEEDS
+#   ("0 1 2 3 4"), VLM_MULTI_DRAWS (the random floor's draws, 3), VLM_MULTI_SHARED (the budget of
+#   the several-questions run, 20); VLM_MULTI_SINGLE=DIR adds the single-image task's report
+#   (vlm_eval.sh's OUT_DIR) to the comparison; VLM_MULTI_REPORT=0 runs without reporting (seeds
+#   split over processes); VLM_MULTI_ORDERS ("compress tail1 tailq append") the orders run;
+#   VLM_MULTI_POLICIES=LIST runs only these budgeted policies (a floor added to a kept run: join
+#   the reports with vlm_eval_report.py --from-results A B); VLM_MULTI_EXTRAS=0
+#   leaves out the self-sizing policies and the several-questions run (with one order, or
+#   without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1 builds
+#   the small CI model and evaluates one seed and two budgets (tests); VLM_MULTI_DOCS=FILE writes
+#   the run's tables into the marked regions of FILE (docs/real_model.md:
+#   experiments/reports/docs_tables.py).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 reports=$repo/experiments/reports  # the experiments' own reports
