@@ -79,6 +79,15 @@ print(" ".join([p["name"] for p in d["policies"]] + [p["name"] for p in d["prese
       done
     done
   done
+  # The optional metrics and the checks: diagnostics (hit rates, misses, evicted mass), the
+  # oracle's regret, and HAE's bounds, with the console table that reports the bounds' counts.
+  for trace in mha gqa; do
+    "$kvsim" replay "$work/$trace.h5" -p h2o,snapkv,hae,tova,oracle --budget 20% --diagnostics \
+      --bounds "$work/bounds.csv" -o "$work/steps.csv" -j "$threads" >"$work/table.txt" 2>&1
+    cp "$work/steps.csv" "$out/diagnostics-$trace.csv"
+    cp "$work/bounds.csv" "$out/bounds-$trace.csv"
+    cp "$work/table.txt" "$out/diagnostics-$trace.table.txt"
+  done
   "$kvsim" sweep -t "$work/mha.h5" -p h2o,snapkv,hae,random --seeds 2 \
     --grid h2o.budget=10%,30% --grid snapkv.window=4,8 -o "$work/sweep" -j "$threads" \
     >/dev/null 2>&1
@@ -116,7 +125,10 @@ res, dec = kvsim.replay(trace, {"knorm": {"budget": "20%"}, "py": NegativeKeyNor
                                 "h2o": {"budget": "20%"}, "snapkv:kvpress": None,
                                 "adaptive": NegativeKeyNorm(budget="20%", selection="adaptive")},
                         decisions=True, threads=int(sys.argv[3]), as_frame=False)
-for name, table in (("python.replay.csv", res), ("python.decisions.csv", dec)):
+diag = kvsim.replay(trace, {"h2o": {"budget": "20%"}, "oracle": {"budget": "20%"}},
+                    diagnostics=True, threads=int(sys.argv[3]), as_frame=False)
+for name, table in (("python.replay.csv", res), ("python.decisions.csv", dec),
+                    ("python.diagnostics.csv", diag)):
     cols = list(table)
     with open(f"{out}/{name}", "w") as f:
         f.write(",".join(cols) + "\n")
