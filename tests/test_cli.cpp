@@ -247,6 +247,19 @@ TEST(Cli, SynthInspectReplay) {
             std::string::npos)
       << sidecar;
   EXPECT_NE(slurp(temp_path("s.csv")).find("h2o,all,all,"), std::string::npos);
+  // An optional metric by name: --metrics diagnostics is --diagnostics; an unknown one is
+  // refused before any work, naming the metrics there are.
+  const std::string d1 = temp_path("d1.csv"), d2 = temp_path("d2.csv");
+  ASSERT_EQ(kvsim(base + "--diagnostics --out " + d1).code, 0);
+  ASSERT_EQ(kvsim(base + "--metrics diagnostics --out " + d2).code, 0);
+  EXPECT_EQ(slurp(d1), slurp(d2));
+  EXPECT_NE(slurp(d1), a);
+  r = kvsim(base + "--metrics hit_rate --out " + temp_path("d3.csv"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("unknown metric 'hit_rate' (metrics that run when asked for: "
+                          "diagnostics)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, StatsWritesItsResultsFile) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "sim/replay/step_metric.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 
@@ -212,9 +213,9 @@ TEST(OracleMatch, RegretPrefersTheMatchedOracle) {
                       *per_query = &out[l * 5 + 3], *matched_q = &out[l * 5 + 4];
     ASSERT_EQ(matched_q->steps.size(), 4u);  // the oracle follows the per-query-head caches
     for (int t = 0; t < 12; ++t) {
-      EXPECT_EQ(policy->steps[0][t].regret,
+      EXPECT_EQ(observed_value(*policy, "regret", 0, t),
                 matched->steps[0][t].mass_recall - policy->steps[0][t].mass_recall);
-      EXPECT_EQ(per_query->steps[3][t].regret,
+      EXPECT_EQ(observed_value(*per_query, "regret", 3, t),
                 matched_q->steps[3][t].mass_recall - per_query->steps[3][t].mass_recall);
       EXPECT_EQ(per_query->steps[3][t].cache_size, matched_q->steps[3][t].cache_size);
     }

@@ -10,6 +10,7 @@
 #include "sim/replay/bounds.hpp"
 #include "sim/replay/reference_replay.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/replay/step_metric.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
 #include "traces/hdf5_util.hpp"
@@ -152,9 +153,9 @@ TEST(Engine, FlushesAreRecordedForEveryHeadThatScores) {
       .replay_sample("000000", [&](const LayerResult& l) { out.push_back(l); });
   ASSERT_EQ(out.size(), 1u);
   const SampleInfo sample = reader.read_sample("000000");
-  ASSERT_EQ(static_cast<int>(out[0].flushes.size()), sample.gen_len);
+  ASSERT_EQ(static_cast<int>(bounds_record(out[0])->flushes.size()), sample.gen_len);
   for (int t = 0; t < sample.gen_len; ++t) {
-    const FlushEvent& f = out[0].flushes[t];
+    const FlushEvent& f = bounds_record(out[0])->flushes[t];
     EXPECT_EQ(f.step, t);
     EXPECT_EQ(f.kv_head, 1);
     EXPECT_EQ(f.removed, 1);
@@ -504,22 +505,24 @@ TEST(Engine, DiagnosticsByHand) {
   const std::vector<PolicyConfig> policies = {make_policy_config("h2o", {{"budget", "2"}}),
                                               make_policy_config("oracle", {{"budget", "2"}})};
   std::vector<LayerResult> out;
-  Replayer(reader, policies, {.threads = 1, .diagnostics = true})
+  Replayer(reader, policies, {.threads = 1, .metrics = {"diagnostics"}})
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
-  const auto& h2o = out[0].steps[0];
-  EXPECT_FLOAT_EQ(h2o[0].hit_top, 1.0f);
-  EXPECT_EQ(h2o[0].misses_top, 0);
-  EXPECT_NEAR(h2o[0].hit_mass90, 0.6, 1e-6);
-  EXPECT_NEAR(h2o[0].evicted_mass, 3.0 / 9, 1e-6);
-  EXPECT_NEAR(h2o[1].hit_mass90, 0.6, 1e-6);
-  EXPECT_NEAR(h2o[1].evicted_mass, 0.4, 1e-6);
-  EXPECT_NEAR(h2o[1].cumulative_evicted_mass, 1.0 / 3 + 0.4, 1e-6);
-  EXPECT_NEAR(h2o[0].regret, 7.0 / 9 - 6.0 / 9, 1e-6);
-  EXPECT_FLOAT_EQ(out[1].steps[0][0].regret, 0.0f);
+  const auto h2o = [&](const char* column, int step) {
+    return observed_value(out[0], column, 0, step);
+  };
+  EXPECT_FLOAT_EQ(h2o("hit_rate_top10", 0), 1.0f);
+  EXPECT_EQ(h2o("misses_top10", 0), 0);
+  EXPECT_NEAR(h2o("hit_rate_mass90", 0), 0.6, 1e-6);
+  EXPECT_NEAR(h2o("evicted_mass", 0), 3.0 / 9, 1e-6);
+  EXPECT_NEAR(h2o("hit_rate_mass90", 1), 0.6, 1e-6);
+  EXPECT_NEAR(h2o("evicted_mass", 1), 0.4, 1e-6);
+  EXPECT_NEAR(h2o("cumulative_evicted_mass", 1), 1.0 / 3 + 0.4, 1e-6);
+  EXPECT_NEAR(h2o("regret", 0), 7.0 / 9 - 6.0 / 9, 1e-6);
+  EXPECT_FLOAT_EQ(observed_value(out[1], "regret", 0, 0), 0.0f);
   // Without --diagnostics the columns stay empty.
   const auto plain = run_policy(reader.path(), "h2o", {{"budget", "2"}});
-  EXPECT_TRUE(std::isnan(plain[0].steps[0][0].hit_top));
-  EXPECT_TRUE(std::isnan(plain[0].steps[0][0].regret));
+  EXPECT_TRUE(std::isnan(observed_value(plain[0], "hit_rate_top10", 0, 0)));
+  EXPECT_TRUE(std::isnan(observed_value(plain[0], "regret", 0, 0)));
 }
 
 TEST(Engine, RegretReferencesDeclareThemselves) {
@@ -534,16 +537,17 @@ TEST(Engine, RegretReferencesDeclareThemselves) {
   TraceReader reader(t.write("regret_reference.h5"));
   std::vector<LayerResult> out;
   Replayer(reader, {make_policy_config("h2o", {{"budget", "2"}}), hindsight},
-           {.threads = 1, .diagnostics = true})
+           {.threads = 1, .metrics = {"diagnostics"}})
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
-  EXPECT_NEAR(out[0].steps[0][0].regret, 7.0 / 9 - 6.0 / 9, 1e-6);  // as in DiagnosticsByHand
+  EXPECT_NEAR(observed_value(out[0], "regret", 0, 0), 7.0 / 9 - 6.0 / 9,
+              1e-6);  // as in DiagnosticsByHand
   out.clear();
   Replayer(reader,
            {make_policy_config("h2o", {{"budget", "2"}}),
             make_policy_config("h2o:paper", {{"budget", "2"}})},
-           {.threads = 1, .diagnostics = true})
+           {.threads = 1, .metrics = {"diagnostics"}})
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
-  EXPECT_TRUE(std::isnan(out[0].steps[0][0].regret));
+  EXPECT_TRUE(std::isnan(observed_value(out[0], "regret", 0, 0)));
   EXPECT_TRUE(PolicyRegistry::instance().get("full").keeps_everything);
   for (const auto& name : PolicyRegistry::instance().names()) {
     if (name == "full") continue;

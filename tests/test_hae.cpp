@@ -121,8 +121,8 @@ TEST(Hae, Eq4ReranksAtTheTriggerWhereTheMarkedBinDoesNot) {
     std::vector<LayerResult> out;
     Replayer(reader, {make_policy_config("hae", p)}, {.threads = 1, .checks = {bounds_check(0.01)}})
         .replay_sample("s0", [&](const LayerResult& l) { out.push_back(l); });
-    ASSERT_EQ(out[0].flushes.size(), 1u) << ddes;
-    const FlushEvent& f = out[0].flushes[0];
+    ASSERT_EQ(bounds_record(out[0])->flushes.size(), 1u) << ddes;
+    const FlushEvent& f = bounds_record(out[0])->flushes[0];
     const double s4 = 1 / 8.5 + 1 / 11.0 + 1 / 3.41666667, s5 = 3 / 11.0 + 1 / 3.0 / 3.41666667,
                  s6 = 1 / 3.0 / 3.41666667;
     EXPECT_NEAR(f.greedy, s5 + s6, 1e-6) << ddes;
@@ -171,14 +171,14 @@ TEST(Hae, BoundsAreCheckedNotAssumed) {
   std::vector<LayerResult> out;
   Replayer(reader, policies, {.threads = 1, .checks = {bounds_check(0.01)}})
       .replay_sample("s0", [&](const LayerResult& r) { out.push_back(r); });
-  const TheoremCheck& c = out[0].theorem[0];
+  const TheoremCheck& c = bounds_record(out[0])->theorem[0];
   EXPECT_EQ(c.evicted, 1);
   EXPECT_NEAR(c.attn_max, 0.5 / 8.5, 1e-6);
   EXPECT_NEAR(c.lambda, 1 - 11.5 / 14.5, 1e-6);
   EXPECT_NEAR(c.k_bound, std::log(0.01 / (0.5 / 8.5)) / std::log(11.5 / 14.5), 1e-4);
   EXPECT_NEAR(c.loss, 0.5 / 11.5, 1e-6);
-  ASSERT_EQ(out[0].flushes.size(), 1u);
-  const FlushEvent& f = out[0].flushes[0];
+  ASSERT_EQ(bounds_record(out[0])->flushes.size(), 1u);
+  const FlushEvent& f = bounds_record(out[0])->flushes[0];
   EXPECT_EQ(f.step, 1);
   EXPECT_EQ(f.removed, 2);
   const double s1 = 1 / 5.0 + 1 / 5.5 + 1 / 7.5 + 1 / 8.5 + 1 / 11.0 + 1 / 14.0;

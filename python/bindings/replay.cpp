@@ -10,6 +10,7 @@
 #include "policies/policy_config.hpp"
 #include "python/bindings/python_policy.hpp"
 #include "sim/replay/engine.hpp"
+#include "sim/replay/step_metric.hpp"
 #include "sim/run/note_tally.hpp"
 
 namespace kvsim::python {
@@ -20,9 +21,11 @@ namespace {
 struct Columns {
   std::vector<std::string> policy, sample;
   std::vector<std::int64_t> layer, kv_head, step, position, cache_size, attended_size, kv_bytes;
-  std::vector<float> mass_recall, output_rel_error, output_value_error, hit_rate_top10,
-      hit_rate_mass90, evicted_mass, cumulative_evicted_mass, regret;
-  std::vector<double> misses_top10;  // NaN where the CSV cell is empty
+  std::vector<float> mass_recall, output_rel_error, output_value_error;
+  // The registered metrics' columns (sim/replay/step_metric.hpp): float32, counts as float64
+  // (NaN where the CSV cell is empty).
+  std::vector<MetricColumn> metric_columns = observed_columns();
+  std::vector<std::vector<float>> metrics{metric_columns.size()};
 
   void add(const std::string& label, const LayerResult& r) {
     for (std::size_t g = 0; g < r.steps.size(); ++g)
@@ -33,11 +36,10 @@ struct Columns {
         position.push_back(m.position), cache_size.push_back(m.cache_size);
         attended_size.push_back(m.attended_size), kv_bytes.push_back(m.kv_bytes);
         mass_recall.push_back(m.mass_recall), output_rel_error.push_back(m.output_rel_error);
-        output_value_error.push_back(m.output_value_error), hit_rate_top10.push_back(m.hit_top);
-        hit_rate_mass90.push_back(m.hit_mass90);
-        misses_top10.push_back(m.misses_top >= 0 ? m.misses_top : NAN);
-        evicted_mass.push_back(m.evicted_mass);
-        cumulative_evicted_mass.push_back(m.cumulative_evicted_mass), regret.push_back(m.regret);
+        output_value_error.push_back(m.output_value_error);
+        for (std::size_t c = 0; c < metrics.size(); ++c)
+          metrics[c].push_back(r.observed.empty() ? NAN
+                                                  : r.observed[g][t * r.observed_columns + c]);
       }
   }
 
@@ -50,11 +52,13 @@ struct Columns {
     d["attended_size"] = to_numpy(attended_size), d["mass_recall"] = to_numpy(mass_recall);
     d["output_rel_error"] = to_numpy(output_rel_error);
     d["output_value_error"] = to_numpy(output_value_error), d["kv_bytes"] = to_numpy(kv_bytes);
-    d["hit_rate_top10"] = to_numpy(hit_rate_top10),
-    d["hit_rate_mass90"] = to_numpy(hit_rate_mass90);
-    d["misses_top10"] = to_numpy(misses_top10), d["evicted_mass"] = to_numpy(evicted_mass);
-    d["cumulative_evicted_mass"] = to_numpy(cumulative_evicted_mass),
-    d["regret"] = to_numpy(regret);
+    for (std::size_t c = 0; c < metrics.size(); ++c) {
+      const char* name = metric_columns[c].name.c_str();
+      if (metric_columns[c].count)
+        d[name] = to_numpy(std::vector<double>(metrics[c].begin(), metrics[c].end()));
+      else
+        d[name] = to_numpy(metrics[c]);
+    }
     return d;
   }
 };
@@ -218,7 +222,9 @@ int prompt_tail_of(const py::object& tail) {
 py::object replay(const std::string& trace, const py::object& policies, const py::object& samples,
                   int threads, const std::string& budget, bool diagnostics, bool decisions,
                   const py::object& progress, int seeds, bool equal_memory,
-                  const py::object& prompt_tail) {
+                  const py::object& prompt_tail, std::vector<std::string> metrics) {
+  if (diagnostics && std::find(metrics.begin(), metrics.end(), "diagnostics") == metrics.end())
+    metrics.push_back("diagnostics");
   const int tail = prompt_tail_of(prompt_tail);
   const PolicySet set = policy_set(policies, budget, seeds, equal_memory);
   const auto opened = open_trace(trace);
@@ -230,8 +236,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   long layers_done = 0;
   Replayer replayer(
       reader, set.configs,
-      ReplayOptions{
-          .threads = thread_count(threads), .diagnostics = diagnostics, .prompt_tail = tail});
+      ReplayOptions{.threads = thread_count(threads), .metrics = metrics, .prompt_tail = tail});
   warn_before_replay(set, budget, reader, names, tail);
   Columns columns;
   Decisions log;
@@ -262,13 +267,34 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   return py::make_tuple(columns.to_dict(), log.to_dict());
 }
 
+// The registered per-step metrics: name, description, whether always run, and their columns.
+py::list step_metric_list() {
+  py::list out;
+  for (const StepMetricInfo& m : step_metrics()) {
+    py::list columns, counts;
+    for (const MetricColumn& c : m.columns) {
+      columns.append(c.name);
+      if (c.count) counts.append(c.name);
+    }
+    out.append(py::dict(py::arg("name") = m.name, py::arg("description") = m.description,
+                        py::arg("always") = m.always, py::arg("columns") = columns,
+                        py::arg("counts") = counts));
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_replay(py::module_& m) {
+  m.def("step_metrics", &step_metric_list,
+        "The per-step metrics replay can compute: a list of dicts with name, description, always "
+        "(runs in every replay, else only when named in metrics=), columns (their names in the "
+        "results) and counts (those of them that are integer counts).");
   m.def("replay", &replay, py::arg("trace"), py::arg("policies"), py::arg("samples") = py::none(),
         py::arg("threads") = 0, py::arg("budget") = "", py::arg("diagnostics") = false,
         py::arg("decisions") = false, py::arg("progress") = py::none(), py::arg("seeds") = 1,
         py::arg("equal_memory") = false, py::arg("prompt_tail") = py::none(),
+        py::arg("metrics") = std::vector<std::string>{},
         R"doc(Replays samples of a trace through policies, as `kvsim replay --out` does.
 
 policies: a policy or preset name, a list of names, or a dict whose keys are labels (policy or
@@ -277,6 +303,7 @@ or a kvsim.Policy object.
 samples: names (default: every sample). threads: 0 = all cores (results do not depend on it).
 budget: for every policy that declares one and is given none (like --budget).
 diagnostics: also fill the hit-rate, miss and evicted-mass columns (like --diagnostics).
+metrics: optional per-step metrics to run, by name (like --metrics; see step_metrics()).
 Returns a dict of numpy columns named as the CSV's; pandas.DataFrame(result) is the CSV. With
 decisions=True, returns (results, decisions): decisions has one row per eviction (into_position
 -1) and per merge, with columns policy, sample, layer, kv_head, step (-1: end of prefill),

@@ -25,7 +25,7 @@ try:
         raise ImportError(_NEEDS_NUMPY)
     from ._kvsim import (Cache, LayerView, Sample, StepAttention, Trace, __version__,
                          compact_trace, policies, presets, prompt_statistics, resolve_budget,
-                         write_trace)
+                         step_metrics, write_trace)
     from ._kvsim import replay as _replay
     from ._kvsim import stats as _stats
 except ImportError as _missing:  # kvsim.capture needs only torch and h5py (e.g. on a GPU machine)
@@ -121,7 +121,7 @@ def _frame(columns, integer=(), nullable=()):
 
 def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=False,
            decisions=False, as_frame=False, progress=None, seeds=5, equal_memory=False,
-           prompt_tail=None):
+           prompt_tail=None, metrics=()):
     """Replays samples of a trace through policies, as `kvsim replay --out` does.
 
     policies: a policy or preset name, a kvsim.Policy object, a list of either (objects are
@@ -136,11 +136,12 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     policy to its budget at every step (like --equal-memory). prompt_tail: N or "question":
     every policy compresses the prompt less its last N tokens (or its question), which are then
     fed as the first decode steps, so no answer token comes from the full prompt (like
-    --prompt-tail; the steps then start with those tokens).
+    --prompt-tail; the steps then start with those tokens). metrics: optional per-step metrics
+    to run by name (like --metrics; kvsim.step_metrics() lists them and their columns).
 
     Returns a dict of numpy columns named as the CSV's (pandas.DataFrame(result) is the CSV), or
     with as_frame=True a DataFrame: text as pandas strings, counts int64, metrics float32,
-    misses_top10 as nullable Int64. With decisions=True, returns (results, decisions): one row
+    the metrics' counts (misses_top10) as nullable Int64. With decisions=True, returns (results, decisions): one row
     per eviction (into_position -1) and per merge. Errors: FileNotFoundError, KeyError,
     ValueError (a parameter, naming it and the policy), and a Python policy's own exception as
     itself, with a note naming the policy."""
@@ -148,17 +149,18 @@ def replay(trace, policies, samples=None, threads=0, budget="", diagnostics=Fals
     callback, bar = _progress_callback(progress, "replay")
     try:
         out = _replay(trace, policies, samples, threads, budget, diagnostics, decisions, callback,
-                      seeds, equal_memory, prompt_tail)
+                      seeds, equal_memory, prompt_tail, list(metrics))
     finally:
         if bar is not None:
             bar.close()
     if not as_frame:
         return out
+    counts = {c for m in step_metrics() for c in m["counts"]}
     if decisions:
         results, log = out
-        return (_frame(results, nullable={"misses_top10"}),
+        return (_frame(results, nullable=counts),
                 _frame(log, integer=set(log) - {"policy", "sample"}))
-    return _frame(out, nullable={"misses_top10"})
+    return _frame(out, nullable=counts)
 
 
 def stats(trace, samples=None, as_frame=False, **options):
@@ -554,5 +556,5 @@ class ScorerPolicy(Policy):
 __all__ = ["Trace", "Sample", "replay", "stats", "sweep", "summarize", "compare",
            "compare_seeds", "crossed_bootstrap", "write_trace",
            "compact_trace", "prompt_statistics", "register", "policies", "presets", "Policy",
-           "ScorerPolicy", "resolve_budget",
+           "ScorerPolicy", "resolve_budget", "step_metrics",
            "LayerView", "StepAttention", "Cache", "__version__"]

@@ -151,6 +151,24 @@ class Pythonic(unittest.TestCase):
         self.assertEqual(kvsim.resolve_budget("50%", 5, "round"), 2)
         self.assertEqual(kvsim.resolve_budget("29%", 100, "floor"), 28)
 
+    def test_optional_metrics_by_name(self):
+        metrics = {m["name"]: m for m in kvsim.step_metrics()}
+        self.assertFalse(metrics["diagnostics"]["always"])
+        self.assertTrue(metrics["regret"]["always"])
+        self.assertEqual(metrics["diagnostics"]["counts"], ["misses_top10"])
+        named = kvsim.replay(self.trace, ["h2o"], budget="30%", metrics=["diagnostics"])
+        flagged = kvsim.replay(self.trace, ["h2o"], budget="30%", diagnostics=True)
+        plain = kvsim.replay(self.trace, ["h2o"], budget="30%")
+        self.assertEqual(list(named), list(plain))
+        columns = [c for m in metrics.values() for c in m["columns"]]
+        self.assertEqual(list(named)[-len(columns):], columns)
+        for column in named:
+            np.testing.assert_array_equal(named[column], flagged[column])
+        self.assertFalse(np.isnan(named["hit_rate_top10"]).any())
+        self.assertTrue(np.isnan(plain["hit_rate_top10"]).all())
+        with self.assertRaisesRegex(ValueError, "unknown metric 'hits'.*diagnostics"):
+            kvsim.replay(self.trace, ["h2o"], budget="30%", metrics=["hits"])
+
     def test_frames_have_proper_dtypes(self):
         res = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="30%")
         df = kvsim.replay(self.trace, ["h2o", "snapkv"], budget="30%", as_frame=True)

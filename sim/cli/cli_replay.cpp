@@ -11,6 +11,7 @@
 #include "sim/replay/engine.hpp"
 #include "sim/replay/replay_run.hpp"
 #include "sim/replay/results.hpp"
+#include "sim/replay/step_metric.hpp"
 #include "sim/run/output_guard.hpp"
 #include "sim/run/progress.hpp"
 
@@ -26,6 +27,7 @@ struct ReplayArgs {
   int seeds = kDefaultSeeds;
   bool equal_memory = false;
   bool diagnostics = false;
+  std::vector<std::string> metrics;
   std::string bounds, card;
   double bounds_epsilon = 0.01;
   std::string prompt_tail;
@@ -77,8 +79,11 @@ std::vector<PolicyConfig> resolve_policies(const ReplayArgs& a) {
 
 ReplayOptions replay_options(const ReplayArgs& a) {
   ReplayOptions o{.threads = a.threads,
-                  .diagnostics = a.diagnostics,
+                  .metrics = split_policy_list(a.metrics),
                   .prompt_tail = a.prompt_tail.empty() ? 0 : parse_prompt_tail(a.prompt_tail)};
+  if (a.diagnostics &&
+      std::find(o.metrics.begin(), o.metrics.end(), "diagnostics") == o.metrics.end())
+    o.metrics.push_back("diagnostics");
   if (!a.bounds.empty()) o.checks.push_back(bounds_check(a.bounds_epsilon));
   return o;
 }
@@ -121,7 +126,12 @@ Runner add_replay(CLI::App& app) {
   app.add_option("--dump-decisions", a->decisions, "HDF5 file of every eviction and merge");
   app.add_flag("--diagnostics", a->diagnostics,
                "Also compute hit rates (top 10% keys, keys holding 90% of the mass), "
-               "irrecoverable misses and evicted attention mass per step (CSV columns)");
+               "irrecoverable misses and evicted attention mass per step (CSV columns; the same "
+               "as --metrics diagnostics)");
+  app.add_option("--metrics", a->metrics,
+                 "Optional per-step metrics to compute, comma-separated or repeated (their "
+                 "columns are empty otherwise): " +
+                     optional_metric_names());
   app.add_option("--bounds", a->bounds,
                  "CSV checking HAE Theorem 2.1 per layer and KV head and Corollary 2.1 at every "
                  "decode step where a scored policy (hae, h2o) removes entries");

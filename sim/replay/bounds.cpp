@@ -3,10 +3,49 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+
+#include "core/csv_format.hpp"
+#include "sim/run/result_files.hpp"
 
 namespace kvsim {
 
 namespace {
+
+constexpr const char* kBoundsKey = "bounds";  // its record in LayerResult::checked
+
+BoundsRecord& record_of(LayerResult& result) {
+  std::any& slot = result.checked[kBoundsKey];
+  if (!slot.has_value()) slot = BoundsRecord{};
+  return std::any_cast<BoundsRecord&>(slot);
+}
+
+// Corollary 2.1's comparison at one decode step, for policies that expose their scores.
+void record_flushes(const Policy& policy, int layer, int step,
+                    const std::vector<std::vector<std::int32_t>>& before, const KvCache& cache,
+                    LayerResult& result) {
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    const std::vector<double>* scores = policy.eviction_scores(layer, g);
+    if (!scores) continue;  // this head has no scores; another may
+    const auto& after = cache.positions(g);
+    std::vector<std::int32_t> removed;
+    std::set_difference(before[g].begin(), before[g].end(), after.begin(), after.end(),
+                        std::back_inserter(removed));
+    if (removed.empty()) continue;
+    FlushEvent e{step, g, static_cast<int>(removed.size()), 0, 0};
+    // Positions the policy never scored (beyond its vector) count as not removable by score.
+    const auto score_at = [&](int p) {
+      return static_cast<std::size_t>(p) < scores->size() ? (*scores)[p] : INFINITY;
+    };
+    for (int p : removed)
+      if (std::isfinite(score_at(p))) e.realized += score_at(p);
+    std::vector<double> held;
+    for (int p : before[g]) held.push_back(score_at(p));
+    std::partial_sort(held.begin(), held.begin() + e.removed, held.end());
+    for (int i = 0; i < e.removed; ++i) e.greedy += held[i];
+    record_of(result).flushes.push_back(e);
+  }
+}
 
 // Group-mean full-cache attention of KV head g at step t on position j.
 double group_mean(const LayerAttention& ref, int t, int g, int j) {
@@ -73,11 +112,64 @@ LayerCheck bounds_check(double epsilon) {
   return {
       .name = std::string("bounds epsilon=") + eps,
       .needs = [](const TraceInfo& t) { return AttentionNeeds{.text_query_layers = t.num_layers}; },
-      .record_flushes = true,
+      .after_decode = record_flushes,
       .check =
           [epsilon](const LayerAttention& measured, LayerResult& result) {
-            result.theorem = check_theorem_2_1(measured, result, epsilon);
+            record_of(result).theorem = check_theorem_2_1(measured, result, epsilon);
           }};
+}
+
+const BoundsRecord* bounds_record(const LayerResult& result) {
+  const auto it = result.checked.find(kBoundsKey);
+  return it == result.checked.end() ? nullptr : std::any_cast<BoundsRecord>(&it->second);
+}
+
+BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
+                                 double epsilon)
+    : path_(path), epsilon_(epsilon) {
+  for (const auto& p : policies) labels_.push_back(p.label);
+  out_ = header();
+}
+
+const char* BoundsCsvWriter::header() {
+  return "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,"
+         "bound,premise,holds\n";
+}
+
+void BoundsCsvWriter::write(const LayerResult& r) {
+  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
+                             std::to_string(r.layer) + ",";
+  const BoundsRecord* record = bounds_record(r);
+  if (!record) return;
+  for (const TheoremCheck& c : record->theorem) {
+    if (c.evicted == 0) continue;  // nothing evicted at the prefill: the theorem says nothing
+    const bool premise = !std::isnan(c.k_bound) && c.evicted <= c.k_bound;
+    const bool holds = c.loss < epsilon_;
+    out_ += "theorem_2_1," + prefix + std::to_string(c.kv_head) + ",," + std::to_string(c.evicted) +
+            ",";
+    for (double x : {c.lambda, c.attn_max, c.k_bound, epsilon_, c.loss, epsilon_}) {
+      append_float(out_, x);
+      out_ += ",";
+    }
+    out_ += std::string(premise ? "true" : "false") + "," + (holds ? "true" : "false") + "\n";
+    ++theorem_rows;
+    theorem_failures += premise && !holds;
+  }
+  for (const FlushEvent& e : record->flushes) {
+    const bool holds = e.realized <= e.greedy + 1e-12;
+    out_ += "corollary_2_1," + prefix + std::to_string(e.kv_head) + "," + std::to_string(e.step) +
+            "," + std::to_string(e.removed) + ",,,,,";
+    append_float(out_, e.realized);
+    out_ += ",";
+    append_float(out_, e.greedy);
+    out_ += std::string(",true,") + (holds ? "true" : "false") + "\n";
+    ++flushes;
+    corollary_failures += !holds;
+  }
+}
+
+void BoundsCsvWriter::close() {
+  write_whole(path_, out_);
 }
 
 }  // namespace kvsim

@@ -12,13 +12,17 @@
 
 #include "core/kernels/kernels.hpp"
 #include "core/parallel.hpp"
+#include "sim/replay/step_metric.hpp"
 #include "sim/run/note_tally.hpp"
 
 namespace kvsim {
 
 Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies,
                    ReplayOptions options)
-    : reader_(reader), policies_(std::move(policies)), options_(options) {
+    : reader_(reader),
+      policies_(std::move(policies)),
+      options_(options),
+      metrics_(metrics_to_run(options_.metrics)) {
   // A compact trace stores the statistics of the whole prompt and of its context alone, not of
   // any other prefix (and MEDA's entropies of the whole prompt only).
   if (options_.prompt_tail != 0 && reader.info().compact())
@@ -31,7 +35,7 @@ Replayer::Replayer(const TraceReader& reader, std::vector<PolicyConfig> policies
     needs_.merge(p.needs());
     check_compact_holds(reader, p.needs(), p.label);
   }
-  needs_.key_ranking = options_.diagnostics;
+  for (const StepMetricInfo* m : metrics_) needs_.merge(m->needs);
   for (const LayerCheck& c : options_.checks)
     if (c.needs) needs_.merge(c.needs(reader.info()));
   const int L = reader.info().num_layers;
@@ -57,44 +61,42 @@ void check_compact_holds(const TraceReader& reader, const AttentionNeeds& needs,
 
 namespace {
 
-// Corollary 2.1's comparison at one decode step, for policies that expose their scores.
-void record_flushes(const Policy& policy, int layer, int step,
-                    const std::vector<std::vector<std::int32_t>>& before, const KvCache& cache,
-                    std::vector<FlushEvent>& out) {
-  for (int g = 0; g < cache.kv_heads(); ++g) {
-    const std::vector<double>* scores = policy.eviction_scores(layer, g);
-    if (!scores) continue;  // this head has no scores; another may
-    const auto& after = cache.positions(g);
-    std::vector<std::int32_t> removed;
-    std::set_difference(before[g].begin(), before[g].end(), after.begin(), after.end(),
-                        std::back_inserter(removed));
-    if (removed.empty()) continue;
-    FlushEvent e{step, g, static_cast<int>(removed.size()), 0, 0};
-    // Positions the policy never scored (beyond its vector) count as not removable by score.
-    const auto score_at = [&](int p) {
-      return static_cast<std::size_t>(p) < scores->size() ? (*scores)[p] : INFINITY;
-    };
-    for (int p : removed)
-      if (std::isfinite(score_at(p))) e.realized += score_at(p);
-    std::vector<double> held;
-    for (int p : before[g]) held.push_back(score_at(p));
-    std::partial_sort(held.begin(), held.begin() + e.removed, held.end());
-    for (int i = 0; i < e.removed; ++i) e.greedy += held[i];
-    out.push_back(e);
-  }
-}
-
 // Drops the question's steps from a context-only replay and numbers the rest from 0.
 void renumber_after_question(LayerResult& r, int question) {
   for (auto& steps : r.steps) steps.erase(steps.begin(), steps.begin() + question);
+  for (auto& values : r.observed)
+    values.erase(values.begin(), values.begin() + std::size_t(question) * r.observed_columns);
   auto shift = [question](auto& records) {
     for (auto& e : records)
       if (e.step >= 0) e.step -= question;
   };
   for (auto& e : r.evicted) shift(e);
   for (auto& m : r.merged) shift(m);
-  shift(r.flushes);
 }
+
+// The per-step metrics of one policy's layer: each one's observer and where its columns sit.
+class LayerObservers {
+ public:
+  LayerObservers(const std::vector<const StepMetricInfo*>& metrics, LayerResult& r, int kv_heads,
+                 int steps)
+      : r_(r) {
+    r.observed_columns = static_cast<int>(observed_columns().size());
+    r.observed.assign(kv_heads, std::vector<float>(std::size_t(steps) * r.observed_columns, NAN));
+    for (const StepMetricInfo* m : metrics)
+      if (m->observer) observers_.push_back({m->observer(), columns_of(*m)});
+  }
+  // After the step's attention: `first` is the first measured step.
+  void observe(const LayerAttention& ref, const KvCache& cache, int step, int first) {
+    for (auto& [observer, at] : observers_)
+      for (int g = 0; g < cache.kv_heads(); ++g)
+        observer->observe(ref, cache, step, g, step > first ? &at.at(r_, g, step - 1, 0) : nullptr,
+                          &at.at(r_, g, step, 0));
+  }
+
+ private:
+  LayerResult& r_;
+  std::vector<std::pair<std::unique_ptr<StepObserver>, ObservedColumns>> observers_;
+};
 
 }  // namespace
 
@@ -122,6 +124,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     return r;
   }
   r.steps.assign(Hkv, std::vector<StepMetrics>(G));
+  LayerObservers observers(options.metrics, r, Hkv, G);
   r.prefill_kept_min = P;
   for (int g = 0; g < Hkv; ++g) r.prefill_kept_min = std::min(r.prefill_kept_min, cache.size(g));
   StepAttention sa;
@@ -129,6 +132,9 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   const std::int64_t entry_bytes =
       2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
   const int first = options.appended_steps;
+  const bool watched =
+      options.checks && std::any_of(options.checks->begin(), options.checks->end(),
+                                    [](const LayerCheck& c) { return bool(c.after_decode); });
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
@@ -137,18 +143,18 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
     for (int g = 0; g < Hkv; ++g) {
       m[g].kv_bytes = m[g].cache_size * entry_bytes;
       m[g].position = P + t;
-      if (!std::isnan(m[g].evicted_mass))
-        m[g].cumulative_evicted_mass =
-            m[g].evicted_mass + (t > first ? r.steps[g][t - 1].cumulative_evicted_mass : 0.0f);
       r.steps[g][t] = m[g];
     }
+    observers.observe(ref, cache, t, first);
     std::vector<std::vector<std::int32_t>> before;
-    if (options.record_flushes)
+    if (watched)
       for (int g = 0; g < Hkv; ++g) before.push_back(cache.positions(g));
     view.set_horizon(P + t + 1);
     policy.on_decode(view, sa, cache);
     if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
-    if (options.record_flushes) record_flushes(policy, att.layer(), t, before, cache, r.flushes);
+    if (watched)
+      for (const LayerCheck& c : *options.checks)
+        if (c.after_decode) c.after_decode(policy, att.layer(), t - first, before, cache, r);
   }
   if (check_invariants)
     for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
@@ -165,33 +171,6 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
 }
 
 namespace {
-
-// Hit rates, irrecoverable misses and evicted mass of KV head g at a decode step, against the
-// layer's own full-cache attention (its precomputed key ranking).
-void step_diagnostics(const LayerAttention& ref, const KvCache& cache, int step, int g,
-                      std::vector<std::uint8_t>& stored, StepMetrics& m) {
-  const int s = ref.prompt_len() + step, group = ref.group_size();
-  stored.assign(s + 1, 0);
-  for (int e = 0; e < cache.size(g); ++e) stored[cache.position(g, e)] = 1;
-  const std::int32_t* order = ref.key_ranking(step, g);
-  const int top = ref.top_count(step, g), m90 = ref.mass90_count(step, g);
-  int hits = 0, hits90 = 0;
-  for (int i = 0; i < std::max(top, m90); ++i) {
-    if (!stored[order[i]]) continue;
-    hits += i < top;
-    hits90 += i < m90;
-  }
-  double evicted = 0;
-  for (int r = 0; r < group; ++r) {
-    const float* p = ref.decode_probs(step, g * group + r);
-    for (int j = 0; j <= s; ++j)
-      if (!stored[j]) evicted += p[j];
-  }
-  m.hit_top = static_cast<float>(hits) / top;
-  m.hit_mass90 = static_cast<float>(hits90) / m90;
-  m.misses_top = top - hits;
-  m.evicted_mass = static_cast<float>(evicted / group);
-}
 
 // The engine's decode-step attention for one policy in one layer: per KV head, the mass recall,
 // the attended set's renormalisation, and the output errors (deferred to one GEMM per block of
@@ -218,8 +197,7 @@ class SharedStepAttention {
   const KvCache* cache_ = nullptr;
   int step_ = 0;
   std::vector<double> inverse_weight_;  // [Hkv * group]: 1 / Σ attended probabilities
-  std::vector<std::uint8_t> attended_mask_;
-  std::vector<std::int32_t> listed_;  // positions handed to deferred_
+  std::vector<std::int32_t> listed_;    // positions handed to deferred_
   std::vector<double> rescale_;
   std::vector<float> o_hat_;
   std::vector<const float*> group_rows_;  // plain_sums' scratch
@@ -274,7 +252,6 @@ void SharedStepAttention::step(const KvCache& cache, int step, StepAttention& ou
         defer_output_error(g, complement, ref2, vnorm2);
       }
     }
-    if (ref_.has_key_ranking()) step_diagnostics(ref_, cache, step, g, attended_mask_, m);
   }
 }
 
@@ -479,35 +456,6 @@ StepAttentionModel shared_step_attention(const LayerAttention& att, const LayerA
                   StepAttention& out,
                   std::vector<StepMetrics>& metrics) { model->step(cache, step, out, metrics); },
           [model](std::vector<std::vector<StepMetrics>>& steps) { model->finish(steps); }};
-}
-
-void set_regret(std::vector<LayerResult>& results, const std::vector<PolicyConfig>& policies) {
-  // A reference declares itself (PolicyInfo::regret_reference_for), and the policy it matches.
-  auto is_reference = [&](const LayerResult& o) {
-    return static_cast<bool>(policies[o.policy_index].info->regret_reference_for);
-  };
-  auto match_of = [&](const LayerResult& o) {
-    const PolicyConfig& c = policies[o.policy_index];
-    return c.info->regret_reference_for(c.params);
-  };
-  for (auto& r : results) {
-    // An oracle matched to this policy (equal memory at every step), else a plain oracle whose
-    // budget resolved to the same count; either with as many cache heads.
-    auto oracle_for = [&](bool matched) {
-      return std::find_if(results.begin(), results.end(), [&](const LayerResult& o) {
-        if (!is_reference(o) || o.steps.size() != r.steps.size()) return false;
-        return matched ? match_of(o) == policies[r.policy_index].label
-                       : match_of(o).empty() && r.budget_entries >= 0 &&
-                             o.budget_entries == r.budget_entries;
-      });
-    };
-    auto oracle = oracle_for(true);
-    if (oracle == results.end()) oracle = oracle_for(false);
-    if (oracle == results.end()) continue;
-    for (std::size_t g = 0; g < r.steps.size(); ++g)
-      for (std::size_t t = 0; t < r.steps[g].size(); ++t)
-        r.steps[g][t].regret = oracle->steps[g][t].mass_recall - r.steps[g][t].mass_recall;
-  }
 }
 
 namespace {
@@ -860,8 +808,6 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
         s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), prompt_only);
   }
   std::vector<LayerResult> results(policies_.size());
-  const bool records_flushes = std::any_of(options_.checks.begin(), options_.checks.end(),
-                                           [](const LayerCheck& c) { return c.record_flushes; });
   // Threads the policies leave idle batch their output errors, head by head.
   const int finish_threads =
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
@@ -874,9 +820,10 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
     try {
       const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
-                                             .record_flushes = records_flushes,
+                                             .checks = &options_.checks,
                                              .appended_steps = split.hooked ? 0 : split.fed,
-                                             .prefill_only = prefill_only[i]};
+                                             .prefill_only = prefill_only[i],
+                                             .metrics = metrics_};
       results[i] =
           replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
                        dtype_bytes(sample.dtype), layer_options,
@@ -896,7 +843,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   std::vector<LayerResult> replayed;
   for (std::size_t i = 0; i < results.size(); ++i)
     if (!prefill_only[i]) replayed.push_back(std::move(results[i]));
-  set_regret(replayed, policies_);
+  for (const StepMetricInfo* m : metrics_)
+    if (m->across_policies) m->across_policies(replayed, policies_, columns_of(*m));
   return replayed;
 }
 

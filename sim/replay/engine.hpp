@@ -7,6 +7,7 @@
 // attention of layer l + 1 overlap the policies of layer l (Replayer::replay_sample).
 #pragma once
 
+#include <any>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -20,6 +21,8 @@
 
 namespace kvsim {
 
+struct StepMetricInfo;  // sim/replay/step_metric.hpp
+
 struct StepMetrics {
   int position = 0;       // the decode step's query position, P + step
   int cache_size = 0;     // entries stored (K and V), including the current token
@@ -30,36 +33,7 @@ struct StepMetrics {
   // relative to the mean norm of the attended values, which stays finite when o is small.
   float output_value_error = NAN;
   std::int64_t kv_bytes = 0;  // cache_size * 2 * head_dim * bytes per element of the trace
-  // Diagnostics (replay --diagnostics; NaN otherwise), on the group-mean full-cache attention:
-  float hit_top = NAN;       // share of the top 10% keys still stored
-  float hit_mass90 = NAN;    // share of the fewest keys holding 90% of the mass still stored
-  int misses_top = -1;       // top-10% keys evicted earlier: irrecoverable misses
-  float evicted_mass = NAN;  // mass on evicted (no longer stored) positions
-  float cumulative_evicted_mass = NAN;  // running sum of evicted_mass over the steps so far
-  // Recall of the regret reference (the oracle) at equal memory minus this policy's (set_regret;
-  // NaN without a reference in the run).
-  float regret = NAN;
-};
-
-// A decode step at which a policy removed d >= 1 entries of a KV head (recorded for a LayerCheck
-// that asks, as --bounds does): the sum of the
-// policy's own scores of the removed entries, and the sum of the d lowest scores among the entries
-// held before the removal (what a greedy evictor would have lost; entries the policy could not
-// remove score +inf). HAE Corollary 2.1 claims realized <= greedy.
-struct FlushEvent {
-  int step = 0, kv_head = 0, removed = 0;
-  double realized = 0, greedy = 0;
-};
-
-// HAE Theorem 2.1 on one KV head (filled by the --bounds check; sim/replay/bounds.hpp documents
-// every quantity).
-struct TheoremCheck {
-  int kv_head = 0;
-  int evicted = 0;        // c: entries evicted at the end of the prefill
-  double lambda = NAN;    // estimated decay rate of the keys' attention over decode steps
-  double attn_max = NAN;  // min over the c evicted keys of their largest text-query attention
-  double k_bound = NAN;   // log(ε / Attn_max) / log(1 - λ)
-  double loss = NAN;      // largest full-cache attention mass on the c keys at any decode step
+  // Every other per-step column is a registered metric's (LayerResult::observed).
 };
 
 // Everything one policy did in one layer of one sample.
@@ -69,29 +43,41 @@ struct LayerResult {
   int layer = 0;
   int prefill_kept_min = 0;  // entries kept after the prefill, min over KV heads
   int budget_entries = -1;   // what the policy's budget resolved to for this sample; -1: none
-  std::vector<std::vector<StepMetrics>> steps;       // [kv head][step]
+  std::vector<std::vector<StepMetrics>> steps;  // [kv head][step]
+  // The registered metrics' columns (sim/replay/step_metric.hpp), NaN where a metric did not
+  // run: [kv head][step * observed_columns + column].
+  int observed_columns = 0;
+  std::vector<std::vector<float>> observed;
   std::vector<std::vector<EvictionRecord>> evicted;  // [kv head]
   std::vector<std::vector<MergeRecord>> merged;      // [kv head]
-  std::vector<FlushEvent> flushes;                   // for a check that records them
-  std::vector<TheoremCheck> theorem;                 // the --bounds check's, [kv head]
+  // What each check (LayerCheck) recorded, under the check's own key (e.g. bounds_record).
+  std::map<std::string, std::any> checked;
   std::vector<std::string> notes;  // what the policy noted during this layer's hooks
 };
 
 // A check run on every policy's result of every layer, beside the metrics: the statistics it
-// reads, whether it needs the decode steps' removals with the policy's scores
-// (LayerResult::flushes), and what it adds to the result. replay --bounds plugs in HAE's
-// Theorem 2.1 and Corollary 2.1 (bounds_check, sim/replay/bounds.hpp); the engine knows no check.
+// reads, what it watches at each decode hook, and what it records in the result
+// (LayerResult::checked). replay --bounds plugs in HAE's Theorem 2.1 and Corollary 2.1
+// (bounds_check, sim/replay/bounds.hpp); the engine knows no check.
 struct LayerCheck {
   std::string name;  // the check and its settings (a replay checkpoint's manifest records it)
   std::function<AttentionNeeds(const TraceInfo&)> needs;
-  bool record_flushes = false;
+  // Optional: after each measured decode hook (`step` numbered as the result numbers it), with
+  // the positions each KV head held before the hook.
+  std::function<void(const Policy& policy, int layer, int step,
+                     const std::vector<std::vector<std::int32_t>>& held_before,
+                     const KvCache& cache, LayerResult& result)>
+      after_decode;
+  // After the layer's last step, against the layer's full-cache attention.
   std::function<void(const LayerAttention& measured, LayerResult& result)> check;
 };
 
 struct ReplayOptions {
   int threads = 1;
   bool check_invariants = true;
-  bool diagnostics = false;  // hit rates, misses and evicted mass per step
+  // The optional per-step metrics to run, by name (sim/replay/step_metric.hpp), beside those
+  // that always run: e.g. "diagnostics" (hit rates, misses and evicted mass per step).
+  std::vector<std::string> metrics;
   std::vector<LayerCheck> checks;
   // With threads >= 2, layer l + 1 is read and its attention computed while the policies replay
   // layer l, when one layer's float32 q/k/v take at most this many bytes (two layers are then
@@ -103,13 +89,6 @@ struct ReplayOptions {
   // 0: the prompt is compressed whole (or a policy's own `question = append` split).
   int prompt_tail = 0;
 };
-
-// Sets StepMetrics::regret of every result: the mass recall of a regret reference's result of the
-// same layer (a policy whose registration declares regret_reference_for: the oracle), minus the
-// result's. The reference is one matched to the result's label (it held exactly what the policy
-// held), else an unmatched one whose budget resolved to the same count
-// (LayerResult::budget_entries); either with as many cache heads.
-void set_regret(std::vector<LayerResult>& layer_results, const std::vector<PolicyConfig>& policies);
 
 // `info` with `kv_heads` KV heads, and a layer's tensors with K and V repeated `group` times per
 // KV head (transformers' repeat_kv: KV head g serves query heads g*group .. g*group + group - 1):
@@ -189,6 +168,7 @@ class Replayer {
   AttentionNeeds needs_;
   // last_heir_[l]: the deepest layer that attends with layer l's q/k, or -1.
   std::vector<int> last_heir_;
+  std::vector<const StepMetricInfo*> metrics_;  // the per-step metrics this run computes
 };
 
 // Runs one policy through one layer given precomputed statistics (shared by the engine and the
@@ -207,7 +187,8 @@ struct StepAttentionModel {
 };
 struct LayerReplayOptions {
   bool check_invariants = true;
-  bool record_flushes = false;
+  // The checks whose after_decode hooks watch each decode step (nullptr: none).
+  const std::vector<LayerCheck>* checks = nullptr;
   // The first `appended_steps` decode steps of `att` are the question of a context-only
   // compression (`question = append`): appended without a hook and without metrics. Results then
   // hold the later steps only, numbered from 0 (decisions too), as the whole sample numbers them.
@@ -216,6 +197,8 @@ struct LayerReplayOptions {
   // Only the prefill hook (a resumed policy catching up on a lower layer): the result holds the
   // layer and its notes, no steps.
   bool prefill_only = false;
+  // The per-step metrics observing each measured step (sim/replay/step_metric.hpp).
+  std::vector<const StepMetricInfo*> metrics;
 };
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
                          bool lookahead, const SampleStats* stats, std::size_t bytes_per_element,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/partial_files.hpp"
+#include "sim/replay/bounds.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/results.hpp"
 #include "sim/replay/sweep.hpp"
@@ -32,7 +33,12 @@ std::string replay_manifest(const std::string& trace_hash,
   m << "kvsim replay checkpoint\nkvsim " KVSIM_VERSION "\ntrace " << trace_hash << "\n";
   for (const auto& p : policies)
     m << "policy " << p.label << " = " << p.info->name << " " << p.params.str() << "\n";
-  m << "diagnostics " << options.diagnostics << "\n";
+  std::vector<std::string> metrics = options.metrics;
+  std::sort(metrics.begin(), metrics.end());
+  metrics.erase(std::unique(metrics.begin(), metrics.end()), metrics.end());
+  m << "metrics";
+  for (const std::string& name : metrics) m << " " << name;
+  m << "\n";
   if (options.prompt_tail != 0)
     m << "prompt tail " << prompt_tail_text(options.prompt_tail) << "\n";
   for (const LayerCheck& c : options.checks) m << "check " << c.name << "\n";
@@ -94,9 +100,9 @@ struct SampleSink {
 // A chunk-concatenating output: the header once, then each sample's file without its header.
 class Concatenation {
  public:
-  Concatenation(const std::string& path, const char* header)
+  Concatenation(const std::string& path, const std::string& header)
       : path_(path), file_(open_partial(path)) {
-    std::fputs(header, file_);
+    std::fputs(header.c_str(), file_);
   }
   ~Concatenation() {
     if (file_) std::fclose(file_);

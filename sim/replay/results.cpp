@@ -9,19 +9,23 @@
 #include <stdexcept>
 
 #include "core/partial_files.hpp"
+#include "sim/replay/step_metric.hpp"
 
 namespace kvsim {
 
-const char* StepCsvWriter::header() {
-  return "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
-         "output_rel_error,output_value_error,kv_bytes,hit_rate_top10,hit_rate_mass90,"
-         "misses_top10,evicted_mass,cumulative_evicted_mass,regret\n";
+std::string StepCsvWriter::header() {
+  std::string h =
+      "policy,sample,layer,kv_head,step,position,cache_size,attended_size,mass_recall,"
+      "output_rel_error,output_value_error,kv_bytes";
+  for (const MetricColumn& c : observed_columns()) h += "," + c.name;
+  return h + "\n";
 }
 
 StepCsvWriter::StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies)
     : path_(path), file_(open_partial(path)) {
   for (const auto& p : policies) labels_.push_back(p.label);
-  std::fputs(header(), file_);
+  for (const MetricColumn& c : observed_columns()) counts_.push_back(c.count);
+  std::fputs(header().c_str(), file_);
 }
 
 StepCsvWriter::~StepCsvWriter() {
@@ -43,18 +47,18 @@ void StepCsvWriter::write(const LayerResult& r) {
       append_float(buffer_, m.output_rel_error);
       buffer_ += ",";
       append_float(buffer_, m.output_value_error);
-      buffer_ += "," + std::to_string(m.kv_bytes) + ",";
-      append_float(buffer_, m.hit_top);
-      buffer_ += ",";
-      append_float(buffer_, m.hit_mass90);
-      buffer_ += ",";
-      if (m.misses_top >= 0) buffer_ += std::to_string(m.misses_top);
-      buffer_ += ",";
-      append_float(buffer_, m.evicted_mass);
-      buffer_ += ",";
-      append_float(buffer_, m.cumulative_evicted_mass);
-      buffer_ += ",";
-      append_float(buffer_, m.regret);
+      buffer_ += "," + std::to_string(m.kv_bytes);
+      // A result made without the metrics (none ran) leaves their cells empty.
+      const float* observed =
+          r.observed.empty() ? nullptr : r.observed[g].data() + t * r.observed_columns;
+      for (std::size_t c = 0; c < counts_.size(); ++c) {
+        buffer_ += ",";
+        const float x = observed ? observed[c] : NAN;
+        if (!counts_[c])
+          append_float(buffer_, x);
+        else if (!std::isnan(x))
+          buffer_ += std::to_string(static_cast<long>(x));
+      }
       buffer_ += "\n";
     }
   }
@@ -93,52 +97,6 @@ void write_policies_sidecar(const std::string& csv_path, const std::vector<Polic
            "," + csv_quote(p.params.str()) + "," + csv_quote(joined) + "\n";
   }
   write_whole(policies_sidecar_path(csv_path), out);
-}
-
-BoundsCsvWriter::BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
-                                 double epsilon)
-    : path_(path), epsilon_(epsilon) {
-  for (const auto& p : policies) labels_.push_back(p.label);
-  out_ = header();
-}
-
-const char* BoundsCsvWriter::header() {
-  return "check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,"
-         "bound,premise,holds\n";
-}
-
-void BoundsCsvWriter::write(const LayerResult& r) {
-  const std::string prefix = csv_quote(labels_[r.policy_index]) + "," + csv_quote(r.sample) + "," +
-                             std::to_string(r.layer) + ",";
-  for (const TheoremCheck& c : r.theorem) {
-    if (c.evicted == 0) continue;  // nothing evicted at the prefill: the theorem says nothing
-    const bool premise = !std::isnan(c.k_bound) && c.evicted <= c.k_bound;
-    const bool holds = c.loss < epsilon_;
-    out_ += "theorem_2_1," + prefix + std::to_string(c.kv_head) + ",," + std::to_string(c.evicted) +
-            ",";
-    for (double x : {c.lambda, c.attn_max, c.k_bound, epsilon_, c.loss, epsilon_}) {
-      append_float(out_, x);
-      out_ += ",";
-    }
-    out_ += std::string(premise ? "true" : "false") + "," + (holds ? "true" : "false") + "\n";
-    ++theorem_rows;
-    theorem_failures += premise && !holds;
-  }
-  for (const FlushEvent& e : r.flushes) {
-    const bool holds = e.realized <= e.greedy + 1e-12;
-    out_ += "corollary_2_1," + prefix + std::to_string(e.kv_head) + "," + std::to_string(e.step) +
-            "," + std::to_string(e.removed) + ",,,,,";
-    append_float(out_, e.realized);
-    out_ += ",";
-    append_float(out_, e.greedy);
-    out_ += std::string(",true,") + (holds ? "true" : "false") + "\n";
-    ++flushes;
-    corollary_failures += !holds;
-  }
-}
-
-void BoundsCsvWriter::close() {
-  write_whole(path_, out_);
 }
 
 void Summary::Acc::add(const StepMetrics& m) {

@@ -22,7 +22,7 @@ namespace kvsim {
 class StepCsvWriter {
  public:
   StepCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies);
-  static const char* header();
+  static std::string header();  // the engine's columns, then every registered metric's
   ~StepCsvWriter();
   void write(const LayerResult& r);
   void close();
@@ -31,6 +31,7 @@ class StepCsvWriter {
   std::string path_;
   std::FILE* file_ = nullptr;
   std::vector<std::string> labels_;
+  std::vector<bool> counts_;  // per observed column: an integer count
   std::string buffer_;
 };
 
@@ -124,26 +125,6 @@ class Summary {
   // The table's line of one row (label, budget cell and held/budget cell given, widths w, bw).
   static std::string table_line(const Reported& r, const std::string& label, int w,
                                 const std::string& budget, int bw, const std::string& held);
-};
-
-// --bounds: HAE Theorem 2.1 (one row per policy, sample, layer, KV head) and Corollary 2.1 (one
-// row per decode step at which a policy with scores removed entries). Columns:
-// check,policy,sample,layer,kv_head,step,evicted,lambda,attn_max,k_bound,epsilon,loss,bound,
-// premise,holds. See sim/replay/bounds.hpp.
-class BoundsCsvWriter {
- public:
-  BoundsCsvWriter(const std::string& path, const std::vector<PolicyConfig>& policies,
-                  double epsilon);
-  void write(const LayerResult& r);
-  void close();
-  static const char* header();
-  long theorem_rows = 0, theorem_failures = 0, flushes = 0, corollary_failures = 0;
-
- private:
-  std::string path_;
-  std::vector<std::string> labels_;
-  double epsilon_;
-  std::string out_;
 };
 
 // --dump-decisions: one group per policy (named by its label, attribute `params`), then
