@@ -99,7 +99,7 @@ void write_policies_sidecar(const std::string& csv_path, const std::vector<Polic
   write_whole(policies_sidecar_path(csv_path), out);
 }
 
-void Summary::Acc::add(const StepMetrics& m) {
+void StepSums::add(const StepMetrics& m) {
   cache += m.cache_size;
   attended += m.attended_size;
   recall += m.mass_recall;
@@ -113,7 +113,7 @@ void Summary::Acc::add(const StepMetrics& m) {
   }
 }
 
-void Summary::Acc::merge(const Acc& a) {
+void StepSums::merge(const StepSums& a) {
   cache += a.cache;
   attended += a.attended;
   recall += a.recall;
@@ -127,7 +127,7 @@ void Summary::Acc::merge(const Acc& a) {
 }
 
 void Summary::add(const LayerResult& r) {
-  Acc& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
+  StepSums& layer = per_layer_[{r.policy_index, r.sample, r.layer}];
   for (const auto& head : r.steps)
     for (const auto& m : head) layer.add(m);
   layer.prefill_kept += r.prefill_kept_min;
@@ -186,7 +186,7 @@ void Summary::add_sample_state(const std::string& sample, const std::string& sta
   while (std::getline(in, line)) {
     int policy = -1, layer = -1, budget = -1, layers = 0, cache_heads = 0;
     long steps = 0, peak = -1;
-    Acc a;
+    StepSums a;
     if (std::sscanf(line.c_str(), "layer %d %d %ld %ld %la %la %la %la %la %la %la %la", &policy,
                     &layer, &a.count, &a.error_count, &a.cache, &a.attended, &a.recall, &a.error,
                     &a.value_error, &a.kv_bytes, &a.min_recall, &a.prefill_kept) == 12 &&
@@ -227,7 +227,7 @@ Summary::Reported Summary::report(const std::string& label, const std::vector<in
     row.total.layers += t.layers;
     row.total.steps += t.steps;
   }
-  std::map<std::string, Acc> by_sample;
+  std::map<std::string, StepSums> by_sample;
   for (const auto& [key, acc] : per_layer_)
     if (std::find(members.begin(), members.end(), std::get<0>(key)) != members.end())
       by_sample[std::get<1>(key)].merge(acc);
@@ -264,7 +264,7 @@ Summary::Reported Summary::report(const std::string& label, const std::vector<in
   if (members.size() < 2) return row;
   std::vector<double> member_recall, member_error;
   for (int p : members) {
-    const Acc& a = all.at(p).acc;
+    const StepSums& a = all.at(p).acc;
     if (a.count) member_recall.push_back(a.recall / a.count);
     if (a.error_count) member_error.push_back(a.error / a.error_count);
   }
@@ -277,7 +277,7 @@ std::vector<Summary::SampleMeans> Summary::sample_means() const {
   std::vector<SampleMeans> out;
   for (const Reported& r : reported()) {
     std::vector<double> error, recall;
-    for (const Acc& a : r.samples) {
+    for (const StepSums& a : r.samples) {
       if (a.count) recall.push_back(a.recall / a.count);
       if (a.error_count) error.push_back(a.error / a.error_count);
     }
@@ -313,7 +313,7 @@ void Summary::write_csv(const std::string& path) const {
       "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd,peak_held,"
       "peak_held_over_budget\n";
   auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
-                 const Acc& a, const std::string& budget) {
+                 const StepSums& a, const std::string& budget) {
     out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
            std::to_string(a.count) + ",";
     const double n = std::max<long>(a.count, 1);
@@ -377,7 +377,7 @@ std::string Summary::budget_cell(int p) const {
 std::string Summary::table_line(const Reported& r, const std::string& label, int w,
                                 const std::string& budget, int bw, const std::string& held) {
   char line[640];
-  const Acc& a = r.total.acc;
+  const StepSums& a = r.total.acc;
   const int n_samples = static_cast<int>(r.samples.size());
   const double n = std::max<long>(a.count, 1);
   const double kept = a.prefill_kept / std::max<long>(r.total.layers, 1);

@@ -42,6 +42,17 @@ std::string policies_sidecar_path(const std::string& csv_path);
 void write_policies_sidecar(const std::string& csv_path, const std::vector<PolicyConfig>& policies,
                             const std::map<std::string, std::vector<std::string>>& notes = {});
 
+// The sums of a run of decode steps' metrics (StepMetrics): what every aggregate of the per-step
+// results (replay's summary and table, a sweep's item rows) is computed from, so that they agree.
+struct StepSums {
+  double cache = 0, attended = 0, recall = 0, error = 0, value_error = 0, kv_bytes = 0;
+  double min_recall = 1e30;
+  double prefill_kept = 0;          // per layer: the fewest entries a head kept after the prefill
+  long count = 0, error_count = 0;  // steps, and steps with output errors (the trace has v)
+  void add(const StepMetrics& m);
+  void merge(const StepSums& a);
+};
+
 // Aggregates results per (policy, sample, layer) and overall. The overall figures fold the
 // per-layer sums in (sample, layer) order, so a replay resumed from finished samples
 // (add_sample_state) prints and writes the same bytes as one that ran straight through. Overall
@@ -68,15 +79,6 @@ class Summary {
   void add_sample_state(const std::string& sample, const std::string& state,
                         const std::string& origin);
 
-  struct Acc {
-    double cache = 0, attended = 0, recall = 0, error = 0, value_error = 0, kv_bytes = 0;
-    double min_recall = 1e30;
-    double prefill_kept = 0;  // per layer: the fewest entries a head kept after the prefill
-    long count = 0, error_count = 0;
-    void add(const StepMetrics& m);
-    void merge(const Acc& a);
-  };
-
  private:
   struct PerSample {
     long steps = 0;   // decode steps of the sample
@@ -90,7 +92,7 @@ class Summary {
     long peak_held() const;
   };
   struct Total {
-    Acc acc;
+    StepSums acc;
     long layers = 0, steps = 0;
   };
   // One row of the reports: a policy, or the runs of one policy over seeds pooled (members in
@@ -100,7 +102,7 @@ class Summary {
     std::string label;
     std::vector<int> members;
     Total total;
-    std::vector<Acc> samples;
+    std::vector<StepSums> samples;
     Interval recall_ci, error_ci, value_error_ci;
     MeanSd recall_over_seeds, error_over_seeds;  // each member's overall figure (seed groups)
     // Peak entries held per (layer, KV head), the largest over samples; and the sample whose peak
@@ -113,8 +115,8 @@ class Summary {
                   const std::map<int, Total>& all) const;
   std::vector<PolicyConfig> policies_;
   int kv_heads_;  // of the trace: held entries are reported per KV head (0: per cache head)
-  std::map<std::tuple<int, std::string, int>, Acc> per_layer_;   // (policy, sample, layer)
-  std::map<std::pair<int, std::string>, PerSample> per_sample_;  // (policy, sample)
+  std::map<std::tuple<int, std::string, int>, StepSums> per_layer_;  // (policy, sample, layer)
+  std::map<std::pair<int, std::string>, PerSample> per_sample_;      // (policy, sample)
   // Every policy with results: the per-layer sums folded in (sample, layer) order.
   std::map<int, Total> totals() const;
   // The resolved budget of a policy over every sample: "128", "96-128" when samples differ, ""

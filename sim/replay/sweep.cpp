@@ -434,26 +434,26 @@ std::string means_table(const std::vector<PolicyConfig>& configs,
   return out;
 }
 
-// One configuration's rows for one layer: means over the decode steps of each KV head.
+// One configuration's rows for one layer: means over the decode steps of each KV head (the sums
+// replay's summary takes, StepSums), and the peak entries stored.
 std::string layer_rows(const LayerResult& r) {
   std::string out;
   for (std::size_t g = 0; g < r.steps.size(); ++g) {
-    double cache = 0, att = 0, recall = 0, err = 0, verr = 0, bytes = 0, min_recall = INFINITY;
-    long n_err = 0;
+    StepSums sums;
     int peak = -1;
     for (const auto& m : r.steps[g]) {
-      cache += m.cache_size, att += m.attended_size, recall += m.mass_recall, bytes += m.kv_bytes;
+      sums.add(m);
       peak = std::max(peak, m.cache_size);
-      min_recall = std::min(min_recall, static_cast<double>(m.mass_recall));
-      if (!std::isnan(m.output_rel_error))
-        err += m.output_rel_error, verr += m.output_value_error, ++n_err;
     }
-    const double n = static_cast<double>(r.steps[g].size());
-    out += std::to_string(r.layer) + "," + std::to_string(g) + "," +
-           std::to_string(r.steps[g].size()) + "," + num(n ? cache / n : NAN) + "," +
-           num(n ? att / n : NAN) + "," + num(n ? recall / n : NAN) + "," +
-           num(n ? min_recall : NAN) + "," + num(n_err ? err / n_err : NAN) + "," +
-           num(n_err ? verr / n_err : NAN) + "," + num(n ? bytes / n : NAN) + "," +
+    const double n = static_cast<double>(sums.count);
+    const auto mean = [n](double x) { return num(n ? x / n : NAN); };
+    const auto error_mean = [&](double x) {
+      return num(sums.error_count ? x / sums.error_count : NAN);
+    };
+    out += std::to_string(r.layer) + "," + std::to_string(g) + "," + std::to_string(sums.count) +
+           "," + mean(sums.cache) + "," + mean(sums.attended) + "," + mean(sums.recall) + "," +
+           num(n ? sums.min_recall : NAN) + "," + error_mean(sums.error) + "," +
+           error_mean(sums.value_error) + "," + mean(sums.kv_bytes) + "," +
            (peak < 0 ? std::string() : std::to_string(peak)) + "\n";
   }
   return out;
