@@ -224,18 +224,16 @@ const PolicyPreset* find_preset(const std::string& untagged_name) {
 }
 }  // namespace
 
-PolicyConfig make_policy_config(const std::string& name,
-                                const std::map<std::string, std::string>& overrides) {
-  PolicyConfig c;
-  c.label = name;
-  std::map<std::string, std::string> values;
+NamedPolicy resolve_policy_name(const std::string& name) {
+  NamedPolicy named;
+  named.name = name;
   const std::string base = untagged(name);
   if (base.size() != name.size() && (base.empty() || base.size() + 1 == name.size()))
     throw std::invalid_argument("'" + name + "': expected NAME or NAME@TAG");
   std::string policy = base;
   if (base.find(':') != std::string::npos) {
-    const PolicyPreset* preset = find_preset(base);
-    if (!preset) {
+    named.preset = find_preset(base);
+    if (!named.preset) {
       std::string known;
       std::vector<std::string> names;
       for (const auto& p : policy_presets()) {
@@ -245,18 +243,41 @@ PolicyConfig make_policy_config(const std::string& name,
       throw std::invalid_argument("unknown preset '" + base + "'" + did_you_mean(base, names) +
                                   " (known: " + known + ")");
     }
-    policy = preset->policy;
-    values = preset->params;
+    policy = named.preset->policy;
   }
+  named.info = &PolicyRegistry::instance().get(policy);
+  return named;
+}
+
+bool NamedPolicy::declares(const std::string& param) const {
+  return kvsim::declares(*info, param);
+}
+
+bool NamedPolicy::pins_budget() const {
+  return preset && preset->params.count("budget") > 0;
+}
+
+PolicyConfig make_policy_config(const NamedPolicy& named,
+                                const std::map<std::string, std::string>& overrides,
+                                const std::string& label) {
+  PolicyConfig c;
+  c.label = label.empty() ? named.name : label;
+  std::map<std::string, std::string> values;
+  if (named.preset) values = named.preset->params;
   for (const auto& [k, v] : overrides) values[k] = v;
-  c.info = &PolicyRegistry::instance().get(policy);
-  apply_compression_ratio_alias(name, *c.info, overrides, values);
-  c.params = resolve_params(name, c.info->params, values);
+  c.info = named.info;
+  apply_compression_ratio_alias(c.label, *c.info, overrides, values);
+  c.params = resolve_params(c.label, c.info->params, values);
   return c;
 }
 
+PolicyConfig make_policy_config(const std::string& name,
+                                const std::map<std::string, std::string>& overrides) {
+  return make_policy_config(resolve_policy_name(name), overrides);
+}
+
 bool policy_declares(const std::string& name, const std::string& param) {
-  return declares(*make_policy_config(name, {}).info, param);
+  return resolve_policy_name(name).declares(param);
 }
 
 std::optional<std::map<std::string, std::string>> equal_memory_overrides(
@@ -282,31 +303,31 @@ std::optional<std::map<std::string, std::string>> equal_memory_overrides(
 
 namespace {
 // Whether `name` (a preset, optionally NAME@TAG) fixes the budget itself, as hae:table2's 1024.
-bool preset_pins_budget(const std::string& name) {
-  const PolicyPreset* preset = find_preset(untagged(name));
-  return preset && preset->params.count("budget") > 0;
-}
 }  // namespace
 
-bool apply_default_budget(const std::string& name, const std::string& budget,
+bool apply_default_budget(const NamedPolicy& named, const std::string& budget,
                           std::map<std::string, std::string>& overrides) {
-  if (!declares(*make_policy_config(name, {}).info, "budget")) return false;
+  if (!named.declares("budget")) return false;
   if (!budget.empty() && !overrides.count("budget") && !overrides.count("compression_ratio") &&
-      !preset_pins_budget(name))
+      !named.pins_budget())
     overrides["budget"] = budget;
   return true;
 }
 
-std::string budget_ignored_warning(const std::vector<std::string>& names,
+bool apply_default_budget(const std::string& name, const std::string& budget,
+                          std::map<std::string, std::string>& overrides) {
+  return apply_default_budget(resolve_policy_name(name), budget, overrides);
+}
+
+std::string budget_ignored_warning(const std::vector<NamedPolicy>& names,
                                    const std::string& budget) {
   std::string ignored, pinned;
-  for (const auto& n : names) {
-    const PolicyInfo& info = *make_policy_config(n, {}).info;
+  for (const NamedPolicy& n : names) {
     // `full` is the reference with no eviction: a budget has nothing to reach there.
-    if (!info.keeps_everything && !declares(info, "budget"))
-      ignored += (ignored.empty() ? "" : ", ") + n;
-    else if (preset_pins_budget(n))
-      pinned += (pinned.empty() ? "" : ", ") + n;
+    if (!n.info->keeps_everything && !n.declares("budget"))
+      ignored += (ignored.empty() ? "" : ", ") + n.name;
+    else if (n.pins_budget())
+      pinned += (pinned.empty() ? "" : ", ") + n.name;
   }
   if (budget.empty() || (ignored.empty() && pinned.empty())) return "";
   std::string out = "warning: the budget " + budget + " does not apply to ";
@@ -321,19 +342,19 @@ std::string budget_ignored_warning(const std::vector<std::string>& names,
 }
 
 std::string budget_replaced_warning(
-    const std::vector<std::string>& names,
+    const std::vector<NamedPolicy>& names,
     const std::map<std::string, std::map<std::string, std::string>>& overrides,
     const std::string& budget) {
   if (budget.empty()) return "";
   std::string replaced;
-  for (const auto& n : names) {
-    const auto it = overrides.find(n);
+  for (const NamedPolicy& n : names) {
+    const auto it = overrides.find(n.name);
     if (it != overrides.end() &&
         (it->second.count("budget") || it->second.count("compression_ratio")))
       continue;
-    if (preset_pins_budget(n)) continue;
-    const PolicyConfig plain = make_policy_config(n, {});
-    if (plain.budget_kind() == BudgetKind::kSpecial) replaced += (replaced.empty() ? "" : ", ") + n;
+    if (n.pins_budget()) continue;
+    if (make_policy_config(n, {}).budget_kind() == BudgetKind::kSpecial)
+      replaced += (replaced.empty() ? "" : ", ") + n.name;
   }
   if (replaced.empty()) return "";
   return "warning: --budget " + budget + " replaces the default budget = auto of " + replaced +

@@ -305,6 +305,24 @@ const std::vector<PolicyPreset>& policy_presets();
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides);
 
+// A policy or preset name resolved once: the registered policy it runs and the preset whose
+// values apply first. What builds a run's policy list reads of a name, for every configuration
+// and warning, without looking it up again.
+struct NamedPolicy {
+  std::string name;                      // as given: NAME or PRESET, either with @TAG
+  const PolicyInfo* info = nullptr;      // the registered policy
+  const PolicyPreset* preset = nullptr;  // nullptr for a policy named directly
+  bool declares(const std::string& param) const;
+  bool pins_budget() const;  // a preset that fixes the budget (hae:table2)
+};
+// Throws std::invalid_argument for a malformed or unknown name (suggesting the nearest).
+NamedPolicy resolve_policy_name(const std::string& name);
+// make_policy_config of a resolved name; `label` (default: the name) labels the configuration
+// and its parameter errors.
+PolicyConfig make_policy_config(const NamedPolicy& named,
+                                const std::map<std::string, std::string>& overrides,
+                                const std::string& label = "");
+
 // Whether the policy or preset `name` declares the parameter `param`.
 bool policy_declares(const std::string& name, const std::string& param);
 
@@ -340,15 +358,17 @@ void check_capacity(const Policy& policy, const KvCache& cache, int layer, const
 // policy has a budget at all.
 bool apply_default_budget(const std::string& name, const std::string& budget,
                           std::map<std::string, std::string>& overrides);
+bool apply_default_budget(const NamedPolicy& named, const std::string& budget,
+                          std::map<std::string, std::string>& overrides);
 // The warning to print when a command line's budget reaches policies that ignore it (they have
 // no budget parameter), naming them; "" when there are none or no budget was given.
-std::string budget_ignored_warning(const std::vector<std::string>& names,
+std::string budget_ignored_warning(const std::vector<NamedPolicy>& names,
                                    const std::string& budget);
 // The warning to print when a command line's budget replaces a policy's own default reading of
 // it (`budget = auto`: a cache the policy sizes itself, as hae's), naming the policies among
 // `names` whose `overrides` do not set a budget; "" when there are none or no budget was given.
 std::string budget_replaced_warning(
-    const std::vector<std::string>& names,
+    const std::vector<NamedPolicy>& names,
     const std::map<std::string, std::map<std::string, std::string>>& overrides,
     const std::string& budget);
 

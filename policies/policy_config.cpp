@@ -150,27 +150,75 @@ std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
   return held;
 }
 
-std::vector<PolicyConfig> policy_runs(const std::string& name,
-                                      std::map<std::string, std::string> overrides,
-                                      const std::map<std::string, std::string>& chosen, int seeds,
-                                      bool equal_memory, std::vector<std::string>& self_sizing) {
+namespace {
+
+// The runs of one request: one, or one per seed when it draws and is given no seed; each held to
+// its budget under equal memory (the labels of those that size their caches themselves go to
+// `self_sizing`).
+void add_runs(const PolicyRequest& request, const NamedPolicy& named, const PolicyListRules& rules,
+              std::vector<PolicyConfig>& out, std::vector<std::string>& self_sizing) {
+  std::map<std::string, std::string> params = request.chosen;
+  apply_default_budget(named, rules.budget, params);
   std::vector<PolicyConfig> runs;
-  if (seeds <= 1 || overrides.count("seed") || !policy_declares(name, "seed")) {
-    runs.push_back(make_policy_config(name, overrides));
+  if (rules.seeds <= 1 || params.count("seed") || !named.declares("seed")) {
+    PolicyConfig c = make_policy_config(named, params);
+    if (request.label) c.label = request.label(c);
+    runs.push_back(std::move(c));
   } else {
-    for (int k = 0; k < seeds; ++k) {
-      overrides["seed"] = std::to_string(k);
-      runs.push_back(make_policy_config(seeded_label(name, k), overrides));
+    for (int k = 0; k < rules.seeds; ++k) {
+      params["seed"] = std::to_string(k);
+      runs.push_back(make_policy_config(named, params, seeded_label(named.name, k)));
     }
   }
-  if (!equal_memory) return runs;
   for (PolicyConfig& run : runs) {
-    if (std::optional<PolicyConfig> held = hold_to_budget(run, chosen))
-      run = std::move(*held);
-    else if (!run.info->keeps_everything)
-      self_sizing.push_back(run.label);
+    if (rules.equal_memory) {
+      // What the user chose, as the configuration holds it (a grid's values normalised).
+      std::map<std::string, std::string> chosen;
+      for (const auto& [key, value] : request.chosen) {
+        const auto held = run.params.values().find(key);
+        chosen[key] = held == run.params.values().end() ? value : held->second;
+      }
+      if (std::optional<PolicyConfig> held = hold_to_budget(run, chosen))
+        run = std::move(*held);
+      else if (!run.info->keeps_everything)
+        self_sizing.push_back(run.label);
+    }
+    out.push_back(std::move(run));
   }
-  return runs;
+}
+
+}  // namespace
+
+std::vector<PolicyConfig> build_policy_list(const std::vector<PolicyRequest>& requests,
+                                            const PolicyListRules& rules,
+                                            const std::function<void(const std::string&)>& warn) {
+  // Each name once, in the order first asked for, with every key chosen for it in any request.
+  std::vector<NamedPolicy> names;
+  PolicyOverrides chosen_keys;
+  for (const PolicyRequest& r : requests) {
+    if (r.made) continue;
+    if (std::none_of(names.begin(), names.end(),
+                     [&](const NamedPolicy& n) { return n.name == r.name; }))
+      names.push_back(resolve_policy_name(r.name));
+    auto& keys = chosen_keys[r.name];
+    keys.insert(r.chosen.begin(), r.chosen.end());
+  }
+  for (const std::string& w : {budget_ignored_warning(names, rules.budget),
+                               budget_replaced_warning(names, chosen_keys, rules.budget)})
+    if (!w.empty() && warn) warn(w);
+  std::vector<PolicyConfig> out;
+  std::vector<std::string> self_sizing;
+  for (const PolicyRequest& r : requests) {
+    if (r.made) {
+      out.push_back(*r.made);
+      continue;
+    }
+    const NamedPolicy& named = *std::find_if(
+        names.begin(), names.end(), [&](const NamedPolicy& n) { return n.name == r.name; });
+    add_runs(r, named, rules, out, self_sizing);
+  }
+  if (const std::string w = self_sizing_warning(self_sizing); !w.empty() && warn) warn(w);
+  return out;
 }
 
 bool label_keeps_everything(const std::string& label) {
@@ -208,25 +256,17 @@ std::vector<PolicyConfig> resolve_policy_list(const std::vector<std::string>& po
   }
   if (const std::string w = expand_wildcard_sets(overrides, policies); !w.empty())
     std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
-  for (const std::string& w : {budget_ignored_warning(policies, options.budget),
-                               budget_replaced_warning(policies, overrides, options.budget)})
-    if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
-  std::vector<PolicyConfig> out;
-  std::vector<std::string> self_sizing;
+  std::vector<PolicyRequest> requests;
   for (const auto& name : policies) {
-    if (std::any_of(out.begin(), out.end(), [&](const PolicyConfig& c) { return c.label == name; }))
+    if (std::any_of(requests.begin(), requests.end(),
+                    [&](const PolicyRequest& r) { return r.name == name; }))
       throw std::invalid_argument("--policy " + name + " given twice");
-    const auto chosen =
-        overrides.count(name) ? overrides.at(name) : std::map<std::string, std::string>{};
-    auto ov = chosen;
-    apply_default_budget(name, options.budget, ov);
-    for (PolicyConfig& run :
-         policy_runs(name, ov, chosen, options.seeds, options.equal_memory, self_sizing))
-      out.push_back(std::move(run));
+    requests.push_back({.name = name, .chosen = overrides[name]});
   }
-  if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
-    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
-  return out;
+  return build_policy_list(
+      requests,
+      {.budget = options.budget, .seeds = options.seeds, .equal_memory = options.equal_memory},
+      [](const std::string& w) { std::fprintf(stderr, "kvsim: %s\n", w.c_str()); });
 }
 
 }  // namespace kvsim

@@ -2,6 +2,7 @@
 // --set NAME.key=value, merged as {policy name -> {key -> value}}; --set wins over the file.
 #pragma once
 
+#include <functional>
 #include <istream>
 #include <map>
 #include <optional>
@@ -47,20 +48,40 @@ std::string expand_wildcard_sets(PolicyOverrides& overrides,
 // naming the policy, the key and why.
 std::optional<PolicyConfig> hold_to_budget(const PolicyConfig& config,
                                            const std::map<std::string, std::string>& chosen);
-// The runs of one policy or preset `name` given `overrides` (--budget already applied): one, or
-// with seeds > 1 one per seed 0 .. seeds − 1 (seeded_label) when it declares `seed` and is given
-// none; with equal_memory each held to its budget (hold_to_budget; `chosen` are the user's own
-// values). The labels of runs that size their caches themselves go into `self_sizing`.
-std::vector<PolicyConfig> policy_runs(const std::string& name,
-                                      std::map<std::string, std::string> overrides,
-                                      const std::map<std::string, std::string>& chosen, int seeds,
-                                      bool equal_memory, std::vector<std::string>& self_sizing);
 // The warning for policies that --equal-memory cannot hold to a budget ("" when none).
 std::string self_sizing_warning(const std::vector<std::string>& labels);
 
 // Whether a result label ("full", "full@x", "NAME[k=v,...]", "NAME@seedK") names a policy that
 // keeps every entry (the full cache); false for a name kvsim does not know.
 bool label_keeps_everything(const std::string& label);
+
+// One policy of a run as the user asked for it: the policy or preset `name` with the parameters
+// chosen for it (--config and --set, a sweep's grid point, a Python dict), labelled `name` or by
+// what `label` makes of its configuration (a sweep's grid label); or a configuration made
+// elsewhere (`made`: a Python policy object), passed through in its place.
+struct PolicyRequest {
+  std::string name;
+  std::map<std::string, std::string> chosen;
+  std::function<std::string(const PolicyConfig&)> label;
+  std::optional<PolicyConfig> made;
+};
+
+// How a run's policy list is built: the --budget for every policy that declares one and is given
+// none, the seeds of a policy that draws and is given no seed (one run per seed 0 .. seeds − 1,
+// labelled seeded_label(LABEL, k)), and --equal-memory (hold_to_budget on every configuration).
+struct PolicyListRules {
+  std::string budget;
+  int seeds = 1;
+  bool equal_memory = false;
+};
+
+// The one builder of a run's policies (the command line's replay and live evaluation, sweeps,
+// Python): resolves each name once, calls `warn` with what the run must say before it starts (a
+// budget some policies ignore, one that replaces a policy's own default, then the policies equal
+// memory cannot hold), and returns the configurations in request order.
+std::vector<PolicyConfig> build_policy_list(const std::vector<PolicyRequest>& requests,
+                                            const PolicyListRules& rules,
+                                            const std::function<void(const std::string&)>& warn);
 
 struct PolicyListOptions {
   std::string config;             // --config: INI file

@@ -88,6 +88,17 @@ print(" ".join([p["name"] for p in d["policies"]] + [p["name"] for p in d["prese
     cp "$work/bounds.csv" "$out/bounds-$trace.csv"
     cp "$work/table.txt" "$out/diagnostics-$trace.table.txt"
   done
+  # How policy lists are built, with every warning given before a run: a replay and a sweep of
+  # policies that size themselves, pinned presets, a wildcard setting and seeds at equal memory.
+  "$kvsim" replay "$work/mha.h5" -p h2o,snapkv,hae,hae:table2,random,full,madakv,st3 \
+    --budget 20% --seeds 2 --equal-memory --set '*.window=8' -j "$threads" \
+    >"$out/list.replay.txt" 2>&1 || echo "exit $?" >>"$out/list.replay.txt"
+  "$kvsim" sweep -t "$work/mha.h5" -p h2o,hae,random,st3,snapkv --budget 20% --seeds 2 \
+    --equal-memory --grid h2o.recent=25%,50% --grid '*.window=4,8' --set hae.rc_size=8 \
+    -o "$work/list-sweep" -j "$threads" >"$out/list.sweep.txt" 2>&1 ||
+    echo "exit $?" >>"$out/list.sweep.txt"
+  labels='import csv, sys; print(*dict.fromkeys(r["label"] for r in csv.DictReader(sys.stdin)))'
+  "$py" -c "$labels" <"$work/list-sweep/results.csv" >>"$out/list.sweep.txt"
   "$kvsim" sweep -t "$work/mha.h5" -p h2o,snapkv,hae,random --seeds 2 \
     --grid h2o.budget=10%,30% --grid snapkv.window=4,8 -o "$work/sweep" -j "$threads" \
     >/dev/null 2>&1
@@ -127,6 +138,16 @@ res, dec = kvsim.replay(trace, {"knorm": {"budget": "20%"}, "py": NegativeKeyNor
                         decisions=True, threads=int(sys.argv[3]), as_frame=False)
 diag = kvsim.replay(trace, {"h2o": {"budget": "20%"}, "oracle": {"budget": "20%"}},
                     diagnostics=True, threads=int(sys.argv[3]), as_frame=False)
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    listed = kvsim.replay(trace, {"h2o": None, "hae": None, "hae:table2": None, "random": None,
+                                  "st3": None, "snapkv": {"window": "8"},
+                                  "py": NegativeKeyNorm(budget="20%")},
+                          budget="20%", seeds=2, equal_memory=True, threads=int(sys.argv[3]))
+with open(f"{out}/python.list.txt", "w") as f:
+    f.writelines(str(w.message) + "\n" for w in caught)
+    f.write(" ".join(dict.fromkeys(listed["policy"])) + "\n")
 for name, table in (("python.replay.csv", res), ("python.decisions.csv", dec),
                     ("python.diagnostics.csv", diag)):
     cols = list(table)

@@ -132,3 +132,58 @@ TEST(EqualMemory, TheTableFlagsWhatIsNotAtTheBudgetAndSetsSelfSizingApart) {
 
 }  // namespace
 }  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// The one builder of a run's policy list (replay, sweeps, Python): requests in order, a made
+// configuration passed through in its place, seeds per drawing policy, labels made from the
+// configuration, the user's grid values checked against equal memory as the configuration holds
+// them, and the warnings in the order a run gives them.
+TEST(PolicyList, OneBuilderForEveryFrontEnd) {
+  PolicyConfig made;
+  made.label = "mine";
+  made.info = &PolicyRegistry::instance().get("full");
+  std::vector<std::string> warnings;
+  const auto configs =
+      build_policy_list({{.name = "hae"},
+                         {.name = "random"},
+                         {.name = "mine", .made = made},
+                         {.name = "snapkv",
+                          .chosen = {{"window", "8"}},
+                          .label =
+                              [](const PolicyConfig& c) {
+                                return "snapkv[window=" + c.params.get_string("window") + "]";
+                              }},
+                         {.name = "st3"}},
+                        {.budget = "20%", .seeds = 2, .equal_memory = true},
+                        [&](const std::string& w) { warnings.push_back(w); });
+  std::vector<std::string> labels;
+  for (const auto& c : configs) labels.push_back(c.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"hae", "random@seed0", "random@seed1", "mine",
+                                              "snapkv[window=8]", "st3"}));
+  EXPECT_EQ(configs[1].params.get_int("seed"), 0);
+  EXPECT_EQ(configs[2].params.get_int("seed"), 1);
+  EXPECT_EQ(configs[3].info, made.info);
+  EXPECT_EQ(configs[4].params.get_string("decode"), "cap");  // held to its budget
+  EXPECT_EQ(configs[0].params.get_string("budget"), "20%");  // --budget replaced auto
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0].rfind("warning: the budget 20% does not apply to st3", 0), 0u);
+  EXPECT_EQ(warnings[1].rfind("warning: --budget 20% replaces the default budget = auto of hae", 0),
+            0u);
+  EXPECT_EQ(warnings[2].rfind("warning: --equal-memory: st3 size their caches themselves", 0), 0u);
+  // A value the user chose that equal memory must change is refused, named by its label.
+  try {
+    build_policy_list({{.name = "snapkv",
+                        .chosen = {{"decode", "grow"}},
+                        .label = [](const PolicyConfig&) { return "snapkv[decode=grow]"; }}},
+                      {.equal_memory = true}, {});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("snapkv[decode=grow].decode=grow"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvsim::test

@@ -93,28 +93,15 @@ struct Decisions {
 // The run's policies. `policies`: a name (policy or preset), a list of names, or a dict whose
 // values are None, {parameter: value}, or a Python policy object (a kvsim.Policy).
 struct PolicySet {
-  std::vector<PolicyConfig> configs;
+  std::vector<PolicyRequest> requests;                    // what the user asked for, in order
   std::vector<std::unique_ptr<PolicyInfo>> python_infos;  // owned here, pointed to by configs
+  std::vector<PolicyConfig> configs;                      // build(): the run's policies
+  std::vector<std::string> warnings;  // build(): what `kvsim replay` would warn of first
 
-  int seeds = 1;
-  bool equal_memory = false;
-  // The named policies with the parameters the user chose, and those equal memory cannot hold:
-  // for the warnings `kvsim replay` gives of them.
-  std::vector<std::string> named;
-  std::map<std::string, std::map<std::string, std::string>> chosen_params;
-  std::vector<std::string> self_sizing;
-
-  // A named policy: once, or once per seed (seeded_label) when it draws and is given no seed;
-  // under equal memory held to its budget (hold_to_budget, policies/policy_config.hpp).
-  void add(const std::string& label, std::map<std::string, std::string> params,
-           const std::string& budget) {
+  // A named policy with the parameters the user chose for it.
+  void add(const std::string& label, std::map<std::string, std::string> params) {
     check_new(label);
-    const std::map<std::string, std::string> chosen = params;
-    named.push_back(label);
-    chosen_params[label] = chosen;
-    if (!budget.empty()) apply_default_budget(label, budget, params);
-    for (PolicyConfig& c : policy_runs(label, params, chosen, seeds, equal_memory, self_sizing))
-      configs.push_back(std::move(c));
+    requests.push_back({.name = label, .chosen = std::move(params)});
   }
   void add_python(const std::string& label, py::object obj) {
     check_new(label);
@@ -122,12 +109,17 @@ struct PolicySet {
     PolicyConfig c;
     c.label = label;
     c.info = python_infos.back().get();
-    configs.push_back(std::move(c));
+    requests.push_back({.name = label, .made = std::move(c)});
   }
   void check_new(const std::string& label) const {
-    for (const auto& c : configs)
-      if (c.label == label)
+    for (const auto& r : requests)
+      if (r.name == label)
         throw py::value_error("kvsim.replay: policy '" + label + "' given twice");
+  }
+  // The configurations by the one builder of `kvsim replay` (budget, seeds, equal memory).
+  void build(const PolicyListRules& rules) {
+    configs =
+        build_policy_list(requests, rules, [this](const std::string& w) { warnings.push_back(w); });
   }
 };
 
@@ -144,7 +136,7 @@ std::string unique_label(const PolicySet& set, const py::handle& obj) {
   std::string label = base;
   for (int n = 2;; ++n) {
     bool taken = false;
-    for (const auto& c : set.configs) taken = taken || c.label == label;
+    for (const auto& r : set.requests) taken = taken || r.name == label;
     if (!taken) return label;
     label = base + "@" + std::to_string(n);
   }
@@ -153,17 +145,15 @@ std::string unique_label(const PolicySet& set, const py::handle& obj) {
 PolicySet policy_set(const py::object& policies, const std::string& budget, int seeds,
                      bool equal_memory) {
   PolicySet set;
-  set.seeds = seeds;
-  set.equal_memory = equal_memory;
   if (py::isinstance<py::str>(policies)) {
-    set.add(policies.cast<std::string>(), {}, budget);
+    set.add(policies.cast<std::string>(), {});
   } else if (py::isinstance<py::dict>(policies)) {
     for (const auto& [name, value] : policies.cast<py::dict>()) {
       const std::string label = py::str(name);
       if (value.is_none())
-        set.add(label, {}, budget);
+        set.add(label, {});
       else if (py::isinstance<py::dict>(value))
-        set.add(label, param_strings(value), budget);
+        set.add(label, param_strings(value));
       else if (is_python_policy(value))
         set.add_python(label, py::reinterpret_borrow<py::object>(value));
       else
@@ -175,7 +165,7 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
   } else {
     for (const auto& item : policies) {
       if (py::isinstance<py::str>(item))
-        set.add(py::str(item), {}, budget);
+        set.add(py::str(item), {});
       else if (is_python_policy(item))
         set.add_python(unique_label(set, item), py::reinterpret_borrow<py::object>(item));
       else
@@ -185,7 +175,8 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
             std::string(py::str(item.get_type().attr("__name__"))));
     }
   }
-  if (set.configs.empty()) throw py::value_error("kvsim.replay: no policy given");
+  if (set.requests.empty()) throw py::value_error("kvsim.replay: no policy given");
+  set.build({.budget = budget, .seeds = seeds, .equal_memory = equal_memory});
   return set;
 }
 
@@ -193,11 +184,9 @@ PolicySet policy_set(const py::object& policies, const std::string& budget, int 
 // not take, one that replaces a self-sizing default, policies equal memory cannot hold, and what
 // the named policies adjusted on these samples (e.g. a window clamped to a small budget; Python
 // policies are left out, so that their start() runs once per sample, in the replay).
-void warn_before_replay(const PolicySet& set, const std::string& budget, const TraceReader& reader,
+void warn_before_replay(const PolicySet& set, const TraceReader& reader,
                         const std::vector<std::string>& samples, int prompt_tail) {
-  warn_python(budget_ignored_warning(set.named, budget));
-  warn_python(budget_replaced_warning(set.named, set.chosen_params, budget));
-  warn_python(self_sizing_warning(set.self_sizing));
+  for (const std::string& w : set.warnings) warn_python(w);
   std::vector<PolicyConfig> named;
   for (const PolicyConfig& c : set.configs)
     if (std::none_of(set.python_infos.begin(), set.python_infos.end(),
@@ -237,7 +226,7 @@ py::object replay(const std::string& trace, const py::object& policies, const py
   Replayer replayer(
       reader, set.configs,
       ReplayOptions{.threads = thread_count(threads), .metrics = metrics, .prompt_tail = tail});
-  warn_before_replay(set, budget, reader, names, tail);
+  warn_before_replay(set, reader, names, tail);
   Columns columns;
   Decisions log;
   NoteTally noted;  // what the policies note while replaying (e.g. MadaKV's dry budget)

@@ -592,26 +592,11 @@ void Replayer::replay_sample(const std::string& sample_name,
                              const std::function<void(const LayerResult&)>& on_result,
                              const std::function<void(int)>& on_layer,
                              const std::vector<int>& first_layers) {
-  const SampleInfo sample = reader_.read_sample(sample_name);
-  const TraceInfo& info = reader_.info();
   if (!first_layers.empty() && first_layers.size() != policies_.size())
     throw std::logic_error("replay_sample: one first layer per policy");
-  // Policies are created per sample: their state may carry from lower to higher layers.
-  std::vector<std::unique_ptr<Policy>> instances;
-  for (const auto& p : policies_) {
-    try {
-      instances.push_back(create_for_sample(p, sample, options_.prompt_tail));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("sample '" + sample_name + "': " + e.what());
-    }
-  }
-  SampleStats stats;
-  // Under a prompt tail (every policy's split, `question = append` refused) the sample's
-  // statistics are those of the prompt compressed, as a prefill of it alone computes them.
-  if (needs_.sample_entropies || !needs_.sample_window_sums.empty())
-    stats = compute_sample_stats(
-        reader_, context_only(sample, prompt_tail_length(sample, options_.prompt_tail)), needs_,
-        options_.threads);
+  SampleRun run = start_sample(sample_name);
+  const SampleInfo& sample = run.sample;
+  const TraceInfo& info = reader_.info();
   // With two threads or more the layers flow through a pipeline: while the policies replay
   // layer l, layer l + 1 is read and its attention computed, and layer l - 1's results are
   // delivered. Each stage keeps the layer order, so the callbacks see exactly what a serial run
@@ -639,7 +624,7 @@ void Replayer::replay_sample(const std::string& sample_name,
     if (pipelined && l + 1 < info.num_layers)
       next = std::async(std::launch::async, prepare, l + 1, std::move(spare));
     std::vector<LayerResult> results =
-        replay_policies(*att, sources, instances, stats, sample, prefill_only_at(l, first_layers));
+        replay_policies(*att, sources, run, prefill_only_at(l, first_layers));
     if (delivered.valid()) delivered.get();
     if (pipelined)
       delivered = std::async(std::launch::async, deliver, std::move(results), l);
@@ -777,13 +762,38 @@ std::map<int, std::unique_ptr<LayerAttention>> Replayer::heir_attention(
   return heirs;
 }
 
+Replayer::SampleRun Replayer::start_sample(const std::string& name) const {
+  SampleRun run;
+  run.sample = reader_.read_sample(name);
+  const SampleInfo& sample = run.sample;
+  // Policies are created per sample: their state may carry from lower to higher layers.
+  for (const auto& p : policies_) {
+    try {
+      run.instances.push_back(create_for_sample(p, sample, options_.prompt_tail));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("sample '" + name + "': " + e.what());
+    }
+    const PromptSplit split = prompt_split(p, sample, options_.prompt_tail);
+    run.splits.push_back(split);
+    run.budget_entries.push_back(
+        budget_entries(sized_for_split(p, sample, split), sample.prompt_len - split.fed));
+  }
+  // Under a prompt tail (every policy's split, `question = append` refused) the sample's
+  // statistics are those of the prompt compressed, as a prefill of it alone computes them.
+  if (needs_.sample_entropies || !needs_.sample_window_sums.empty())
+    run.stats = compute_sample_stats(
+        reader_, context_only(sample, prompt_tail_length(sample, options_.prompt_tail)), needs_,
+        options_.threads);
+  return run;
+}
+
 std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                                    const std::map<int, LayerTensors>& sources,
-                                                   std::vector<std::unique_ptr<Policy>>& instances,
-                                                   const SampleStats& stats,
-                                                   const SampleInfo& sample,
+                                                   SampleRun& run,
                                                    const std::vector<bool>& prefill_only) const {
   const TraceInfo& info = reader_.info();
+  const SampleInfo& sample = run.sample;
+  const std::vector<PromptSplit>& splits = run.splits;
   const int l = att.layer();
   // Statistics derived from `att` hold what it holds: the prompt's alone when they suffice.
   const bool prompt_only = prompt_statistics_suffice(prefill_only);
@@ -794,8 +804,6 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
   // prompt less its question or tail replay it split there, the fed positions becoming the first
   // decode steps: the same decode attention, the prompt statistics of what was compressed.
   using Shape = std::pair<bool, int>;  // per query head, positions fed after compression
-  std::vector<PromptSplit> splits;
-  for (const auto& p : policies_) splits.push_back(prompt_split(p, sample, options_.prompt_tail));
   auto shape_of = [&](int i) {
     return Shape{att.group_size() > 1 && policies_[i].query_head_caches(), splits[i].fed};
   };
@@ -825,8 +833,8 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                              .prefill_only = prefill_only[i],
                                              .metrics = metrics_};
       results[i] =
-          replay_layer(*instances[i], attended, measured, policies_[i].info->lookahead, &stats,
-                       dtype_bytes(sample.dtype), layer_options,
+          replay_layer(*run.instances[i], attended, measured, policies_[i].info->lookahead,
+                       &run.stats, dtype_bytes(sample.dtype), layer_options,
                        prefill_only[i] ? StepAttentionModel{}
                                        : shared_step_attention(attended, measured, finish_threads));
       if (prefill_only[i]) return;
@@ -836,8 +844,7 @@ std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
     }
     results[i].policy_index = i;
     results[i].sample = sample.name;
-    results[i].budget_entries =
-        budget_entries(sized_for_split(policies_[i], sample, split), sample.prompt_len - split.fed);
+    results[i].budget_entries = run.budget_entries[i];
   });
   // Results of the policies that replayed the layer, in policy order.
   std::vector<LayerResult> replayed;

@@ -142,11 +142,22 @@ class Replayer {
   // Every policy through one layer (in parallel); results in policy order. Policies with
   // `prefill_only[i]` see the layer's prefill alone and give no result; when all do, `att` may
   // hold the prompt statistics alone (LayerAttention::PromptOnly).
+  struct SampleRun;
   std::vector<LayerResult> replay_policies(const LayerAttention& att,
                                            const std::map<int, LayerTensors>& sources,
-                                           std::vector<std::unique_ptr<Policy>>& instances,
-                                           const SampleStats& stats, const SampleInfo& sample,
+                                           SampleRun& run,
                                            const std::vector<bool>& prefill_only) const;
+  // A sample's run: what each policy fixes before its first layer (its instance, where it splits
+  // the prompt, the entries its budget resolves to: -1 for none), and the sample's statistics.
+  struct SampleRun {
+    SampleInfo sample;
+    SampleStats stats;
+    std::vector<std::unique_ptr<Policy>> instances;
+    std::vector<PromptSplit> splits;
+    std::vector<int> budget_entries;
+  };
+  // Creates every policy for the sample and resolves what the run fixes once per sample.
+  SampleRun start_sample(const std::string& name) const;
   // A layer's statistics of `tensors` as this run needs them: the prompt's alone when
   // `prompt_only` (prompt_statistics_suffice).
   std::unique_ptr<LayerAttention> derive(const TraceInfo& info, const SampleInfo& sample,

@@ -187,9 +187,13 @@ std::string grid_label(const std::string& name, const std::vector<const GridAxis
 }
 }  // namespace
 
-std::vector<PolicyConfig> expand_grid(
-    const std::vector<std::string>& policies, const std::vector<GridAxis>& given_axes,
-    const std::map<std::string, std::map<std::string, std::string>>& fixed) {
+namespace {
+
+// One request per configuration of `policies` over the axes that name them (what expand_grid
+// builds), each with the fixed values and its grid point's, labelled by grid_label.
+std::vector<PolicyRequest> grid_requests(const std::vector<std::string>& policies,
+                                         const std::vector<GridAxis>& given_axes,
+                                         const PolicyOverrides& fixed) {
   const std::vector<GridAxis> axes = merge_grid_axes(expand_wildcards(policies, given_axes));
   for (const auto& a : axes)
     if (std::find(policies.begin(), policies.end(), a.policy) == policies.end())
@@ -208,28 +212,43 @@ std::vector<PolicyConfig> expand_grid(
                                 " configurations; a sweep may have at most " +
                                 std::to_string(static_cast<long long>(kMaxConfigurations)));
   }
-  std::vector<PolicyConfig> out;
+  std::vector<PolicyRequest> out;
   for (const auto& name : policies) {
     std::vector<const GridAxis*> mine;
     for (const auto& a : axes)
       if (a.policy == name) mine.push_back(&a);
     std::vector<std::size_t> index(mine.size(), 0);
     while (true) {
-      auto overrides = fixed.count(name) ? fixed.at(name) : std::map<std::string, std::string>{};
+      PolicyRequest r{.name = name};
+      if (const auto it = fixed.find(name); it != fixed.end()) r.chosen = it->second;
       for (std::size_t i = 0; i < mine.size(); ++i) {
         std::stringstream keys(mine[i]->key), values(mine[i]->values[index[i]]);
         std::string k, v;
-        while (std::getline(keys, k, '+') && std::getline(values, v, '/')) overrides[k] = v;
+        while (std::getline(keys, k, '+') && std::getline(values, v, '/')) r.chosen[k] = v;
       }
-      PolicyConfig c = make_policy_config(name, overrides);
-      c.label = grid_label(name, mine, index, c);
-      out.push_back(std::move(c));
+      // The label is made once the configuration is: it holds its own copy of the axes.
+      std::vector<GridAxis> own;
+      for (const GridAxis* a : mine) own.push_back(*a);
+      r.label = [name, own = std::move(own), index](const PolicyConfig& c) {
+        std::vector<const GridAxis*> axes_of;
+        for (const GridAxis& a : own) axes_of.push_back(&a);
+        return grid_label(name, axes_of, index, c);
+      };
+      out.push_back(std::move(r));
       std::size_t i = 0;  // odometer over the axes
       while (i < mine.size() && ++index[i] == mine[i]->values.size()) index[i++] = 0;
       if (i == mine.size()) break;
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<PolicyConfig> expand_grid(const std::vector<std::string>& policies,
+                                      const std::vector<GridAxis>& axes,
+                                      const PolicyOverrides& fixed) {
+  return build_policy_list(grid_requests(policies, axes, fixed), {}, {});
 }
 
 std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies,
@@ -243,45 +262,25 @@ std::vector<PolicyConfig> sweep_configs(const std::vector<std::string>& policies
   for (const auto& s : sets) apply_set_option(s, fixed);
   if (const std::string w = expand_wildcard_sets(fixed, policies); !w.empty())
     std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
-  PolicyOverrides chosen = fixed;  // what --set and the grid give, before --budget
-  for (const auto& axis : expand_wildcards(policies, axes)) {
-    std::stringstream keys(axis.key);
-    for (std::string k; std::getline(keys, k, '+');) chosen[axis.policy][k] = "";
-  }
-  for (const std::string& w : {budget_ignored_warning(policies, budget),
-                               budget_replaced_warning(policies, chosen, budget)})
-    if (!w.empty()) std::fprintf(stderr, "kvsim: %s\n", w.c_str());
   // --seeds: a seed axis for every policy that draws and is given no seed.
-  if (options.seeds > 1)
+  if (options.seeds > 1) {
+    PolicyOverrides chosen = fixed;  // the keys --set and the grid give each policy
+    for (const auto& axis : expand_wildcards(policies, axes)) {
+      std::stringstream keys(axis.key);
+      for (std::string k; std::getline(keys, k, '+');) chosen[axis.policy][k] = "";
+    }
     for (const auto& name : policies)
       if (policy_declares(name, "seed") && !chosen[name].count("seed")) {
         GridAxis seeds{name, "seed", {}};
         for (int k = 0; k < options.seeds; ++k) seeds.values.push_back(std::to_string(k));
         axes.push_back(seeds);
       }
-  // A grid axis on the budget still wins: expand_grid applies axes over these fixed values.
-  for (const auto& name : policies) apply_default_budget(name, budget, fixed[name]);
-  std::vector<PolicyConfig> configs = expand_grid(policies, axes, fixed);
-  if (!options.equal_memory) return configs;
-  std::vector<PolicyConfig> held;
-  std::vector<std::string> self_sizing;
-  for (const PolicyConfig& c : configs) {
-    // What the user chose for this configuration: --set values and its grid values.
-    std::map<std::string, std::string> mine;
-    for (const auto& [k, v] : chosen[c.label.substr(0, c.label.find('['))]) {
-      const auto held_value = c.params.values().find(k);  // none: compression_ratio, now a budget
-      if (!v.empty())
-        mine[k] = v;
-      else if (held_value != c.params.values().end())
-        mine[k] = held_value->second;
-    }
-    std::optional<PolicyConfig> h = hold_to_budget(c, mine);
-    if (!h && !c.info->keeps_everything) self_sizing.push_back(c.label);
-    held.push_back(h ? std::move(*h) : c);
   }
-  if (const std::string w = self_sizing_warning(self_sizing); !w.empty())
-    std::fprintf(stderr, "kvsim: %s\n", w.c_str());
-  return held;
+  // A grid axis on the budget wins over --budget: a request's own budget is kept.
+  return build_policy_list(
+      grid_requests(policies, axes, fixed),
+      {.budget = budget, .seeds = 1, .equal_memory = options.equal_memory},
+      [](const std::string& w) { std::fprintf(stderr, "kvsim: %s\n", w.c_str()); });
 }
 
 std::string file_content_hash(const std::string& path) {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "policies/policy.hpp"
+#include "policies/policy_config.hpp"
 
 namespace kvsim {
 
@@ -37,9 +37,9 @@ std::vector<GridAxis> merge_grid_axes(const std::vector<GridAxis>& axes);
 // Every configuration of `policies` (names or presets) over the axes that name them (merged:
 // merge_grid_axes); a policy with no axis contributes its single configuration. Labels are
 // "name[key=value,...]", the values those the configuration holds.
-std::vector<PolicyConfig> expand_grid(
-    const std::vector<std::string>& policies, const std::vector<GridAxis>& axes,
-    const std::map<std::string, std::map<std::string, std::string>>& fixed);
+std::vector<PolicyConfig> expand_grid(const std::vector<std::string>& policies,
+                                      const std::vector<GridAxis>& axes,
+                                      const PolicyOverrides& fixed);
 
 // The configurations of a sweep's command line: --grid axes, --set fixed values ("NAME.key=v",
 // or "*.key=v" for every policy that has the key), and --budget for every policy that has one
