@@ -178,6 +178,10 @@ TEST(Sweep, LabelsNameWhatEachRowHeldForEveryAxisKind) {
                      {}, "", {.seeds = 2, .equal_memory = true}))
     configs.push_back(std::move(k));
   ASSERT_EQ(configs.size(), 4u + 5u + 2u + 2u + 2u);
+  // A grid on compression_ratio is the budget of its points: --budget does not reach them.
+  const auto ratios = sweep_configs({"knorm"}, {"knorm.compression_ratio=0.5"}, {}, "20%");
+  ASSERT_EQ(ratios.size(), 1u);
+  EXPECT_EQ(ratios[0].budget_text(), "compression_ratio:0.5");
   const std::string out = temp_path("sweep_labels");
   fs::remove_all(out);
   run_sweep({trace}, configs, {out, 2});
