@@ -8,6 +8,8 @@
 #include "sim/replay/bounds.hpp"
 #include "sim/replay/replay_checkpoint.hpp"
 #include "sim/replay/replay_run.hpp"
+#include "sim/run/result_files.hpp"
+#include "sim/run/resume_store.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/replay_helpers.hpp"
 #include "tests/tiny_trace.hpp"
@@ -225,6 +227,49 @@ TEST(ReplayResume, WhatPoliciesNoteWhileReplayingIsReportedAndSurvivesAResume) {
   const ReplayRunReport scaled = run_replay(
       trace, reader, {make_policy_config("madakv", {{"budget", "2"}})}, {}, samples, {}, {});
   EXPECT_TRUE(scaled.notes.empty());
+}
+
+}  // namespace
+}  // namespace kvsim::test
+
+namespace kvsim::test {
+namespace {
+
+// The one resume store under the replay checkpoint, the sweep's items and the live pieces.
+TEST(ResumeStore, KeysAreWrittenWholeAndAManifestClaimsTheStore) {
+  const std::string dir = temp_path("resume_store") + "/nested";
+  std::filesystem::remove_all(temp_path("resume_store"));
+  const ResumeStore store(dir, "store: cannot create: ");
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+  EXPECT_FALSE(store.has("a"));
+  EXPECT_FALSE(store.try_read("a"));
+  EXPECT_THROW(store.read("a"), std::runtime_error);
+  store.write("a", "one\n");
+  EXPECT_TRUE(store.has("a"));
+  EXPECT_EQ(store.read("a"), "one\n");
+  EXPECT_EQ(store.path("a"), dir + "/a");
+  // Nothing but the finished file is left beside it.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
+  store.remove("a");
+  EXPECT_FALSE(store.has("a"));
+  // The first claim writes the manifest; the same one reopens; another names the first line
+  // where the two differ.
+  EXPECT_FALSE(store.claim("manifest", "kvsim 1\ntrace abc\n"));
+  EXPECT_FALSE(store.claim("manifest", "kvsim 1\ntrace abc\n"));
+  EXPECT_EQ(store.claim("manifest", "kvsim 1\ntrace abd\n"),
+            "it has 'trace abc' where this run has 'trace abd'");
+  EXPECT_EQ(store.claim("manifest", "kvsim 1\n"),
+            "it has 'trace abc' where this run has '(nothing)'");
+  store.clear();
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // A store where a file stands is refused with the caller's words and the reason.
+  write_whole(temp_path("resume_store") + "/file", "x");
+  try {
+    ResumeStore(temp_path("resume_store") + "/file", "store: cannot create: ");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("store: cannot create: ", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace

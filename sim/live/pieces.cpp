@@ -31,27 +31,20 @@ std::string checkpoint_fingerprint(const std::string& dir) {
 }
 
 PieceStore::PieceStore(const std::string& output, const std::string& fingerprint)
-    : dir_(output + ".parts"), fingerprint_(fingerprint) {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec)
-    throw std::runtime_error(dir_ +
-                             ": cannot create the directory of finished samples: " + ec.message());
+    : store_(output + ".parts",
+             output + ".parts: cannot create the directory of finished samples: "),
+      fingerprint_(fingerprint) {}
+
+std::string PieceStore::key(std::size_t index, const std::string& sample) const {
+  return std::to_string(index) + "-" + fingerprint_of({fingerprint_, sample});
 }
 
 std::string PieceStore::path(std::size_t index, const std::string& sample) const {
-  // Sample names are any string: the file is named by its index and a hash, never the name.
-  return (fs::path(dir_) / (std::to_string(index) + "-" + fingerprint_of({fingerprint_, sample})))
-      .string();
+  return store_.path(key(index, sample));
 }
 
 bool PieceStore::done(std::size_t index, const std::string& sample) const {
-  return fs::exists(path(index, sample));
-}
-
-void PieceStore::clear() const {
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+  return store_.has(key(index, sample));
 }
 
 }  // namespace kvsim::live

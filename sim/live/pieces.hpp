@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/run/resume_store.hpp"
+
 namespace kvsim::live {
 
 class PieceStore {
@@ -19,11 +21,15 @@ class PieceStore {
   std::string path(std::size_t index, const std::string& sample) const;
   bool done(std::size_t index, const std::string& sample) const;
   // Removes the directory, once the output that assembles the pieces is published.
-  void clear() const;
-  const std::string& dir() const { return dir_; }
+  void clear() const { store_.clear(); }
+  const std::string& dir() const { return store_.dir(); }
 
  private:
-  std::string dir_, fingerprint_;
+  // A sample's key: its index and a hash of the fingerprint and its name (sample names are any
+  // string, so the name itself never names a file).
+  std::string key(std::size_t index, const std::string& sample) const;
+  ResumeStore store_;
+  std::string fingerprint_;
 };
 
 // A cheap identity of a checkpoint directory: each file's name, size and modification time.

@@ -4,19 +4,21 @@
 
 #include <string>
 
+#include "sim/run/resume_store.hpp"
+
 namespace kvsim {
 
 // DIR/manifest.txt records what a sample's results depend on (kvsim version, the trace's content
 // hash, every policy's label and resolved parameters, the options and outputs asked for).
 // Sample number i (its place in the trace) is finished once DIR/sample-i.done exists; its result
-// files DIR/sample-i.<kind> are complete before that marker is written.
+// files DIR/sample-i.<kind> are complete before that marker is written (a ResumeStore).
 class ReplayCheckpoint {
  public:
   // Creates `dir` with `manifest`, or reopens it when it holds the same manifest. Throws
   // std::runtime_error naming the directory and the first line that differs when it belongs to
   // another replay.
-  ReplayCheckpoint(std::string dir, const std::string& manifest);
-  const std::string& dir() const { return dir_; }
+  ReplayCheckpoint(const std::string& dir, const std::string& manifest);
+  const std::string& dir() const { return store_.dir(); }
   std::string file(int sample_index, const std::string& kind) const;
   bool finished(int sample_index) const;
   // Marks a sample finished, keeping `state` (its summary, counters) with it; atomic.
@@ -26,7 +28,7 @@ class ReplayCheckpoint {
   void remove() const;
 
  private:
-  std::string dir_;
+  ResumeStore store_;
 };
 
 }  // namespace kvsim

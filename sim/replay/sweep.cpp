@@ -19,6 +19,7 @@
 #include "sim/replay/results.hpp"
 #include "sim/run/note_tally.hpp"
 #include "sim/run/output_guard.hpp"
+#include "sim/run/resume_store.hpp"
 
 #ifdef KVSIM_WITH_MPI
 #include <mpi.h>
@@ -509,14 +510,13 @@ std::string item_key(const SweepItem& it, const PolicyConfig& c) {
                        kStoreKeyOffset));
 }
 
-fs::path prepare_items_dir(const std::string& out_dir) {
-  const fs::path items_dir = fs::path(out_dir) / "items";
-  std::error_code error;
-  fs::create_directories(items_dir, error);
-  if (error)
-    throw std::runtime_error("--out " + out_dir + ": cannot write there: " + error.message());
-  check_writable((items_dir / "probe").string(), "--out");
-  return items_dir;
+// The sweep's finished work: per (item, configuration) its item file, `KEY.csv` (item_key), and
+// per (trace, sample) being replayed its progress (progress_key).
+ResumeStore prepare_items(const std::string& out_dir) {
+  ResumeStore items((fs::path(out_dir) / "items").string(),
+                    "--out " + out_dir + ": cannot write there: ");
+  check_writable(items.path("probe"), "--out");
+  return items;
 }
 
 // What one configuration of an item has measured so far: the rows of its first `layers` layers
@@ -548,11 +548,11 @@ struct ItemProgress {
 const char* kProgressHead = "kvsim sweep progress of a (trace, sample)\n";
 const char* kProgressItem = "#item ";
 
-fs::path progress_path(const fs::path& items_dir, const SweepItem& it) {
-  return items_dir / (hex16(fnv1a64(it.hash + "\n" + it.sample + "\n" KVSIM_VERSION "\n" +
-                                        kItemHeader + kProgressHead,
-                                    kStoreKeyOffset)) +
-                      ".progress");
+std::string progress_key(const SweepItem& it) {
+  return hex16(fnv1a64(
+             it.hash + "\n" + it.sample + "\n" KVSIM_VERSION "\n" + kItemHeader + kProgressHead,
+             kStoreKeyOffset)) +
+         ".progress";
 }
 
 std::string progress_text(const std::vector<std::string>& keys,
@@ -567,12 +567,13 @@ std::string progress_text(const std::vector<std::string>& keys,
 }
 
 // The layers an interrupted run finished of each configuration (by item key) of an item of
-// `layers` layers: none when there is no progress file or it is not one this format wrote (the
-// item is then replayed whole), and none for a configuration it lacks.
-std::map<std::string, ItemProgress> read_progress(const fs::path& path, int layers) {
+// `layers` layers, from its progress text: none when there is none or it is not one this format
+// wrote (the item is then replayed whole), and none for a configuration it lacks.
+std::map<std::string, ItemProgress> read_progress(const std::optional<std::string>& kept,
+                                                  int layers) {
   std::map<std::string, ItemProgress> found;
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!kept) return {};
+  const std::string& text = *kept;
   if (text.rfind(kProgressHead, 0) != 0) return {};
   std::istringstream lines(text.substr(std::char_traits<char>::length(kProgressHead)));
   ItemProgress* current = nullptr;
@@ -596,11 +597,11 @@ std::map<std::string, ItemProgress> read_progress(const fs::path& path, int laye
 }
 
 // Replays one item's configurations `run` (item keys `keys`) together, each from the layer
-// `done` says it reached, keeping their progress in `progress_file` after every layer: per
+// `done` says it reached, keeping their progress in `items` after every layer: per
 // configuration, its item file's text (its rows, then one kItemNote line per distinct note).
 std::vector<std::string> replay_item(const SweepItem& it, const std::vector<PolicyConfig>& run,
                                      const std::vector<std::string>& keys,
-                                     std::vector<ItemProgress> done, const fs::path& progress_file,
+                                     std::vector<ItemProgress> done, const ResumeStore& items,
                                      int threads, const std::function<void()>& on_layer) {
   TraceReader reader(it.trace);
   std::vector<int> first_layers;
@@ -611,8 +612,7 @@ std::vector<std::string> replay_item(const SweepItem& it, const std::vector<Poli
           [&](int l) {
             for (std::size_t c = 0; c < run.size(); ++c)
               if (first_layers[c] <= l) done[c].layers = l + 1;
-            if (l + 1 < it.layers)
-              write_file_atomically(progress_file.string(), progress_text(keys, done));
+            if (l + 1 < it.layers) items.write(progress_key(it), progress_text(keys, done));
             on_layer();
           },
           first_layers);
@@ -670,7 +670,7 @@ bool run_items_over_ranks(std::size_t items, const std::vector<std::vector<std::
 // The results file from every item of this sweep, in a fixed order (trace, sample,
 // configuration), notes.csv beside it, and the report's notes and table.
 void assemble_results(const std::vector<SweepItem>& items, const std::vector<PolicyConfig>& configs,
-                      const fs::path& items_dir, const std::string& out_dir, SweepReport& report) {
+                      const ResumeStore& store, const std::string& out_dir, SweepReport& report) {
   std::set<std::string> keys;  // one column per parameter of any configuration
   for (const auto& c : configs)
     for (const auto& kv : c.params.values()) keys.insert(kv.first);
@@ -694,7 +694,7 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
         const auto v = c.params.values().find(k);
         prefix += (v == c.params.values().end() ? "" : csv_quote(v->second)) + ",";
       }
-      std::ifstream in(items_dir / (item_key(it, c) + ".csv"));
+      std::istringstream in(store.read(item_key(it, c) + ".csv"));
       std::string line;
       std::getline(in, line);  // header
       while (std::getline(in, line)) {
@@ -728,18 +728,18 @@ struct SweepPlan {
 };
 
 SweepPlan plan_sweep(const std::vector<SweepItem>& items, const std::vector<PolicyConfig>& configs,
-                     const fs::path& items_dir, SweepReport& report) {
+                     const ResumeStore& store, SweepReport& report) {
   SweepPlan plan;
   plan.todo.resize(items.size());
   plan.kept.resize(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     for (std::size_t c = 0; c < configs.size(); ++c)
-      if (fs::exists(items_dir / (item_key(items[i], configs[c]) + ".csv")))
+      if (store.has(item_key(items[i], configs[c]) + ".csv"))
         ++report.items_done_before;
       else
         plan.todo[i].push_back(c);
     if (plan.todo[i].empty()) continue;
-    plan.kept[i] = read_progress(progress_path(items_dir, items[i]), items[i].layers);
+    plan.kept[i] = read_progress(store.try_read(progress_key(items[i])), items[i].layers);
     for (std::size_t c : plan.todo[i]) {
       const auto found = plan.kept[i].find(item_key(items[i], configs[c]));
       if (found == plan.kept[i].end()) continue;
@@ -781,7 +781,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::vector<PolicyConfig>& configs, const SweepOptions& o,
                       const std::function<void(long, long)>& progress) {
   validate_configurations(traces, configs, o);  // before anything is written
-  const fs::path items_dir = prepare_items_dir(o.out_dir);
+  const ResumeStore store = prepare_items(o.out_dir);
   std::vector<InputPath> inputs;
   for (const std::string& t : traces) inputs.push_back({t, "trace"});
   check_outputs({{(fs::path(o.out_dir) / "results.csv").string(), "--out's results.csv"},
@@ -790,7 +790,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   const std::vector<SweepItem> items = list_items(traces, o.samples);
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());
-  const SweepPlan plan = plan_sweep(items, configs, items_dir, report);
+  const SweepPlan plan = plan_sweep(items, configs, store, report);
   long layers_done = 0;
   // Items side by side, each on a share of the threads, as Replayer::replay_samples runs samples:
   // they are independent, so this scales where one sample's heads and configurations run out (and
@@ -805,28 +805,26 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   auto note_kept = [&] {
     set_interrupt_note(std::to_string(report.items_done_before + report.items_run) + " of " +
                        std::to_string(report.items_total) + " items (trace, sample, " +
-                       "configuration) are kept in " + items_dir.string() +
+                       "configuration) are kept in " + store.dir() +
                        ", and the finished layers of the (trace, sample)s being replayed; rerun " +
                        "the same command to resume");
   };
   note_kept();
   auto run_item = [&](std::size_t i) {
-    const fs::path progress_file = progress_path(items_dir, items[i]);
     ItemRun run = item_run(items[i], configs, plan.todo[i], plan.kept[i]);
-    const std::vector<std::string> text = replay_item(
-        items[i], run.configs, run.keys, std::move(run.done), progress_file, item_threads, [&] {
+    const std::vector<std::string> text =
+        replay_item(items[i], run.configs, run.keys, std::move(run.done), store, item_threads, [&] {
           const std::lock_guard<std::mutex> lock(report_mutex);
           if (progress) progress(++layers_done, plan.layers_total);
         });
     // Counted as each is stored, so that an interrupt's count lags the files by at most one.
     for (std::size_t c = 0; c < run.keys.size(); ++c) {
-      write_file_atomically((items_dir / (run.keys[c] + ".csv")).string(), text[c]);
+      store.write(run.keys[c] + ".csv", text[c]);
       const std::lock_guard<std::mutex> lock(report_mutex);
       ++report.items_run;
       note_kept();
     }
-    std::error_code ignored;  // a progress file left behind is ignored once its items exist
-    fs::remove(progress_file, ignored);
+    store.remove(progress_key(items[i]));  // one left behind is ignored once its items exist
   };
   bool distributed = false, writes_results = true;
 #ifdef KVSIM_WITH_MPI
@@ -840,7 +838,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
   }
   if (!writes_results) return report;
   set_interrupt_note("");
-  assemble_results(items, configs, items_dir, o.out_dir, report);
+  assemble_results(items, configs, store, o.out_dir, report);
   return report;
 }
 
