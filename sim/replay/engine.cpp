@@ -98,6 +98,34 @@ class LayerObservers {
   std::vector<std::pair<std::unique_ptr<StepObserver>, ObservedColumns>> observers_;
 };
 
+// The policy's decode hook at decode step `step` (the view's horizon set to its position), checked
+// against its capacity and watched by the checks that ask (their step numbered from `first`).
+void decode_hook(Policy& policy, LayerView& view, StepAttention& sa, KvCache& cache, int layer,
+                 int step, int first, const LayerReplayOptions& options, LayerResult& r) {
+  const bool watched =
+      options.checks && std::any_of(options.checks->begin(), options.checks->end(),
+                                    [](const LayerCheck& c) { return bool(c.after_decode); });
+  std::vector<std::vector<std::int32_t>> before;
+  if (watched)
+    for (int g = 0; g < cache.kv_heads(); ++g) before.push_back(cache.positions(g));
+  view.set_horizon(view.prompt_len() + step + 1);
+  policy.on_decode(view, sa, cache);
+  if (options.check_invariants) check_capacity(policy, cache, layer, "a decode step", "policy");
+  if (watched)
+    for (const LayerCheck& c : *options.checks)
+      if (c.after_decode) c.after_decode(policy, layer, step - first, before, cache, r);
+}
+
+// What the layer's cache logged: every eviction and merge, per KV head.
+void record_decisions(const KvCache& cache, LayerResult& r) {
+  r.evicted.resize(cache.kv_heads());
+  r.merged.resize(cache.kv_heads());
+  for (int g = 0; g < cache.kv_heads(); ++g) {
+    r.evicted[g] = cache.evictions(g);
+    r.merged[g] = cache.merges(g);
+  }
+}
+
 }  // namespace
 
 LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerAttention& ref,
@@ -132,9 +160,6 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   const std::int64_t entry_bytes =
       2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
   const int first = options.appended_steps;
-  const bool watched =
-      options.checks && std::any_of(options.checks->begin(), options.checks->end(),
-                                    [](const LayerCheck& c) { return bool(c.after_decode); });
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
@@ -146,25 +171,12 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
       r.steps[g][t] = m[g];
     }
     observers.observe(ref, cache, t, first);
-    std::vector<std::vector<std::int32_t>> before;
-    if (watched)
-      for (int g = 0; g < Hkv; ++g) before.push_back(cache.positions(g));
-    view.set_horizon(P + t + 1);
-    policy.on_decode(view, sa, cache);
-    if (check_invariants) check_capacity(policy, cache, att.layer(), "a decode step", "policy");
-    if (watched)
-      for (const LayerCheck& c : *options.checks)
-        if (c.after_decode) c.after_decode(policy, att.layer(), t - first, before, cache, r);
+    decode_hook(policy, view, sa, cache, att.layer(), t, first, options, r);
   }
   if (check_invariants)
     for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);
   if (step_attention.finish) step_attention.finish(r.steps);
-  r.evicted.resize(Hkv);
-  r.merged.resize(Hkv);
-  for (int g = 0; g < Hkv; ++g) {
-    r.evicted[g] = cache.evictions(g);
-    r.merged[g] = cache.merges(g);
-  }
+  record_decisions(cache, r);
   if (first > 0) renumber_after_question(r, first);
   r.notes.assign(policy.notes().begin() + noted, policy.notes().end());
   return r;
@@ -654,6 +666,69 @@ int samples_side_by_side(int threads, int samples, double largest_layer_bytes, d
   return most;
 }
 
+namespace {
+
+// Samples replayed side by side finish out of order; their results are handed on in sample
+// order, and a sample runs at most `ahead` places past the last one handed on (what bounds the
+// results held). A sample that failed stops everything after the results before it.
+class InOrderDelivery {
+ public:
+  InOrderDelivery(int samples, int ahead, const std::function<void(const LayerResult&)>& on_result)
+      : n_(samples),
+        ahead_(ahead),
+        on_result_(on_result),
+        finished_(samples),
+        errors_(samples),
+        ready_(samples, 0) {}
+  // The next sample to replay, once it is within reach; -1 when none is left or delivery stopped.
+  int take() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return stop_ || next_ >= n_ || next_ < delivered_ + ahead_; });
+    return stop_ || next_ >= n_ ? -1 : next_++;
+  }
+  void finish(int i, std::vector<LayerResult> results, std::exception_ptr error) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    finished_[i] = std::move(results);
+    errors_[i] = error;
+    ready_[i] = 1;
+    deliver_ready();
+    changed_.notify_all();
+  }
+  // After every worker returned: the error that stopped delivery, if any.
+  void rethrow() const {
+    if (stop_) std::rethrow_exception(errors_[delivered_]);
+  }
+
+ private:
+  // Under mutex_: hands every finished sample at the head of the order on.
+  void deliver_ready() {
+    while (!stop_ && delivered_ < n_ && ready_[delivered_]) {
+      try {
+        for (const auto& r : finished_[delivered_]) on_result_(r);
+      } catch (...) {
+        if (!errors_[delivered_]) errors_[delivered_] = std::current_exception();
+      }
+      std::vector<LayerResult>().swap(finished_[delivered_]);
+      if (errors_[delivered_])
+        stop_ = true;
+      else
+        ++delivered_;
+    }
+  }
+
+  const int n_, ahead_;
+  const std::function<void(const LayerResult&)>& on_result_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int next_ = 0, delivered_ = 0;
+  bool stop_ = false;
+  std::vector<std::vector<LayerResult>> finished_;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::uint8_t> ready_;
+};
+
+}  // namespace
+
 void Replayer::replay_samples(const std::vector<std::string>& samples,
                               const std::function<void(const LayerResult&)>& on_result,
                               const std::function<void(int layer)>& on_layer) {
@@ -669,39 +744,15 @@ void Replayer::replay_samples(const std::vector<std::string>& samples,
   }
   ReplayOptions share = options_;
   share.threads = std::max(1, options_.threads / side_by_side);
-  std::mutex mutex, layer_mutex;
-  std::condition_variable changed;
-  int next = 0, delivered = 0;
-  bool stop = false;
-  std::vector<std::vector<LayerResult>> finished(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::uint8_t> ready(n, 0);
-  // Under `mutex`: hands every finished sample at the head of the order to on_result; a sample
-  // that failed stops everything after the layers it delivered.
-  auto deliver_ready = [&] {
-    while (!stop && delivered < n && ready[delivered]) {
-      try {
-        for (const auto& r : finished[delivered]) on_result(r);
-      } catch (...) {
-        if (!errors[delivered]) errors[delivered] = std::current_exception();
-      }
-      std::vector<LayerResult>().swap(finished[delivered]);
-      if (errors[delivered])
-        stop = true;
-      else
-        ++delivered;
-    }
+  std::mutex layer_mutex;
+  const std::function<void(int)> on_layer_locked = [&](int l) {
+    if (!on_layer) return;
+    const std::lock_guard<std::mutex> lock(layer_mutex);
+    on_layer(l);
   };
+  InOrderDelivery delivery(n, 2 * side_by_side, on_result);
   auto worker = [&] {
-    for (;;) {
-      int i = 0;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock,
-                     [&] { return stop || next >= n || next < delivered + 2 * side_by_side; });
-        if (stop || next >= n) return;
-        i = next++;
-      }
+    for (int i; (i = delivery.take()) >= 0;) {
       std::vector<LayerResult> results;
       std::exception_ptr error;
       try {
@@ -709,28 +760,18 @@ void Replayer::replay_samples(const std::vector<std::string>& samples,
         Replayer one(reader, policies_, share);
         one.needs_ = needs_;
         one.replay_sample(
-            samples[i], [&](const LayerResult& r) { results.push_back(r); },
-            [&](int l) {
-              if (!on_layer) return;
-              const std::lock_guard<std::mutex> lock(layer_mutex);
-              on_layer(l);
-            });
+            samples[i], [&](const LayerResult& r) { results.push_back(r); }, on_layer_locked);
       } catch (...) {
         error = std::current_exception();
       }
-      const std::lock_guard<std::mutex> lock(mutex);
-      finished[i] = std::move(results);
-      errors[i] = error;
-      ready[i] = 1;
-      deliver_ready();
-      changed.notify_all();
+      delivery.finish(i, std::move(results), error);
     }
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < side_by_side; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
-  if (stop) std::rethrow_exception(errors[delivered]);
+  delivery.rethrow();
 }
 
 std::unique_ptr<LayerAttention> Replayer::derive(const TraceInfo& info, const SampleInfo& sample,
@@ -787,64 +828,73 @@ Replayer::SampleRun Replayer::start_sample(const std::string& name) const {
   return run;
 }
 
+Replayer::Shape Replayer::shape_of(int i, const LayerAttention& att, const SampleRun& run) const {
+  return Shape{att.group_size() > 1 && policies_[i].query_head_caches(), run.splits[i].fed};
+}
+
+std::map<Replayer::Shape, std::unique_ptr<LayerAttention>> Replayer::reshaped_attention(
+    const LayerAttention& att, const SampleRun& run, bool prompt_only) const {
+  const TraceInfo& info = reader_.info();
+  std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
+  for (int i = 0; i < static_cast<int>(policies_.size()); ++i) {
+    const Shape s = shape_of(i, att, run);
+    if (s == Shape{false, 0} || shaped.count(s)) continue;
+    shaped[s] = derive(s.first ? info_with_kv_heads(info, info.num_heads) : info,
+                       context_only(run.sample, s.second),
+                       s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(),
+                       prompt_only);
+  }
+  return shaped;
+}
+
+LayerResult Replayer::replay_policy(int i, const LayerAttention& attended,
+                                    const LayerAttention& measured, SampleRun& run,
+                                    bool prefill_only, int finish_threads) const {
+  LayerResult r;
+  try {
+    const PromptSplit& split = run.splits[i];
+    const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
+                                           .checks = &options_.checks,
+                                           .appended_steps = split.hooked ? 0 : split.fed,
+                                           .prefill_only = prefill_only,
+                                           .metrics = metrics_};
+    r = replay_layer(*run.instances[i], attended, measured, policies_[i].info->lookahead,
+                     &run.stats, dtype_bytes(run.sample.dtype), layer_options,
+                     prefill_only ? StepAttentionModel{}
+                                  : shared_step_attention(attended, measured, finish_threads));
+    if (prefill_only) return r;
+    for (const LayerCheck& c : options_.checks) c.check(measured, r);
+  } catch (const std::logic_error& e) {
+    throw std::logic_error(policies_[i].label + ", sample '" + run.sample.name + "': " + e.what());
+  }
+  r.policy_index = i;
+  r.sample = run.sample.name;
+  r.budget_entries = run.budget_entries[i];
+  return r;
+}
+
 std::vector<LayerResult> Replayer::replay_policies(const LayerAttention& att,
                                                    const std::map<int, LayerTensors>& sources,
                                                    SampleRun& run,
                                                    const std::vector<bool>& prefill_only) const {
-  const TraceInfo& info = reader_.info();
-  const SampleInfo& sample = run.sample;
-  const std::vector<PromptSplit>& splits = run.splits;
   const int l = att.layer();
   // Statistics derived from `att` hold what it holds: the prompt's alone when they suffice.
   const bool prompt_only = prompt_statistics_suffice(prefill_only);
   const std::map<int, std::unique_ptr<LayerAttention>> heirs =
-      heir_attention(att, sources, sample, prompt_only);
-  // Policies with one cache per query head replay the layer with K and V repeated per query
-  // head (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the
-  // prompt less its question or tail replay it split there, the fed positions becoming the first
-  // decode steps: the same decode attention, the prompt statistics of what was compressed.
-  using Shape = std::pair<bool, int>;  // per query head, positions fed after compression
-  auto shape_of = [&](int i) {
-    return Shape{att.group_size() > 1 && policies_[i].query_head_caches(), splits[i].fed};
-  };
-  std::map<Shape, std::unique_ptr<LayerAttention>> shaped;
-  for (int i = 0; i < static_cast<int>(policies_.size()); ++i) {
-    const Shape s = shape_of(i);
-    if (s == Shape{false, 0} || shaped.count(s)) continue;
-    shaped[s] = derive(
-        s.first ? info_with_kv_heads(info, info.num_heads) : info, context_only(sample, s.second),
-        s.first ? repeat_kv_heads(att.tensors(), att.group_size()) : att.tensors(), prompt_only);
-  }
+      heir_attention(att, sources, run.sample, prompt_only);
+  const std::map<Shape, std::unique_ptr<LayerAttention>> shaped =
+      reshaped_attention(att, run, prompt_only);
   std::vector<LayerResult> results(policies_.size());
   // Threads the policies leave idle batch their output errors, head by head.
   const int finish_threads =
       std::max(1, options_.threads / std::max<int>(1, static_cast<int>(policies_.size())));
   parallel_for(static_cast<int>(policies_.size()), options_.threads, [&](int i) {
     const int src = policies_[i].attention_source(l);
-    const Shape shape = shape_of(i);
-    const PromptSplit& split = splits[i];
+    const Shape shape = shape_of(i, att, run);
     const bool reshaped = shape != Shape{false, 0};
     const LayerAttention& measured = reshaped ? *shaped.at(shape) : att;
     const LayerAttention& attended = reshaped ? measured : src == l ? att : *heirs.at(src);
-    try {
-      const LayerReplayOptions layer_options{.check_invariants = options_.check_invariants,
-                                             .checks = &options_.checks,
-                                             .appended_steps = split.hooked ? 0 : split.fed,
-                                             .prefill_only = prefill_only[i],
-                                             .metrics = metrics_};
-      results[i] =
-          replay_layer(*run.instances[i], attended, measured, policies_[i].info->lookahead,
-                       &run.stats, dtype_bytes(sample.dtype), layer_options,
-                       prefill_only[i] ? StepAttentionModel{}
-                                       : shared_step_attention(attended, measured, finish_threads));
-      if (prefill_only[i]) return;
-      for (const LayerCheck& c : options_.checks) c.check(measured, results[i]);
-    } catch (const std::logic_error& e) {
-      throw std::logic_error(policies_[i].label + ", sample '" + sample.name + "': " + e.what());
-    }
-    results[i].policy_index = i;
-    results[i].sample = sample.name;
-    results[i].budget_entries = run.budget_entries[i];
+    results[i] = replay_policy(i, attended, measured, run, prefill_only[i], finish_threads);
   });
   // Results of the policies that replayed the layer, in policy order.
   std::vector<LayerResult> replayed;

@@ -158,6 +158,22 @@ class Replayer {
   };
   // Creates every policy for the sample and resolves what the run fixes once per sample.
   SampleRun start_sample(const std::string& name) const;
+  // Policies with one cache per query head replay a layer with K and V repeated per query head
+  // (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the prompt
+  // less its question or tail replay it split there, the fed positions becoming the first decode
+  // steps: the same decode attention, the prompt statistics of what was compressed. A policy's
+  // shape: (one cache per query head, positions fed after compression); (false, 0) is the layer.
+  using Shape = std::pair<bool, int>;
+  Shape shape_of(int policy, const LayerAttention& att, const SampleRun& run) const;
+  // The layer's attention in every other shape the policies need, each computed once.
+  std::map<Shape, std::unique_ptr<LayerAttention>> reshaped_attention(const LayerAttention& att,
+                                                                      const SampleRun& run,
+                                                                      bool prompt_only) const;
+  // Policy `policy` through the layer, attending with `attended`, measured against `measured`,
+  // and checked; a logic error names the policy and the sample.
+  LayerResult replay_policy(int policy, const LayerAttention& attended,
+                            const LayerAttention& measured, SampleRun& run, bool prefill_only,
+                            int finish_threads) const;
   // A layer's statistics of `tensors` as this run needs them: the prompt's alone when
   // `prompt_only` (prompt_statistics_suffice).
   std::unique_ptr<LayerAttention> derive(const TraceInfo& info, const SampleInfo& sample,

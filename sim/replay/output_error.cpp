@@ -44,9 +44,22 @@ void DeferredOutputError::finish(std::vector<std::vector<StepMetrics>>& steps) c
 
 void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratch& scratch,
                                        std::vector<std::vector<StepMetrics>>& steps) const {
+  gather_columns(g, rows, count, scratch);
+  fill_weights(g, rows, count, scratch);
+  const int u = static_cast<int>(scratch.columns.size()), m = count * ref_.group_size(),
+            d = ref_.head_dim();
+  std::vector<float>& o_hat = scratch.o_hat;
+  o_hat.assign(static_cast<std::size_t>(m) * d, 0.0f);  // the result when nothing is listed
+  if (u > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, u, 1.0f, scratch.weights.data(), u,
+                scratch.values.data(), d, 0.0f, o_hat.data(), d);
+  write_errors(g, rows, count, scratch, steps);
+}
+
+void DeferredOutputError::gather_columns(int g, const Row* rows, int count,
+                                         Scratch& scratch) const {
   const Head& head = heads_[g];
-  const int group = ref_.group_size(), d = ref_.head_dim(), T = ref_.total_len();
-  // Columns: the positions any row of the block lists, ascending; column_of maps them back.
+  const int d = ref_.head_dim(), T = ref_.total_len();
   constexpr std::int32_t kListed = -2;
   std::vector<std::int32_t>& column_of = scratch.column_of;
   column_of.assign(T, -1);
@@ -59,22 +72,27 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratc
       column_of[j] = static_cast<std::int32_t>(columns.size());
       columns.push_back(j);
     }
-  const int u = static_cast<int>(columns.size()), m = count * group;
-  std::vector<float>& values = scratch.values;
-  values.resize(static_cast<std::size_t>(u) * d);
+  const int u = static_cast<int>(columns.size());
+  scratch.values.resize(static_cast<std::size_t>(u) * d);
   const auto& v = ref_.tensors().v;
-  for (int c = 0; c < u; ++c) std::copy_n(&v(columns[c], g, 0), d, &values[std::size_t(c) * d]);
+  for (int c = 0; c < u; ++c)
+    std::copy_n(&v(columns[c], g, 0), d, &scratch.values[std::size_t(c) * d]);
+}
+
+void DeferredOutputError::fill_weights(int g, const Row* rows, int count, Scratch& scratch) const {
   // Attended rows: the renormalised weights, as shared_step_attention hands them to policies.
   // Complement rows: the full-cache probabilities of the missing positions.
+  const Head& head = heads_[g];
+  const int group = ref_.group_size(), u = static_cast<int>(scratch.columns.size());
   std::vector<float>& weights = scratch.weights;
-  weights.assign(static_cast<std::size_t>(m) * u, 0.0f);
+  weights.assign(static_cast<std::size_t>(count) * group * u, 0.0f);
   std::vector<std::int32_t>& row_columns = scratch.row_columns;
   for (int b = 0; b < count; ++b) {
     const Row& row = rows[b];
     const std::int32_t* positions = &head.positions[row.positions];
     // The row's columns once for the whole group.
     row_columns.resize(row.n);
-    for (int e = 0; e < row.n; ++e) row_columns[e] = column_of[positions[e]];
+    for (int e = 0; e < row.n; ++e) row_columns[e] = scratch.column_of[positions[e]];
     for (int r = 0; r < group; ++r) {
       const float* pf = att_.decode_probs(row.step, g * group + r);
       const double scale = row.complement ? 1.0 : head.scales[row.scales + r];
@@ -83,18 +101,19 @@ void DeferredOutputError::finish_block(int g, const Row* rows, int count, Scratc
         out[row_columns[e]] = static_cast<float>(pf[positions[e]] * scale);
     }
   }
-  std::vector<float>& o_hat = scratch.o_hat;
-  o_hat.assign(static_cast<std::size_t>(m) * d, 0.0f);  // the result when nothing is listed
-  if (u > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, u, 1.0f, weights.data(), u,
-                values.data(), d, 0.0f, o_hat.data(), d);
+}
+
+void DeferredOutputError::write_errors(int g, const Row* rows, int count, Scratch& scratch,
+                                       std::vector<std::vector<StepMetrics>>& steps) const {
+  const Head& head = heads_[g];
+  const int group = ref_.group_size(), d = ref_.head_dim();
   for (int b = 0; b < count; ++b) {
     const Row& row = rows[b];
     double err2 = 0;
     for (int r = 0; r < group; ++r) {
       const int h = g * group + r;
       const float* o = ref_.full_output(row.step, h);
-      float* oh = &o_hat[(static_cast<std::size_t>(b) * group + r) * d];
+      float* oh = &scratch.o_hat[(static_cast<std::size_t>(b) * group + r) * d];
       if (row.complement) {
         const float* o_att = att_.full_output(row.step, h);
         const float rescale = static_cast<float>(head.scales[row.scales + r]);

@@ -52,6 +52,14 @@ class DeferredOutputError {
   };
   void finish_block(int g, const Row* rows, int count, Scratch& scratch,
                     std::vector<std::vector<StepMetrics>>& steps) const;
+  // The block's columns (every position a row lists, ascending; scratch.column_of maps them
+  // back) and their values (scratch.values, one row of d per column).
+  void gather_columns(int g, const Row* rows, int count, Scratch& scratch) const;
+  // scratch.weights: per (row, query head) the weights of the block's columns.
+  void fill_weights(int g, const Row* rows, int count, Scratch& scratch) const;
+  // From ô = weights · values (scratch.o_hat), each row's errors into `steps`.
+  void write_errors(int g, const Row* rows, int count, Scratch& scratch,
+                    std::vector<std::vector<StepMetrics>>& steps) const;
 
   const LayerAttention& att_;
   const LayerAttention& ref_;

@@ -304,55 +304,58 @@ std::vector<Summary::Reported> Summary::reported() const {
   return out;
 }
 
+namespace {
+
+constexpr const char* kSummaryHeader =
+    "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
+    "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
+    "budget_entries,samples,seeds,mass_recall_ci_low,mass_recall_ci_high,"
+    "output_rel_error_ci_low,output_rel_error_ci_high,output_value_error_ci_low,"
+    "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd,peak_held,"
+    "peak_held_over_budget\n";
+
+// A summary row's columns up to budget_entries (and the comma after it): the means of `a`.
+void append_means(std::string& out, const std::string& policy, const std::string& sample,
+                  const std::string& layer, const StepSums& a, const std::string& budget) {
+  out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," + std::to_string(a.count) +
+         ",";
+  const double n = std::max<long>(a.count, 1);
+  for (const double x : {a.cache / n, a.attended / n, a.recall / n, a.count ? a.min_recall : NAN,
+                         a.error_count ? a.error / a.error_count : NAN,
+                         a.error_count ? a.value_error / a.error_count : NAN, a.kv_bytes / n}) {
+    append_float(out, x);
+    out += ",";
+  }
+  out += budget + ",";
+}
+
+// ",x1,x2,...\n"
+void append_numbers(std::string& out, std::initializer_list<double> xs) {
+  for (double x : xs) {
+    out += ",";
+    append_float(out, x);
+  }
+  out += "\n";
+}
+
+}  // namespace
+
 void Summary::write_csv(const std::string& path) const {
-  std::string out =
-      "policy,sample,layer,rows,mean_cache_size,mean_attended_size,mean_mass_recall,"
-      "min_mass_recall,mean_output_rel_error,mean_output_value_error,mean_kv_bytes,"
-      "budget_entries,samples,seeds,mass_recall_ci_low,mass_recall_ci_high,"
-      "output_rel_error_ci_low,output_rel_error_ci_high,output_value_error_ci_low,"
-      "output_value_error_ci_high,mass_recall_seed_sd,output_rel_error_seed_sd,peak_held,"
-      "peak_held_over_budget\n";
-  auto row = [&](const std::string& policy, const std::string& sample, const std::string& layer,
-                 const StepSums& a, const std::string& budget) {
-    out += csv_quote(policy) + "," + csv_quote(sample) + "," + layer + "," +
-           std::to_string(a.count) + ",";
-    const double n = std::max<long>(a.count, 1);
-    append_float(out, a.cache / n);
-    out += ",";
-    append_float(out, a.attended / n);
-    out += ",";
-    append_float(out, a.recall / n);
-    out += ",";
-    append_float(out, a.count ? a.min_recall : NAN);
-    out += ",";
-    append_float(out, a.error_count ? a.error / a.error_count : NAN);
-    out += ",";
-    append_float(out, a.error_count ? a.value_error / a.error_count : NAN);
-    out += ",";
-    append_float(out, a.kv_bytes / n);
-    out += "," + budget + ",";
-  };
-  auto numbers = [&](std::initializer_list<double> xs) {
-    for (double x : xs) {
-      out += ",";
-      append_float(out, x);
-    }
-    out += "\n";
-  };
+  std::string out = kSummaryHeader;
   for (const auto& [key, acc] : per_layer_) {
     const int b = per_sample_.at({std::get<0>(key), std::get<1>(key)}).budget;
-    row(policies_[std::get<0>(key)].label, std::get<1>(key), std::to_string(std::get<2>(key)), acc,
-        b < 0 ? "" : std::to_string(b));
+    append_means(out, policies_[std::get<0>(key)].label, std::get<1>(key),
+                 std::to_string(std::get<2>(key)), acc, b < 0 ? "" : std::to_string(b));
     out += "1,1";
-    numbers({NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN});
+    append_numbers(out, {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN});
   }
   const std::map<int, Total> all = totals();
   auto overall = [&](const std::string& label, const Total& total, const Reported& r) {
-    row(label, "all", "all", total.acc, budget_entries(r.members.front()));
+    append_means(out, label, "all", "all", total.acc, budget_entries(r.members.front()));
     out += std::to_string(r.samples.size()) + "," + std::to_string(r.members.size());
-    numbers({r.recall_ci.low, r.recall_ci.high, r.error_ci.low, r.error_ci.high,
-             r.value_error_ci.low, r.value_error_ci.high, r.recall_over_seeds.sd,
-             r.error_over_seeds.sd, r.peak_held, r.held_over_budget});
+    append_numbers(out, {r.recall_ci.low, r.recall_ci.high, r.error_ci.low, r.error_ci.high,
+                         r.value_error_ci.low, r.value_error_ci.high, r.recall_over_seeds.sd,
+                         r.error_over_seeds.sd, r.peak_held, r.held_over_budget});
   };
   for (const Reported& r : reported()) {
     if (r.members.size() == 1) {

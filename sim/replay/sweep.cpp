@@ -777,16 +777,35 @@ ItemRun item_run(const SweepItem& it, const std::vector<PolicyConfig>& configs,
 
 }  // namespace
 
+namespace {
+
+// The results and notes files may not overwrite a trace (checked before any work).
+void check_sweep_outputs(const std::string& out_dir, const std::vector<std::string>& traces) {
+  std::vector<InputPath> inputs;
+  for (const std::string& t : traces) inputs.push_back({t, "trace"});
+  check_outputs({{(fs::path(out_dir) / "results.csv").string(), "--out's results.csv"},
+                 {(fs::path(out_dir) / "notes.csv").string(), "--out's notes.csv"}},
+                inputs);
+}
+
+// What an interrupt keeps: every item finished so far (they are written as each (trace, sample)
+// ends), and the finished layers of those being replayed.
+std::string kept_note(const SweepReport& report, const std::string& dir) {
+  return std::to_string(report.items_done_before + report.items_run) + " of " +
+         std::to_string(report.items_total) + " items (trace, sample, configuration) are kept in " +
+         dir +
+         ", and the finished layers of the (trace, sample)s being replayed; rerun the same command "
+         "to resume";
+}
+
+}  // namespace
+
 SweepReport run_sweep(const std::vector<std::string>& traces,
                       const std::vector<PolicyConfig>& configs, const SweepOptions& o,
                       const std::function<void(long, long)>& progress) {
   validate_configurations(traces, configs, o);  // before anything is written
   const ResumeStore store = prepare_items(o.out_dir);
-  std::vector<InputPath> inputs;
-  for (const std::string& t : traces) inputs.push_back({t, "trace"});
-  check_outputs({{(fs::path(o.out_dir) / "results.csv").string(), "--out's results.csv"},
-                 {(fs::path(o.out_dir) / "notes.csv").string(), "--out's notes.csv"}},
-                inputs);
+  check_sweep_outputs(o.out_dir, traces);
   const std::vector<SweepItem> items = list_items(traces, o.samples);
   SweepReport report;
   report.items_total = static_cast<long>(items.size() * configs.size());
@@ -800,15 +819,7 @@ SweepReport run_sweep(const std::vector<std::string>& traces,
                            ReplayOptions{}.prefetch_limit_bytes);
   int item_threads = o.threads;  // MPI ranks run their items one at a time
   std::mutex report_mutex;       // progress and the report, from side-by-side items
-  // What an interrupt keeps: every item finished so far (they are written as each (trace,
-  // sample) ends), and the finished layers of those being replayed.
-  auto note_kept = [&] {
-    set_interrupt_note(std::to_string(report.items_done_before + report.items_run) + " of " +
-                       std::to_string(report.items_total) + " items (trace, sample, " +
-                       "configuration) are kept in " + store.dir() +
-                       ", and the finished layers of the (trace, sample)s being replayed; rerun " +
-                       "the same command to resume");
-  };
+  auto note_kept = [&] { set_interrupt_note(kept_note(report, store.dir())); };
   note_kept();
   auto run_item = [&](std::size_t i) {
     ItemRun run = item_run(items[i], configs, plan.todo[i], plan.kept[i]);
