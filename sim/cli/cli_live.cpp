@@ -390,6 +390,91 @@ std::unique_ptr<live::PieceStore> evaluate_store(const RunArgs& a,
 // `live evaluate` prints one row per (policy, sample) up to this many samples.
 constexpr std::size_t kSamplesListed = 8;
 
+live::EvalOptions eval_options(const RunArgs& a) {
+  live::EvalOptions o;
+  o.gen_len = a.gen;
+  o.stop_tokens = stop_tokens(a);
+  o.timing = !a.no_timing;
+  o.prompt_tail = a.prompt_tail.empty() ? 0 : parse_prompt_tail(a.prompt_tail);
+  return o;
+}
+
+// This rank's share of the samples evaluated: into the piece store, or without one (a single
+// process without output files) into `in_memory`, by sample index.
+void evaluate_share(const RunArgs& a, const World& world, Session& s,
+                    const std::vector<PolicyConfig>& policies, const live::EvalOptions& o,
+                    const live::PieceStore* store, std::map<std::size_t, EvalText>& in_memory) {
+  if (!o.vocabulary && s.with_reference > 0 && world.rank() == 0)
+    std::fprintf(stderr,
+                 "kvsim: warning: %s has no vocabulary (vocab.json or tokenizer.json; "
+                 "--tokenizer names one): the answers cannot be decoded, so answer accuracy "
+                 "is left empty for the %d sample(s) with a reference answer\n",
+                 a.model.c_str(), s.with_reference);
+  const std::vector<bool> here = s.share(world, a.gen);
+  Progress progress(count_true(here), "live evaluate");
+  for (std::size_t i = 0; i < s.samples.size(); ++i) {
+    if (!here[i]) continue;
+    const std::string& name = s.samples[i];
+    if (!store || !store->done(i, name)) {
+      EvalText one = evaluate_sample(s, name, policies, o);
+      if (store)
+        write_whole(store->path(i, name), one.str());
+      else
+        in_memory[i] = std::move(one);
+    }
+    progress.advance();
+  }
+  progress.finish();
+}
+
+// Rank 0: every sample's text, in sample order, under the table's header.
+EvalText gather_evaluation(const Session& s, const live::EvalOptions& o,
+                           const live::PieceStore* store,
+                           std::map<std::size_t, EvalText>& in_memory) {
+  EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
+  char line[256];
+  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s%s %7s\n", "policy", "sample",
+                "mean_kl", "top1", "diverge", "overlap", "kv_frac", o.timing ? "  ms/token" : "",
+                "right");
+  all.table += line;
+  for (std::size_t i = 0; i < s.samples.size(); ++i) {
+    const std::string& name = s.samples[i];
+    all.append(in_memory.count(i)
+                   ? in_memory[i]
+                   : EvalText::parse(read_whole(store->path(i, name)), store->path(i, name)));
+  }
+  return all;
+}
+
+// Rank 0: the outputs and the console report of the whole evaluation.
+void publish_evaluation(const RunArgs& a, const World& world, const Session& s,
+                        const std::vector<PolicyConfig>& policies, const EvalText& all) {
+  const live::EvalReport report = live::report_evaluation(all.summary, policies);
+  // What the policies noted while running, in replay's words: on the console and in the sidecar.
+  std::map<std::string, std::vector<std::string>> notes;
+  for (const auto& [label, note] : report.notes) {
+    std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
+    notes[label].push_back(note);
+  }
+  if (!a.out.empty()) {
+    write_whole(a.out, all.steps);
+    write_policies_sidecar(a.out, policies, notes);
+  }
+  if (!a.summary.empty()) write_whole(a.summary, report.summary_csv);
+  std::printf(
+      "%s on %s (%s backend%s), %d decode steps; mean_kl and top1 teacher-forced on the "
+      "full-cache answer, diverge = first differing greedy token, right = the answer contains "
+      "the reference\n",
+      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen);
+  // Per (policy, sample) only for a handful of samples; the overall table always.
+  if (s.samples.size() <= kSamplesListed)
+    std::printf("%s", all.table.c_str());
+  else
+    std::printf("(%zu samples: one row per policy and sample in --summary and --out)\n",
+                s.samples.size());
+  std::printf("%s", report.table.c_str());
+}
+
 // Every rank evaluates its share of the samples into the piece store (a single process without
 // output files keeps them in memory); once all have, rank 0 assembles the outputs in sample order.
 int run_evaluate(const RunArgs& a, const World& world) {
@@ -409,11 +494,7 @@ int run_evaluate(const RunArgs& a, const World& world) {
                  {a.out.empty() ? "" : policies_sidecar_path(a.out), "--out's sidecar"},
                  {a.summary, "--summary"}},
                 run_inputs(a));
-  live::EvalOptions o;
-  o.gen_len = a.gen;
-  o.stop_tokens = stop_tokens(a);
-  o.timing = !a.no_timing;
-  o.prompt_tail = a.prompt_tail.empty() ? 0 : parse_prompt_tail(a.prompt_tail);
+  live::EvalOptions o = eval_options(a);
   const std::optional<live::Vocabulary> vocabulary =
       a.tokenizer.empty() ? live::Vocabulary::find(a.model) : live::Vocabulary::load(a.tokenizer);
   if (vocabulary) o.vocabulary = &*vocabulary;
@@ -424,69 +505,15 @@ int run_evaluate(const RunArgs& a, const World& world) {
   try {
     store = evaluate_store(a, policies, o);
     s = std::make_unique<Session>(a, world.local_rank());
-    if (!vocabulary && s->with_reference > 0 && world.rank() == 0)
-      std::fprintf(stderr,
-                   "kvsim: warning: %s has no vocabulary (vocab.json or tokenizer.json; "
-                   "--tokenizer names one): the answers cannot be decoded, so answer accuracy "
-                   "is left empty for the %d sample(s) with a reference answer\n",
-                   a.model.c_str(), s->with_reference);
-    const std::vector<bool> here = s->share(world, a.gen);
-    Progress progress(count_true(here), "live evaluate");
-    for (std::size_t i = 0; i < s->samples.size(); ++i) {
-      if (!here[i]) continue;
-      const std::string& name = s->samples[i];
-      if (!store || !store->done(i, name)) {
-        EvalText one = evaluate_sample(*s, name, policies, o);
-        if (store)
-          write_whole(store->path(i, name), one.str());
-        else
-          in_memory[i] = std::move(one);
-      }
-      progress.advance();
-    }
-    progress.finish();
+    evaluate_share(a, world, *s, policies, o, store.get(), in_memory);
   } catch (...) {
     failed = std::current_exception();
   }
   world.settle(failed, kept_pieces(output));
   if (world.rank() != 0) return 0;
-  EvalText all{live::eval_steps_csv_header(), live::eval_summary_csv_header(), ""};
-  char line[256];
-  std::snprintf(line, sizeof line, "%-24s %-10s %9s %7s %6s %8s %10s%s %7s\n", "policy", "sample",
-                "mean_kl", "top1", "diverge", "overlap", "kv_frac", o.timing ? "  ms/token" : "",
-                "right");
-  all.table += line;
-  for (std::size_t i = 0; i < s->samples.size(); ++i) {
-    const std::string& name = s->samples[i];
-    all.append(in_memory.count(i)
-                   ? in_memory[i]
-                   : EvalText::parse(read_whole(store->path(i, name)), store->path(i, name)));
-  }
-  const live::EvalReport report = live::report_evaluation(all.summary, policies);
-  // What the policies noted while running, in replay's words: on the console and in the sidecar.
-  std::map<std::string, std::vector<std::string>> notes;
-  for (const auto& [label, note] : report.notes) {
-    std::fprintf(stderr, "kvsim: warning: %s\n", note.c_str());
-    notes[label].push_back(note);
-  }
-  if (!a.out.empty()) {
-    write_whole(a.out, all.steps);
-    write_policies_sidecar(a.out, policies, notes);
-  }
-  if (!a.summary.empty()) write_whole(a.summary, report.summary_csv);
+  const EvalText all = gather_evaluation(*s, o, store.get(), in_memory);
+  publish_evaluation(a, world, *s, policies, all);
   if (store) store->clear();
-  std::printf(
-      "%s on %s (%s backend%s), %d decode steps; mean_kl and top1 teacher-forced on the "
-      "full-cache answer, diverge = first differing greedy token, right = the answer contains "
-      "the reference\n",
-      a.model.c_str(), a.prompts.c_str(), a.backend.c_str(), ranks_note(world).c_str(), a.gen);
-  // Per (policy, sample) only for a handful of samples; the overall table always.
-  if (s->samples.size() <= kSamplesListed)
-    std::printf("%s", all.table.c_str());
-  else
-    std::printf("(%zu samples: one row per policy and sample in --summary and --out)\n",
-                s->samples.size());
-  std::printf("%s", report.table.c_str());
   return 0;
 }
 

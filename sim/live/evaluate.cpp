@@ -328,6 +328,85 @@ void compare_with_full(const RunResult& full, const RunResult& tf, const RunResu
 
 }  // namespace
 
+namespace {
+
+// What every policy of a prompt is compared with: the full cache's run (its steps cut to the
+// answer's), the options of the policies' runs, and the full cache's log-likelihood of the
+// reference answer (NaN without one).
+struct FullCacheRun {
+  RunResult full;
+  RunOptions base, reference;
+  double reference_loglik = NAN;
+};
+
+FullCacheRun run_full_cache(LiveEngine& engine, PreparedPrompt& pp, const PromptSample& prompt,
+                            const EvalOptions& o) {
+  const int R = static_cast<int>(prompt.reference_ids.size());
+  FullCacheRun f;
+  f.base.steps = o.gen_len;
+  f.base.keep_logits = true;
+  f.base.check_invariants = o.check_invariants;
+  f.full = engine.run(pp, f.base);
+  const int G = answer_steps(f.full, o);  // every policy runs those steps
+  if (G < o.gen_len) {
+    f.base.steps = G;
+    keep_first_steps(f.full, G);
+  }
+  f.reference = f.base;
+  f.reference.steps = std::max(R - 1, 0);
+  f.reference.forced = &prompt.reference_ids;
+  if (R > 0) f.reference_loglik = loglik(engine.run(pp, f.reference), prompt.reference_ids);
+  return f;
+}
+
+// One policy on the prepared prompt: teacher-forced on the full cache's answer, greedy on its
+// own, and forced on the reference answer when there is one.
+EvalSummary evaluate_policy(LiveEngine& engine, PreparedPrompt& pp, const PromptSample& prompt,
+                            const PolicyConfig& policy, const FullCacheRun& f,
+                            const EvalOptions& o) {
+  const int R = static_cast<int>(prompt.reference_ids.size()), G = f.base.steps;
+  RunOptions forced = f.base;
+  forced.policy = &policy;
+  forced.forced = &f.full.predicted;
+  const RunResult tf = engine.run(pp, forced);
+  // The policy's own answer may end later than the full cache's: with stop tokens its greedy
+  // run goes on to --gen steps, and the step columns keep the first G.
+  RunOptions greedy = f.base;
+  greedy.policy = &policy;
+  greedy.keep_logits = false;
+  if (!o.stop_tokens.empty()) greedy.steps = o.gen_len;
+  RunResult gr = engine.run(pp, greedy);
+  const std::vector<std::int32_t> policy_answer = gr.predicted;
+  keep_first_steps(gr, G);
+
+  EvalSummary s;
+  s.label = policy.label;
+  s.sample = prompt.info.name;
+  s.budget = policy.budget_text();
+  s.prompt_len = prompt.info.prompt_len;
+  compare_with_full(f.full, tf, gr, G, s);
+  if (o.vocabulary)
+    score_answers(*o.vocabulary, prompt.info.reference, policy_answer, f.full.predicted,
+                  o.stop_tokens, s);
+  if (R > 0) {
+    RunOptions ref = f.reference;
+    ref.policy = &policy;
+    s.ref_tokens = R;
+    s.ref_loglik = loglik(engine.run(pp, ref), prompt.reference_ids);
+    s.ref_loglik_full = f.reference_loglik;
+  }
+  s.prompt_kv_bytes = gr.prompt_kv_entries * gr.bytes_per_entry;
+  s.prompt_fed = gr.question_steps;
+  s.peak_kv_bytes = gr.peak_kv_entries * gr.bytes_per_entry;
+  s.full_peak_kv_bytes = f.full.peak_kv_entries * f.full.bytes_per_entry;
+  s.ms_per_token = mean_ms(gr);
+  s.full_ms_per_token = mean_ms(f.full);
+  s.notes = gr.policy_notes;
+  return s;
+}
+
+}  // namespace
+
 std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample& prompt,
                                          const std::vector<PolicyConfig>& policies,
                                          const EvalOptions& o) {
@@ -335,63 +414,10 @@ std::vector<EvalSummary> evaluate_prompt(LiveEngine& engine, const PromptSample&
   const AttentionNeeds needs = LiveEngine::live_needs(policies, engine.model().config());
   PreparedPrompt pp = engine.prepare(prompt, std::max(o.gen_len, R - 1), needs,
                                      LiveEngine::needs_question_after(policies), o.prompt_tail);
-  RunOptions base;
-  base.steps = o.gen_len;
-  base.keep_logits = true;
-  base.check_invariants = o.check_invariants;
-  RunResult full = engine.run(pp, base);
-  const int G = answer_steps(full, o);  // every policy runs those steps
-  if (G < o.gen_len) {
-    base.steps = G;
-    keep_first_steps(full, G);
-  }
-  RunOptions ref_opts = base;
-  ref_opts.steps = std::max(R - 1, 0);
-  ref_opts.forced = &prompt.reference_ids;
-  double full_ref = NAN;
-  if (R > 0) full_ref = loglik(engine.run(pp, ref_opts), prompt.reference_ids);
-
+  const FullCacheRun f = run_full_cache(engine, pp, prompt, o);
   std::vector<EvalSummary> out;
-  for (const auto& policy : policies) {
-    RunOptions forced = base;
-    forced.policy = &policy;
-    forced.forced = &full.predicted;
-    const RunResult tf = engine.run(pp, forced);
-    // The policy's own answer may end later than the full cache's: with stop tokens its greedy
-    // run goes on to --gen steps, and the step columns keep the first G.
-    RunOptions greedy = base;
-    greedy.policy = &policy;
-    greedy.keep_logits = false;
-    if (!o.stop_tokens.empty()) greedy.steps = o.gen_len;
-    RunResult gr = engine.run(pp, greedy);
-    const std::vector<std::int32_t> policy_answer = gr.predicted;
-    keep_first_steps(gr, G);
-
-    EvalSummary s;
-    s.label = policy.label;
-    s.sample = prompt.info.name;
-    s.budget = policy.budget_text();
-    s.prompt_len = prompt.info.prompt_len;
-    compare_with_full(full, tf, gr, G, s);
-    if (o.vocabulary)
-      score_answers(*o.vocabulary, prompt.info.reference, policy_answer, full.predicted,
-                    o.stop_tokens, s);
-    if (R > 0) {
-      RunOptions ref = ref_opts;
-      ref.policy = &policy;
-      s.ref_tokens = R;
-      s.ref_loglik = loglik(engine.run(pp, ref), prompt.reference_ids);
-      s.ref_loglik_full = full_ref;
-    }
-    s.prompt_kv_bytes = gr.prompt_kv_entries * gr.bytes_per_entry;
-    s.prompt_fed = gr.question_steps;
-    s.peak_kv_bytes = gr.peak_kv_entries * gr.bytes_per_entry;
-    s.full_peak_kv_bytes = full.peak_kv_entries * full.bytes_per_entry;
-    s.ms_per_token = mean_ms(gr);
-    s.full_ms_per_token = mean_ms(full);
-    s.notes = gr.policy_notes;
-    out.push_back(std::move(s));
-  }
+  for (const auto& policy : policies)
+    out.push_back(evaluate_policy(engine, pp, prompt, policy, f, o));
   return out;
 }
 

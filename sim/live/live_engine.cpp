@@ -382,13 +382,60 @@ void load_prompt_rows(Backend& b, const ModelConfig& c,
   }
 }
 
+// One forward pass of a run at a time: attends through the policy loop, or the full cache
+// without one, and records the token's q/k/v rows where they are read again (`history`).
+class DecodePass {
+ public:
+  DecodePass(Model& model, std::vector<std::unique_ptr<LayerAttention>>& layers, PolicyLoop* loop,
+             bool history)
+      : model_(model), layers_(layers), loop_(loop), history_(history) {
+    const ModelConfig& c = model.config();
+    hq_.resize(static_cast<std::size_t>(c.num_attention_heads) * c.head_dim);
+    hk_.resize(static_cast<std::size_t>(c.num_key_value_heads) * c.head_dim);
+    hv_.resize(hk_.size());
+  }
+  // Feeds rec.input at rec.position (step u of the run; the model sees position + `offset`):
+  // the logits; rec.kv_entries counts the entries attended, summed over layers and KV heads.
+  std::vector<float> feed(StepRecord& rec, int u, int offset, std::vector<KvCache>& caches) {
+    Backend& b = model_.backend();
+    const int H = model_.config().num_attention_heads, Hkv = model_.config().num_key_value_heads,
+              d = model_.config().head_dim;
+    auto attend = [&](int l, const float* q, const float* k, const float* v, float* out) {
+      for (int g = 0; g < Hkv; ++g)
+        b.cache_append(l, g, k + static_cast<std::size_t>(g) * d,
+                       v + static_cast<std::size_t>(g) * d);
+      if (history_) {  // the recorded rows merging policies read, and what capture writes
+        b.download(hq_.data(), q, hq_.size());
+        b.download(hk_.data(), k, hk_.size());
+        b.download(hv_.data(), v, hv_.size());
+        layers_[l]->set_token_row(rec.position, hq_.data(), hk_.data(), hv_.data());
+      }
+      if (loop_) {
+        rec.kv_entries += loop_->decode(l, u, q, model_.scale(), out, caches[l]);
+        return;
+      }
+      b.decode_attention(l, q, H, model_.scale(), {}, out, probs_);
+      for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
+    };
+    return model_.decode(rec.input, rec.position + offset, attend);
+  }
+
+ private:
+  Model& model_;
+  std::vector<std::unique_ptr<LayerAttention>>& layers_;
+  PolicyLoop* loop_;
+  bool history_;
+  std::vector<float> hq_, hk_, hv_;
+  std::vector<std::vector<float>> probs_;
+};
+
 }  // namespace
 
 RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
   Backend& b = model_.backend();
   const ModelConfig& c = model_.config();
-  const int L = c.num_hidden_layers, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
-            d = c.head_dim, P = pp.sample.prompt_len;
+  const int L = c.num_hidden_layers, Hkv = c.num_key_value_heads, d = c.head_dim,
+            P = pp.sample.prompt_len;
   const PromptSplit split = checked_split(pp, o);
   const bool append = split.fed > 0;
   const int Q = split.fed, context = P - Q;
@@ -405,10 +452,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
                                         o.check_invariants);
     loop->prefill(r.caches);
   }
-  const bool history = o.record || (o.policy && o.policy->merges());
-  std::vector<float> hq(static_cast<std::size_t>(H) * d), hk(static_cast<std::size_t>(Hkv) * d),
-      hv(hk.size());
-  std::vector<std::vector<float>> probs;
+  DecodePass pass(model_, layers, loop.get(), o.record || (o.policy && o.policy->merges()));
   if (!append) {
     r.first_logits = pp.first_logits;
     r.predicted.push_back(argmax(pp.first_logits));
@@ -422,25 +466,7 @@ RunResult LiveEngine::run(PreparedPrompt& pp, const RunOptions& o) {
                            : r.predicted[t];
     rec.position = context + u;
     const auto start = std::chrono::steady_clock::now();
-    auto attend = [&](int l, const float* q, const float* k, const float* v, float* out) {
-      for (int g = 0; g < Hkv; ++g)
-        b.cache_append(l, g, k + static_cast<std::size_t>(g) * d,
-                       v + static_cast<std::size_t>(g) * d);
-      if (history) {  // the recorded rows merging policies read, and what capture writes
-        b.download(hq.data(), q, hq.size());
-        b.download(hk.data(), k, hk.size());
-        b.download(hv.data(), v, hv.size());
-        layers[l]->set_token_row(rec.position, hq.data(), hk.data(), hv.data());
-      }
-      if (loop) {
-        rec.kv_entries += loop->decode(l, u, q, model_.scale(), out, r.caches[l]);
-        return;
-      }
-      b.decode_attention(l, q, H, model_.scale(), {}, out, probs);
-      for (int g = 0; g < Hkv; ++g) rec.kv_entries += b.cache_rows(l, g);
-    };
-    std::vector<float> logits =
-        model_.decode(rec.input, rec.position + pp.decode_position_offset, attend);
+    std::vector<float> logits = pass.feed(rec, u, pp.decode_position_offset, r.caches);
     b.synchronize();
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.peak_kv_entries = std::max(r.peak_kv_entries, rec.kv_entries);
