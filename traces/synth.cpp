@@ -344,113 +344,137 @@ void rotate(float* x, int d, const std::vector<int>& mrope_section, const Sample
   }
 }
 
+// What every head of one (sample, layer) shares: the sample, the geometry of a head's
+// dimensions, the rotary spectrum, the hidden states and the layer's attention shape.
+struct LayerSetting {
+  LayerSetting(const SynthConfig& config, int sample_index, int layer_index)
+      : c(config),
+        sample(sample_index),
+        layer(layer_index),
+        info(synth_sample_info(config, sample_index)),
+        mrope_section(config.mrope ? qwen2vl_mrope_section(config.head_dim) : std::vector<int>{}),
+        g(config.head_dim),
+        gamma(lerp_layer(c.sharpness_first, c.sharpness_last, layer, c.layers)),
+        spread(lerp_layer(c.saliency_first, c.saliency_last, layer, c.layers)),
+        sink(c.sink_strength * std::min(1.0, layer / 2.0 + 0.2)),
+        qscale(std::sqrt(static_cast<double>(c.head_dim))),  // cancels the trace's 1/sqrt(d)
+        hidden(hidden_states(c, info, sample, layer)) {
+    // Rotary spectrum shared by queries and keys: weight on fast pairs (local attention).
+    spectrum.resize(g.content_first);
+    double norm = 0;
+    for (int f = 0; f < g.content_first; ++f) norm += spectrum[f] = std::exp(-f / c.locality_width);
+    for (auto& s : spectrum) s = std::sqrt(s / norm);
+  }
+  const SynthConfig& c;
+  int sample, layer;
+  SampleInfo info;
+  std::vector<int> mrope_section;
+  Geometry g;
+  double gamma, spread, sink, qscale;
+  std::vector<double> hidden, spectrum;
+};
+
+// KV head kv's keys (and values) at every position.
+void synth_kv_head(const LayerSetting& ls, int kv, LayerTensors& out) {
+  const SynthConfig& c = ls.c;
+  const Geometry& g = ls.g;
+  const int T = ls.info.total_len(), d = c.head_dim, m = c.hidden_dim,
+            content_dims = 2 * g.noise_pairs, layer = ls.layer;
+  // The model's weights: the same for every sample.
+  const std::vector<double> wk =
+      low_rank_projection(mix_seed(c.seed, layer, kv, 0xCE7), content_dims, m, c.key_rank);
+  const std::vector<double> wv = projection(mix_seed(c.seed, layer, kv, 0x7A1), d, m);
+  const std::vector<double> u = saliency_directions(c, kv);
+  std::vector<double> value_mean(d);
+  Rng mean_rng(mix_seed(c.seed, layer, kv, 0x3EA));
+  for (auto& x : value_mean) x = c.value_mean * mean_rng.gaussian();
+  std::vector<double> vision_mean(d);
+  for (auto& x : vision_mean) x = c.vision_value_mean * mean_rng.gaussian();
+  for (int j = 0; j < T; ++j) {
+    const double* hj = &ls.hidden[static_cast<std::size_t>(j) * m];
+    float* k = &out.k(j, kv, 0);
+    const bool vis = is_vision(ls.info.modality[j]);
+    // Sinks draw attention by content alone: the rotary kernel's aliasing at long range would
+    // otherwise make their share swing from step to step.
+    const double w = j < c.sinks ? 0.0 : vis ? std::sqrt(c.vision_locality) : 1.0;
+    for (int f = 0; f < g.content_first; ++f) k[f] = static_cast<float>(ls.spectrum[f] * w);
+    // A sink's key is its own direction (norm A, its content left out): sinks are attention
+    // dumps, unlike any content token.
+    const bool is_sink = j < c.sinks;
+    k[g.sink] = is_sink ? static_cast<float>(c.key_modality_norm) : 0.0f;
+    // A modality component of norm A in the key and 1/A in the query: the logit is unchanged,
+    // and keys of one modality share a large common direction, as real keys do.
+    k[g.vision] = vis ? static_cast<float>(c.key_modality_norm) : 0.0f;
+    k[g.text] = vis ? 0.0f : static_cast<float>(c.key_modality_norm);
+    if (vis) {
+      k[g.sal1] = static_cast<float>(project(u, 0, hj, m));
+      k[g.sal2] = static_cast<float>(project(u, 1, hj, m));
+    }
+    for (int n = 0; n < g.noise_pairs && !is_sink; ++n) {
+      k[g.content_first + n] = static_cast<float>(project(wk, 2 * n, hj, m));
+      k[g.content_first + n + g.pairs] = static_cast<float>(project(wk, 2 * n + 1, hj, m));
+    }
+    rotate(k, d, ls.mrope_section, ls.info, j, c.rope_base);
+    if (!c.with_v) continue;
+    const double vscale = j < c.sinks ? c.sink_value_scale : 1.0;
+    for (int e = 0; e < d; ++e)
+      out.v(j, kv, e) = static_cast<float>(
+          vscale * (project(wv, e, hj, m) + value_mean[e] + (vis ? vision_mean[e] : 0.0)));
+  }
+}
+
+// Query head h at every position.
+void synth_query_head(const LayerSetting& ls, int h, LayerTensors& out) {
+  const SynthConfig& c = ls.c;
+  const Geometry& g = ls.g;
+  const int T = ls.info.total_len(), P = ls.info.prompt_len, d = c.head_dim, m = c.hidden_dim,
+            content_dims = 2 * g.noise_pairs;
+  const double noise_q = c.noise / std::sqrt(2.0 * std::max(1, g.noise_pairs));
+  Rng head_rng(mix_seed(c.seed, ls.sample, 0xEAD, h));  // head traits persist across layers
+  const double pref = (2 * head_rng.uniform() - 1) * c.head_preference;
+  // Heads read the saliency plane along nearby directions (a shared phase, spread by the head's
+  // own share): the tokens one head finds salient, most heads do.
+  const double shared_phase =
+      6.283185307179586 * Rng(mix_seed(c.seed, ls.sample, 0xEAD, ~0ull)).uniform();
+  const double phase0 =
+      shared_phase + (2 * head_rng.uniform() - 1) * M_PI * (1 - c.saliency_head_share);
+  const std::vector<double> wq = projection(mix_seed(c.seed, ls.layer, h, 0x0E7), content_dims, m);
+  for (int i = 0; i < T; ++i) {
+    const double* hi = &ls.hidden[static_cast<std::size_t>(i) * m];
+    float* q = &out.q(i, h, 0);
+    const int t = std::max(0, i - P + 1);  // decode step index + 1 (0 in the prompt)
+    const double decay = c.vision_decay * std::min(1.0, static_cast<double>(t) / c.gen_decay_steps);
+    const double phase = phase0 + c.saliency_drift * t;
+    const double s = ls.gamma * ls.qscale;
+    for (int f = 0; f < g.content_first; ++f)
+      q[f] = static_cast<float>(s * c.locality * ls.spectrum[f]);
+    q[g.sink] = static_cast<float>(s * ls.sink / c.key_modality_norm);
+    q[g.vision] = static_cast<float>(s * (c.vision_offset + pref - decay) / c.key_modality_norm);
+    q[g.text] = static_cast<float>(s * -pref / c.key_modality_norm);
+    q[g.sal1] = static_cast<float>(s * ls.spread * std::cos(phase));
+    q[g.sal2] = static_cast<float>(s * ls.spread * std::sin(phase));
+    for (int n = 0; n < g.noise_pairs; ++n) {
+      q[g.content_first + n] = static_cast<float>(s * noise_q * project(wq, 2 * n, hi, m));
+      q[g.content_first + n + g.pairs] =
+          static_cast<float>(s * noise_q * project(wq, 2 * n + 1, hi, m));
+    }
+    rotate(q, d, ls.mrope_section, ls.info, i, c.rope_base);
+  }
+}
+
 }  // namespace
 
 LayerTensors synth_layer(const SynthConfig& c, int sample, int layer) {
   c.validate();
-  const SampleInfo info = synth_sample_info(c, sample);
-  const std::vector<int> mrope_section =
-      c.mrope ? qwen2vl_mrope_section(c.head_dim) : std::vector<int>{};
-  const int T = info.total_len(), P = info.prompt_len, d = c.head_dim;
-  const int H = c.heads, Hkv = c.kv_heads;
-  const Geometry g(d);
-  const double gamma = lerp_layer(c.sharpness_first, c.sharpness_last, layer, c.layers);
-  const double spread = lerp_layer(c.saliency_first, c.saliency_last, layer, c.layers);
-  const double sink = c.sink_strength * std::min(1.0, layer / 2.0 + 0.2);
-  const double qscale = std::sqrt(static_cast<double>(d));  // cancels the trace's scale 1/sqrt(d)
-
-  // Rotary spectrum shared by queries and keys: weight on fast pairs (local attention).
-  std::vector<double> spectrum(g.content_first);
-  double norm = 0;
-  for (int f = 0; f < g.content_first; ++f) norm += spectrum[f] = std::exp(-f / c.locality_width);
-  for (auto& s : spectrum) s = std::sqrt(s / norm);
-
-  const int m = c.hidden_dim, content_dims = 2 * g.noise_pairs;
-  const std::vector<double> hidden = hidden_states(c, info, sample, layer);
+  const LayerSetting setting(c, sample, layer);
+  const std::size_t T = setting.info.total_len(), d = c.head_dim;
   LayerTensors out;
   out.layer = layer;
-  out.q = xt::zeros<float>({std::size_t(T), std::size_t(H), std::size_t(d)});
-  out.k = xt::zeros<float>({std::size_t(T), std::size_t(Hkv), std::size_t(d)});
-  if (c.with_v) out.v = xt::zeros<float>({std::size_t(T), std::size_t(Hkv), std::size_t(d)});
-
-  for (int kv = 0; kv < Hkv; ++kv) {
-    // The model's weights: the same for every sample.
-    const std::vector<double> wk =
-        low_rank_projection(mix_seed(c.seed, layer, kv, 0xCE7), content_dims, m, c.key_rank);
-    const std::vector<double> wv = projection(mix_seed(c.seed, layer, kv, 0x7A1), d, m);
-    const std::vector<double> u = saliency_directions(c, kv);
-    std::vector<double> value_mean(d);
-    Rng mean_rng(mix_seed(c.seed, layer, kv, 0x3EA));
-    for (auto& x : value_mean) x = c.value_mean * mean_rng.gaussian();
-    std::vector<double> vision_mean(d);
-    for (auto& x : vision_mean) x = c.vision_value_mean * mean_rng.gaussian();
-    for (int j = 0; j < T; ++j) {
-      const double* hj = &hidden[static_cast<std::size_t>(j) * m];
-      float* k = &out.k(j, kv, 0);
-      const bool vis = is_vision(info.modality[j]);
-      // Sinks draw attention by content alone: the rotary kernel's aliasing at long range would
-      // otherwise make their share swing from step to step.
-      const double w = j < c.sinks ? 0.0 : vis ? std::sqrt(c.vision_locality) : 1.0;
-      for (int f = 0; f < g.content_first; ++f) k[f] = static_cast<float>(spectrum[f] * w);
-      // A sink's key is its own direction (norm A, its content left out): sinks are attention
-      // dumps, unlike any content token.
-      const bool is_sink = j < c.sinks;
-      k[g.sink] = is_sink ? static_cast<float>(c.key_modality_norm) : 0.0f;
-      // A modality component of norm A in the key and 1/A in the query: the logit is unchanged,
-      // and keys of one modality share a large common direction, as real keys do.
-      k[g.vision] = vis ? static_cast<float>(c.key_modality_norm) : 0.0f;
-      k[g.text] = vis ? 0.0f : static_cast<float>(c.key_modality_norm);
-      if (vis) {
-        k[g.sal1] = static_cast<float>(project(u, 0, hj, m));
-        k[g.sal2] = static_cast<float>(project(u, 1, hj, m));
-      }
-      for (int n = 0; n < g.noise_pairs && !is_sink; ++n) {
-        k[g.content_first + n] = static_cast<float>(project(wk, 2 * n, hj, m));
-        k[g.content_first + n + g.pairs] = static_cast<float>(project(wk, 2 * n + 1, hj, m));
-      }
-      rotate(k, d, mrope_section, info, j, c.rope_base);
-      if (!c.with_v) continue;
-      const double vscale = j < c.sinks ? c.sink_value_scale : 1.0;
-      for (int e = 0; e < d; ++e)
-        out.v(j, kv, e) = static_cast<float>(
-            vscale * (project(wv, e, hj, m) + value_mean[e] + (vis ? vision_mean[e] : 0.0)));
-    }
-  }
-
-  const double noise_q = c.noise / std::sqrt(2.0 * std::max(1, g.noise_pairs));
-  for (int h = 0; h < H; ++h) {
-    Rng head_rng(mix_seed(c.seed, sample, 0xEAD, h));  // head traits persist across layers
-    const double pref = (2 * head_rng.uniform() - 1) * c.head_preference;
-    // Heads read the saliency plane along nearby directions (a shared phase, spread by the
-    // head's own share): the tokens one head finds salient, most heads do.
-    const double shared_phase =
-        6.283185307179586 * Rng(mix_seed(c.seed, sample, 0xEAD, ~0ull)).uniform();
-    const double phase0 =
-        shared_phase + (2 * head_rng.uniform() - 1) * M_PI * (1 - c.saliency_head_share);
-    const std::vector<double> wq = projection(mix_seed(c.seed, layer, h, 0x0E7), content_dims, m);
-    for (int i = 0; i < T; ++i) {
-      const double* hi = &hidden[static_cast<std::size_t>(i) * m];
-      float* q = &out.q(i, h, 0);
-      const int t = std::max(0, i - P + 1);  // decode step index + 1 (0 in the prompt)
-      const double decay =
-          c.vision_decay * std::min(1.0, static_cast<double>(t) / c.gen_decay_steps);
-      const double phase = phase0 + c.saliency_drift * t;
-      const double s = gamma * qscale;
-      for (int f = 0; f < g.content_first; ++f)
-        q[f] = static_cast<float>(s * c.locality * spectrum[f]);
-      q[g.sink] = static_cast<float>(s * sink / c.key_modality_norm);
-      q[g.vision] = static_cast<float>(s * (c.vision_offset + pref - decay) / c.key_modality_norm);
-      q[g.text] = static_cast<float>(s * -pref / c.key_modality_norm);
-      q[g.sal1] = static_cast<float>(s * spread * std::cos(phase));
-      q[g.sal2] = static_cast<float>(s * spread * std::sin(phase));
-      for (int n = 0; n < g.noise_pairs; ++n) {
-        q[g.content_first + n] = static_cast<float>(s * noise_q * project(wq, 2 * n, hi, m));
-        q[g.content_first + n + g.pairs] =
-            static_cast<float>(s * noise_q * project(wq, 2 * n + 1, hi, m));
-      }
-      rotate(q, d, mrope_section, info, i, c.rope_base);
-    }
-  }
+  out.q = xt::zeros<float>({T, std::size_t(c.heads), d});
+  out.k = xt::zeros<float>({T, std::size_t(c.kv_heads), d});
+  if (c.with_v) out.v = xt::zeros<float>({T, std::size_t(c.kv_heads), d});
+  for (int kv = 0; kv < c.kv_heads; ++kv) synth_kv_head(setting, kv, out);
+  for (int h = 0; h < c.heads; ++h) synth_query_head(setting, h, out);
   return out;
 }
 
