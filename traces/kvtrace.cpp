@@ -311,32 +311,45 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
   if (!g.valid()) throw TraceError(where(name) + ": not a group");
   SampleInfo s;
   s.name = name;
-  s.prompt_len = require_positive_int(g.get(), "prompt_len", where(name), false);
-  s.gen_len = require_positive_int(g.get(), "gen_len", where(name), true);
+  read_sample_attrs(g.get(), s);
+  read_positions(g.get(), s);
+  check_layer_groups(g.get(), info_.num_layers, where(name));
+  if (info_.compact()) read_compact_sample_attrs(g.get(), s);
+  check_sample_layers(g.get(), s);
+  return s;
+}
+
+void TraceReader::read_sample_attrs(hid_t g, SampleInfo& s) const {
+  const std::string& name = s.name;
+  s.prompt_len = require_positive_int(g, "prompt_len", where(name), false);
+  s.gen_len = require_positive_int(g, "gen_len", where(name), true);
   try {
-    s.task = h5_read_string_attr(g.get(), "task").value_or("");
-    s.reference = h5_read_string_attr(g.get(), "reference").value_or("");
-    s.context_id = h5_read_string_attr(g.get(), "context_id").value_or("");
+    s.task = h5_read_string_attr(g, "task").value_or("");
+    s.reference = h5_read_string_attr(g, "reference").value_or("");
+    s.context_id = h5_read_string_attr(g, "context_id").value_or("");
   } catch (const TraceError& e) {
     throw TraceError(where(name) + ": " + e.what());
   }
-  if (h5_attr_exists(g.get(), "question_len")) {
-    s.question_len = require_positive_int(g.get(), "question_len", where(name), true);
+  if (h5_attr_exists(g, "question_len")) {
+    s.question_len = require_positive_int(g, "question_len", where(name), true);
     if (s.question_len >= s.prompt_len)
       throw TraceError(where(name) +
                        ": attribute 'question_len' = " + std::to_string(s.question_len) +
                        " leaves no context (prompt_len = " + std::to_string(s.prompt_len) + ")");
   }
+}
+
+void TraceReader::read_positions(hid_t g, SampleInfo& s) const {
+  const std::string& name = s.name;
   const int T = s.total_len();
   for (const char* req : {"modality", "segment"})
-    if (!h5_path_exists(g.get(), req))
-      throw TraceError(where(name, req) + ": missing required dataset");
-  s.modality = read_1d<std::uint8_t>(g.get(), "modality", T, where(name, "modality"));
-  s.segment = read_1d<std::uint8_t>(g.get(), "segment", T, where(name, "segment"));
-  if (h5_path_exists(g.get(), "media_id"))
-    s.media_id = read_1d<std::int32_t>(g.get(), "media_id", T, where(name, "media_id"));
-  if (h5_path_exists(g.get(), "token_ids"))
-    s.token_ids = read_1d<std::int32_t>(g.get(), "token_ids", T, where(name, "token_ids"));
+    if (!h5_path_exists(g, req)) throw TraceError(where(name, req) + ": missing required dataset");
+  s.modality = read_1d<std::uint8_t>(g, "modality", T, where(name, "modality"));
+  s.segment = read_1d<std::uint8_t>(g, "segment", T, where(name, "segment"));
+  if (h5_path_exists(g, "media_id"))
+    s.media_id = read_1d<std::int32_t>(g, "media_id", T, where(name, "media_id"));
+  if (h5_path_exists(g, "token_ids"))
+    s.token_ids = read_1d<std::int32_t>(g, "token_ids", T, where(name, "token_ids"));
   for (int i = 0; i < T; ++i) {
     if (s.modality[i] > 2)
       throw TraceError(where(name, "modality") + ": value " + std::to_string(s.modality[i]) +
@@ -351,24 +364,25 @@ SampleInfo TraceReader::read_sample(const std::string& name) const {
                        "positions P..T-1 must be 2)");
   }
   check_media_ids(s.modality, s.media_id, where(name, "media_id"));
-  if (h5_path_exists(g.get(), "position_ids")) read_position_ids(g.get(), s);
-  check_layer_groups(g.get(), info_.num_layers, where(name));
-  if (info_.compact()) read_compact_sample_attrs(g.get(), s);
+  if (h5_path_exists(g, "position_ids")) read_position_ids(g, s);
+}
+
+void TraceReader::check_sample_layers(hid_t g, SampleInfo& s) const {
+  const std::string& name = s.name;
   for (int l = 0; l < info_.num_layers; ++l)
     for (const char* t : {query_dataset(), "k"})
-      if (!h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/" + t))
+      if (!h5_path_exists(g, "layers/" + std::to_string(l) + "/" + t))
         throw TraceError(where(name, "layers/" + std::to_string(l) + "/" + t) +
                          ": missing dataset (num_layers = " + std::to_string(info_.num_layers) +
                          ")");
-  s.has_v = h5_path_exists(g.get(), "layers/0/v");
+  s.has_v = h5_path_exists(g, "layers/0/v");
   for (int l = 1; l < info_.num_layers; ++l)
-    if (h5_path_exists(g.get(), "layers/" + std::to_string(l) + "/v") != s.has_v)
+    if (h5_path_exists(g, "layers/" + std::to_string(l) + "/v") != s.has_v)
       throw TraceError(where(name, "layers/" + std::to_string(l) + "/v") +
                        ": 'v' must be present in every layer or in none");
   const std::string q0_path = std::string("layers/0/") + query_dataset();
-  H5Handle q0(H5Dopen2(g.get(), q0_path.c_str(), H5P_DEFAULT));
+  H5Handle q0(H5Dopen2(g, q0_path.c_str(), H5P_DEFAULT));
   s.dtype = tensor_dtype(q0.get(), where(name, q0_path));
-  return s;
 }
 
 void TraceReader::read_tensor(const SampleInfo& s, int layer, const char* name, int rows, int heads,

@@ -180,6 +180,11 @@ class TraceReader {
   void read_compact_sample_attrs(hid_t group, SampleInfo& s) const;
   void read_mrope_section();
   void read_position_ids(hid_t group, SampleInfo& s) const;
+  // read_sample's steps: the sample's attributes, its per-position datasets (checked), and the
+  // layers' q (or q_rows), k and v datasets (present in every layer), with the tensors' dtype.
+  void read_sample_attrs(hid_t group, SampleInfo& s) const;
+  void read_positions(hid_t group, SampleInfo& s) const;
+  void check_sample_layers(hid_t group, SampleInfo& s) const;
   // A compact trace's stats/ group of layer l (traces/kvtrace_compact.cpp).
   std::shared_ptr<const StoredPromptStats> read_stored_stats(const SampleInfo& s, int layer) const;
   // A float dataset of exactly `shape` (float32 or float64 in the file), finite, into `out`.
