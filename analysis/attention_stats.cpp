@@ -142,20 +142,10 @@ std::vector<double> decode_mean(const LayerAttention& att, int t) {
   return m;
 }
 
-}  // namespace
-
-SampleAttentionStats compute_attention_stats(const TraceReader& reader, const SampleInfo& sample,
-                                             const StatsOptions& o,
-                                             const std::function<void()>& on_layer) {
-  const TraceInfo& info = reader.info();
-  if (info.compact())
-    throw std::invalid_argument(reader.path() +
-                                " is a compact trace: the attention statistics (ε-sparsity, "
-                                "key and value geometry of every prompt row) need every prompt "
-                                "query; compute them on the full trace");
-  const int L = info.num_layers, H = info.num_heads, P = sample.prompt_len, G = sample.gen_len;
-  const int nx = static_cast<int>(o.concentration.size()), np = static_cast<int>(o.ppci.size());
-  const int nr = static_cast<int>(o.dap_r.size());
+// Every statistic's array, NaN until computed.
+SampleAttentionStats allocate_stats(int L, int H, int G, const StatsOptions& o) {
+  const std::size_t nx = o.concentration.size(), np = o.ppci.size(), nr = o.dap_r.size(),
+                    nq = o.key_quantiles.size();
   SampleAttentionStats s;
   s.layers = L, s.heads = H, s.steps = G;
   s.sparsity_causal.assign(static_cast<std::size_t>(L) * H * 3, NAN);
@@ -168,14 +158,83 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
   s.entropy_mean_of_heads.assign(L, NAN);
   s.cross_modal_entropy_mean_of_heads.assign(L, NAN);
   s.layer_cosine.assign(static_cast<std::size_t>(L) * L, NAN);
-  s.ppci_layers.assign(static_cast<std::size_t>(np) * L, NAN);
-  s.ppci_steps.assign(static_cast<std::size_t>(np) * L * G, NAN);
+  s.ppci_layers.assign(np * L, NAN);
+  s.ppci_steps.assign(np * L * G, NAN);
   s.segment_share.assign(static_cast<std::size_t>(L) * G * 4, NAN);
-  s.dap_agreement.assign(static_cast<std::size_t>(nr) * L, NAN);
-  const int nq = static_cast<int>(o.key_quantiles.size());
+  s.dap_agreement.assign(nr * L, NAN);
   s.key_nearest_cosine.assign(static_cast<std::size_t>(L) * 2 * nq, NAN);
   s.key_value_correlation.assign(static_cast<std::size_t>(L) * 2, NAN);
+  return s;
+}
 
+// Layer l's entropies (HAE Eq. 3, 4) and key geometry, from its tensors alone.
+void layer_geometry(const TraceInfo& info, const SampleInfo& sample, const LayerTensors& tensors,
+                    int l, const StatsOptions& o, SampleAttentionStats& s) {
+  const LayerEntropies e = layer_entropies(info, sample, tensors, o.threads);
+  s.entropy[l] = e.full_of_mean;
+  s.cross_modal_entropy[l] = e.cross_modal_unmasked_of_mean;  // Eq. 4 has no causal mask
+  s.entropy_mean_of_heads[l] = e.full_mean_of_heads;
+  s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_unmasked_mean_of_heads;
+  const KeySimilarity ks = key_similarity(info, sample, tensors, o.threads);
+  const std::size_t nq = o.key_quantiles.size();
+  for (int m = 0; m < 2; ++m) {
+    for (std::size_t x = 0; x < nq; ++x)
+      s.key_nearest_cosine[(static_cast<std::size_t>(l) * 2 + m) * nq + x] =
+          quantile(ks.nearest[m], o.key_quantiles[x]);
+    s.key_value_correlation[static_cast<std::size_t>(l) * 2 + m] = ks.key_value_correlation[m];
+  }
+}
+
+// Layer l's decode steps: each step's PPCI against the first over the image keys, and the
+// share of its attention on the system prompt, the images, the user's text and the answer.
+void decode_metrics(const LayerAttention& att, const SampleInfo& sample,
+                    const std::vector<int>& images, int l, const StatsOptions& o,
+                    SampleAttentionStats& s) {
+  const int L = s.layers, G = s.steps, P = sample.prompt_len;
+  const int np = static_cast<int>(o.ppci.size());
+  std::vector<double> step0;
+  for (int t = 0; t < G; ++t) {
+    const auto m = decode_mean(att, t);
+    const auto img = pick(m, images);
+    if (t == 0) step0 = img;
+    for (int x = 0; x < np; ++x)
+      s.ppci_steps[(static_cast<std::size_t>(x) * L + l) * G + t] = ppci(step0, img, o.ppci[x]);
+    double* seg = &s.segment_share[(static_cast<std::size_t>(l) * G + t) * 4];
+    std::fill(seg, seg + 4, 0.0);
+    for (int j = 0; j <= P + t; ++j) {
+      const int k = j >= P ? 3 : sample.modality[j] != 0 ? 1 : sample.segment[j] == 0 ? 0 : 2;
+      seg[k] += m[j];
+    }
+  }
+}
+
+// Layer l's DAP selection at every r, and its agreement with layer 0's (`dap0`, set at l = 0).
+void dap_metrics(const LayerAttention& att, const std::vector<int>& images, int l,
+                 const StatsOptions& o, std::vector<std::set<int>>& dap0, SampleAttentionStats& s) {
+  for (std::size_t r = 0; r < o.dap_r.size(); ++r) {
+    const auto sel = dap_selection(att, images, o.dap_r[r], o.dap_alpha);
+    if (l == 0) dap0[r] = sel;
+    int common = 0;
+    for (int j : dap0[r]) common += sel.count(j);
+    s.dap_agreement[r * s.layers + l] =
+        dap0[r].empty() ? NAN : static_cast<double>(common) / dap0[r].size();
+  }
+}
+
+}  // namespace
+
+SampleAttentionStats compute_attention_stats(const TraceReader& reader, const SampleInfo& sample,
+                                             const StatsOptions& o,
+                                             const std::function<void()>& on_layer) {
+  const TraceInfo& info = reader.info();
+  if (info.compact())
+    throw std::invalid_argument(reader.path() +
+                                " is a compact trace: the attention statistics (ε-sparsity, "
+                                "key and value geometry of every prompt row) need every prompt "
+                                "query; compute them on the full trace");
+  const int L = info.num_layers, H = info.num_heads, P = sample.prompt_len;
+  const int np = static_cast<int>(o.ppci.size());
+  SampleAttentionStats s = allocate_stats(L, H, sample.gen_len, o);
   std::vector<int> keys[2], images;  // prompt keys by modality (0 text, 1 vision)
   for (int j = 0; j < P; ++j) keys[sample.modality[j] != 0].push_back(j);
   images = keys[1];
@@ -185,22 +244,11 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
                              .sample_entropies = false,
                              .sparsity_epsilon = o.epsilon};
   std::vector<std::vector<double>> last_rows(L);  // head-averaged last prompt row per layer
-  std::vector<std::set<int>> dap0(nr);
+  std::vector<std::set<int>> dap0(o.dap_r.size());
   LayerTensors tensors;
   for (int l = 0; l < L; ++l) {
     reader.read_layer_into(sample, l, tensors);
-    const LayerEntropies e = layer_entropies(info, sample, tensors, o.threads);
-    s.entropy[l] = e.full_of_mean;
-    s.cross_modal_entropy[l] = e.cross_modal_unmasked_of_mean;  // Eq. 4 has no causal mask
-    s.entropy_mean_of_heads[l] = e.full_mean_of_heads;
-    s.cross_modal_entropy_mean_of_heads[l] = e.cross_modal_unmasked_mean_of_heads;
-    const KeySimilarity ks = key_similarity(info, sample, tensors, o.threads);
-    for (int m = 0; m < 2; ++m) {
-      for (int x = 0; x < nq; ++x)
-        s.key_nearest_cosine[(static_cast<std::size_t>(l) * 2 + m) * nq + x] =
-            quantile(ks.nearest[m], o.key_quantiles[x]);
-      s.key_value_correlation[static_cast<std::size_t>(l) * 2 + m] = ks.key_value_correlation[m];
-    }
+    layer_geometry(info, sample, tensors, l, o, s);
     LayerAttention att(info, sample, std::move(tensors), needs, o.threads);
     head_metrics(att, keys, o, l, s);
     last_rows[l].assign(P, 0.0);
@@ -211,28 +259,8 @@ SampleAttentionStats compute_attention_stats(const TraceReader& reader, const Sa
     for (int x = 0; x < np; ++x)
       s.ppci_layers[static_cast<std::size_t>(x) * L + l] =
           ppci(pick(last_rows[0], images), pick(last_rows[l], images), o.ppci[x]);
-    std::vector<double> step0;
-    for (int t = 0; t < G; ++t) {
-      const auto m = decode_mean(att, t);
-      const auto img = pick(m, images);
-      if (t == 0) step0 = img;
-      for (int x = 0; x < np; ++x)
-        s.ppci_steps[(static_cast<std::size_t>(x) * L + l) * G + t] = ppci(step0, img, o.ppci[x]);
-      double* seg = &s.segment_share[(static_cast<std::size_t>(l) * G + t) * 4];
-      std::fill(seg, seg + 4, 0.0);
-      for (int j = 0; j <= P + t; ++j) {
-        const int k = j >= P ? 3 : sample.modality[j] != 0 ? 1 : sample.segment[j] == 0 ? 0 : 2;
-        seg[k] += m[j];
-      }
-    }
-    for (int r = 0; r < nr; ++r) {
-      const auto sel = dap_selection(att, images, o.dap_r[r], o.dap_alpha);
-      if (l == 0) dap0[r] = sel;
-      int common = 0;
-      for (int j : dap0[r]) common += sel.count(j);
-      s.dap_agreement[static_cast<std::size_t>(r) * L + l] =
-          dap0[r].empty() ? NAN : static_cast<double>(common) / dap0[r].size();
-    }
+    decode_metrics(att, sample, images, l, o, s);
+    dap_metrics(att, images, l, o, dap0, s);
     tensors = att.release_tensors();
     if (on_layer) on_layer();
   }
