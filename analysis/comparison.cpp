@@ -18,6 +18,48 @@ int SampleTable::index(const std::string& policy) const {
   return it == policies.end() ? -1 : static_cast<int>(it - policies.begin());
 }
 
+namespace {
+
+// Per (run label, sample): Σ w·v and Σ w over the rows, and the first row's budget; the runs in
+// the order they first appear.
+struct RunSums {
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> sums;
+  std::map<std::pair<std::string, std::string>, std::string> budgets;
+  std::vector<std::string> runs;
+};
+
+RunSums sum_runs(const std::vector<std::string>& policy, const std::vector<std::string>& sample,
+                 const std::vector<double>& value, const std::vector<double>& weight,
+                 const std::vector<std::string>& budget) {
+  RunSums r;
+  for (std::size_t i = 0; i < policy.size(); ++i) {
+    if (sample[i] == "all" || std::isnan(value[i])) continue;
+    const double w = weight.empty() || std::isnan(weight[i]) ? 1.0 : weight[i];
+    auto& s = r.sums[{policy[i], sample[i]}];
+    if (!budget.empty()) r.budgets.emplace(std::pair{policy[i], sample[i]}, budget[i]);
+    s.first += w * value[i];
+    s.second += w;
+    if (std::find(r.runs.begin(), r.runs.end(), policy[i]) == r.runs.end())
+      r.runs.push_back(policy[i]);
+  }
+  return r;
+}
+
+// A run's budgets, sample by sample ("b1;b2;...;"), standing for its seed group's; "" without any.
+std::string run_memory(const RunSums& r, const std::string& run,
+                       const std::vector<std::string>& samples) {
+  std::string memory;
+  bool any = false;
+  for (const std::string& sample_name : samples) {
+    const auto b = r.budgets.find({run, sample_name});
+    if (b != r.budgets.end()) memory += b->second, any = any || !b->second.empty();
+    memory += ";";
+  }
+  return any ? memory : "";
+}
+
+}  // namespace
+
 SampleTable per_sample_values(const std::vector<std::string>& policy,
                               const std::vector<std::string>& sample,
                               const std::vector<double>& value, const std::vector<double>& weight,
@@ -26,22 +68,9 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
       (!weight.empty() && weight.size() != sample.size()) ||
       (!budget.empty() && budget.size() != sample.size()))
     throw std::invalid_argument("compare: the columns differ in length");
-  // (run label, sample) -> its budget, the first row's
-  std::map<std::pair<std::string, std::string>, std::string> budgets;
-  // (run label, sample) -> Σ w·v, Σ w
-  std::map<std::pair<std::string, std::string>, std::pair<double, double>> sums;
-  std::vector<std::string> runs;
-  for (std::size_t i = 0; i < policy.size(); ++i) {
-    if (sample[i] == "all" || std::isnan(value[i])) continue;
-    const double w = weight.empty() || std::isnan(weight[i]) ? 1.0 : weight[i];
-    auto& s = sums[{policy[i], sample[i]}];
-    if (!budget.empty()) budgets.emplace(std::pair{policy[i], sample[i]}, budget[i]);
-    s.first += w * value[i];
-    s.second += w;
-    if (std::find(runs.begin(), runs.end(), policy[i]) == runs.end()) runs.push_back(policy[i]);
-  }
+  const RunSums r = sum_runs(policy, sample, value, weight, budget);
   SampleTable t;
-  for (const auto& [key, _] : sums)
+  for (const auto& [key, _] : r.sums)
     if (std::find(t.samples.begin(), t.samples.end(), key.second) == t.samples.end())
       t.samples.push_back(key.second);
   std::sort(t.samples.begin(), t.samples.end());
@@ -49,7 +78,7 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
   for (std::size_t i = 0; i < t.samples.size(); ++i) sample_index[t.samples[i]] = i;
   // A seed group's value on a sample: the mean over its runs that have one.
   std::vector<std::vector<double>> total, count;
-  for (const std::string& run : runs) {
+  for (const std::string& run : r.runs) {
     const std::string group = pool_seeds ? seed_group_of(run) : "";
     const std::string name = group.empty() ? run : group;
     int p = t.index(name);
@@ -57,21 +86,13 @@ SampleTable per_sample_values(const std::vector<std::string>& policy,
       p = static_cast<int>(t.policies.size());
       t.policies.push_back(name);
       t.seeds.push_back(0);
-      // The first run's budgets, sample by sample, stand for its seed group's ("" without any).
-      std::string memory;
-      bool any = false;
-      for (const std::string& sample_name : t.samples) {
-        const auto b = budgets.find({run, sample_name});
-        if (b != budgets.end()) memory += b->second, any = any || !b->second.empty();
-        memory += ";";
-      }
-      t.memory.push_back(any ? memory : "");
+      t.memory.push_back(run_memory(r, run, t.samples));  // the group's first run's budgets
       total.emplace_back(t.samples.size(), 0.0);
       count.emplace_back(t.samples.size(), 0.0);
     }
     ++t.seeds[p];
     double run_total = 0, run_count = 0;
-    for (const auto& [key, s] : sums) {
+    for (const auto& [key, s] : r.sums) {
       if (key.first != run || s.second <= 0) continue;
       const std::size_t j = sample_index.at(key.second);
       total[p][j] += s.first / s.second;
@@ -171,6 +192,32 @@ double holm_power_scale(std::size_t m, const PairedOptions& o) {
          (normal_quantile(1 - o.alpha / 2) + z_power);
 }
 
+// Holm within each memory class: a family never mixes rows that held different memory.
+void holm_within_memory_classes(ComparisonTable& out, const std::vector<MemoryClass>& family_keys,
+                                const PairedOptions& options) {
+  std::vector<MemoryClass> done;
+  for (const MemoryClass& k : family_keys) {
+    if (std::find(done.begin(), done.end(), k) != done.end()) continue;
+    done.push_back(k);
+    std::vector<PairedComparison> family;
+    for (std::size_t i = 0; i < out.rows.size(); ++i)
+      if (family_keys[i] == k) family.push_back(out.rows[i]);
+    holm_adjust(family, options);
+    const double first_step = options.alpha / static_cast<double>(family.size());
+    for (std::size_t i = 0, f = 0; i < out.rows.size(); ++i) {
+      if (family_keys[i] != k) continue;
+      out.rows[i] = family[f++];
+      out.rows[i].smallest_p = smallest_possible_p(out.rows[i], options);
+      out.rows[i].family_size = static_cast<long>(family.size());
+      // No difference can be shown: a "detectable" figure would promise what the test cannot do.
+      if (!(out.rows[i].smallest_p < first_step)) out.rows[i].detectable = NAN;
+      // Power at Holm's level: the figure compare_paired gives at alpha, restated for the
+      // first step (alpha / m) that any verdict of the family must pass.
+      out.rows[i].detectable *= holm_power_scale(family.size(), options);
+    }
+  }
+}
+
 }  // namespace
 
 ComparisonTable compare_to_reference(const SampleTable& table, const std::string& metric,
@@ -232,28 +279,7 @@ ComparisonTable compare_to_reference(const SampleTable& table, const std::string
     out.memory.push_back(key(p).describe());
     family_keys.push_back(key(p));
   }
-  // Holm within each memory class: a family never mixes rows that held different memory.
-  std::vector<MemoryClass> done;
-  for (const MemoryClass& k : family_keys) {
-    if (std::find(done.begin(), done.end(), k) != done.end()) continue;
-    done.push_back(k);
-    std::vector<PairedComparison> family;
-    for (std::size_t i = 0; i < out.rows.size(); ++i)
-      if (family_keys[i] == k) family.push_back(out.rows[i]);
-    holm_adjust(family, options);
-    const double first_step = options.alpha / static_cast<double>(family.size());
-    for (std::size_t i = 0, f = 0; i < out.rows.size(); ++i) {
-      if (family_keys[i] != k) continue;
-      out.rows[i] = family[f++];
-      out.rows[i].smallest_p = smallest_possible_p(out.rows[i], options);
-      out.rows[i].family_size = static_cast<long>(family.size());
-      // No difference can be shown: a "detectable" figure would promise what the test cannot do.
-      if (!(out.rows[i].smallest_p < first_step)) out.rows[i].detectable = NAN;
-      // Power at Holm's level: the figure compare_paired gives at alpha, restated for the
-      // first step (alpha / m) that any verdict of the family must pass.
-      out.rows[i].detectable *= holm_power_scale(family.size(), options);
-    }
-  }
+  holm_within_memory_classes(out, family_keys, options);
   return out;
 }
 
