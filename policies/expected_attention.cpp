@@ -144,25 +144,56 @@ QueryGaussian query_gaussian(const LayerView& view, int head, const ExpectedAtte
 
 }  // namespace
 
-std::vector<std::vector<double>> expected_attention_scores(const LayerView& view,
-                                                           const ExpectedAttentionScoring& s,
-                                                           const std::string& policy) {
-  const int P = view.prompt_len(), d = view.head_dim(), group = view.group_size();
-  const double theta = s.rope_theta > 0 ? s.rope_theta : view.rope_theta();
+namespace {
+
+void check_scoring(const LayerView& view, const ExpectedAttentionScoring& s, double theta,
+                   const std::string& policy) {
   if (theta <= 1)
     throw std::invalid_argument(policy +
                                 ": the trace has no rope_theta attribute (kvtrace-v1.md); set "
                                 "parameter 'rope_theta' to the model's rotary base");
-  if (P <= s.sinks)
+  if (view.prompt_len() <= s.sinks)
     throw std::invalid_argument(
-        policy + ": the prompt (" + std::to_string(P) +
+        policy + ": the prompt (" + std::to_string(view.prompt_len()) +
         " tokens) must be longer than parameter 'sinks' = " + std::to_string(s.sinks));
   if (s.value_norm && !view.has_values())
     throw std::invalid_argument(policy +
                                 ": vnorm = true needs the trace's values (or set vnorm "
                                 "= false)");
+}
+
+// The softmax over the n keys after the sinks (rows of `keys`, d wide) of one query head's
+// expected logits z_j = s μ̄·k_j + s²/2 k_jᵀ Σ̄ k_j, into z; `kcov` is scratch.
+void expected_softmax(const QueryGaussian& gauss, const std::vector<double>& keys, int n, int d,
+                      double scale, std::vector<double>& z, std::vector<double>& kcov) {
+  cblas_dgemv(CblasRowMajor, CblasNoTrans, n, d, scale, keys.data(), d, gauss.mean.data(), 1, 0.0,
+              z.data(), 1);
+  if (!gauss.cov.empty()) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, d, 1.0, keys.data(), d,
+                gauss.cov.data(), d, 0.0, kcov.data(), d);
+    for (int j = 0; j < n; ++j) {
+      double quad = 0;
+      for (int e = 0; e < d; ++e)
+        quad +=
+            kcov[static_cast<std::size_t>(j) * d + e] * keys[static_cast<std::size_t>(j) * d + e];
+      z[j] += scale * scale / 2 * quad;
+    }
+  }
+  const double zmax = *std::max_element(z.begin(), z.end());
+  double sum = 0;
+  for (double& x : z) sum += (x = std::exp(x - zmax));
+  for (double& x : z) x /= sum;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> expected_attention_scores(const LayerView& view,
+                                                           const ExpectedAttentionScoring& s,
+                                                           const std::string& policy) {
+  const int P = view.prompt_len(), d = view.head_dim(), group = view.group_size();
+  const double theta = s.rope_theta > 0 ? s.rope_theta : view.rope_theta();
+  check_scoring(view, s, theta, policy);
   const Rotations rot(view, theta, s.sinks, s.future_positions);
-  const double scale = view.scale();
   const int n = P - s.sinks;
   std::vector<std::vector<double>> scores(view.num_kv_heads(), std::vector<double>(P, 0.0));
   std::vector<double> keys(static_cast<std::size_t>(n) * d), z(n), kcov(keys.size());
@@ -173,25 +204,9 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
       for (int e = 0; e < d; ++e) keys[static_cast<std::size_t>(j) * d + e] = k[e];
     }
     for (int r = 0; r < group; ++r) {
-      const QueryGaussian gauss = query_gaussian(view, g * group + r, s, rot);
-      // z_j = s μ̄·k_j + s²/2 k_jᵀ Σ̄ k_j for the keys after the sinks.
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, d, scale, keys.data(), d, gauss.mean.data(), 1,
-                  0.0, z.data(), 1);
-      if (!gauss.cov.empty()) {
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, d, 1.0, keys.data(), d,
-                    gauss.cov.data(), d, 0.0, kcov.data(), d);
-        for (int j = 0; j < n; ++j) {
-          double quad = 0;
-          for (int e = 0; e < d; ++e)
-            quad += kcov[static_cast<std::size_t>(j) * d + e] *
-                    keys[static_cast<std::size_t>(j) * d + e];
-          z[j] += scale * scale / 2 * quad;
-        }
-      }
-      const double zmax = *std::max_element(z.begin(), z.end());
-      double sum = 0;
-      for (double& x : z) sum += (x = std::exp(x - zmax));
-      for (int j = 0; j < n; ++j) scores[g][s.sinks + j] += z[j] / sum / group;
+      expected_softmax(query_gaussian(view, g * group + r, s, rot), keys, n, d, view.scale(), z,
+                       kcov);
+      for (int j = 0; j < n; ++j) scores[g][s.sinks + j] += z[j] / group;
     }
     for (int j = s.sinks; j < P; ++j) {
       if (s.value_norm) {
