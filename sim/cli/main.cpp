@@ -55,6 +55,23 @@ void suggest_options(const CLI::App& app, int argc, char** argv) {
   }
 }
 
+// A command line that does not parse: in kvsim's own words, with one exit code for every usage
+// error (as argparse's 2), and where to read the options; --help and --version exit 0.
+int usage_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::fprintf(stderr, "kvsim: error: %s\n", e.what());
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) suggest_options(app, argc, argv);
+  std::string command = "kvsim";
+  for (const CLI::App* at = &app; at;) {
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : at->get_subcommands({}))
+      if (sub->parsed()) next = sub, command += " " + sub->get_name();
+    at = next;
+  }
+  std::fprintf(stderr, "kvsim: '%s --help' lists the options, with examples\n", command.c_str());
+  return kUsageError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,19 +112,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    // In kvsim's own words, with one exit code for every usage error (as argparse's 2).
-    std::fprintf(stderr, "kvsim: error: %s\n", e.what());
-    if (dynamic_cast<const CLI::ExtrasError*>(&e)) suggest_options(app, argc, argv);
-    std::string command = "kvsim";
-    for (const CLI::App* at = &app; at;) {
-      const CLI::App* next = nullptr;
-      for (const CLI::App* sub : at->get_subcommands({}))
-        if (sub->parsed()) next = sub, command += " " + sub->get_name();
-      at = next;
-    }
-    std::fprintf(stderr, "kvsim: '%s --help' lists the options, with examples\n", command.c_str());
-    return kUsageError;
+    return usage_error(app, e, argc, argv);
   }
   kvsim::remove_partials_on_interrupt();
   try {
