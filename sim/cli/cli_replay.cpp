@@ -88,6 +88,56 @@ ReplayOptions replay_options(const ReplayArgs& a) {
   return o;
 }
 
+// kvsim replay: every policy validated on every sample before any output exists, the replay
+// (resumable), then the console report.
+int run_replay_command(const ReplayArgs& a) {
+  TraceReader reader(a.trace);
+  std::vector<PolicyConfig> policies = resolve_policies(a);
+  const std::optional<PredictionCard> card =
+      a.card.empty() ? std::nullopt : std::optional(read_prediction_card(a.card));
+  std::vector<std::string> samples = a.samples.empty() ? reader.sample_names() : a.samples;
+  const Replayer replayer(reader, policies, replay_options(a));
+  // Every policy on every sample before any output exists: all offenders at once, and what a
+  // policy adjusted (a window clamped to a small budget) as warnings kept with the results.
+  const auto notes = replayer.validate(samples);
+  for (const auto& [label, list] : notes)
+    for (const std::string& n : list) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
+  check_outputs({{a.out, "--out"},
+                 {a.out.empty() ? "" : policies_sidecar_path(a.out), "--out's sidecar"},
+                 {a.summary, "--summary"},
+                 {a.decisions, "--dump-decisions"},
+                 {a.bounds, "--bounds"}},
+                {{a.trace, "trace"}, {a.config, "config"}, {a.card, "card"}});
+  const ReplayOutputs outputs{.steps_csv = a.out,
+                              .summary_csv = a.summary,
+                              .decisions_h5 = a.decisions,
+                              .bounds_csv = a.bounds,
+                              .bounds_epsilon = a.bounds_epsilon,
+                              .checkpoint = a.checkpoint};
+  Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
+  const ReplayRunReport report = run_replay(a.trace, reader, policies, replay_options(a), samples,
+                                            outputs, notes, [&] { progress.advance(); });
+  progress.finish();
+  for (const std::string& n : report.notes) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
+  if (report.samples_resumed > 0)
+    std::fprintf(stderr, "kvsim: resumed: %d of %zu sample(s) were finished in %s\n",
+                 report.samples_resumed, samples.size(), report.checkpoint_dir.c_str());
+  if (!a.bounds.empty())
+    std::printf(
+        "bounds (%s): Theorem 2.1 checked on %ld layer-head(s), claim failed with its "
+        "premise met in %ld; Corollary 2.1 checked at %ld removal(s), failed in %ld\n",
+        a.bounds.c_str(), report.theorem_rows, report.theorem_failures, report.flushes,
+        report.corollary_failures);
+  std::printf(
+      "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
+      "out_rel_err = |o - o_hat| / |o|, out_v_err = |o - o_hat| / sum_j p_j |v_j|, means over "
+      "layers, heads and decode steps%s\n%s",
+      a.trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
+      prompt_tail_note(a.prompt_tail).c_str(), report.table.c_str());
+  if (card) std::printf("%s", card_predictions(*card, report.sample_means).c_str());
+  return 0;
+}
+
 }  // namespace
 
 Runner add_replay(CLI::App& app) {
@@ -146,54 +196,7 @@ Runner add_replay(CLI::App& app) {
                  "rerunning an interrupted replay resumes (default: OUTPUT.checkpoint beside the "
                  "first output; removed when done)");
   add_threads_option(app, a->threads, "Worker threads (results do not depend on it)");
-  return [a] {
-    TraceReader reader(a->trace);
-    std::vector<PolicyConfig> policies = resolve_policies(*a);
-    const std::optional<PredictionCard> card =
-        a->card.empty() ? std::nullopt : std::optional(read_prediction_card(a->card));
-    std::vector<std::string> samples = a->samples.empty() ? reader.sample_names() : a->samples;
-    const Replayer replayer(reader, policies, replay_options(*a));
-    // Every policy on every sample before any output exists: all offenders at once, and what a
-    // policy adjusted (a window clamped to a small budget) as warnings kept with the results.
-    const auto notes = replayer.validate(samples);
-    for (const auto& [label, list] : notes)
-      for (const std::string& n : list) std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
-    check_outputs({{a->out, "--out"},
-                   {a->out.empty() ? "" : policies_sidecar_path(a->out), "--out's sidecar"},
-                   {a->summary, "--summary"},
-                   {a->decisions, "--dump-decisions"},
-                   {a->bounds, "--bounds"}},
-                  {{a->trace, "trace"}, {a->config, "config"}, {a->card, "card"}});
-    const ReplayOutputs outputs{.steps_csv = a->out,
-                                .summary_csv = a->summary,
-                                .decisions_h5 = a->decisions,
-                                .bounds_csv = a->bounds,
-                                .bounds_epsilon = a->bounds_epsilon,
-                                .checkpoint = a->checkpoint};
-    Progress progress(static_cast<long>(samples.size()) * reader.info().num_layers, "replay");
-    const ReplayRunReport report = run_replay(a->trace, reader, policies, replay_options(*a),
-                                              samples, outputs, notes, [&] { progress.advance(); });
-    progress.finish();
-    for (const std::string& n : report.notes)
-      std::fprintf(stderr, "kvsim: warning: %s\n", n.c_str());
-    if (report.samples_resumed > 0)
-      std::fprintf(stderr, "kvsim: resumed: %d of %zu sample(s) were finished in %s\n",
-                   report.samples_resumed, samples.size(), report.checkpoint_dir.c_str());
-    if (!a->bounds.empty())
-      std::printf(
-          "bounds (%s): Theorem 2.1 checked on %ld layer-head(s), claim failed with its "
-          "premise met in %ld; Corollary 2.1 checked at %ld removal(s), failed in %ld\n",
-          a->bounds.c_str(), report.theorem_rows, report.theorem_failures, report.flushes,
-          report.corollary_failures);
-    std::printf(
-        "%s: %zu sample(s), %d layers x %d KV heads; recall = attention mass kept, "
-        "out_rel_err = |o - o_hat| / |o|, out_v_err = |o - o_hat| / sum_j p_j |v_j|, means over "
-        "layers, heads and decode steps%s\n%s",
-        a->trace.c_str(), samples.size(), reader.info().num_layers, reader.info().num_kv_heads,
-        prompt_tail_note(a->prompt_tail).c_str(), report.table.c_str());
-    if (card) std::printf("%s", card_predictions(*card, report.sample_means).c_str());
-    return 0;
-  };
+  return [a] { return run_replay_command(*a); };
 }
 
 }  // namespace kvsim::cli
