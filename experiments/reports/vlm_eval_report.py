@@ -639,125 +639,155 @@ def write_tests(f, comps, w, budgets, rho_pooled, rho_within, how):
             " | ".join("–" for _ in budgets) + " |\n")
 
 
+def _write_header(f, builds, budgets, seeds, n_images, unit, question, reading, tested):
+    """The run's description, the full cache's accuracy over seeds, and a chance warning."""
+    units = f"{unit}s"
+    seeds_word = "projector seeds" if unit == "image" else "training seeds"
+    full = [b["full"]["accuracy"] for b in builds.values()]
+    memory = ORDER_TEXT[question]
+    f.write(f"{n_images} held-out {units}, {len(seeds)} {seeds_word} "
+            f"({', '.join(map(str, seeds))}), budgets {', '.join(b + '%' for b in budgets)}, "
+            f"{memory}. Primary metric: accuracy, the greedy answer contains "
+            "the class word; exact match (nothing else) beside it. Cells: mean over seeds ± "
+            f"SD over seeds [95% interval: {interval_words(len(seeds), units)}].\n\n")
+    f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
+            f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
+    if not tested:
+        f.write(at_chance_text(reading, unit) + "\n")
+
+
+def _write_references(f, controls, oracle, self_rows):
+    """The references: control prompts, the replay-only oracle and text_only."""
+    f.write("**References** (full cache, one value per prompt form):\n\n| reference | accuracy | exact |\n|---|---|---|\n")
+    for name, g in controls.groupby("control", sort=False):
+        per = g.groupby("seed")[["contains", "exact"]].mean()
+        f.write(f"| {name} (control prompt) | {per['contains'].mean():.3f} ± {per['contains'].std(ddof=1):.3f} | "
+                f"{per['exact'].mean():.3f} ± {per['exact'].std(ddof=1):.3f} |\n")
+    if not oracle.empty:
+        f.write("| `oracle` (replay only: the best set in hindsight, no live run): replay "
+                "output error " + ", ".join(
+                    f"{fmt(r['mean_output_rel_error'], '.3f')} at {r['budget']}%"
+                    for _, r in oracle.iterrows()) + " | – | – |\n")
+    for _, r in self_rows[self_rows["policy"] == "text_only"].iterrows():
+        f.write(f"| `text_only` (every image entry evicted after the prefill; holds {r['kv_fraction']:.2f}) | "
+                f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
+
+
+def _write_accuracy(f, table, budgeted, comps, order, budgets, draws, question, tested, how):
+    """Accuracy at equal memory, marked against the random floor where tests were run."""
+    marks = held_marks(table, question)
+    f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
+            "entries are more than 1% off " +
+            ("the budget's median over policies" if question == "append" else "the budget") +
+            "):\n\n| policy | " +
+            " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
+    vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
+    for p in order:
+        cells = []
+        for b in budgets:
+            r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+            if r.empty:
+                cells.append("–")
+                continue
+            r = r.iloc[0]
+            mark = "!" if marks.get((b, p)) else ""
+            verdict = ""
+            if tested and (b, p) in vs_random.index:
+                v = vs_random.loc[(b, p), "verdict"]
+                verdict = {"better": " ▲", "worse": " ▼"}.get(v, "")
+            cells.append(cell(r, "contains") + mark + verdict)
+        name = f"`{p}`" + (f" ({draws[p]} draws)" if draws.get(p, 1) > 1 else "")
+        f.write(f"| {name} | " + " | ".join(cells) + " |\n")
+    f.write(f"\n▲ / ▼: better / worse than `random` at that budget ({how}; Holm over the "
+            "budget's table, α = 0.05; the differences and p under **Against the floors**); "
+            "no mark: no difference from the random floor shown.\n\n" if tested else "\n")
+
+
+def _write_exact_and_retention(f, budgeted, order, budgets, unit):
+    """Exact match, then retention and ΔNLL, per policy and budget."""
+    f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
+            " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
+    for p in order:
+        cells = []
+        for b in budgets:
+            r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+            cells.append("–" if r.empty else cell(r.iloc[0], "exact"))
+        f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
+    f.write(f"\n**Retention** (of the {unit}s the full cache answers right, the share still "
+            "right; mean over seeds) and the **ΔNLL** of the reference answer (nats per "
+            "token; mean over seeds):\n\n| policy | " +
+            " | ".join(f"retention {b}%" for b in budgets) + " | " +
+            " | ".join(f"ΔNLL {b}%" for b in budgets) + " |\n|---|" +
+            "---|" * (2 * len(budgets)) + "\n")
+    for p in order:
+        ret, dn = [], []
+        for b in budgets:
+            r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
+            ret.append("–" if r.empty else fmt(r.iloc[0]["retention"]))
+            dn.append("–" if r.empty else fmt(r.iloc[0]["dnll"], "+.2f"))
+        f.write(f"| `{p}` | " + " | ".join(ret) + " | " + " | ".join(dn) + " |\n")
+
+
+def _write_self_sized(f, self_rows):
+    """The policies that size their caches themselves, by the memory they held."""
+    if not self_rows.empty:
+        f.write("\n**Policies that size their caches themselves** (one run each; compare them "
+                "by the memory they held, not with the budgeted table):\n\n| policy | held "
+                "(peak, of the full cache) | accuracy | exact | retention |\n"
+                "|---|---|---|---|---|\n")
+    for _, r in self_rows.sort_values("kv_fraction").iterrows():
+        f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
+                f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
+
+
+def _write_first_token(f, first, lengths, question, unit):
+    """Where the first answer token comes from in this order, and how the answers are spelled."""
+    count, total = first
+    if question == "compress":
+        f.write("\n**What the task gives for free.** Live compresses the cache after the "
+                "prefill, so the first answer token is predicted from the full prompt: the "
+                f"greedy answers agree on it in {count:,} of {total:,} policy runs on an "
+                f"{unit}. ")
+    elif question in ("tail1", "tailq"):
+        fed = "prompt's last token" if question == "tail1" else "question"
+        f.write(f"\n**The first answer token.** The {fed} is fed after compression, so the "
+                "first answer token is predicted from the compressed cache: the greedy "
+                f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
+                f"runs on an {unit}. ")
+    else:
+        f.write("\n**The first answer token.** The question is read after compression, so "
+                "the first answer token is predicted from the compressed cache: the greedy "
+                f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
+                f"runs on an {unit}. ")
+    f.write("The class words are spelled in several tokens (the reference answer: the word, "
+            "its period and the end token): " +
+            ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
+
+
 def write_report(path, table, comps, w, controls, builds, budgets, seeds, first, lengths,
                  rho_pooled, rho_within, n_images, draws, oracle, unit="image",
                  question="compress", reading=None):
     """reading: full_cache_reading's; a full cache at chance gets no tests, ranks or marks."""
-    units = f"{unit}s"
     tested = reading is None or reading["above_chance"]
-    seeds_word = "projector seeds" if unit == "image" else "training seeds"
-    how = how_tested(len(seeds), units)
-    marks = held_marks(table, question)
+    how = how_tested(len(seeds), f"{unit}s")
     budgeted = table[table["budget"] != SELF]
     self_rows = table[table["budget"] == SELF]
     order = (budgeted.groupby("policy")["contains"].mean().sort_index().index.tolist())
     refs = [p for p in FLOORS if p in order]
     order = refs + [p for p in order if p not in refs]
     with open(path, "w", encoding="utf-8") as f:
-        full = [b["full"]["accuracy"] for b in builds.values()]
-        memory = ORDER_TEXT[question]
-        f.write(f"{n_images} held-out {units}, {len(seeds)} {seeds_word} "
-                f"({', '.join(map(str, seeds))}), budgets {', '.join(b + '%' for b in budgets)}, "
-                f"{memory}. Primary metric: accuracy, the greedy answer contains "
-                "the class word; exact match (nothing else) beside it. Cells: mean over seeds ± "
-                f"SD over seeds [95% interval: {interval_words(len(seeds), units)}].\n\n")
-        f.write(f"Full cache: accuracy {np.mean(full):.3f} ± {np.std(full, ddof=1) if len(full) > 1 else float('nan'):.3f} over seeds "
-                f"({', '.join(f'{x:.3f}' for x in full)}).\n\n")
-        if not tested:
-            f.write(at_chance_text(reading, unit) + "\n")
-        f.write("**References** (full cache, one value per prompt form):\n\n| reference | accuracy | exact |\n|---|---|---|\n")
-        for name, g in controls.groupby("control", sort=False):
-            per = g.groupby("seed")[["contains", "exact"]].mean()
-            f.write(f"| {name} (control prompt) | {per['contains'].mean():.3f} ± {per['contains'].std(ddof=1):.3f} | "
-                    f"{per['exact'].mean():.3f} ± {per['exact'].std(ddof=1):.3f} |\n")
-        if not oracle.empty:
-            f.write("| `oracle` (replay only: the best set in hindsight, no live run): replay "
-                    "output error " + ", ".join(
-                        f"{fmt(r['mean_output_rel_error'], '.3f')} at {r['budget']}%"
-                        for _, r in oracle.iterrows()) + " | – | – |\n")
-        for _, r in self_rows[self_rows["policy"] == "text_only"].iterrows():
-            f.write(f"| `text_only` (every image entry evicted after the prefill; holds {r['kv_fraction']:.2f}) | "
-                    f"{cell(r, 'contains')} | {cell(r, 'exact')} |\n")
-        f.write("\n**Accuracy at equal memory** (contains; `!` marks a cell whose peak held "
-                "entries are more than 1% off " +
-                ("the budget's median over policies" if question == "append" else "the budget") +
-                "):\n\n| policy | " +
-                " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
-        vs_random = comps[comps["against"] == "random"].set_index(["budget", "policy"])
-        for p in order:
-            cells = []
-            for b in budgets:
-                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
-                if r.empty:
-                    cells.append("–")
-                    continue
-                r = r.iloc[0]
-                mark = "!" if marks.get((b, p)) else ""
-                verdict = ""
-                if tested and (b, p) in vs_random.index:
-                    v = vs_random.loc[(b, p), "verdict"]
-                    verdict = {"better": " ▲", "worse": " ▼"}.get(v, "")
-                cells.append(cell(r, "contains") + mark + verdict)
-            name = f"`{p}`" + (f" ({draws[p]} draws)" if draws.get(p, 1) > 1 else "")
-            f.write(f"| {name} | " + " | ".join(cells) + " |\n")
-        f.write(f"\n▲ / ▼: better / worse than `random` at that budget ({how}; Holm over the "
-                "budget's table, α = 0.05; the differences and p under **Against the floors**); "
-                "no mark: no difference from the random floor shown.\n\n" if tested else "\n")
-        f.write("**Exact match** (the answer is the class word and nothing else):\n\n| policy | " +
-                " | ".join(f"{b}%" for b in budgets) + " |\n|---|" + "---|" * len(budgets) + "\n")
-        for p in order:
-            cells = []
-            for b in budgets:
-                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
-                cells.append("–" if r.empty else cell(r.iloc[0], "exact"))
-            f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
-        f.write(f"\n**Retention** (of the {units} the full cache answers right, the share still "
-                "right; mean over seeds) and the **ΔNLL** of the reference answer (nats per "
-                "token; mean over seeds):\n\n| policy | " +
-                " | ".join(f"retention {b}%" for b in budgets) + " | " +
-                " | ".join(f"ΔNLL {b}%" for b in budgets) + " |\n|---|" +
-                "---|" * (2 * len(budgets)) + "\n")
-        for p in order:
-            ret, dn = [], []
-            for b in budgets:
-                r = budgeted[(budgeted["policy"] == p) & (budgeted["budget"] == b)]
-                ret.append("–" if r.empty else fmt(r.iloc[0]["retention"]))
-                dn.append("–" if r.empty else fmt(r.iloc[0]["dnll"], "+.2f"))
-            f.write(f"| `{p}` | " + " | ".join(ret) + " | " + " | ".join(dn) + " |\n")
-        if not self_rows.empty:
-            f.write("\n**Policies that size their caches themselves** (one run each; compare them "
-                    "by the memory they held, not with the budgeted table):\n\n| policy | held "
-                    "(peak, of the full cache) | accuracy | exact | retention |\n"
-                    "|---|---|---|---|---|\n")
-        for _, r in self_rows.sort_values("kv_fraction").iterrows():
-            f.write(f"| `{r['policy']}` | {r['kv_fraction']:.2f} | {cell(r, 'contains')} | "
-                    f"{cell(r, 'exact')} | {fmt(r['retention'])} |\n")
+        _write_header(f, builds, budgets, seeds, n_images, unit, question, reading, tested)
+        _write_references(f, controls, oracle, self_rows)
+        _write_accuracy(f, table, budgeted, comps, order, budgets, draws, question, tested, how)
+        _write_exact_and_retention(f, budgeted, order, budgets, unit)
+        _write_self_sized(f, self_rows)
         if tested:
             text_held = self_rows[self_rows["policy"] == "text_only"]["kv_fraction"]
             write_floors(f, comps, budgets, order,
                          f"`text_only` holds {text_held.iloc[0]:.2f} of the full cache, its own "
                          "memory, not the budget's." if len(text_held) else "")
             write_tests(f, comps, w, budgets, rho_pooled, rho_within, how)
-        count, total = first
-        if question == "compress":
-            f.write("\n**What the task gives for free.** Live compresses the cache after the "
-                    "prefill, so the first answer token is predicted from the full prompt: the "
-                    f"greedy answers agree on it in {count:,} of {total:,} policy runs on an "
-                    f"{unit}. ")
-        elif question in ("tail1", "tailq"):
-            fed = "prompt's last token" if question == "tail1" else "question"
-            f.write(f"\n**The first answer token.** The {fed} is fed after compression, so the "
-                    "first answer token is predicted from the compressed cache: the greedy "
-                    f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
-                    f"runs on an {unit}. ")
-        else:
-            f.write("\n**The first answer token.** The question is read after compression, so "
-                    "the first answer token is predicted from the compressed cache: the greedy "
-                    f"answers agree with the full cache's on it in {count:,} of {total:,} policy "
-                    f"runs on an {unit}. ")
-        f.write("The class words are spelled in several tokens (the reference answer: the word, "
-                "its period and the end token): " +
-                ", ".join(f"{w.strip()} {int(r['max'])}" for w, r in lengths.iterrows()) + ".\n")
+        _write_first_token(f, first, lengths, question, unit)
 
 
 # What each build measured with the full cache (its build.json): the prompt forms, in the order
