@@ -838,51 +838,52 @@ def builds_report(builds, unit="image"):
             "of the image now in the asked place |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
-def figures(table, live, budgets, out, unit="image"):
-    written = []
-    budgeted = table[table["budget"] != SELF]
-    self_rows = table[table["budget"] == SELF]
-    full = float(live.groupby("seed")["full_contains"].mean().mean())
+def _accuracy_bars(ax, x, g, **style):
+    """Accuracy at x with its 95% interval over images as error bars."""
+    ax.errorbar(x, g["contains"], yerr=[g["contains"] - g["contains_ci_low"],
+                                        g["contains_ci_high"] - g["contains"]],
+                capsize=2, **style)
 
-    def full_line(ax):
-        ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
 
-    def accuracy_bars(ax, x, g, **style):
-        """Accuracy at x with its 95% interval over images as error bars."""
-        ax.errorbar(x, g["contains"], yerr=[g["contains"] - g["contains_ci_low"],
-                                            g["contains_ci_high"] - g["contains"]],
-                    capsize=2, **style)
+def _full_line(ax, full):
+    ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
 
-    # The headline: accuracy against the memory each policy actually held, with intervals.
+
+def _accuracy_vs_memory(budgeted, self_rows, full, unit, out, written):
+    """The headline: accuracy against the memory each policy actually held, with intervals."""
     fig, ax = new_figure(figsize=(10, 5.5))
     for p, g in budgeted.groupby("policy"):
         g = g.sort_values("kv_fraction")
-        accuracy_bars(ax, g["kv_fraction"], g, label=p + (" (floor)" if p in FLOORS else ""),
-                      lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
+        _accuracy_bars(ax, g["kv_fraction"], g, label=p + (" (floor)" if p in FLOORS else ""),
+                       lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
     for _, r in self_rows.iterrows():
         style = policy_style(r["policy"])
-        accuracy_bars(ax, [r["kv_fraction"]], pd.DataFrame([r]),
-                      label=f"{r['policy']} (sizes itself)", color=style["color"],
-                      marker=style["marker"], ms=7, ls="none", mfc="none")
-    full_line(ax)
+        _accuracy_bars(ax, [r["kv_fraction"]], pd.DataFrame([r]),
+                       label=f"{r['policy']} (sizes itself)", color=style["color"],
+                       marker=style["marker"], ms=7, ls="none", mfc="none")
+    _full_line(ax, full)
     ax.set(title="Answer accuracy against memory held (mean over seeds; bars: 95% interval over "
            f"{unit}s)", xlabel="peak KV memory held while decoding (share of the full cache)",
            ylabel="accuracy (answer contains the class word)")
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "vlm_accuracy_vs_memory", written)
 
+
+def _accuracy_vs_budget(budgeted, full, unit, out, written):
     fig, ax = new_figure(figsize=(10, 5))
     for p, g in budgeted.groupby("policy"):
         g = g.sort_values("budget", key=lambda s: s.astype(float))
-        accuracy_bars(ax, g["budget"].astype(float), g, label=p, lw=2.2 if p in FLOORS else 1.0,
-                      ms=4, **policy_style(p))
-    full_line(ax)
+        _accuracy_bars(ax, g["budget"].astype(float), g, label=p,
+                       lw=2.2 if p in FLOORS else 1.0, ms=4, **policy_style(p))
+    _full_line(ax, full)
     ax.set(title=f"Answer accuracy by budget at equal memory (bars: 95% interval over {unit}s)",
            xlabel="budget (% of the prompt's entries per layer and KV head)",
            ylabel="accuracy (answer contains the class word)")
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "vlm_accuracy_vs_budget", written)
 
+
+def _accuracy_vs_image_kept(budgeted, full, out, written):
     fig, ax = new_figure(figsize=(10, 5))
     for p, g in budgeted.groupby("policy"):
         style = policy_style(p)
@@ -891,13 +892,15 @@ def figures(table, live, budgets, out, unit="image"):
         for _, r in g.iterrows():
             ax.annotate(f"{r['budget']}%", (r["image_kept"], r["contains"]), fontsize=5,
                         xytext=(2, 2), textcoords="offset points")
-    full_line(ax)
+    _full_line(ax, full)
     ax.set(title="Which image entries stay matters more than how many (labels: budget)",
            xlabel="image entries still stored at the end (share, replay)",
            ylabel="accuracy (answer contains the class word)")
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out, "vlm_accuracy_vs_image_kept", written)
 
+
+def _replay_vs_accuracy(budgeted, budgets, out, written):
     fig, axes = new_figure(1, len(budgets), figsize=(4 * len(budgets), 3.8), squeeze=False)
     for ax, b in zip(axes[0], budgets):
         g = budgeted[budgeted["budget"] == b]
@@ -910,6 +913,17 @@ def figures(table, live, budgets, out, unit="image"):
                ylabel="live accuracy loss (full − policy)")
     axes[0][0].legend(fontsize=5, ncol=2)
     save(fig, out, "vlm_replay_vs_accuracy", written)
+
+
+def figures(table, live, budgets, out, unit="image"):
+    written = []
+    budgeted = table[table["budget"] != SELF]
+    self_rows = table[table["budget"] == SELF]
+    full = float(live.groupby("seed")["full_contains"].mean().mean())
+    _accuracy_vs_memory(budgeted, self_rows, full, unit, out, written)
+    _accuracy_vs_budget(budgeted, full, unit, out, written)
+    _accuracy_vs_image_kept(budgeted, full, out, written)
+    _replay_vs_accuracy(budgeted, budgets, out, written)
     return written
 
 
@@ -932,7 +946,7 @@ def inputs(a):
                             "order": a.order, "machine": machine()}
 
 
-def main(argv):
+def _parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budgets", nargs="+", help="the budgets, in percent")
     ap.add_argument("--seed", nargs="+", help="SEED=DIRECTORY of each seed's run")
@@ -950,18 +964,13 @@ def main(argv):
     ap.add_argument("--chance", type=float, default=0.1,
                     help="the accuracy of a guess (0.1: one of the ten class words); a full "
                          "cache not above it gets no tests, ranks or marks")
-    a = ap.parse_args(argv)
-    tables, builds, settings = inputs(a)
-    budgets, seeds = settings["budgets"], [(s, None) for s in settings["seeds"]]
-    a.unit, a.order = settings["unit"], settings["order"]
-    kept = os.path.join(a.out, "results")
-    if not (a.from_results and len(a.from_results) == 1 and os.path.exists(kept) and
-            os.path.samefile(a.from_results[0], kept)):
-        save_results(a.out, tables, builds, settings)
-    live, replay, replay_images, controls = tables
-    live, rename = merge_identical(live)
-    replay, replay_images = renamed(replay, rename), renamed(replay_images, rename)
-    # The full cache's own accuracy per image, the reference of the losses.
+    return ap.parse_args(argv)
+
+
+def _policy_table(live, replay):
+    """Per (budget, policy): accuracy and exact match with their intervals, retention, ΔNLL,
+    memory held (mean, and the seed furthest off its budget), the loss against the full cache,
+    and replay's means."""
     table = interval_table(live, "contains").merge(interval_table(live, "exact"),
                                                    on=["budget", "policy", "n"])
     table = table.merge(retention(live), on=["budget", "policy"], how="left")
@@ -974,10 +983,12 @@ def main(argv):
         worst, on=["budget", "policy"], how="left")
     table["accuracy_loss"] = table["full"] - table["contains"]
     rep = replay.groupby(["budget", "policy"]).mean(numeric_only=True).reset_index()
-    table = table.merge(rep.drop(columns="seed"), on=["budget", "policy"], how="left")
-    comps = comparisons(live, budgets)
-    w = stability(live, budgets)
-    first = free_structure(live)
+    return table.merge(rep.drop(columns="seed"), on=["budget", "policy"], how="left"), rep
+
+
+def _replay_correlations(table, budgets):
+    """Spearman ρ of each replay metric with the accuracy loss: pooled over budgets (the budget
+    alone beside them), and within each budget."""
     budgeted = table[table["budget"] != SELF]
     points = pd.concat([budgeted, table[table["budget"] == SELF]])
     rho_pooled = {m: spearman(points[m].tolist(), points["accuracy_loss"].tolist())
@@ -987,23 +998,47 @@ def main(argv):
     rho_within = {(m, b): spearman(budgeted[budgeted["budget"] == b][m].tolist(),
                                    budgeted[budgeted["budget"] == b]["accuracy_loss"].tolist())
                   for m, _ in REPLAY_METRICS for b in budgets}
-    os.makedirs(a.out, exist_ok=True)
-    table.to_csv(os.path.join(a.out, "vlm_eval.csv"), index=False, float_format="%.6g")
+    return rho_pooled, rho_within
+
+
+def _write_tables(out, table, comps, live, replay, replay_images):
+    """The report's CSV tables: per policy, per seed, the comparisons, and per image."""
+    os.makedirs(out, exist_ok=True)
+    table.to_csv(os.path.join(out, "vlm_eval.csv"), index=False, float_format="%.6g")
     by_seed = per_seed(live, "contains").merge(per_seed(live, "exact"), on=["seed", "budget", "policy"])
     by_seed = by_seed.merge(per_seed(live.assign(full=live["full_contains"]), "full"),
                             on=["seed", "budget", "policy"])
     by_seed = by_seed.merge(replay.drop(columns=["replay_held"]), on=["seed", "budget", "policy"],
                             how="left")
-    by_seed.to_csv(os.path.join(a.out, "vlm_eval_by_seed.csv"), index=False, float_format="%.6g")
-    comps.to_csv(os.path.join(a.out, "vlm_comparisons.csv"), index=False, float_format="%.6g")
+    by_seed.to_csv(os.path.join(out, "vlm_eval_by_seed.csv"), index=False, float_format="%.6g")
+    comps.to_csv(os.path.join(out, "vlm_comparisons.csv"), index=False, float_format="%.6g")
     by_image = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[
         ["contains", "exact", "full_contains", "dnll", "kv_fraction", "mean_kl"]].mean()
     by_image = by_image.merge(replay_images, on=["seed", "budget", "policy", "sample"], how="left")
-    by_image.to_csv(os.path.join(a.out, "vlm_eval_by_image.csv"), index=False, float_format="%.6g")
-    n_images = live["sample"].nunique()
-    write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets,
-                 [s for s, _ in seeds], (first[0], first[1]), first[2], rho_pooled, rho_within,
-                 n_images, live.groupby("policy")["label"].nunique().to_dict(),
+    by_image.to_csv(os.path.join(out, "vlm_eval_by_image.csv"), index=False, float_format="%.6g")
+
+
+def main(argv):
+    a = _parse(argv)
+    tables, builds, settings = inputs(a)
+    budgets, seeds = settings["budgets"], settings["seeds"]
+    a.unit, a.order = settings["unit"], settings["order"]
+    kept = os.path.join(a.out, "results")
+    if not (a.from_results and len(a.from_results) == 1 and os.path.exists(kept) and
+            os.path.samefile(a.from_results[0], kept)):
+        save_results(a.out, tables, builds, settings)
+    live, replay, replay_images, controls = tables
+    live, rename = merge_identical(live)
+    replay, replay_images = renamed(replay, rename), renamed(replay_images, rename)
+    table, rep = _policy_table(live, replay)
+    comps = comparisons(live, budgets)
+    w = stability(live, budgets)
+    first = free_structure(live)
+    rho_pooled, rho_within = _replay_correlations(table, budgets)
+    _write_tables(a.out, table, comps, live, replay, replay_images)
+    write_report(os.path.join(a.out, "vlm_eval.md"), table, comps, w, controls, builds, budgets, seeds, (first[0], first[1]), first[2], rho_pooled,
+                 rho_within, live["sample"].nunique(),
+                 live.groupby("policy")["label"].nunique().to_dict(),
                  rep[rep["policy"] == "oracle"].sort_values("budget", key=lambda b: b.astype(float)),
                  a.unit, a.order, full_cache_reading(live, a.chance))
     with open(os.path.join(a.out, "vlm_builds.md"), "w", encoding="utf-8") as f:
