@@ -248,84 +248,104 @@ def main(argv):
     return 0
 
 
+def _write_orders(f, result, budgets, orders):
+    """Each policy's accuracy in both orders, the append − compress effect, rank agreement."""
+    arrow = {"better": " ▲", "worse": " ▼"}
+    f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
+            "seeds [95% interval over seeds and items]; ▲/▼ against `random` in that order; "
+            "the effect of appending the question after compression, append − compress, "
+            "paired over the same seeds and items, 95% interval over both (crossed "
+            "bootstrap), Holm over each budget's policies). The budget is a "
+            "share of the whole prompt when the question is compressed with it, of the "
+            "context when it is appended; appended, the question and the answer are held "
+            "uncompressed besides, so at one budget the append order holds more (held: peak "
+            "KV memory while decoding, share of the full cache, mean over items):\n\n"
+            "| budget | policy | compress | append | append − compress | shown |\n"
+            "|---|---|---|---|---|---|\n")
+    for b in budgets:
+        g = result[result["budget"] == b]
+        f.write(f"| {b}% | held | {fmt(g['held_compress'].mean())} | "
+                f"{fmt(g['held_append'].mean())} | | |\n")
+        for _, r in g.sort_values("policy").iterrows():
+            cells = []
+            for o in ("compress", "append"):
+                cells.append(f"{fmt(r[f'accuracy_{o}'])} [{fmt(r[f'accuracy_{o}_ci_low'], '.2f')}, "
+                             f"{fmt(r[f'accuracy_{o}_ci_high'], '.2f')}]"
+                             f"{arrow.get(r[f'vs_random_{o}'], '')}")
+            f.write(f"| {b}% | `{r['policy']}` | {cells[0]} | {cells[1]} | "
+                    f"{fmt(r['append_minus_compress'], '+.3f')} [{fmt(r['ci_low'], '+.2f')}, "
+                    f"{fmt(r['ci_high'], '+.2f')}] | {r['verdict']} |\n")
+    f.write("\nRank agreement of the policies' accuracy between the two orders (Spearman ρ "
+            "over the policies run in both, the floors left out): " + ", ".join(
+                f"{b}%: {fmt(rho, '+.2f')} ({n} policies)" for b, (rho, n) in orders.items())
+            + ".\n\n")
+
+
+def _write_single(f, single, verdicts):
+    """Short single-image prompts against the eight-box task: rank agreement and verdicts."""
+    agreement, single_verdicts, common = single
+    f.write("**Short single-image prompts against the eight-box task** (both with the "
+            "question compressed with the prompt, every policy at equal memory). Rank "
+            "agreement of the policies' accuracy (Spearman ρ, the floors left out): " + ", ".join(
+                f"{b}%: {fmt(rho, '+.2f')} ({n} policies)"
+                for b, (rho, n) in agreement.items()) + ". Against `random` (▲ better, "
+            "▼ worse, · no difference shown):\n\n| policy | " +
+            " | ".join(f"single {b}% | eight-box {b}%" for b in common) + " |\n|---|" +
+            "---|" * (2 * len(common)) + "\n")
+    mark = {"better": "▲", "worse": "▼"}
+    policies = sorted(set(p for (_, p) in verdicts["compress"]) |
+                      set(p for (_, p) in single_verdicts))
+    for p in policies:
+        cells = []
+        for b in common:
+            for v in (single_verdicts, verdicts["compress"]):
+                cells.append(mark.get(v.get((b, p)), "·") if (b, p) in v else "–")
+        f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
+    f.write("\n")
+
+
+def _write_coverage(f, coverage):
+    """Which image stays: the asked image's entries kept against the others', per order."""
+    f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
+            "items): the share of the asked image's entries kept, of the other images' "
+            "entries, and the share of (item, layer, KV head) that keep none of the asked "
+            "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
+            "asked image kept | other images kept | asked image dropped |\n|---|---|---|---|---|\n")
+    for (b, p), g in coverage.groupby(["budget", "policy"]):
+        cells = []
+        for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):
+            by = g.set_index("order")[column]
+            cells.append(" / ".join(fmt(by[o]) if o in by else "–"
+                                    for o in ("compress", "append")))
+        f.write(f"| {b}% | `{p}` | " + " | ".join(cells) + " |\n")
+    f.write("\n")
+
+
+def _write_shared(f, shared, shared_seeds, shared_budget):
+    """Several questions on one compressed context: accuracy over questions and contexts."""
+    f.write(f"**Several questions on one compressed context** ({shared_budget}%, the question "
+            "appended after compression; each context compressed once and asked about each "
+            f"of its boxes; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
+            "interval over contexts, and the share of contexts whose every question is "
+            "answered right:\n\n| policy | contexts | questions | accuracy | every question "
+            "right |\n|---|---|---|---|---|\n")
+    names = sorted(shared["policy"], key=lambda p: (p != "full", p))  # full, then by name
+    for _, r in shared.set_index("policy", drop=False).loc[names].iterrows():
+        f.write(f"| `{r['policy']}` | {int(r['n'])} | {int(r['questions'])} | "
+                f"{fmt(r['mean'])} [{fmt(r['ci_low'], '.2f')}, {fmt(r['ci_high'], '.2f')}] | "
+                f"{fmt(r['all_right'])} |\n")
+    f.write(f"\nRows in name order; the intervals over the {int(shared['n'].max())} contexts "
+            "say which differences they can show.\n")
+
+
 def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds, shared_budget,
           tables, coverage):
-    arrow = {"better": " ▲", "worse": " ▼"}
     with open(path, "w", encoding="utf-8") as f:
-        f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
-                "seeds [95% interval over seeds and items]; ▲/▼ against `random` in that order; "
-                "the effect of appending the question after compression, append − compress, "
-                "paired over the same seeds and items, 95% interval over both (crossed "
-                "bootstrap), Holm over each budget's policies). The budget is a "
-                "share of the whole prompt when the question is compressed with it, of the "
-                "context when it is appended; appended, the question and the answer are held "
-                "uncompressed besides, so at one budget the append order holds more (held: peak "
-                "KV memory while decoding, share of the full cache, mean over items):\n\n"
-                "| budget | policy | compress | append | append − compress | shown |\n"
-                "|---|---|---|---|---|---|\n")
-        for b in budgets:
-            g = result[result["budget"] == b]
-            f.write(f"| {b}% | held | {fmt(g['held_compress'].mean())} | "
-                    f"{fmt(g['held_append'].mean())} | | |\n")
-            for _, r in g.sort_values("policy").iterrows():
-                cells = []
-                for o in ("compress", "append"):
-                    cells.append(f"{fmt(r[f'accuracy_{o}'])} [{fmt(r[f'accuracy_{o}_ci_low'], '.2f')}, "
-                                 f"{fmt(r[f'accuracy_{o}_ci_high'], '.2f')}]"
-                                 f"{arrow.get(r[f'vs_random_{o}'], '')}")
-                f.write(f"| {b}% | `{r['policy']}` | {cells[0]} | {cells[1]} | "
-                        f"{fmt(r['append_minus_compress'], '+.3f')} [{fmt(r['ci_low'], '+.2f')}, "
-                        f"{fmt(r['ci_high'], '+.2f')}] | {r['verdict']} |\n")
-        f.write("\nRank agreement of the policies' accuracy between the two orders (Spearman ρ "
-                "over the policies run in both, the floors left out): " + ", ".join(
-                    f"{b}%: {fmt(rho, '+.2f')} ({n} policies)" for b, (rho, n) in orders.items())
-                + ".\n\n")
+        _write_orders(f, result, budgets, orders)
         if single is not None:
-            agreement, single_verdicts, common = single
-            f.write("**Short single-image prompts against the eight-box task** (both with the "
-                    "question compressed with the prompt, every policy at equal memory). Rank "
-                    "agreement of the policies' accuracy (Spearman ρ, the floors left out): " + ", ".join(
-                        f"{b}%: {fmt(rho, '+.2f')} ({n} policies)"
-                        for b, (rho, n) in agreement.items()) + ". Against `random` (▲ better, "
-                    "▼ worse, · no difference shown):\n\n| policy | " +
-                    " | ".join(f"single {b}% | eight-box {b}%" for b in common) + " |\n|---|" +
-                    "---|" * (2 * len(common)) + "\n")
-            mark = {"better": "▲", "worse": "▼"}
-            policies = sorted(set(p for (_, p) in verdicts["compress"]) |
-                              set(p for (_, p) in single_verdicts))
-            for p in policies:
-                cells = []
-                for b in common:
-                    for v in (single_verdicts, verdicts["compress"]):
-                        cells.append(mark.get(v.get((b, p)), "·") if (b, p) in v else "–")
-                f.write(f"| `{p}` | " + " | ".join(cells) + " |\n")
-            f.write("\n")
-        f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
-                "items): the share of the asked image's entries kept, of the other images' "
-                "entries, and the share of (item, layer, KV head) that keep none of the asked "
-                "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
-                "asked image kept | other images kept | asked image dropped |\n|---|---|---|---|---|\n")
-        for (b, p), g in coverage.groupby(["budget", "policy"]):
-            cells = []
-            for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):
-                by = g.set_index("order")[column]
-                cells.append(" / ".join(fmt(by[o]) if o in by else "–"
-                                        for o in ("compress", "append")))
-            f.write(f"| {b}% | `{p}` | " + " | ".join(cells) + " |\n")
-        f.write("\n")
-        f.write(f"**Several questions on one compressed context** ({shared_budget}%, the question "
-                "appended after compression; each context compressed once and asked about each "
-                f"of its boxes; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
-                "interval over contexts, and the share of contexts whose every question is "
-                "answered right:\n\n| policy | contexts | questions | accuracy | every question "
-                "right |\n|---|---|---|---|---|\n")
-        names = sorted(shared["policy"], key=lambda p: (p != "full", p))  # full, then by name
-        for _, r in shared.set_index("policy", drop=False).loc[names].iterrows():
-            f.write(f"| `{r['policy']}` | {int(r['n'])} | {int(r['questions'])} | "
-                    f"{fmt(r['mean'])} [{fmt(r['ci_low'], '.2f')}, {fmt(r['ci_high'], '.2f')}] | "
-                    f"{fmt(r['all_right'])} |\n")
-        f.write(f"\nRows in name order; the intervals over the {int(shared['n'].max())} contexts "
-                "say which differences they can show.\n")
+            _write_single(f, single, verdicts)
+        _write_coverage(f, coverage)
+        _write_shared(f, shared, shared_seeds, shared_budget)
 
 
 def figure(result, budgets, out):
