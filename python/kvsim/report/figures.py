@@ -142,6 +142,109 @@ def stats_across_samples_figure(f, tag):
     return fig
 
 
+def _sparsity_figure(f, g, layers, save_as):
+    fig, ax = new_figure(figsize=(6, 3.5))
+    sp = np.nanmean(g["sparsity_causal"][()], axis=1)
+    for k, label in enumerate(["all keys", "text keys", "vision keys"]):
+        ax.plot(layers, 100 * sp[:, k], marker="o", ms=3, label=label)
+    ax.set(title=f"ε-sparsity by layer (ε = {f.attrs['epsilon']:g})", xlabel="layer",
+           ylabel="entries ≤ ε (%)")
+    ax.legend()
+    save_as(fig, "sparsity")
+
+
+def _variance_figure(g, layers, save_as):
+    fig, ax = new_figure(figsize=(6, 3.5))
+    var = np.nanmean(g["cumulative_variance"][()], axis=1)
+    ax.semilogy(layers, var[:, 0], marker="o", ms=3, label="text tokens")
+    ax.semilogy(layers, var[:, 1], marker="s", ms=3, label="vision tokens")
+    ax.set(title="Variance of cumulative attention", xlabel="layer",
+           ylabel="variance of column sums")
+    ax.legend()
+    save_as(fig, "cumulative_variance")
+
+
+def _ppci_figure(g, layers, ppci_p, save_as):
+    L = len(layers)
+    fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
+    for i, p in enumerate(ppci_p):
+        a1.plot(layers, 100 * g["ppci_layers"][i], marker="o", ms=3, label=f"{p:.0%} PPCI")
+    a1.set(title="PPCI of image tokens vs layer 0", xlabel="layer", ylabel="PPCI (%)",
+           ylim=(0, 105))
+    a1.legend()
+    steps = g["ppci_steps"][()]
+    i50 = len(ppci_p) - 1
+    for l in sorted(set([0, L // 4, L // 2, 3 * L // 4, L - 1])):
+        a2.plot(100 * steps[i50, l], label=f"layer {l}")
+    a2.set(title=f"{ppci_p[i50]:.0%} PPCI vs decode step 0", xlabel="decode step",
+           ylabel="PPCI (%)", ylim=(0, 105))
+    a2.legend(fontsize=8)
+    save_as(fig, "ppci")
+
+
+def _layer_similarity_figure(g, save_as):
+    fig, ax = new_figure(figsize=(5, 4.2))
+    im = ax.imshow(g["layer_cosine"][()], vmin=0, vmax=1, cmap="viridis", origin="lower")
+    ax.set(title="Cosine similarity of attention between layers", xlabel="layer",
+           ylabel="layer")
+    fig.colorbar(im, ax=ax, label="cosine similarity")
+    save_as(fig, "layer_similarity")
+
+
+def _entropy_figure(g, layers, save_as):
+    fig, ax = new_figure(figsize=(6, 3.5))
+    ax.plot(layers, g["entropy"][()], marker="o", ms=3, label="attention entropy")
+    ax.plot(layers, g["cross_modal_entropy"][()], marker="s", ms=3,
+            label="cross-modal entropy $E_{CM}$")
+    ax.set(title="Attention entropy by layer", xlabel="layer", ylabel="entropy (nats)")
+    ax.legend()
+    save_as(fig, "entropy")
+
+
+def _key_similarity_figure(f, g, layers, save_as):
+    fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
+    kq = [float(x) for x in str(f.attrs["key_quantiles"]).split(",")]
+    near = g["key_nearest_cosine"][()]
+    mid = int(np.argmin([abs(q - 0.5) for q in kq]))
+    for m, (label, colour) in enumerate([("text keys", "C0"), ("vision keys", "C1")]):
+        a1.plot(layers, near[:, m, mid], marker="o", ms=3, color=colour,
+                label=f"{label}, q = {kq[mid]:g}")
+        a1.fill_between(layers, near[:, m, 0], near[:, m, -1], color=colour, alpha=0.2)
+    a1.set(title="Cosine of each key to its nearest other key", xlabel="layer",
+           ylabel="cosine", ylim=(-0.05, 1.05))
+    a1.legend(fontsize=8)
+    corr = g["key_value_correlation"][()]
+    a2.plot(layers, corr[:, 0], marker="o", ms=3, label="text pairs")
+    a2.plot(layers, corr[:, 1], marker="s", ms=3, label="vision pairs")
+    a2.set(title="Key- vs value-similarity correlation", xlabel="layer",
+           ylabel="Pearson r", ylim=(-1.05, 1.05))
+    a2.legend(fontsize=8)
+    save_as(fig, "key_similarity")
+
+
+def _head_preference_figure(g, save_as):
+    fig, ax = new_figure(figsize=(7, 4))
+    im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,
+                   cmap="coolwarm", origin="lower", aspect="auto")
+    ax.set(title="Per-head modality preference", xlabel="layer", ylabel="head")
+    fig.colorbar(im, ax=ax, label="attention on vision tokens (%)")
+    save_as(fig, "head_preference")
+
+
+def _segment_share_figure(g, save_as):
+    seg = g["segment_share"][()]
+    if seg.shape[1] == 0:
+        return
+    fig, ax = new_figure(figsize=(6, 3.5))
+    mean = np.nanmean(seg, axis=0)
+    for k, label in enumerate(["system", "image", "user instruction", "generated"]):
+        ax.plot(100 * mean[:, k], label=label)
+    ax.set(title="Attention share vs generated length (mean over layers)",
+           xlabel="generated tokens", ylabel="attention mass (%)", ylim=(0, 100))
+    ax.legend()
+    save_as(fig, "vision_share")
+
+
 def stats_figures(path, out, written):
     import h5py
     tag = os.path.splitext(os.path.basename(path))[0]
@@ -150,95 +253,20 @@ def stats_figures(path, out, written):
         if len(f["samples"]) > 1:
             save(stats_across_samples_figure(f, tag), out, f"{tag}_across_samples", written)
         for name, g in f["samples"].items():
-            stem = f"{tag}_{name}"
-            L = g["entropy"].shape[0]
-            layers = np.arange(L)
+            layers = np.arange(g["entropy"].shape[0])
 
-            fig, ax = new_figure(figsize=(6, 3.5))
-            sp = np.nanmean(g["sparsity_causal"][()], axis=1)
-            for k, label in enumerate(["all keys", "text keys", "vision keys"]):
-                ax.plot(layers, 100 * sp[:, k], marker="o", ms=3, label=label)
-            ax.set(title=f"ε-sparsity by layer (ε = {f.attrs['epsilon']:g})", xlabel="layer",
-                   ylabel="entries ≤ ε (%)")
-            ax.legend()
-            save(fig, out, f"{stem}_sparsity", written, context=f"{tag}, sample {name}")
+            def save_as(fig, what, name=name):
+                save(fig, out, f"{tag}_{name}_{what}", written, context=f"{tag}, sample {name}")
 
-            fig, ax = new_figure(figsize=(6, 3.5))
-            var = np.nanmean(g["cumulative_variance"][()], axis=1)
-            ax.semilogy(layers, var[:, 0], marker="o", ms=3, label="text tokens")
-            ax.semilogy(layers, var[:, 1], marker="s", ms=3, label="vision tokens")
-            ax.set(title="Variance of cumulative attention", xlabel="layer",
-                   ylabel="variance of column sums")
-            ax.legend()
-            save(fig, out, f"{stem}_cumulative_variance", written, context=f"{tag}, sample {name}")
-
-            fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
-            for i, p in enumerate(ppci_p):
-                a1.plot(layers, 100 * g["ppci_layers"][i], marker="o", ms=3, label=f"{p:.0%} PPCI")
-            a1.set(title="PPCI of image tokens vs layer 0", xlabel="layer", ylabel="PPCI (%)",
-                   ylim=(0, 105))
-            a1.legend()
-            steps = g["ppci_steps"][()]
-            i50 = len(ppci_p) - 1
-            for l in sorted(set([0, L // 4, L // 2, 3 * L // 4, L - 1])):
-                a2.plot(100 * steps[i50, l], label=f"layer {l}")
-            a2.set(title=f"{ppci_p[i50]:.0%} PPCI vs decode step 0", xlabel="decode step",
-                   ylabel="PPCI (%)", ylim=(0, 105))
-            a2.legend(fontsize=8)
-            save(fig, out, f"{stem}_ppci", written, context=f"{tag}, sample {name}")
-
-            fig, ax = new_figure(figsize=(5, 4.2))
-            im = ax.imshow(g["layer_cosine"][()], vmin=0, vmax=1, cmap="viridis", origin="lower")
-            ax.set(title="Cosine similarity of attention between layers", xlabel="layer",
-                   ylabel="layer")
-            fig.colorbar(im, ax=ax, label="cosine similarity")
-            save(fig, out, f"{stem}_layer_similarity", written, context=f"{tag}, sample {name}")
-
-            fig, ax = new_figure(figsize=(6, 3.5))
-            ax.plot(layers, g["entropy"][()], marker="o", ms=3, label="attention entropy")
-            ax.plot(layers, g["cross_modal_entropy"][()], marker="s", ms=3,
-                    label="cross-modal entropy $E_{CM}$")
-            ax.set(title="Attention entropy by layer", xlabel="layer", ylabel="entropy (nats)")
-            ax.legend()
-            save(fig, out, f"{stem}_entropy", written, context=f"{tag}, sample {name}")
-
+            _sparsity_figure(f, g, layers, save_as)
+            _variance_figure(g, layers, save_as)
+            _ppci_figure(g, layers, ppci_p, save_as)
+            _layer_similarity_figure(g, save_as)
+            _entropy_figure(g, layers, save_as)
             if "key_nearest_cosine" in g:
-                fig, (a1, a2) = new_figure(1, 2, figsize=(10, 3.5))
-                kq = [float(x) for x in str(f.attrs["key_quantiles"]).split(",")]
-                near = g["key_nearest_cosine"][()]
-                mid = int(np.argmin([abs(q - 0.5) for q in kq]))
-                for m, (label, colour) in enumerate([("text keys", "C0"), ("vision keys", "C1")]):
-                    a1.plot(layers, near[:, m, mid], marker="o", ms=3, color=colour,
-                            label=f"{label}, q = {kq[mid]:g}")
-                    a1.fill_between(layers, near[:, m, 0], near[:, m, -1], color=colour, alpha=0.2)
-                a1.set(title="Cosine of each key to its nearest other key", xlabel="layer",
-                       ylabel="cosine", ylim=(-0.05, 1.05))
-                a1.legend(fontsize=8)
-                corr = g["key_value_correlation"][()]
-                a2.plot(layers, corr[:, 0], marker="o", ms=3, label="text pairs")
-                a2.plot(layers, corr[:, 1], marker="s", ms=3, label="vision pairs")
-                a2.set(title="Key- vs value-similarity correlation", xlabel="layer",
-                       ylabel="Pearson r", ylim=(-1.05, 1.05))
-                a2.legend(fontsize=8)
-                save(fig, out, f"{stem}_key_similarity", written, context=f"{tag}, sample {name}")
-
-            fig, ax = new_figure(figsize=(7, 4))
-            im = ax.imshow(100 * g["modality_share"][:, :, 1].T, vmin=0, vmax=100,
-                           cmap="coolwarm", origin="lower", aspect="auto")
-            ax.set(title="Per-head modality preference", xlabel="layer", ylabel="head")
-            fig.colorbar(im, ax=ax, label="attention on vision tokens (%)")
-            save(fig, out, f"{stem}_head_preference", written, context=f"{tag}, sample {name}")
-
-            seg = g["segment_share"][()]
-            if seg.shape[1] > 0:
-                fig, ax = new_figure(figsize=(6, 3.5))
-                mean = np.nanmean(seg, axis=0)
-                for k, label in enumerate(["system", "image", "user instruction", "generated"]):
-                    ax.plot(100 * mean[:, k], label=label)
-                ax.set(title="Attention share vs generated length (mean over layers)",
-                       xlabel="generated tokens", ylabel="attention mass (%)", ylim=(0, 100))
-                ax.legend()
-                save(fig, out, f"{stem}_vision_share", written, context=f"{tag}, sample {name}")
+                _key_similarity_figure(f, g, layers, save_as)
+            _head_preference_figure(g, save_as)
+            _segment_share_figure(g, save_as)
 
 
 class ReplayMeans:
