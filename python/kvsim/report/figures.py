@@ -569,28 +569,21 @@ def accuracy_figure(rows, out, written):
     save(fig, out, "live_accuracy", written)
 
 
-def live_figures(steps, summaries, replays, out, written):
-    """`kvsim live evaluate` results: KL per decode step, agreement and memory per policy, and,
-    with replay results of the same policies, replay's mass recall against live top-1 agreement."""
-    if steps:
-        by_step = defaultdict(lambda: defaultdict(list))
-        for r in read_rows(steps):
-            by_step[r["policy"]][int(r["step"])].append(float(r["kl"]))
-        fig, ax = new_figure(figsize=(6, 4))
-        for label, per in sorted(by_step.items()):
-            xs = sorted(per)
-            ax.plot(xs, [np.mean(per[x]) for x in xs], ms=3, label=label, **policy_style(label))
-        ax.set(title="Live: KL(full || policy) per decode step", xlabel="decode step",
-               ylabel="mean KL (nats), teacher-forced")
-        ax.legend(fontsize=7, ncol=2)
-        save(fig, out, "live_kl_by_step", written)
-    if not summaries:
-        return
-    acc = defaultdict(lambda: defaultdict(list))
-    for r in read_rows(summaries):
-        for k in ("top1_agreement", "answer_overlap", "kv_fraction", "mean_kl"):
-            acc[r["policy"]][k].append(float(r[k]))
-    labels = sorted(acc)
+def _live_kl_figure(steps, out, written):
+    by_step = defaultdict(lambda: defaultdict(list))
+    for r in read_rows(steps):
+        by_step[r["policy"]][int(r["step"])].append(float(r["kl"]))
+    fig, ax = new_figure(figsize=(6, 4))
+    for label, per in sorted(by_step.items()):
+        xs = sorted(per)
+        ax.plot(xs, [np.mean(per[x]) for x in xs], ms=3, label=label, **policy_style(label))
+    ax.set(title="Live: KL(full || policy) per decode step", xlabel="decode step",
+           ylabel="mean KL (nats), teacher-forced")
+    ax.legend(fontsize=7, ncol=2)
+    save(fig, out, "live_kl_by_step", written)
+
+
+def _live_summary_figure(acc, labels, out, written):
     fig, axes = new_figure(1, 3, figsize=(15, 3.8))
     for ax, (key, title) in zip(axes, [("top1_agreement", "top-1 agreement (teacher-forced)"),
                                         ("answer_overlap", "greedy answer overlap (LCS)"),
@@ -604,8 +597,11 @@ def live_figures(steps, summaries, replays, out, written):
         ax.set(title=f"{title}\n(mean over samples; bars: ± one standard deviation)",
                ylim=(0, 1.15))
     save(fig, out, "live_summary", written)
-    # Reference perplexity (prompt files with reference_ids): over the samples, exp of the mean
-    # token NLL, per policy, the full cache's as a line.
+
+
+def _live_perplexity_figure(summaries, out, written):
+    """Reference perplexity (prompt files with reference_ids): over the samples, exp of the mean
+    token NLL, per policy, the full cache's as a line."""
     ppl = defaultdict(lambda: [0.0, 0.0, 0])
     for r in read_rows(summaries):
         if r.get("ref_nll") and r.get("ref_tokens") and int(r["ref_tokens"]) > 0:
@@ -613,34 +609,56 @@ def live_figures(steps, summaries, replays, out, written):
             t[0] += float(r["ref_nll"]) * int(r["ref_tokens"])
             t[1] += float(r["ref_nll_full"]) * int(r["ref_tokens"])
             t[2] += int(r["ref_tokens"])
-    if ppl:
-        names = sorted(ppl)
-        values = [np.exp(ppl[l][0] / ppl[l][2]) for l in names]
-        full = np.exp(sum(t[1] for t in ppl.values()) / sum(t[2] for t in ppl.values()))
-        fig, ax = new_figure(figsize=(max(5, 0.6 * len(names) + 2), 3.8))
-        bars = ax.bar(range(len(names)), values, color=[policy_colour(l) for l in names])
-        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=6, padding=2)
-        ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
-        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
-        ax.set(title="Live: perplexity of the reference continuations\n(exp of the mean token NLL "
-               "over samples)", ylabel="perplexity")
-        ax.legend(fontsize=7, loc="lower right")
-        save(fig, out, "live_perplexity", written)
+    if not ppl:
+        return
+    names = sorted(ppl)
+    values = [np.exp(ppl[l][0] / ppl[l][2]) for l in names]
+    full = np.exp(sum(t[1] for t in ppl.values()) / sum(t[2] for t in ppl.values()))
+    fig, ax = new_figure(figsize=(max(5, 0.6 * len(names) + 2), 3.8))
+    bars = ax.bar(range(len(names)), values, color=[policy_colour(l) for l in names])
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=6, padding=2)
+    ax.axhline(full, color="black", lw=0.8, ls=":", label=f"full cache ({full:.2f})")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+    ax.set(title="Live: perplexity of the reference continuations\n(exp of the mean token NLL "
+           "over samples)", ylabel="perplexity")
+    ax.legend(fontsize=7, loc="lower right")
+    save(fig, out, "live_perplexity", written)
+
+
+def _replay_vs_live_figure(replays, acc, labels, out, written):
+    recall = defaultdict(list)
+    for r in read_rows(replays):
+        recall[r["policy"]].append(float(r["mass_recall"]))
+    common = [l for l in labels if l in recall]
+    if not common:
+        return
+    fig, ax = new_figure(figsize=(5, 4))
+    for l in common:
+        ax.scatter(np.mean(recall[l]), np.mean(acc[l]["top1_agreement"]), label=l,
+                   color=policy_colour(l))
+    ax.set(title="Replay vs live", xlabel="replay: mean attention mass recall",
+           ylabel="live: top-1 agreement", xlim=(0, 1.02), ylim=(0, 1.02))
+    ax.legend(fontsize=7)
+    save(fig, out, "replay_vs_live", written)
+
+
+def live_figures(steps, summaries, replays, out, written):
+    """`kvsim live evaluate` results: KL per decode step, agreement and memory per policy, and,
+    with replay results of the same policies, replay's mass recall against live top-1 agreement."""
+    if steps:
+        _live_kl_figure(steps, out, written)
+    if not summaries:
+        return
+    acc = defaultdict(lambda: defaultdict(list))
+    for r in read_rows(summaries):
+        for k in ("top1_agreement", "answer_overlap", "kv_fraction", "mean_kl"):
+            acc[r["policy"]][k].append(float(r[k]))
+    labels = sorted(acc)
+    _live_summary_figure(acc, labels, out, written)
+    _live_perplexity_figure(summaries, out, written)
     accuracy_figure(read_rows(summaries), out, written)
     if replays:
-        recall = defaultdict(list)
-        for r in read_rows(replays):
-            recall[r["policy"]].append(float(r["mass_recall"]))
-        common = [l for l in labels if l in recall]
-        if common:
-            fig, ax = new_figure(figsize=(5, 4))
-            for l in common:
-                ax.scatter(np.mean(recall[l]), np.mean(acc[l]["top1_agreement"]), label=l,
-                           color=policy_colour(l))
-            ax.set(title="Replay vs live", xlabel="replay: mean attention mass recall",
-                   ylabel="live: top-1 agreement", xlim=(0, 1.02), ylim=(0, 1.02))
-            ax.legend(fontsize=7)
-            save(fig, out, "replay_vs_live", written)
+        _replay_vs_live_figure(replays, acc, labels, out, written)
 
 
 def main(argv):
