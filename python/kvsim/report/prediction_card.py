@@ -266,6 +266,54 @@ def top_choices(points, higher_is_better):
     return out
 
 
+def _left_out_errors(points, rows, metric, outcome, increasing, rng, resamples):
+    """The map's errors on what its fit left out (a policy family, a budget, a seed, the samples),
+    against the memory held alone; and the family-left-out residuals."""
+    errors = {}
+    residuals = None
+    for key, label in (("family", "policy family"), ("budget", "budget"), ("seed", "seed")):
+        if points[key].nunique() < 2:
+            continue
+        mae, res = left_out_error(points, key, "x", increasing)
+        base, base_res = left_out_error(points, key, "memory", not increasing)
+        errors[label] = {"mae": mae, "mae_memory_only": base,
+                         "skill": 1 - mae / base if base else float("nan"),
+                         "skill_ci": skill_interval(points[key], res, base_res, rng, resamples)}
+        if key == "family":
+            residuals = res
+    mae = out_of_image_error(rows, metric, outcome, "x", increasing)
+    base = out_of_image_error(rows, metric, outcome, "memory", not increasing)
+    errors["samples not in the fit"] = {"mae": mae, "mae_memory_only": base,
+                                       "skill": 1 - mae / base if base else float("nan")}
+    return errors, residuals
+
+
+def _kl_chain(card, points, budgeted):
+    """metric → KL → loss: where the chain from replay to the live outcome holds or breaks."""
+    card["chain"] = {"metric_vs_kl": spearman(points["x"].tolist(), points["kl"].tolist()),
+                     "kl_vs_loss": spearman(points["kl"].tolist(), points["loss"].tolist()),
+                     "metric_vs_loss": card["pooled"]["spearman"]}
+    card["chain_within_budget"] = {
+        b: {"metric_vs_kl": spearman(g["x"].tolist(), g["kl"].tolist()),
+            "kl_vs_loss": spearman(g["kl"].tolist(), g["loss"].tolist())}
+        for b, g in budgeted.groupby("budget")}
+
+
+def _fitted_map(card, points, residuals, increasing):
+    """The isotonic map, its family-left-out residuals' 95% range, and the points missed most."""
+    knots = isotonic(points["x"], points["y"], increasing)
+    card["map"] = {"knots_x": knots[0].tolist(), "knots_y": knots[1].tolist()}
+    if residuals is not None and residuals.notna().any():
+        r = residuals.dropna()
+        card["map"]["residual_95"] = [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))]
+        worst = r.abs().sort_values(ascending=False).head(5).index
+        card["missed_most"] = [{"seed": int(points.loc[i, "seed"]),
+                                "budget": points.loc[i, "budget"],
+                                "policy": points.loc[i, "policy"],
+                                "measured": float(points.loc[i, "y"]),
+                                "predicted": float(points.loc[i, "y"] + r[i])} for i in worst]
+
+
 def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES):
     higher = outcome == "contains"
     increasing = not higher  # the outcome rises with the error when it is a loss (ΔNLL)
@@ -287,43 +335,12 @@ def make_card(rows, metric, outcome, name, targets, seed=0, resamples=RESAMPLES)
         "budget_alone": spearman((-budgeted["budget"].astype(float)).tolist(),
                                  budgeted["loss"].tolist()),
         "memory_alone": spearman((-points["memory"]).tolist(), points["loss"].tolist())}
-    errors = {}
-    residuals = None
-    for key, label in (("family", "policy family"), ("budget", "budget"), ("seed", "seed")):
-        if points[key].nunique() < 2:
-            continue
-        mae, res = left_out_error(points, key, "x", increasing)
-        base, base_res = left_out_error(points, key, "memory", not increasing)
-        errors[label] = {"mae": mae, "mae_memory_only": base,
-                         "skill": 1 - mae / base if base else float("nan"),
-                         "skill_ci": skill_interval(points[key], res, base_res, rng, resamples)}
-        if key == "family":
-            residuals = res
-    mae = out_of_image_error(rows, metric, outcome, "x", increasing)
-    base = out_of_image_error(rows, metric, outcome, "memory", not increasing)
-    errors["samples not in the fit"] = {"mae": mae, "mae_memory_only": base,
-                                       "skill": 1 - mae / base if base else float("nan")}
-    card["left_out"] = errors
+    card["left_out"], residuals = _left_out_errors(points, rows, metric, outcome, increasing, rng,
+                                                   resamples)
     card["top"] = top_choices(points, higher)
     if "kl" in points:
-        card["chain"] = {"metric_vs_kl": spearman(points["x"].tolist(), points["kl"].tolist()),
-                         "kl_vs_loss": spearman(points["kl"].tolist(), points["loss"].tolist()),
-                         "metric_vs_loss": card["pooled"]["spearman"]}
-        card["chain_within_budget"] = {
-            b: {"metric_vs_kl": spearman(g["x"].tolist(), g["kl"].tolist()),
-                "kl_vs_loss": spearman(g["kl"].tolist(), g["loss"].tolist())}
-            for b, g in budgeted.groupby("budget")}
-    knots = isotonic(points["x"], points["y"], increasing)
-    card["map"] = {"knots_x": knots[0].tolist(), "knots_y": knots[1].tolist()}
-    if residuals is not None and residuals.notna().any():
-        r = residuals.dropna()
-        card["map"]["residual_95"] = [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))]
-        worst = r.abs().sort_values(ascending=False).head(5).index
-        card["missed_most"] = [{"seed": int(points.loc[i, "seed"]),
-                                "budget": points.loc[i, "budget"],
-                                "policy": points.loc[i, "policy"],
-                                "measured": float(points.loc[i, "y"]),
-                                "predicted": float(points.loc[i, "y"] + r[i])} for i in worst]
+        _kl_chain(card, points, budgeted)
+    _fitted_map(card, points, residuals, increasing)
     if targets:
         card["targets"] = check_targets(card, targets)
     return card, points
@@ -360,6 +377,72 @@ def budget_text(b):
     return "its own size" if b == "self" else f"{b}%"
 
 
+def _write_within_budget(f, card):
+    f.write("Within each budget, rank correlation with the live loss over the policies "
+            "(95% intervals resample the samples and the policy families):\n\n| budget | Spearman | "
+            "Kendall | top-1 regret (pick → best) | top-3 overlap |\n|---|---|---|---|---|\n")
+    for b, v in card["within_budget"].items():
+        t = card["top"].get(b, {})
+        f.write(f"| {b}% | {fmt(v['spearman'], '+.2f')} [{fmt(v['spearman_ci'][0], '+.2f')}, "
+                f"{fmt(v['spearman_ci'][1], '+.2f')}] | {fmt(v['kendall'], '+.2f')} "
+                f"[{fmt(v['kendall_ci'][0], '+.2f')}, {fmt(v['kendall_ci'][1], '+.2f')}] | "
+                f"{fmt(t.get('regret', float('nan')))} (`{t.get('pick')}` → "
+                f"`{t.get('best')}`) | {fmt(t.get('top3_overlap', float('nan')), '.2f')} |\n")
+
+
+def _write_pooled_and_left_out(f, card, outcome):
+    p = card["pooled"]
+    f.write(f"\nPooled over budgets: Spearman {fmt(p['spearman'], '+.2f')}, beside "
+            f"{fmt(p['budget_alone'], '+.2f')} for the budget alone and "
+            f"{fmt(p['memory_alone'], '+.2f')} for the memory held alone.\n\n")
+    f.write(f"Out of sample: mean absolute error of the predicted {outcome} (an isotonic map "
+            "from the replay metric, fitted without what is predicted), beside the same map "
+            "from the memory held alone; skill = 1 − error / memory alone, with a 95% "
+            "interval over the groups left out drawn with replacement:\n\n| left out | "
+            "error | memory alone | skill |\n|---|---|---|---|\n")
+    for k, v in card["left_out"].items():
+        ci = v.get("skill_ci")
+        interval = (f" [{fmt(ci[0], '+.2f')}, {fmt(ci[1], '+.2f')}]"
+                    if ci and not np.isnan(ci[0]) else "")
+        f.write(f"| {k} | {fmt(v['mae'])} | {fmt(v['mae_memory_only'])} | "
+                f"{fmt(v['skill'], '+.2f')}{interval} |\n")
+
+
+def _write_chain_and_misses(f, card):
+    if "chain" in card:
+        c = card["chain"]
+        f.write("\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
+                f"{fmt(c['metric_vs_kl'], '+.2f')}, KL → live loss "
+                f"{fmt(c['kl_vs_loss'], '+.2f')}, replay metric → live loss "
+                f"{fmt(c['metric_vs_loss'], '+.2f')}; within budgets (metric → KL / KL → "
+                "loss): " +
+                ", ".join(f"{b}%: {fmt(v['metric_vs_kl'], '+.2f')} / "
+                          f"{fmt(v['kl_vs_loss'], '+.2f')}"
+                          for b, v in card["chain_within_budget"].items()) + ".\n")
+    if card.get("missed_most"):
+        seed = (lambda m: f" (seed {m['seed']})") if card["seeds"] > 1 else (lambda m: "")
+        f.write("\nMissed most (family left out): " + "; ".join(
+            f"`{m['policy']}` at {budget_text(m['budget'])}{seed(m)}: predicted "
+            f"{m['predicted']:.3f}, measured {m['measured']:.3f}"
+            for m in card["missed_most"]) + ".\n")
+
+
+def _write_targets(f, card):
+    if card.get("targets"):
+        t = card["targets"]
+        family = t["family_left_out_mae"]
+        f.write(f"\nTargets: family-left-out error ≤ {family['target']}: "
+                f"{fmt(family['value'])} ({'met' if family['met'] else 'not met'}); "
+                f"within-budget Spearman ≥ {t['within_budget_spearman']['target']} at every "
+                f"budget: {'met' if t['within_budget_spearman']['met'] else 'not met'}; "
+                f"top-1 regret ≤ {t['top1_regret']['target']}: "
+                f"{'met' if t['top1_regret']['met'] else 'not met'}; family-left-out skill "
+                f"≥ {t['family_left_out_skill']['target']} (scale-free; met when its "
+                f"interval's lower end reaches it): "
+                f"{fmt(t['family_left_out_skill']['value'], '+.2f')} "
+                f"({'met' if t['family_left_out_skill']['met'] else 'not met'}).\n")
+
+
 def write_markdown(card, path):
     outcome = "accuracy" if card["outcome"] == "contains" else "ΔNLL"
     with open(path, "w", encoding="utf-8") as f:
@@ -367,60 +450,10 @@ def write_markdown(card, path):
         f.write(f"**Prediction card: {card['model']}** — replay's `{card['metric']}` against the "
                 f"live {outcome} ({card['configurations']} configurations: {seeds}budgets × "
                 f"policies; {card['images']} samples).\n\n")
-        f.write("Within each budget, rank correlation with the live loss over the policies "
-                "(95% intervals resample the samples and the policy families):\n\n| budget | Spearman | "
-                "Kendall | top-1 regret (pick → best) | top-3 overlap |\n|---|---|---|---|---|\n")
-        for b, v in card["within_budget"].items():
-            t = card["top"].get(b, {})
-            f.write(f"| {b}% | {fmt(v['spearman'], '+.2f')} [{fmt(v['spearman_ci'][0], '+.2f')}, "
-                    f"{fmt(v['spearman_ci'][1], '+.2f')}] | {fmt(v['kendall'], '+.2f')} "
-                    f"[{fmt(v['kendall_ci'][0], '+.2f')}, {fmt(v['kendall_ci'][1], '+.2f')}] | "
-                    f"{fmt(t.get('regret', float('nan')))} (`{t.get('pick')}` → "
-                    f"`{t.get('best')}`) | {fmt(t.get('top3_overlap', float('nan')), '.2f')} |\n")
-        p = card["pooled"]
-        f.write(f"\nPooled over budgets: Spearman {fmt(p['spearman'], '+.2f')}, beside "
-                f"{fmt(p['budget_alone'], '+.2f')} for the budget alone and "
-                f"{fmt(p['memory_alone'], '+.2f')} for the memory held alone.\n\n")
-        f.write(f"Out of sample: mean absolute error of the predicted {outcome} (an isotonic map "
-                "from the replay metric, fitted without what is predicted), beside the same map "
-                "from the memory held alone; skill = 1 − error / memory alone, with a 95% "
-                "interval over the groups left out drawn with replacement:\n\n| left out | "
-                "error | memory alone | skill |\n|---|---|---|---|\n")
-        for k, v in card["left_out"].items():
-            ci = v.get("skill_ci")
-            interval = (f" [{fmt(ci[0], '+.2f')}, {fmt(ci[1], '+.2f')}]"
-                        if ci and not np.isnan(ci[0]) else "")
-            f.write(f"| {k} | {fmt(v['mae'])} | {fmt(v['mae_memory_only'])} | "
-                    f"{fmt(v['skill'], '+.2f')}{interval} |\n")
-        if "chain" in card:
-            c = card["chain"]
-            f.write("\nThe chain, pooled (Spearman): replay metric → teacher-forced KL "
-                    f"{fmt(c['metric_vs_kl'], '+.2f')}, KL → live loss "
-                    f"{fmt(c['kl_vs_loss'], '+.2f')}, replay metric → live loss "
-                    f"{fmt(c['metric_vs_loss'], '+.2f')}; within budgets (metric → KL / KL → "
-                    "loss): " +
-                    ", ".join(f"{b}%: {fmt(v['metric_vs_kl'], '+.2f')} / "
-                              f"{fmt(v['kl_vs_loss'], '+.2f')}"
-                              for b, v in card["chain_within_budget"].items()) + ".\n")
-        if card.get("missed_most"):
-            seed = (lambda m: f" (seed {m['seed']})") if card["seeds"] > 1 else (lambda m: "")
-            f.write("\nMissed most (family left out): " + "; ".join(
-                f"`{m['policy']}` at {budget_text(m['budget'])}{seed(m)}: predicted "
-                f"{m['predicted']:.3f}, measured {m['measured']:.3f}"
-                for m in card["missed_most"]) + ".\n")
-        if card.get("targets"):
-            t = card["targets"]
-            family = t["family_left_out_mae"]
-            f.write(f"\nTargets: family-left-out error ≤ {family['target']}: "
-                    f"{fmt(family['value'])} ({'met' if family['met'] else 'not met'}); "
-                    f"within-budget Spearman ≥ {t['within_budget_spearman']['target']} at every "
-                    f"budget: {'met' if t['within_budget_spearman']['met'] else 'not met'}; "
-                    f"top-1 regret ≤ {t['top1_regret']['target']}: "
-                    f"{'met' if t['top1_regret']['met'] else 'not met'}; family-left-out skill "
-                    f"≥ {t['family_left_out_skill']['target']} (scale-free; met when its "
-                    f"interval's lower end reaches it): "
-                    f"{fmt(t['family_left_out_skill']['value'], '+.2f')} "
-                    f"({'met' if t['family_left_out_skill']['met'] else 'not met'}).\n")
+        _write_within_budget(f, card)
+        _write_pooled_and_left_out(f, card, outcome)
+        _write_chain_and_misses(f, card)
+        _write_targets(f, card)
 
 
 def figure(card, points, out):

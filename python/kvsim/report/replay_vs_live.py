@@ -164,36 +164,28 @@ def budget_key(b):
         return float("inf")
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--replay", nargs="+", required=True, help="BUDGET=replay summary CSV")
-    ap.add_argument("--live", nargs="+", required=True, help="BUDGET=live evaluate summary CSV")
-    ap.add_argument("--out", required=True, help="output directory")
-    a = ap.parse_args(argv)
-    replay = read_replay(parse_pairs(a.replay, "--replay"))
-    live = read_live(parse_pairs(a.live, "--live"))
-    dnll = dnll_intervals(parse_pairs(a.live, "--live"))
+def _joined_rows(replay, live, dnll):
+    """One row per (policy, budget) in both the replay and the live files."""
     rows = []
     for key in sorted(set(replay) & set(live), key=lambda k: (k[0], budget_key(k[1]))):
         row = {"policy": key[0], "budget": key[1], **replay[key], **live[key], **dnll[key]}
         row["ppl_increase"] = row["ppl"] - row["ppl_full"]
         rows.append(row)
-    if not rows:
-        sys.exit("replay_vs_live: no (policy, budget) is in both the replay and the live files")
-    os.makedirs(a.out, exist_ok=True)
+    return rows
+
+
+def _write_csv(rows, out):
     columns = ["policy", "budget", "mean_cache_size"] + [m for m, _, _ in REPLAY_METRICS] + [
         "ppl", "ppl_full", "ppl_increase", "tokens", "samples", "dnll", "dnll_ci_low",
         "dnll_ci_high"]
-    with open(os.path.join(a.out, "replay_vs_live.csv"), "w", newline="") as f:
+    with open(os.path.join(out, "replay_vs_live.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    by_image(parse_pairs(a.replay, "--replay"), parse_pairs(a.live, "--live")).to_csv(
-        os.path.join(a.out, "by_image.csv"), index=False, float_format="%.6g")
-    evicting = [r for r in rows if r["policy"] != "full"]
-    inc = [r["ppl_increase"] for r in evicting]
-    rho = {m: spearman([r[m] for r in evicting], inc) for m, _, _ in REPLAY_METRICS}
-    with open(os.path.join(a.out, "replay_vs_live.md"), "w") as f:
+
+
+def _write_markdown(rows, evicting, rho, out):
+    with open(os.path.join(out, "replay_vs_live.md"), "w") as f:
         f.write("| policy | budget | held | recall | out_rel_err | out_v_err | perplexity | full | "
                 "increase | ΔNLL per sample [95%] |\n|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
@@ -210,6 +202,9 @@ def main(argv):
                 "configurations (every policy but `full`, every budget):\n\n")
         for m, label, _ in REPLAY_METRICS:
             f.write(f"- {label}: ρ = {rho[m]:+.3f}\n")
+
+
+def _figures(rows, rho, out):
     written = []
     fig, ax = new_figure(figsize=(7, 4.2))
     by_policy = defaultdict(list)
@@ -224,7 +219,7 @@ def main(argv):
     ax.set(title="Live perplexity of the reference continuations", xlabel="budget (% of the prompt)",
            ylabel="perplexity (exp of mean token NLL)")
     ax.legend(fontsize=7, ncol=2)
-    save(fig, a.out, "perplexity_vs_budget", written)
+    save(fig, out, "perplexity_vs_budget", written)
     fig, axes = new_figure(1, len(REPLAY_METRICS), figsize=(5 * len(REPLAY_METRICS), 4))
     for ax, (m, label, _) in zip(axes, REPLAY_METRICS):
         for policy, rs in sorted(by_policy.items()):
@@ -234,7 +229,30 @@ def main(argv):
                        color=policy_style(policy)["color"], marker=policy_style(policy)["marker"])
         ax.set(title=f"Spearman ρ = {rho[m]:+.2f}", xlabel=label, ylabel="live perplexity increase")
     axes[0].legend(fontsize=7)
-    save(fig, a.out, "replay_vs_live_perplexity", written)
+    save(fig, out, "replay_vs_live_perplexity", written)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--replay", nargs="+", required=True, help="BUDGET=replay summary CSV")
+    ap.add_argument("--live", nargs="+", required=True, help="BUDGET=live evaluate summary CSV")
+    ap.add_argument("--out", required=True, help="output directory")
+    a = ap.parse_args(argv)
+    replay = read_replay(parse_pairs(a.replay, "--replay"))
+    live = read_live(parse_pairs(a.live, "--live"))
+    dnll = dnll_intervals(parse_pairs(a.live, "--live"))
+    rows = _joined_rows(replay, live, dnll)
+    if not rows:
+        sys.exit("replay_vs_live: no (policy, budget) is in both the replay and the live files")
+    os.makedirs(a.out, exist_ok=True)
+    _write_csv(rows, a.out)
+    by_image(parse_pairs(a.replay, "--replay"), parse_pairs(a.live, "--live")).to_csv(
+        os.path.join(a.out, "by_image.csv"), index=False, float_format="%.6g")
+    evicting = [r for r in rows if r["policy"] != "full"]
+    inc = [r["ppl_increase"] for r in evicting]
+    rho = {m: spearman([r[m] for r in evicting], inc) for m, _, _ in REPLAY_METRICS}
+    _write_markdown(rows, evicting, rho, a.out)
+    _figures(rows, rho, a.out)
     print(open(os.path.join(a.out, "replay_vs_live.md")).read())
     return 0
 
