@@ -7,9 +7,12 @@ import sys
 from kvsim.models import default_models
 
 
-def main(argv=None):
-    from kvsim.vlm import assemble, multi
+HELPS = {"build": "build or find the model",
+         "build-multi": "build or find the model (eight boxes, a question about one)",
+         "train-multi": "train the eight-box weights here and write them to --out"}
 
+
+def _parser(kinds, cache_root):
     ap = argparse.ArgumentParser(
         prog="python -m kvsim.vlm",
         description="Build the assembled VLM (MobileNetV2 -> trained projector -> stories260K, on "
@@ -32,14 +35,8 @@ def main(argv=None):
                "build.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    kinds = {"build": (assemble.build, assemble.DEFAULTS, assemble.SMALL),
-             "build-multi": (multi.build_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL),
-             "train-multi": (multi.train_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL)}
-    helps = {"build": "build or find the model",
-             "build-multi": "build or find the model (eight boxes, a question about one)",
-             "train-multi": "train the eight-box weights here and write them to --out"}
     for name, (_, defaults, _) in kinds.items():
-        b = sub.add_parser(name, help=helps[name])
+        b = sub.add_parser(name, help=HELPS[name])
         b.add_argument("--models", default=default_models(),
                        help="folder holding mobilenet_v2/ and stories260K/ (default: "
                             "$KVSIM_MODELS, else the checkout's models/; `python -m kvsim.models "
@@ -53,7 +50,7 @@ def main(argv=None):
             b.add_argument("--quiet", action="store_true", help="print only the folder")
             continue
         b.add_argument("--out", help="directory to write (default: the cache, "
-                                     f"{assemble.cache_root()}/<key>)")
+                                     f"{cache_root}/<key>)")
         b.add_argument("--force", action="store_true", help="rebuild even when cached")
         if name == "build-multi":
             b.add_argument("--weights", metavar="DIR",
@@ -61,11 +58,12 @@ def main(argv=None):
                                 "evaluate them here and write the prompts, with the settings "
                                 "of DIR/training.json")
         b.add_argument("--quiet", action="store_true", help="print only the directory")
-    a = ap.parse_args(argv)
-    build, defaults, small = kinds[a.command]
-    if not os.path.isdir(a.models):
-        ap.error(f"no models folder {a.models} (python -m kvsim.models fetch --models "
-                 f"{a.models}, or set KVSIM_MODELS)")
+    return ap
+
+
+def _settings(ap, a, defaults, small):
+    """The build's settings: the small setting or none, those of --weights' training.json, then
+    every --set (each checked against the defaults' keys and types)."""
     settings = dict(small if a.small else {})
     weights = getattr(a, "weights", None)
     if weights:
@@ -82,6 +80,33 @@ def main(argv=None):
             settings[key] = type(defaults[key])(value)
         except ValueError:
             ap.error(f"--set {item!r}: {value!r} is not a {type(defaults[key]).__name__}")
+    return settings
+
+
+def _print_accuracy(out):
+    with open(os.path.join(out, "build.json"), encoding="utf-8") as f:
+        r = json.load(f)
+    n = r.get("test_images", r.get("test_items"))
+    controls = ", ".join(f"{c.replace('_', ' ')} {r[c]['accuracy']:.3f}"
+                         for c in ("no_image", "swapped", "shuffled") if c in r)
+    print(f"held-out accuracy {r['full']['accuracy']:.3f} over {n} items; controls: "
+          f"{controls}", file=sys.stderr)
+
+
+def main(argv=None):
+    from kvsim.vlm import assemble, multi
+
+    kinds = {"build": (assemble.build, assemble.DEFAULTS, assemble.SMALL),
+             "build-multi": (multi.build_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL),
+             "train-multi": (multi.train_multi, multi.MULTI_DEFAULTS, multi.MULTI_SMALL)}
+    ap = _parser(kinds, assemble.cache_root())
+    a = ap.parse_args(argv)
+    build, defaults, small = kinds[a.command]
+    if not os.path.isdir(a.models):
+        ap.error(f"no models folder {a.models} (python -m kvsim.models fetch --models "
+                 f"{a.models}, or set KVSIM_MODELS)")
+    settings = _settings(ap, a, defaults, small)
+    weights = getattr(a, "weights", None)
     log = (lambda *_: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     try:
         if a.command == "train-multi":
@@ -92,13 +117,7 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"python -m kvsim.vlm: {e}")
     if not a.quiet and a.command != "train-multi":
-        with open(os.path.join(out, "build.json"), encoding="utf-8") as f:
-            r = json.load(f)
-        n = r.get("test_images", r.get("test_items"))
-        controls = ", ".join(f"{c.replace('_', ' ')} {r[c]['accuracy']:.3f}"
-                             for c in ("no_image", "swapped", "shuffled") if c in r)
-        print(f"held-out accuracy {r['full']['accuracy']:.3f} over {n} items; controls: "
-              f"{controls}", file=sys.stderr)
+        _print_accuracy(out)
     print(out)
 
 
