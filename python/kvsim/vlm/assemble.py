@@ -213,7 +213,6 @@ def build(models, settings=None, out=None, log=print, force=False):
     import torch
     # The submodule itself: kvsim.vlm runs where the C++ module is not built (a GPU machine).
     from kvsim.prompts import Llama2cVocab
-    from kvsim.prompts import write as write_prompts
 
     settings = dict(DEFAULTS, **(settings or {}))
     unknown = set(settings) - set(DEFAULTS)
@@ -255,6 +254,21 @@ def build(models, settings=None, out=None, log=print, force=False):
               "settings": settings, "image_tokens": 49, "test_images": n,
               "fashion_mnist_test_indices": test_idx.tolist(), "train_loss": losses,
               "seconds": {"encode": round(t_encode, 1), "train": round(t_train, 1)}}
+    _score_runs(report, runs, vocab, labels, swap, log)
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    _write_model(dec_dir, os.path.join(tmp, "model"))
+    write_safetensors(os.path.join(tmp, "projector.safetensors"),
+                      {k: v.detach().numpy() for k, v in proj.state_dict().items()})
+    _write_prompt_files(tmp, task, test_idx, labels, rows.numpy().astype(np.float32), swap)
+    return _publish(tmp, out, report, t0, log, "assembled VLM")
+
+
+def _score_runs(report, runs, vocab, labels, swap, log):
+    """Each run's accuracy (the answer names the image's class) into the build's report: per
+    class and with the answers for the full cache, and for the swapped control how often it
+    names the class swapped in."""
     for name, answers in runs.items():
         words, right, a_class = _accuracy(vocab, answers, labels)
         report[name] = {"accuracy": float(right.mean()), "answers_a_class_word": float(a_class.mean())}
@@ -265,22 +279,20 @@ def build(models, settings=None, out=None, log=print, force=False):
         if name == "swapped":
             report[name]["names_the_swapped_in_class"] = float(np.mean(
                 [w == data.CLASS_WORDS[c] for w, c in zip(words, labels[swap])]))
-        log(f"{name}: accuracy {right.mean():.3f} over {n} held-out images")
-    tmp = out + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    _write_model(dec_dir, os.path.join(tmp, "model"))
-    write_safetensors(os.path.join(tmp, "projector.safetensors"),
-                      {k: v.detach().numpy() for k, v in proj.state_dict().items()})
+        log(f"{name}: accuracy {right.mean():.3f} over {len(labels)} held-out images")
+
+
+def _write_prompt_files(tmp, task, test_idx, labels, emb, swap):
+    """prompts.h5 and the controls' prompt files (the images swapped, no image)."""
+    from kvsim.prompts import write as write_prompts
+
     names = [f"fmnist{int(i):05d}" for i in test_idx]
-    emb = rows.numpy().astype(np.float32)
     write_prompts(os.path.join(tmp, "prompts.h5"), _prompt_samples(task, names, labels, emb),
                   model="assembled VLM (MobileNetV2 + projector + stories260K)")
     write_prompts(os.path.join(tmp, "prompts_swapped.h5"),
                   _prompt_samples(task, names, labels, emb[swap]))
     write_prompts(os.path.join(tmp, "prompts_noimage.h5"),
                   _prompt_samples(task, names, labels, None, with_image=False))
-    return _publish(tmp, out, report, t0, log, "assembled VLM")
 
 
 def _publish(tmp, out, report, t0, log, what):
