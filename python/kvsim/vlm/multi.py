@@ -541,9 +541,6 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     directory. `weights`: a folder of weights trained elsewhere with the same settings (the
     recipe on a GPU: experiments/vlm_multi_gpu.py); the build then evaluates them and writes the
     prompts here, under the key the settings give."""
-    import torch
-    from kvsim.prompts import write as write_prompts
-
     from kvsim import _kvsim
     from kvsim.machine import describe_machine
 
@@ -562,17 +559,8 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     train_f, train_labels, test_f, test_labels = image_pools(settings, encoder, log,
                                                              train=weights is None)
     t_encode = time.time() - t0
-    if weights is not None:
-        proj = projector(settings, dec.hidden)
-        record = load_weights(weights, settings, dec, proj)
-        losses, t_train = record["losses"], record.get("seconds", 0.0)
-        log(f"multi-image VLM: weights trained on {record.get('device_name', '?')} read from "
-            f"{weights}")
-    else:
-        with cpu_threads(dec, settings["threads"]):
-            proj, losses = _train(settings, dec, task, train_f, train_labels, log)
-        t_train = time.time() - t0 - t_encode
-        record = {"device_name": _device_name(settings["device"]), "torch": torch.__version__}
+    proj, losses, t_train, record = _weights(settings, weights, dec, task, train_f, train_labels,
+                                             t0 + t_encode, log)
     with cpu_threads(dec, settings["threads"]):
         report, items, swapped, shuffled, rows_of = evaluate(settings, dec, proj, vocab, task,
                                                              test_f, test_labels)
@@ -597,6 +585,35 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
                       {k: v.detach().cpu().numpy() for k, v in dec.params.items()})
     write_safetensors(os.path.join(tmp, "projector.safetensors"),
                       {k: v.detach().cpu().numpy() for k, v in proj.state_dict().items()})
+    _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, rows_of,
+                         test_labels)
+    return _publish(tmp, out, report, t0, log, "multi-image VLM")
+
+
+def _weights(settings, weights, dec, task, train_f, train_labels, started, log):
+    """The projector and decoder weights: read from `weights` (trained elsewhere), or trained
+    here from `started` on. Returns them with the losses, the training time and its record."""
+    import torch
+
+    if weights is not None:
+        proj = projector(settings, dec.hidden)
+        record = load_weights(weights, settings, dec, proj)
+        log(f"multi-image VLM: weights trained on {record.get('device_name', '?')} read from "
+            f"{weights}")
+        return proj, record["losses"], record.get("seconds", 0.0), record
+    with cpu_threads(dec, settings["threads"]):
+        proj, losses = _train(settings, dec, task, train_f, train_labels, log)
+    t_train = time.time() - started
+    return proj, losses, t_train, {"device_name": _device_name(settings["device"]),
+                                   "torch": torch.__version__}
+
+
+def _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, rows_of,
+                         test_labels):
+    """prompts.h5, the controls' prompt files (no image, swapped, shuffled) and the several
+    questions on one context (prompts_shared.h5)."""
+    from kvsim.prompts import write as write_prompts
+
     names = [f"boxes{i:04d}" for i in range(len(items))]
     labels = np.array([test_labels[idx[t]] for t, idx in items])
     model_name = "assembled VLM, eight boxes (MobileNetV2 + projector + fine-tuned stories260K)"
@@ -612,7 +629,6 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
                                   [rows_of(idx).cpu().numpy() for _, idx in shared],
                                   [f"{c}_box{t + 1}" for c, (t, _) in zip(contexts, shared)],
                                   contexts=contexts), model=model_name)
-    return _publish(tmp, out, report, t0, log, "multi-image VLM")
 
 
 def _device_name(device):
