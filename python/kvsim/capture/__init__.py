@@ -251,12 +251,29 @@ class Recorder:
         """Writes every finished sample to `path` (kvtrace v1); dtype float16 or float32. An
         existing trace at `path` is replaced only with force=True, a prompt file never
         (FileExistsError)."""
+        import os
+
         import h5py
 
-        from kvsim._kvsim import COMPACT_TRACE_VERSION, check_outputs
+        from kvsim._kvsim import check_outputs
 
         check_outputs([(path, "path", "trace")], force=force)
+        L = self._check_writable(dtype)
+        show = progress if progress is not None else sys.stderr.isatty()
+        total, done = len(self.samples) * L, 0
+        with h5py.File(path + ".partial", "w") as f:
+            self._write_file_attrs(f, model, L)
+            for s in self.samples:
+                for _ in self._write_sample(f, s, dtype):
+                    done += 1
+                    if show:
+                        print(f"\rcapture: writing {done}/{total} layers", end="", file=sys.stderr)
+        if show:
+            print(file=sys.stderr)
+        os.replace(path + ".partial", path)
 
+    def _check_writable(self, dtype):
+        """What write() refuses before it writes anything; returns the layers of every sample."""
         if dtype not in ("float16", "float32"):
             raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
         if not self.samples:
@@ -269,51 +286,48 @@ class Recorder:
             if len(s["tensors"]) != L:
                 raise CaptureError(f"capture: sample '{s['name']}' has {len(s['tensors'])} "
                                    f"layers, the first sample {L}")
-        H, Hkv, d = self.shapes
-        show = progress if progress is not None else sys.stderr.isatty()
-        total, done = len(self.samples) * L, 0
-        with h5py.File(path + ".partial", "w") as f:
-            f.attrs["kvtrace_version"] = 1
-            f.attrs["model"] = model
-            f.attrs["num_layers"] = L
-            f.attrs["num_heads"] = H
-            f.attrs["num_kv_heads"] = Hkv
-            f.attrs["head_dim"] = d
-            f.attrs["scale"] = self.scale
-            if self.rope_theta is not None:
-                f.attrs["rope_theta"] = float(self.rope_theta)
-            if self.mrope_section is not None:
-                f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
-            if self._compact is not None:
-                f.attrs["kvtrace_compact"] = COMPACT_TRACE_VERSION
-                f.attrs["compact_window"] = self._compact["window"]
-                f.attrs["compact_entropies"] = int(self._compact["entropies"])
-            for s in self.samples:
-                g = f.create_group(f"samples/{s['name']}")
-                g.attrs["prompt_len"] = s["prompt_len"]
-                g.attrs["gen_len"] = s["gen_len"]
-                for key in ("task", "reference"):
-                    if s[key] is not None:
-                        g.attrs[key] = s[key]
-                for key, arr in s["meta"].items():
-                    g[key] = arr
-                if self._compact is not None:
-                    g.attrs["compact_first_row"] = s["compact_first_row"]
-                    g.attrs["compact_context_len"] = s["compact_context_len"]
-                for l, t in s["tensors"].items():
-                    for key in ("q", "k", "v"):
-                        name = "q_rows" if key == "q" and self._compact is not None else key
-                        g[f"layers/{l}/{name}"] = t[key].astype(dtype)
-                    if "stats" in t:
-                        _write_stats(g, l, t["stats"])
-                    done += 1
-                    if show:
-                        print(f"\rcapture: writing {done}/{total} layers", end="", file=sys.stderr)
-        if show:
-            print(file=sys.stderr)
-        import os
+        return L
 
-        os.replace(path + ".partial", path)
+    def _write_file_attrs(self, f, model, L):
+        from kvsim._kvsim import COMPACT_TRACE_VERSION
+
+        H, Hkv, d = self.shapes
+        f.attrs["kvtrace_version"] = 1
+        f.attrs["model"] = model
+        f.attrs["num_layers"] = L
+        f.attrs["num_heads"] = H
+        f.attrs["num_kv_heads"] = Hkv
+        f.attrs["head_dim"] = d
+        f.attrs["scale"] = self.scale
+        if self.rope_theta is not None:
+            f.attrs["rope_theta"] = float(self.rope_theta)
+        if self.mrope_section is not None:
+            f.attrs["mrope_section"] = np.asarray(self.mrope_section, dtype=np.int64)
+        if self._compact is not None:
+            f.attrs["kvtrace_compact"] = COMPACT_TRACE_VERSION
+            f.attrs["compact_window"] = self._compact["window"]
+            f.attrs["compact_entropies"] = int(self._compact["entropies"])
+
+    def _write_sample(self, f, s, dtype):
+        """One sample's group; yields after each layer written (for the progress line)."""
+        g = f.create_group(f"samples/{s['name']}")
+        g.attrs["prompt_len"] = s["prompt_len"]
+        g.attrs["gen_len"] = s["gen_len"]
+        for key in ("task", "reference"):
+            if s[key] is not None:
+                g.attrs[key] = s[key]
+        for key, arr in s["meta"].items():
+            g[key] = arr
+        if self._compact is not None:
+            g.attrs["compact_first_row"] = s["compact_first_row"]
+            g.attrs["compact_context_len"] = s["compact_context_len"]
+        for l, t in s["tensors"].items():
+            for key in ("q", "k", "v"):
+                name = "q_rows" if key == "q" and self._compact is not None else key
+                g[f"layers/{l}/{name}"] = t[key].astype(dtype)
+            if "stats" in t:
+                _write_stats(g, l, t["stats"])
+            yield
 
 
 def _write_stats(group, layer, stats):

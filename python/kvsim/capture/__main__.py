@@ -68,7 +68,7 @@ def read_prompts(path, references=None, reference_field="reference"):
     return prompts
 
 
-def main(argv=None):
+def _parser():
     ap = argparse.ArgumentParser(
         prog="python -m kvsim.capture", description=__doc__.split("\n")[0],
         epilog="example:\n  python -m kvsim.capture --model llava-1.5-7b-hf --prompts p.jsonl "
@@ -110,6 +110,11 @@ def main(argv=None):
                     help="with --compact: compute the statistics with torch on --device (a GPU), "
                          "the prompt's queries never copied to the host; equal to float32 "
                          "rounding, not bit for bit; implies --no-entropies")
+    return ap
+
+
+def main(argv=None):
+    ap = _parser()
     a = ap.parse_args(argv)
     if a.stats_on_device and not a.compact:
         ap.error("--stats-on-device needs --compact WINDOW")

@@ -82,22 +82,32 @@ def prompt_statistics(q, k, modality, scale, window=64, dtype="float16", questio
                                              context)):
             if limit < P and i0 >= limit:
                 continue
-            n = min(i1, limit) - i0
-            cols = min(keys, limit)
-            target["column_sums"][:, :cols] += probs[:, :n, :cols].sum(1)
-            target["column_sums_rounded"][:, :cols] += rounded[:, :n, :cols].sum(1)
-            text_n = int(text_rows[:n].sum())
-            if text_n:
-                block_mean = mean[:text_n, :cols]
-                t_sum[:cols] += block_mean.sum(0)
-                t_max[:cols] = torch.maximum(t_max[:cols], block_mean.max(0).values)
+            _add_block(target, t_sum, t_max, probs, rounded, mean, text_rows,
+                       min(i1, limit) - i0, min(keys, limit))
     out = {"context_len": context if question else 0,
            "first_row": first_row(P, question, window)}
     for name, length in parts.items():
-        s, ts, tm = ((sums, text_sum, text_max) if name == "prompt" else
-                     (context_sums, context_text_sum, context_text_max))
-        out[name] = {"column_sums": s["column_sums"][:, :length].cpu().numpy(),
-                     "column_sums_rounded": s["column_sums_rounded"][:, :length].cpu().numpy(),
-                     "text_column_sums": ts[:length].cpu().numpy(),
-                     "text_column_max": tm[:length].cpu().numpy()}
+        out[name] = _as_numpy(*((sums, text_sum, text_max) if name == "prompt" else
+                                (context_sums, context_text_sum, context_text_max)), length)
     return out
+
+
+def _add_block(target, t_sum, t_max, probs, rounded, mean, text_rows, n, cols):
+    """A block's first n rows into the sums over its first `cols` keys: the column sums (as
+    computed and rounded to the stored dtype), and the head-averaged text rows' sum and max."""
+    import torch
+
+    target["column_sums"][:, :cols] += probs[:, :n, :cols].sum(1)
+    target["column_sums_rounded"][:, :cols] += rounded[:, :n, :cols].sum(1)
+    text_n = int(text_rows[:n].sum())
+    if text_n:
+        block_mean = mean[:text_n, :cols]
+        t_sum[:cols] += block_mean.sum(0)
+        t_max[:cols] = torch.maximum(t_max[:cols], block_mean.max(0).values)
+
+
+def _as_numpy(sums, text_sum, text_max, length):
+    return {"column_sums": sums["column_sums"][:, :length].cpu().numpy(),
+            "column_sums_rounded": sums["column_sums_rounded"][:, :length].cpu().numpy(),
+            "text_column_sums": text_sum[:length].cpu().numpy(),
+            "text_column_max": text_max[:length].cpu().numpy()}
