@@ -23,11 +23,8 @@ class ScorerPolicy final : public Policy {
     if (within && !scorer_.within_budget) return;
     scores_ = scorer_.score(view);
     if (within) return;
-    std::vector<std::vector<std::uint8_t>> forced(scores_.size());
-    for (std::size_t g = 0; g < scores_.size(); ++g)
-      for (double s : scores_[g]) forced[g].push_back(s == kUnscored);
     const int keep_n = scorer_.layer_keep ? scorer_.layer_keep(view) : budget_;
-    const auto keep = keep_by_scores(scores_, keep_n, alpha_, forced);
+    const auto keep = scorer_.select ? scorer_.select(scores_, keep_n) : select(keep_n);
     for (int g = 0; g < cache.kv_heads(); ++g)
       keep_or_merge(view, cache, g, keep[g], scorer_.merge);
   }
@@ -41,6 +38,14 @@ class ScorerPolicy final : public Policy {
   }
 
  private:
+  // Each head's protected entries (kUnscored) and the best others: per head, or head-adaptive.
+  std::vector<std::vector<std::uint8_t>> select(int keep_n) const {
+    std::vector<std::vector<std::uint8_t>> forced(scores_.size());
+    for (std::size_t g = 0; g < scores_.size(); ++g)
+      for (double s : scores_[g]) forced[g].push_back(s == kUnscored);
+    return keep_by_scores(scores_, keep_n, alpha_, forced);
+  }
+
   int budget_;
   double alpha_;  // < 0: per head
   PromptScorer scorer_;

@@ -38,6 +38,9 @@ struct PromptScorer {
   // a capped decode evicts by them; unset, the scores stay the prompt's (generated tokens have
   // none and are not evicted by score).
   std::function<void(const LayerView&, int position, PromptScores&)> score_decoded;
+  // Its own selection in place of the per-head or head-adaptive one: the entries each KV head
+  // keeps of a prompt that exceeds the budget, from the layer's scores (Ada-KV's safeguards).
+  std::function<std::vector<std::vector<std::uint8_t>>(const PromptScores&, int budget)> select;
 };
 // Builds the scorer from the policy's parameters, the sample and the budget's entries.
 using MakePromptScorer =
