@@ -155,7 +155,8 @@ AttentionNeeds needs_of(const py::object& obj, const std::string& label) {
   return n;
 }
 
-void bind_handles(py::module_& m) {
+// kvsim.LayerView: what a Python policy reads of the current layer.
+void bind_view_handle(py::module_& m) {
   py::class_<ViewHandle>(m, "LayerView",
                          "The statistics of the current layer a policy may read (numpy views, "
                          "valid during the hook; copy to keep).")
@@ -231,7 +232,10 @@ void bind_handles(py::module_& m) {
           },
           py::arg("kv_head"),
           "float32 [n, d]: the recorded values of a KV head at the positions that exist so far");
+}
 
+// kvsim.StepAttention: a decode step's attention.
+void bind_step_handle(py::module_& m) {
   py::class_<StepHandle>(m, "StepAttention", "One decode step's renormalised attention.")
       .def_property_readonly("step",
                              [](const StepHandle& s) {
@@ -259,7 +263,10 @@ void bind_handles(py::module_& m) {
           py::arg("kv_head"),
           "float32 [group, n]: each query head's probabilities over the KV head's n entries, in "
           "cache order (0 for stored-but-unused entries)");
+}
 
+// kvsim.Cache: the entries a Python policy keeps, evicts and merges.
+void bind_cache_handle(py::module_& m) {
   py::class_<CacheHandle>(m, "Cache", "The retained entries of the current layer, per KV head.")
       .def_property_readonly("kv_heads", [](const CacheHandle& c) { return c.get().kv_heads(); })
       .def_property_readonly("step", [](const CacheHandle& c) { return c.get().step(); })
@@ -329,6 +336,12 @@ void bind_handles(py::module_& m) {
           },
           py::arg("kv_head"), py::arg("entry"), py::arg("into"), py::arg("key"), py::arg("value"),
           "entry disappears into `into`, which then holds key and value");
+}
+
+void bind_handles(py::module_& m) {
+  bind_view_handle(m);
+  bind_step_handle(m);
+  bind_cache_handle(m);
 }
 
 }  // namespace
