@@ -68,7 +68,8 @@ struct PolicyRequest {
 
 // How a run's policy list is built: the --budget for every policy that declares one and is given
 // none, the seeds of a policy that draws and is given no seed (one run per seed 0 .. seeds − 1,
-// labelled seeded_label(LABEL, k)), and --equal-memory (hold_to_budget on every configuration).
+// labelled seeded_label(NAME, k); `label` is then unused), and --equal-memory (hold_to_budget
+// on every configuration).
 struct PolicyListRules {
   std::string budget;
   int seeds = 1;
