@@ -189,8 +189,7 @@ const PolicyRegistration reg(scorer_policy(
                  {"prefix", "kvpress", "authors"}},
                 {"normalize", ParamType::kBool, "false",
                  "safeguard = authors: scale each head's scores by the share of its mass in its "
-                 "own "
-                 "top B - w before the joint top-k (the authors' normalize)"},
+                 "own top B - w before the joint top-k (the authors' normalize)"},
                 {"scorer",
                  ParamType::kChoice,
                  "snapkv",

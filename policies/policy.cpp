@@ -301,10 +301,6 @@ std::optional<std::map<std::string, std::string>> equal_memory_overrides(
   return out;
 }
 
-namespace {
-// Whether `name` (a preset, optionally NAME@TAG) fixes the budget itself, as hae:table2's 1024.
-}  // namespace
-
 bool apply_default_budget(const NamedPolicy& named, const std::string& budget,
                           std::map<std::string, std::string>& overrides) {
   if (!named.declares("budget")) return false;

@@ -234,13 +234,13 @@ class PolicyRegistry {
   std::map<std::string, PolicyInfo> policies_;
 };
 
-// One policy of a run: name, label, resolved parameters.
 // How a configuration's cache is sized, read from its registration: by its budget (kEntries: a
 // count or a share of the prompt, resolved per sample), by itself (kSelfSized: it declares no
 // `budget`, as fastv and st3), or by itself in this configuration (kSpecial: the budget is one of
 // its declared special values, hae's `auto`).
 enum class BudgetKind { kEntries, kSelfSized, kSpecial };
 
+// One policy of a run: name, label, resolved parameters.
 struct PolicyConfig {
   std::string label;
   const PolicyInfo* info = nullptr;

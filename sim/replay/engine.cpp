@@ -98,13 +98,18 @@ class LayerObservers {
   std::vector<std::pair<std::unique_ptr<StepObserver>, ObservedColumns>> observers_;
 };
 
+// Whether any check watches the decode hooks (LayerCheck::after_decode).
+bool watched_by_checks(const LayerReplayOptions& options) {
+  return options.checks && std::any_of(options.checks->begin(), options.checks->end(),
+                                       [](const LayerCheck& c) { return bool(c.after_decode); });
+}
+
 // The policy's decode hook at decode step `step` (the view's horizon set to its position), checked
-// against its capacity and watched by the checks that ask (their step numbered from `first`).
+// against its capacity and, when `watched`, watched by the checks that ask (their step numbered
+// from `first`).
 void decode_hook(Policy& policy, LayerView& view, StepAttention& sa, KvCache& cache, int layer,
-                 int step, int first, const LayerReplayOptions& options, LayerResult& r) {
-  const bool watched =
-      options.checks && std::any_of(options.checks->begin(), options.checks->end(),
-                                    [](const LayerCheck& c) { return bool(c.after_decode); });
+                 int step, int first, bool watched, const LayerReplayOptions& options,
+                 LayerResult& r) {
   std::vector<std::vector<std::int32_t>> before;
   if (watched)
     for (int g = 0; g < cache.kv_heads(); ++g) before.push_back(cache.positions(g));
@@ -160,6 +165,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
   const std::int64_t entry_bytes =
       2ll * att.head_dim() * static_cast<std::int64_t>(bytes_per_element);
   const int first = options.appended_steps;
+  const bool watched = watched_by_checks(options);
   for (int t = 0; t < G; ++t) {
     cache.set_step(t);
     for (int g = 0; g < Hkv; ++g) cache.append(g, P + t);
@@ -171,7 +177,7 @@ LayerResult replay_layer(Policy& policy, const LayerAttention& att, const LayerA
       r.steps[g][t] = m[g];
     }
     observers.observe(ref, cache, t, first);
-    decode_hook(policy, view, sa, cache, att.layer(), t, first, options, r);
+    decode_hook(policy, view, sa, cache, att.layer(), t, first, watched, options, r);
   }
   if (check_invariants)
     for (int g = 0; g < Hkv; ++g) cache.check_invariants(g);

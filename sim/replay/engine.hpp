@@ -139,14 +139,6 @@ class Replayer {
                       const std::function<void(int layer)>& on_layer = {});
 
  private:
-  // Every policy through one layer (in parallel); results in policy order. Policies with
-  // `prefill_only[i]` see the layer's prefill alone and give no result; when all do, `att` may
-  // hold the prompt statistics alone (LayerAttention::PromptOnly).
-  struct SampleRun;
-  std::vector<LayerResult> replay_policies(const LayerAttention& att,
-                                           const std::map<int, LayerTensors>& sources,
-                                           SampleRun& run,
-                                           const std::vector<bool>& prefill_only) const;
   // A sample's run: what each policy fixes before its first layer (its instance, where it splits
   // the prompt, the entries its budget resolves to: -1 for none), and the sample's statistics.
   struct SampleRun {
@@ -158,6 +150,13 @@ class Replayer {
   };
   // Creates every policy for the sample and resolves what the run fixes once per sample.
   SampleRun start_sample(const std::string& name) const;
+  // Every policy through one layer (in parallel); results in policy order. Policies with
+  // `prefill_only[i]` see the layer's prefill alone and give no result; when all do, `att` may
+  // hold the prompt statistics alone (LayerAttention::PromptOnly).
+  std::vector<LayerResult> replay_policies(const LayerAttention& att,
+                                           const std::map<int, LayerTensors>& sources,
+                                           SampleRun& run,
+                                           const std::vector<bool>& prefill_only) const;
   // Policies with one cache per query head replay a layer with K and V repeated per query head
   // (repeat_kv): the same attention, group-size x the KV heads. Policies that compress the prompt
   // less its question or tail replay it split there, the fed positions becoming the first decode

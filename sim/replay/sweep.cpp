@@ -170,19 +170,19 @@ namespace {
 // "name[key=value,...]" from the values the configuration holds for its axes' keys (what runs;
 // a key the policy turns into another, compression_ratio into budget, as given), a coupled axis
 // as "k1+k2=v1/v2".
-std::string grid_label(const std::string& name, const std::vector<const GridAxis*>& axes,
+std::string grid_label(const std::string& name, const std::vector<GridAxis>& axes,
                        const std::vector<std::size_t>& index, const PolicyConfig& c) {
   if (axes.empty()) return name;
   const auto& held_values = c.params.values();
   std::string label = name;
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    std::stringstream keys(axes[i]->key), given(axes[i]->values[index[i]]);
+    std::stringstream keys(axes[i].key), given(axes[i].values[index[i]]);
     std::string held;
     for (std::string k, v; std::getline(keys, k, '+') && std::getline(given, v, '/');) {
       const auto it = held_values.find(k);
       held += (held.empty() ? "" : "/") + (it != held_values.end() ? it->second : v);
     }
-    label += (i == 0 ? "[" : ",") + axes[i]->key + "=" + held;
+    label += (i == 0 ? "[" : ",") + axes[i].key + "=" + held;
   }
   return label + "]";
 }
@@ -215,29 +215,24 @@ std::vector<PolicyRequest> grid_requests(const std::vector<std::string>& policie
   }
   std::vector<PolicyRequest> out;
   for (const auto& name : policies) {
-    std::vector<const GridAxis*> mine;
+    std::vector<GridAxis> mine;  // the policy's axes (each label holds a copy)
     for (const auto& a : axes)
-      if (a.policy == name) mine.push_back(&a);
+      if (a.policy == name) mine.push_back(a);
     std::vector<std::size_t> index(mine.size(), 0);
     while (true) {
       PolicyRequest r{.name = name};
       if (const auto it = fixed.find(name); it != fixed.end()) r.chosen = it->second;
       for (std::size_t i = 0; i < mine.size(); ++i) {
-        std::stringstream keys(mine[i]->key), values(mine[i]->values[index[i]]);
+        std::stringstream keys(mine[i].key), values(mine[i].values[index[i]]);
         std::string k, v;
         while (std::getline(keys, k, '+') && std::getline(values, v, '/')) r.chosen[k] = v;
       }
-      // The label is made once the configuration is: it holds its own copy of the axes.
-      std::vector<GridAxis> own;
-      for (const GridAxis* a : mine) own.push_back(*a);
-      r.label = [name, own = std::move(own), index](const PolicyConfig& c) {
-        std::vector<const GridAxis*> axes_of;
-        for (const GridAxis& a : own) axes_of.push_back(&a);
-        return grid_label(name, axes_of, index, c);
+      r.label = [name, mine, index](const PolicyConfig& c) {
+        return grid_label(name, mine, index, c);
       };
       out.push_back(std::move(r));
       std::size_t i = 0;  // odometer over the axes
-      while (i < mine.size() && ++index[i] == mine[i]->values.size()) index[i++] = 0;
+      while (i < mine.size() && ++index[i] == mine[i].values.size()) index[i++] = 0;
       if (i == mine.size()) break;
     }
   }
