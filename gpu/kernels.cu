@@ -147,34 +147,118 @@ __device__ void load_rows(const float* rows, int e0, int end, int d, int lane,
     }
 }
 
+// Where one decode block works: KV head g, chunk `split` of its entries [begin, end), the query
+// heads per KV head, and the calling thread's lane and warp.
+struct ChunkBlock {
+  int g, split, group, lane, warp, begin, end;
+};
+
+// The calling block's and thread's place: KV head blockIdx.x, chunk blockIdx.y.
+__device__ __forceinline__ ChunkBlock chunk_block(const DecodeAttentionArgs& a) {
+  const int g = blockIdx.x, split = blockIdx.y, group = a.heads / a.kv_heads;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int n = a.lengths[g], begin = split * a.chunk, end = min(n, begin + a.chunk);
+  return {g, split, group, lane, warp, begin, end};
+}
+
+// The group's query rows, lane's float4 slices (zeros beyond the group or d), kept in registers.
+template <int G, int V>
+__device__ __forceinline__ void load_queries(const DecodeAttentionArgs& a, const ChunkBlock& b,
+                                             float4 (&q)[G][V]) {
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int c = (v * kWarp + b.lane) * 4;
+      q[h][v] = h < b.group && c < a.d
+                    ? *reinterpret_cast<const float4*>(a.q + (b.g * b.group + h) * a.d + c)
+                    : make_float4(0, 0, 0, 0);
+    }
+}
+
+// Lane's share of the dot product of a query row and a key row (its float4 slices).
+template <int V>
+__device__ __forceinline__ float lane_dot(const float4 (&q)[V], const float4 (&k)[V]) {
+  float acc = 0;
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    acc += q[v].x * k[v].x + q[v].y * k[v].y + q[v].z * k[v].z + q[v].w * k[v].w;
+  return acc;
+}
+
+// o += w * row, on lane's float4 slices.
+template <int V>
+__device__ __forceinline__ void add_scaled(float4 (&o)[V], float w, const float4 (&row)[V]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    o[v].x += w * row[v].x, o[v].y += w * row[v].y;
+    o[v].z += w * row[v].z, o[v].w += w * row[v].w;
+  }
+}
+
+// o = 0.
+template <int G, int V>
+__device__ __forceinline__ void zero_outputs(float4 (&o)[G][V]) {
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int v = 0; v < V; ++v) o[h][v] = make_float4(0, 0, 0, 0);
+}
+
+// Per query head (a warp each): the chunk's largest logit and sum of exponentials into the
+// scratch; p becomes exp(logit - max), 0 where every logit is -inf.
+template <int G>
+__device__ __forceinline__ void chunk_softmax(const DecodeAttentionArgs& a, const ChunkBlock& b,
+                                              const DecodeScratch& sc, float (&p)[G][kChunk]) {
+  for (int h = b.warp; h < b.group; h += kDecodeWarps) {
+    float m = -INFINITY;
+    for (int i = b.lane; i < b.end - b.begin; i += kWarp) m = fmaxf(m, p[h][i]);
+    m = warp_max(m);
+    float sum = 0;
+    for (int i = b.lane; i < b.end - b.begin; i += kWarp) {
+      const float x = m == -INFINITY ? 0.0f : expf(p[h][i] - m);
+      p[h][i] = x;
+      sum += x;
+    }
+    sum = warp_sum(sum);
+    if (b.lane == 0) {
+      sc.part_max[b.split * a.heads + b.g * b.group + h] = m;
+      sc.part_sum[b.split * a.heads + b.g * b.group + h] = sum;
+    }
+  }
+}
+
+// The warps' stashed outputs summed into the scratch's part_out of the chunk.
+template <int G, int V>
+__device__ __forceinline__ void sum_warp_outputs(const DecodeAttentionArgs& a, const ChunkBlock& b,
+                                                 const DecodeScratch& sc,
+                                                 const float (&reduce)[kDecodeWarps][G][V * 128]) {
+  for (int i = threadIdx.x; i < b.group * a.d; i += kDecodeThreads) {
+    const int h = i / a.d, c = i % a.d;
+    float s = 0;
+    for (int w = 0; w < kDecodeWarps; ++w) s += reduce[w][h][c];
+    sc.part_out[(static_cast<std::size_t>(b.split) * a.heads + b.g * b.group + h) * a.d + c] = s;
+  }
+}
+
 // One block per (KV head, chunk of kChunk entries): every query head of the group reads each key
 // and value row once (GQA-friendly), rows are read as float4 by a whole warp (coalesced).
-// Writes the chunk's raw logits, its max, sum of exponentials and unnormalised output.
+// Writes the chunk's raw logits, its max, sum of exponentials and unnormalised output. Each warp
+// takes kUnroll consecutive rows per round and issues all their loads first.
 // G >= the group size and V float4 per lane (head_dim <= 128 V) are compile-time so that the
 // per-head query and output fragments stay in registers (fully unrolled loops).
 template <int G, int V>
 __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAttentionArgs a) {
   __shared__ float p[G][kChunk];
   __shared__ float reduce[kDecodeWarps][G][V * 128];
-  const int g = blockIdx.x, split = blockIdx.y, group = a.heads / a.kv_heads;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int n = a.lengths[g], begin = split * a.chunk, end = min(n, begin + a.chunk);
+  const ChunkBlock b = chunk_block(a);
+  const auto [g, split, group, lane, warp, begin, end] = b;
   DecodeScratch sc(a.scratch, a.heads, a.d, a.max_length, a.chunk);
   const float* krows = a.k + static_cast<std::size_t>(g) * a.capacity * a.d;
   const float* vrows = a.v + static_cast<std::size_t>(g) * a.capacity * a.d;
   const std::uint8_t* mask = a.mask ? a.mask + static_cast<std::size_t>(g) * a.capacity : nullptr;
-
   float4 q[G][V];
-#pragma unroll
-  for (int h = 0; h < G; ++h)
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int c = (v * kWarp + lane) * 4;
-      q[h][v] = h < group && c < a.d
-                    ? *reinterpret_cast<const float4*>(a.q + (g * group + h) * a.d + c)
-                    : make_float4(0, 0, 0, 0);
-    }
-  // Each warp takes kUnroll consecutive rows per round and issues all their loads first.
+  load_queries<G, V>(a, b, q);
   for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
     float4 kv[kUnroll][V];
     load_rows<V>(krows, e0, end, a.d, lane, kv);
@@ -185,12 +269,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         if (h >= group) break;
-        float acc = 0;
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          acc += q[h][v].x * kv[u][v].x + q[h][v].y * kv[u][v].y + q[h][v].z * kv[u][v].z +
-                 q[h][v].w * kv[u][v].w;
-        const float logit = warp_sum(acc) * a.scale;
+        const float logit = warp_sum(lane_dot<V>(q[h], kv[u])) * a.scale;
         if (lane == 0) {
           const float x = (mask && !mask[e]) ? -INFINITY : logit;
           p[h][e - begin] = x;
@@ -200,28 +279,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
     }
   }
   __syncthreads();
-  for (int h = warp; h < group; h += kDecodeWarps) {
-    float m = -INFINITY;
-    for (int i = lane; i < end - begin; i += kWarp) m = fmaxf(m, p[h][i]);
-    m = warp_max(m);
-    float sum = 0;
-    for (int i = lane; i < end - begin; i += kWarp) {
-      const float x = m == -INFINITY ? 0.0f : expf(p[h][i] - m);
-      p[h][i] = x;
-      sum += x;
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      sc.part_max[split * a.heads + g * group + h] = m;
-      sc.part_sum[split * a.heads + g * group + h] = sum;
-    }
-  }
+  chunk_softmax<G>(a, b, sc, p);
   __syncthreads();
   float4 o[G][V];
-#pragma unroll
-  for (int h = 0; h < G; ++h)
-#pragma unroll
-    for (int v = 0; v < V; ++v) o[h][v] = make_float4(0, 0, 0, 0);
+  zero_outputs<G, V>(o);
   for (int e0 = begin + warp * kUnroll; e0 < end; e0 += kDecodeWarps * kUnroll) {
     float4 vv[kUnroll][V];
     load_rows<V>(vrows, e0, end, a.d, lane, vv);
@@ -231,11 +292,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         const float w = h < group ? p[h][e0 + u - begin] : 0.0f;
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          o[h][v].x += w * vv[u][v].x, o[h][v].y += w * vv[u][v].y;
-          o[h][v].z += w * vv[u][v].z, o[h][v].w += w * vv[u][v].w;
-        }
+        add_scaled<V>(o[h], w, vv[u]);
       }
     }
   }
@@ -249,12 +306,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_partial_kernel(DecodeAt
       reduce[warp][h][c + 2] = o[h][v].z, reduce[warp][h][c + 3] = o[h][v].w;
     }
   __syncthreads();
-  for (int i = threadIdx.x; i < group * a.d; i += kDecodeThreads) {
-    const int h = i / a.d, c = i % a.d;
-    float s = 0;
-    for (int w = 0; w < kDecodeWarps; ++w) s += reduce[w][h][c];
-    sc.part_out[(static_cast<std::size_t>(split) * a.heads + g * group + h) * a.d + c] = s;
-  }
+  sum_warp_outputs<G, V>(a, b, sc, reduce);
 }
 
 template <int G>
