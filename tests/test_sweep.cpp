@@ -95,6 +95,34 @@ TEST(Sweep, ResultsHaveAColumnPerParameterAndNumericBudgets) {
   EXPECT_NE(r.table.find("\nfull "), std::string::npos) << r.table;
 }
 
+TEST(Sweep, ASampleThatGeneratesNothingCountsButAddsToNoMean) {
+  // Two traces, one whose sample generates no token: its item rows have no decode steps (empty
+  // means). The table printed at the end counts both samples, as replay's does, and takes its
+  // means from the other alone: the full cache recalls all the mass, and stores P + 1, P + 2 and
+  // P + 3 = 21, 22, 23 entries at the three steps (P = 20). Read as zeros, the empty rows halved
+  // both.
+  SynthConfig c;
+  c.layers = 2, c.heads = 2, c.kv_heads = 2, c.head_dim = 16;
+  c.system_tokens = 4, c.media_tokens = 12, c.user_tokens = 4, c.gen_tokens = 3;
+  const std::string answers = temp_path("sweep_gen3.h5"), silent = temp_path("sweep_gen0.h5");
+  synth_write(c, answers);
+  c.gen_tokens = 0;
+  synth_write(c, silent);
+  const std::string out = temp_path("sweep_gen0");
+  fs::remove_all(out);
+  const SweepReport r = run_sweep({answers, silent}, sweep_configs({"full"}, {}, {}, ""), {out, 1});
+  const std::size_t at = r.table.find("\nfull ");
+  ASSERT_NE(at, std::string::npos) << r.table;
+  std::istringstream row(r.table.substr(at + 1));  // config, n, mean_cache, held/B, recall
+  std::string name, held;
+  int n = 0;
+  double cache = 0, recall = 0;
+  row >> name >> n >> cache >> held >> recall;
+  EXPECT_EQ(n, 2) << r.table;
+  EXPECT_DOUBLE_EQ(cache, 22.0) << r.table;
+  EXPECT_DOUBLE_EQ(recall, 1.0) << r.table;
+}
+
 void expect_invalid(const std::function<void()>& f, const std::string& fragment) {
   try {
     f();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "analysis/bootstrap.hpp"
+#include "analysis/csv_table.hpp"
 #include "core/parallel.hpp"
 #include "core/partial_files.hpp"
 #include "core/splitmix.hpp"
@@ -335,8 +336,9 @@ std::string parameter_column(const std::string& key) {
              : key;
 }
 
-// One configuration's item rows (kItemHeader's columns), summed per (trace, sample): the table
-// printed at the end of a sweep pools them and resamples the samples for its intervals.
+// One configuration's item rows (kItemHeader's columns, read back by name), summed per (trace,
+// sample): the table printed at the end of a sweep pools them and resamples the samples for its
+// intervals. It reads the item files, so items finished by an earlier run count alike.
 struct ConfigMeans {
   struct Sums {
     double cache = 0, recall = 0, err = 0;
@@ -346,17 +348,23 @@ struct ConfigMeans {
   // The peak entries held (stored minus the step's own token) per (layer, KV head) over the
   // budget, averaged over a sample's rows; the sample furthest from 1.
   std::map<std::string, std::pair<double, long>> held;  // sample -> Σ peak held, rows
-  void add(const std::string& sample, const std::string& line, int budget) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-    if (f.size() < 8) return;
-    Sums& s = by_sample[sample];
-    s.cache += std::atof(f[3].c_str()), s.recall += std::atof(f[5].c_str()), ++s.rows;
-    if (!f[7].empty()) s.err += std::atof(f[7].c_str()), ++s.err_rows;
-    if (budget <= 0 || f.size() < 11 || f[10].empty()) return;
-    auto& h = held[sample];
-    h.first += (std::atof(f[10].c_str()) - 1) / budget, ++h.second;
+  // A row without decode steps (a sample that generates nothing) measures nothing: its sample
+  // counts in n, as in replay's table, and adds to no mean.
+  void add(const std::string& sample, const CsvTable& rows, int budget) {
+    const std::vector<double> steps = rows.numbers("steps"),
+                              cache = rows.numbers("mean_cache_size"),
+                              recall = rows.numbers("mean_mass_recall"),
+                              err = rows.numbers("mean_output_rel_error"),
+                              peak = rows.numbers("peak_cache_size");
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      Sums& s = by_sample[sample];
+      if (!(steps[i] > 0)) continue;
+      s.cache += cache[i], s.recall += recall[i], ++s.rows;
+      if (!std::isnan(err[i])) s.err += err[i], ++s.err_rows;
+      if (budget <= 0 || std::isnan(peak[i])) continue;
+      auto& h = held[sample];
+      h.first += (peak[i] - 1) / budget, ++h.second;
+    }
   }
   double worst_held() const {
     double worst = NAN;
@@ -689,9 +697,11 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
         const auto v = c.params.values().find(k);
         prefix += (v == c.params.values().end() ? "" : csv_quote(v->second)) + ",";
       }
-      std::istringstream in(store.read(item_key(it, c) + ".csv"));
-      std::string line;
-      std::getline(in, line);  // header
+      const std::string key = item_key(it, c) + ".csv";
+      std::istringstream in(store.read(key));
+      std::string line, table;
+      std::getline(in, table);  // header
+      table += "\n";
       while (std::getline(in, line)) {
         if (line.rfind(kItemNote, 0) == 0) {
           const std::string note = line.substr(std::char_traits<char>::length(kItemNote));
@@ -701,8 +711,9 @@ void assemble_results(const std::vector<SweepItem>& items, const std::vector<Pol
           continue;
         }
         all += prefix + line + "\n";
-        means[ci].add(it.trace + "\n" + it.sample, line, entries);
+        table += line + "\n";
       }
+      means[ci].add(it.trace + "\n" + it.sample, parse_csv_table(table, store.path(key)), entries);
     }
   write_file_atomically((fs::path(out_dir) / "results.csv").string(), all);
   write_file_atomically((fs::path(out_dir) / "notes.csv").string(), notes_csv);
