@@ -267,7 +267,7 @@ class PythonPolicyTest(Fixture):
                                     "not '-1'"):
             kvsim.replay(self.trace, {"negative": Negative()}, samples=["000000"])
 
-    def test_views_statistics_and_errors(self):
+    def test_views_and_statistics(self):
         seen = {}
 
         class Probe(kvsim.Policy):
@@ -315,6 +315,7 @@ class PythonPolicyTest(Fixture):
         with self.assertRaisesRegex(RuntimeError, "after its hook returned"):
             seen["view"].layer
 
+    def test_a_failing_policy_is_named(self):
         class Broken(kvsim.Policy):
             def on_prefill(self, view, cache):
                 raise ValueError("deliberate")
@@ -330,6 +331,7 @@ class PythonPolicyTest(Fixture):
 
         with self.assertRaisesRegex(Exception, "greedy"):
             kvsim.replay(self.trace, {"greedy": Greedy()})
+
         class OutOfRange(kvsim.Policy):
             def on_prefill(self, view, cache):
                 view.prefill_column_sums(99)
