@@ -12,12 +12,13 @@
 # Needs build/kvsim and build/kvsim_bench_compact (the Release build's benchmarks; $KVSIM and
 # $KVSIM_BENCH_COMPACT name others). Writes OUT_DIR/whole_model.csv (stage, seconds, peak_mib,
 # file_mib, gflop, floor_seconds), the floors (OUT_DIR/floors.csv) and both replays' result
-# files, and fails unless the two replays' results are byte-identical. A trace or compact trace
-# already in OUT_DIR is reused, not rewritten (its stage is then not timed). At 32k and 28 layers
-# the traces take about 9 GB and 2.3 GB.
+# files, and fails unless the two replays' results are byte-identical. Each stage's time is kept in
+# OUT_DIR/STAGE.time as it ends, and a trace or compact trace already in OUT_DIR is reused, not
+# rewritten (the table then gives the time its own run kept, or none). At 32k and 28 layers the
+# traces take about 9 GB and 2.3 GB.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-[ $# -ge 1 ] || { sed -n '2,17p' "$0" | cut -c3-; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0" | cut -c3-; exit 2; }
 out=$1
 prompt=${2:-32768}
 layers=${3:-28}
@@ -45,7 +46,7 @@ replay_args=(--budget 20% --equal-memory -j "$threads" --set avl.max_new_tokens=
 for p in "${policies[@]}"; do replay_args+=(-p "$p"); done
 
 # measure STAGE CMD...: runs CMD (output to OUT_DIR/STAGE.log) and prints "seconds,peak_mib":
-# wall time, and the largest resident set of the processes it ran.
+# wall time, and the largest resident set of the processes it ran; kept in OUT_DIR/STAGE.time.
 measure() {
   local stage=$1
   shift
@@ -60,18 +61,27 @@ if code != 0:
 print(f"{seconds:.1f},{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f}")
 PY
 }
+# kept STAGE: the time an earlier run kept for STAGE, or nothing.
+kept() { [ -f "$out/$1.time" ] && cat "$out/$1.time" || true; }
 mib() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 
 declare -A timed
 if [ ! -f "$full" ]; then
   echo "writing the full trace ($layers layers, $frames frames of 256 tokens) ..."
+  rm -f "$out/write.time" "$out/compact.time"
   timed[write]=$(measure write "$kvsim" synth --out "$full" --model synthetic-qwen2-vl-7b-video \
     --layers "$layers" --heads 28 --kv-heads 4 --head-dim 128 --video --mrope \
     --media-count "$frames" --media-tokens 256 --separator-tokens 0 --gen-tokens 64)
+  echo "${timed[write]}" > "$out/write.time"
+else
+  timed[write]=$(kept write)
 fi
 if [ ! -f "$compact" ]; then
   echo "compacting it ..."
   timed[compact]=$(measure compact "$kvsim" compact "$full" "$compact" -j "$threads")
+  echo "${timed[compact]}" > "$out/compact.time"
+else
+  timed[compact]=$(kept compact)
 fi
 echo "replaying the full trace (${#policies[@]} policies) ..."
 timed[replay_full]=$(measure replay_full "$kvsim" replay "$full" "${replay_args[@]}" \
