@@ -199,6 +199,14 @@ class SmallBuild(unittest.TestCase):
     def test_the_experiment_runs_on_the_small_model(self):
         out, r = self.small_experiment("eval")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        md = self.check_the_small_report(out)
+        self.check_the_report_from_kept_results(out)
+        self.check_the_docs_take_the_run(out, md)
+        self.check_a_choice_of_policies_and_settings()
+        self.check_the_order_with_no_free_token()
+
+    def check_the_small_report(self, out):
+        """The small run's tables, report and card; returns the report's text."""
         with open(os.path.join(out, "vlm_eval.csv")) as f:
             rows = list(csv.DictReader(f))
         policies = {row["policy"].split(", ")[0] for row in rows}
@@ -233,6 +241,9 @@ class SmallBuild(unittest.TestCase):
         self.assertNotIn("Targets", card)
         for name in ("vlm_eval_by_seed.csv", "vlm_eval_by_image.csv", "vlm_comparisons.csv"):
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        return md
+
+    def check_the_report_from_kept_results(self, out):
         # The report again from the tables it kept (results/), without the runs: the same bytes.
         again = os.path.join(self.tmp, "again")
         r = subprocess.run([sys.executable, os.path.join(REPORTS, "vlm_eval_report.py"),
@@ -277,6 +288,8 @@ class SmallBuild(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("its live results repeat an earlier folder's (seed 0, budget ", r.stderr)
+
+    def check_the_docs_take_the_run(self, out, md):
         # The docs' single-image report, card and figures are the run's
         # (experiments/reports/docs_tables.py): a copy of the document takes this run's (its figures
         # beside it, as the links resolve), and the eight-box regions stay as they were.
@@ -306,6 +319,8 @@ class SmallBuild(unittest.TestCase):
                      "vlm_accuracy_vs_image_kept", "vlm_replay_vs_accuracy"):
             for ext in ("png", "pdf"):
                 self.assertTrue(os.path.exists(os.path.join(out, f"{stem}.{ext}")), stem)
+
+    def check_a_choice_of_policies_and_settings(self):
         # A choice of policies and settings: the floors and h2o alone, one seed and budget, no
         # self-sizing runs, h2o's window set for the runs that have h2o (and '*' for all).
         chosen, r = self.small_experiment(
@@ -334,6 +349,8 @@ class SmallBuild(unittest.TestCase):
             VLM_EVAL_BUDGETS="20", VLM_EVAL_SET="h2o.recnt=2")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("h2o: unknown parameter 'recnt' (did you mean 'recent'?)", r.stderr)
+
+    def check_the_order_with_no_free_token(self):
         # The order with no free token: the question fed after compression, every budgeted
         # policy at equal memory and the text-only floor in the same order.
         tailq, r = self.small_experiment("eval_tailq", VLM_EVAL_POLICIES="h2o,snapkv",
@@ -357,6 +374,16 @@ class SmallBuild(unittest.TestCase):
         _, r = self.small_experiment("eval_tail2", VLM_EVAL_ORDER="tail2")
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown VLM_EVAL_ORDER 'tail2' (compress, tail1, tailq)", r.stderr)
+
+def read_rows(*path):
+    """The rows of a CSV file as dicts."""
+    with open(os.path.join(*path)) as f:
+        return list(csv.DictReader(f))
+
+
+def policy_names(table):
+    """The policies of a report table's rows (a row's policy before its first ', ')."""
+    return {row["policy"].split(", ")[0] for row in table}
 
 
 def without_regions(doc, headings):
@@ -544,19 +571,20 @@ class SmallMultiBuild(unittest.TestCase):
                            env=dict(env, VLM_MULTI_ORDERS="tail2"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown order 'tail2'", r.stderr)
+        self.check_the_compress_and_append_orders(out)
+        self.check_the_tail_orders(out)
+        self.check_the_factorial_and_the_orders_table(out)
+        self.check_the_docs_take_the_eight_box_run(out)
 
-        def rows(*path):
-            with open(os.path.join(out, *path)) as f:
-                return list(csv.DictReader(f))
-
-        compress, append = rows("compress", "vlm_eval.csv"), rows("append", "vlm_eval.csv")
-        names = lambda t: {row["policy"].split(", ")[0] for row in t}  # noqa: E731
+    def check_the_compress_and_append_orders(self, out):
+        compress = read_rows(out, "compress", "vlm_eval.csv")
+        append = read_rows(out, "append", "vlm_eval.csv")
         self.assertLessEqual({"random", "hae", "madakv", "meda", "lookm", "text_only"},
-                             names(compress))
+                             policy_names(compress))
         # Only the policies that can compress the context before the question run appended.
-        self.assertEqual(names(append), {"random", "downsample", "streamingllm", "h2o", "snapkv",
-                                         "pyramidkv", "adakv", "tova", "knorm",
-                                         "expected_attention"})
+        self.assertEqual(policy_names(append), {"random", "downsample", "streamingllm", "h2o",
+                                                "snapkv", "pyramidkv", "adakv", "tova", "knorm",
+                                                "expected_attention"})
         for budget in ("20",):
             held = {float(row["kv_fraction"]) for row in append if row["budget"] == budget}
             self.assertEqual(len(held), 1, held)  # equal memory by construction
@@ -567,13 +595,15 @@ class SmallMultiBuild(unittest.TestCase):
             snapkv = [float(row["kv_fraction"]) for row in compress
                       if row["budget"] == budget and row["policy"] == "snapkv"]
             self.assertGreater(min(held), snapkv[0])
+
+    def check_the_tail_orders(self, out):
         # The tail orders: every budgeted policy, the seed methods and both random floors
         # included, at equal memory, and text_only; the first answer token from the compressed
         # cache (tail1 differs from tailq in --prompt-tail only; the engine's tests cover both).
         for order, fed in (("tail1", "last token"), ("tailq", "question")):
-            table = rows(order, "vlm_eval.csv")
+            table = read_rows(out, order, "vlm_eval.csv")
             self.assertLessEqual({"random", "random@window", "text_only", "h2o", "snapkv", "hae",
-                                  "madakv", "meda", "lookm"}, names(table), order)
+                                  "madakv", "meda", "lookm"}, policy_names(table), order)
             for row in table:
                 if row["budget"] == "20" and row["policy"] not in ("hae", "meda"):
                     self.assertLessEqual(abs(float(row["held"]) - 1), 0.01, row)
@@ -585,19 +615,21 @@ class SmallMultiBuild(unittest.TestCase):
                 self.assertIn("fed after compression", f.read())
         self.assertIn("The question is fed after compression",
                       open(os.path.join(out, "tailq", "vlm_eval.md")).read())
+
+    def check_the_factorial_and_the_orders_table(self, out):
         # The factorial: each effect for every policy run in the three orders of one reading,
         # paired over the same items; the same memory in each.
-        factorial = rows("vlm_factorial.csv")
+        factorial = read_rows(out, "vlm_factorial.csv")
         effects = {row["effect"] for row in factorial}
         self.assertEqual(effects, {"free first token", "scorer sees the question",
                                    "question after compression"})
-        in_all = names(compress) & names(rows("tail1", "vlm_eval.csv")) & names(
-            rows("tailq", "vlm_eval.csv"))
+        in_all = set.intersection(*(policy_names(read_rows(out, order, "vlm_eval.csv"))
+                                    for order in ("compress", "tail1", "tailq")))
         self.assertEqual({row["policy"] for row in factorial}, in_all)
         self.assertIn("random@window", in_all)
         for row in factorial:
             self.assertEqual(int(row["n"]), 16, row)
-        orders = rows("vlm_orders.csv")
+        orders = read_rows(out, "vlm_orders.csv")
         self.assertEqual(len(orders), 10)  # one budget, ten policies in both orders
         for row in orders:
             self.assertEqual(int(row["n"]), 16, row)  # the same held-out items in both orders
@@ -610,6 +642,8 @@ class SmallMultiBuild(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, f"vlm_orders.{ext}")))
         for order in ("compress", "append"):  # replay's prediction of the accuracy, per order
             self.assertTrue(os.path.exists(os.path.join(out, order, "card", "card.json")))
+
+    def check_the_docs_take_the_eight_box_run(self, out):
         # The docs' eight-box tables are the run's: written in by
         # experiments/reports/docs_tables.py, and a document that quotes another run is told apart.
         tool = [sys.executable, os.path.join(REPORTS, "docs_tables.py")]
