@@ -218,7 +218,8 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     take_stored(needs);
   else if (tensors_.layer < needs.text_query_layers)
     compute_text_query_stats(threads);
-  if (G_ > 0 && tensors_.has_v()) compute_value_norms(threads);
+  const StoredPromptStats::Decode* known = stored_decode();
+  if (G_ > 0 && tensors_.has_v() && !known) compute_value_norms(threads);
   if (want_colsums_ || want_rounded_colsums_ || window_ > 0)
     parallel_for(H_, threads, [&](int h) { compute_prefill(h, kPrefillBlockRows); });
   if (G_ > 0) {
@@ -228,8 +229,13 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     parallel_for(Hkv_ * parts, threads, [&](int task) {
       const int g = task / parts, part = task % parts, gs = group_size();
       const int first = g * gs + part * gs / parts, last = g * gs + (part + 1) * gs / parts;
-      if (first < last) compute_decode(first, last);
+      if (first < last) compute_decode(first, last, known == nullptr);
     });
+  }
+  if (known) {
+    decode_mass_ = known->mass;
+    full_output_ = known->output;
+    full_value_norm_ = known->value_norm;
   }
   compute_output_norms();
   if (needs.key_ranking && G_ > 0) {
@@ -276,6 +282,16 @@ void LayerAttention::take_stored(const AttentionNeeds& needs) {
     text_colsum_ = p.text_column_sums;
     text_colmax_ = p.text_column_max;
   }
+}
+
+const StoredPromptStats::Decode* LayerAttention::stored_decode() const {
+  if (!tensors_.stored || !tensors_.has_v() || G_ == 0) return nullptr;
+  // Only for the layer's own tensors in the trace's shape: not a layer attending with another's
+  // q/k (its values differ), nor KV heads repeated, nor the prompt split before its question.
+  const StoredPromptStats::Decode& d = tensors_.stored->decode;
+  const bool same = !d.empty() && tensors_.stored->layer == tensors_.layer && d.prompt_len == P_ &&
+                    d.kv_heads == Hkv_ && d.mass.size() == static_cast<std::size_t>(G_) * H_;
+  return same ? &d : nullptr;
 }
 
 void LayerAttention::set_token_row(int position, const float* q, const float* k, const float* v) {
@@ -513,7 +529,7 @@ void LayerAttention::compute_output_norms() {
 // the rows (h, t) are contiguous at stride T), then each row's softmax and mass; with values,
 // the outputs by a second stacked product. The stacked products compute each element as the
 // per-head ones did (the same dot products, K blocked alike), so the bytes do not change.
-void LayerAttention::compute_decode(int first, int last) {
+void LayerAttention::compute_decode(int first, int last, bool sums_and_outputs) {
   const int g = first / group_size(), heads = last - first, rows = heads * G_;
   std::vector<float> q(static_cast<std::size_t>(rows) * d_);
   for (int i = 0; i < heads; ++i)
@@ -532,10 +548,11 @@ void LayerAttention::compute_decode(int first, int last) {
       decode_lse_[static_cast<std::size_t>(t) * H_ + h] = softmax_inplace(row, n, scale_);
       std::fill(row + n, row + T_, 0.0f);
     }
+    if (!sums_and_outputs) continue;
     ascending_row_sums<false>(decode_probs(0, h), T_, G_, P_ + 1, nullptr, sums.data());
     for (int t = 0; t < G_; ++t) decode_mass_[static_cast<std::size_t>(t) * H_ + h] = sums[t];
   }
-  if (full_output_.empty()) return;
+  if (full_output_.empty() || !sums_and_outputs) return;
   const float* v = tensors_.v.data() + static_cast<std::size_t>(g) * d_;
   std::vector<float> out(static_cast<std::size_t>(rows) * d_);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d_, T_, 1.0f, probs, T_, v,

@@ -179,7 +179,12 @@ class LayerAttention {
   void take_prefix_sums(int h, int i0, float* logits, float* half_row);
   // A compact trace's statistics in place of those of the prompt rows it does not hold.
   void take_stored(const AttentionNeeds& needs);
-  void compute_decode(int first_head, int last_head);
+  // The full cache's decode results a compact trace stores for exactly this layer and shape, or
+  // null (then computed: compute_decode with sums_and_outputs).
+  const StoredPromptStats::Decode* stored_decode() const;
+  // Decode probabilities of query heads first_head..last_head-1; their sums and outputs too when
+  // `sums_and_outputs` (not stored).
+  void compute_decode(int first_head, int last_head, bool sums_and_outputs);
   void compute_value_norms(int threads);
   void compute_output_norms();
   void count_sparse(int h, const float* row, int i);

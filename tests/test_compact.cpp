@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/layer_attention.hpp"
 #include "policies/policy.hpp"
+#include "sim/replay/engine.hpp"
 #include "sim/replay/reference_replay.hpp"
 #include "sim/run/compact_trace.hpp"
 #include "tests/cli_helpers.hpp"
@@ -384,6 +386,102 @@ TEST(CompactTrace, AnEarlierVersionsEntropiesAreRefusedTheRestRuns) {
   EXPECT_EQ(kvsim("replay " + version1 + " -p h2o").code, 0);
   set_int_attr(version1, "/", "kvtrace_compact", 2);
   EXPECT_EQ(kvsim("replay " + version1 + " -p meda").code, 0);
+}
+
+// The full cache's decode results are stored as a replay computes them, and read in place of
+// computing them only for the layer's own tensors in the trace's shape: a layer attending with
+// another layer's q/k, KV heads repeated per query head, or a prompt split before its question
+// (`question = append`) computes its own (shown by storing wrong numbers, which only the trace's
+// own shape then reads).
+TEST(CompactTrace, StoresTheFullCachesDecodeResultsAsAReplayComputesThem) {
+  const std::string full = synthetic("compact_decode.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const TraceReader f(full), c(compact);
+  const SampleInfo fs = f.read_sample("000000"), cs = c.read_sample("000000");
+  const std::size_t G = 10, H = 4, d = 16;
+  for (int l = 0; l < 2; ++l) {
+    const LayerAttention computed(f.info(), fs, f.read_layer(fs, l), AttentionNeeds{}, 1);
+    const LayerTensors layer = c.read_layer(cs, l);
+    ASSERT_TRUE(layer.stored);
+    const StoredPromptStats::Decode& stored = layer.stored->decode;
+    EXPECT_EQ(layer.stored->layer, l);
+    EXPECT_EQ(stored.prompt_len, 209);
+    EXPECT_EQ(stored.kv_heads, 2);
+    ASSERT_EQ(stored.output.size(), G * H * d);
+    ASSERT_EQ(stored.mass.size(), G * H);
+    EXPECT_TRUE(same_bytes(
+        stored.output,
+        std::vector<float>(computed.full_output(0, 0), computed.full_output(0, 0) + G * H * d)));
+    for (std::size_t t = 0; t < G; ++t)
+      for (std::size_t h = 0; h < H; ++h) {
+        EXPECT_EQ(stored.value_norm[t * H + h], computed.full_value_norm(t, h));
+        EXPECT_EQ(stored.mass[t * H + h], computed.decode_mass(t, h));
+      }
+  }
+  LayerTensors layer = c.read_layer(cs, 0);
+  auto wrong = std::make_shared<StoredPromptStats>(*layer.stored);
+  wrong->decode.output.assign(wrong->decode.output.size(), 7.0f);
+  wrong->decode.value_norm.assign(wrong->decode.value_norm.size(), 7.0f);
+  wrong->decode.mass.assign(wrong->decode.mass.size(), 7.0);
+  layer.stored = wrong;
+  const LayerAttention own(c.info(), cs, layer, AttentionNeeds{}, 1);
+  EXPECT_EQ(own.full_output(3, 1)[5], 7.0f);
+  EXPECT_EQ(own.full_value_norm(3, 1), 7.0f);
+  EXPECT_EQ(own.decode_mass(3, 1), 7.0);
+  // Each shape beside the same shape of the full trace's layer.
+  const LayerTensors full0 = f.read_layer(fs, 0);
+  LayerTensors heir = layer;
+  heir.layer = 1;  // layer 1 attending with layer 0's q/k (and, here, its values)
+  const auto repeated = [](const TraceInfo& info, const SampleInfo& s, const LayerTensors& t) {
+    return LayerAttention(info_with_kv_heads(info, 4), s, repeat_kv_heads(t, 2), {}, 1);
+  };
+  const std::vector<std::pair<LayerAttention, LayerAttention>> shapes = [&] {
+    std::vector<std::pair<LayerAttention, LayerAttention>> v;
+    v.emplace_back(repeated(c.info(), cs, layer), repeated(f.info(), fs, full0));
+    v.emplace_back(LayerAttention(c.info(), context_only(cs, 1), layer, {}, 1),
+                   LayerAttention(f.info(), context_only(fs, 1), full0, {}, 1));
+    v.emplace_back(LayerAttention(c.info(), cs, heir, {}, 1),
+                   LayerAttention(f.info(), fs, full0, {}, 1));
+    return v;
+  }();
+  for (const auto& [got, want] : shapes)
+    for (int t = 0; t < got.gen_len(); ++t)
+      for (int h = 0; h < 4; ++h) {
+        ASSERT_EQ(std::memcmp(got.full_output(t, h), want.full_output(t, h), d * sizeof(float)), 0);
+        ASSERT_EQ(got.full_value_norm(t, h), want.full_value_norm(t, h));
+        ASSERT_EQ(got.decode_mass(t, h), want.decode_mass(t, h));
+      }
+}
+
+// A compact trace without the decode results (written before they were stored, or by a writer
+// that leaves them out) replays the same bytes; one with a part of them missing is refused.
+TEST(CompactTrace, DecodeResultsAreOptionalAndValidated) {
+  const std::string full = synthetic("compact_no_decode.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const std::string bare = temp_path("compact_no_decode_bare.h5");
+  std::filesystem::copy_file(compact, bare, std::filesystem::copy_options::overwrite_existing);
+  for (const char* sample : {"000000", "000001"})
+    for (int l = 0; l < 2; ++l)
+      remove_object(bare, std::string("/samples/") + sample + "/layers/" + std::to_string(l) +
+                              "/stats/decode");
+  EXPECT_TRUE(TraceReader(bare)
+                  .read_layer(TraceReader(bare).read_sample("000000"), 1)
+                  .stored->decode.empty());
+  for (const std::string args :
+       {std::string("-p h2o -p snapkv -p tova -p adakv:kvpress -p st3 --set st3.heredity=0:1-1 "
+                    "-p meda --budget 25% -j 2"),
+        std::string("-p h2o -p snapkv -p knorm --set snapkv.question=append "
+                    "--set knorm.question=append --budget 25% -j 2")}) {
+    const std::string want = replay_outputs(full, args, "decode_f");
+    EXPECT_EQ(replay_outputs(compact, args, "decode_c"), want) << args;
+    EXPECT_EQ(replay_outputs(bare, args, "decode_b"), want) << args;
+  }
+  remove_object(compact, "/samples/000000/layers/1/stats/decode/mass");
+  EXPECT_NE(error_of(compact, 1)
+                .find("sample '000000', dataset 'layers/1/stats/decode/mass': "
+                      "missing dataset"),
+            std::string::npos)
+      << error_of(compact, 1);
 }
 
 }  // namespace

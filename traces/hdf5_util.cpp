@@ -324,4 +324,10 @@ void h5_write_2d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
   write_dataset(group, name, file_type, mem_type, data, 2, dims, where);
 }
 
+void h5_write_3d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::size_t n0, std::size_t n1, std::size_t n2, const std::string& where) {
+  const hsize_t dims[3] = {n0, n1, n2};
+  write_dataset(group, name, file_type, mem_type, data, 3, dims, where);
+}
+
 }  // namespace kvsim

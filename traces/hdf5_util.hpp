@@ -95,6 +95,9 @@ void h5_write_1d(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
 // Writes a [rows, cols] dataset from row-major data; `where` prefixes the error message.
 void h5_write_2d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
                  std::size_t rows, std::size_t cols, const std::string& where);
+// Writes an [n0, n1, n2] dataset from row-major data.
+void h5_write_3d(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::size_t n0, std::size_t n1, std::size_t n2, const std::string& where);
 
 // The values of an open one-dimensional integer dataset of n elements, read through int64 so
 // that a value T cannot hold is reported rather than saturated by HDF5's conversion. Errors are

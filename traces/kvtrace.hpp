@@ -106,6 +106,7 @@ const std::string& context_draw_key(const SampleInfo& sample);
 // What a compact trace stores of one layer in place of its early prompt queries: the statistics
 // LayerAttention computes from them (core/layer_attention.hpp), as it computed them.
 struct StoredPromptStats {
+  int layer = -1;  // the layer they are of (a layer that inherits another's q/k holds its stats)
   // The statistics of the first `prompt_len` positions taken as the prompt.
   struct Prompt {
     std::vector<float> column_sums;          // [H, P]: Σ_i p_ij per query head
@@ -119,6 +120,18 @@ struct StoredPromptStats {
   // The layer's prompt entropies (LayerEntropies, in its declaration order), when stored.
   bool has_entropies = false;
   std::array<double, 6> entropies{};
+  // The full cache's results at the sample's own decode steps, which every replay of the layer
+  // computes before any policy runs: the attention output and two sums of each step's
+  // probabilities. Optional (`stats/decode`, a layer with values and decode steps): empty, the
+  // replay computes them.
+  struct Decode {
+    int prompt_len = 0, kv_heads = 0;  // the shape they are of (P, Hkv)
+    std::vector<float> output;         // [G, H, d]: Σ_j p_j v_j of step t, query head h
+    std::vector<float> value_norm;     // [G, H]: Σ_j p_j ‖v_j‖
+    std::vector<double> mass;          // [G, H]: Σ_j p_j, in double, in position order
+    bool empty() const { return output.empty(); }
+  };
+  Decode decode;
   // The statistics of a prompt of `prompt_len` positions; throws std::logic_error naming
   // `statistic` and the lengths stored when there are none.
   const Prompt& prompt(int prompt_len, const char* statistic) const;

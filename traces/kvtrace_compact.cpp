@@ -79,6 +79,7 @@ void TraceReader::read_floats(const std::string& sample, const std::string& rel,
 std::shared_ptr<const StoredPromptStats> TraceReader::read_stored_stats(const SampleInfo& s,
                                                                         int layer) const {
   auto stats = std::make_shared<StoredPromptStats>();
+  stats->layer = layer;
   const std::string base = "layers/" + std::to_string(layer) + "/stats/";
   const hsize_t H = static_cast<hsize_t>(info_.num_heads);
   auto read_prompt = [&](const std::string& part, int len) {
@@ -98,6 +99,19 @@ std::shared_ptr<const StoredPromptStats> TraceReader::read_stored_stats(const Sa
   stats->has_entropies = info_.compact_entropies;
   if (stats->has_entropies)
     read_floats(s.name, base + "entropies", {stats->entropies.size()}, stats->entropies.data());
+  if (s.gen_len > 0 && s.has_v &&
+      h5_path_exists(file_.get(), "samples/" + s.name + "/" + base + "decode")) {
+    StoredPromptStats::Decode& d = stats->decode;
+    d.prompt_len = s.prompt_len;
+    d.kv_heads = info_.num_kv_heads;
+    const hsize_t G = static_cast<hsize_t>(s.gen_len), dim = static_cast<hsize_t>(info_.head_dim);
+    d.output.resize(G * H * dim);
+    d.value_norm.resize(G * H);
+    d.mass.resize(G * H);
+    read_floats(s.name, base + "decode/output", {G, H, dim}, d.output.data());
+    read_floats(s.name, base + "decode/value_norm", {G, H}, d.value_norm.data());
+    read_floats(s.name, base + "decode/mass", {G, H}, d.mass.data());
+  }
   return stats;
 }
 

@@ -128,6 +128,21 @@ void TraceWriter::write_stored_stats(hid_t layer_group, const SampleInfo& s,
   if (stats.has_entropies)
     h5_write_1d(g.get(), "entropies", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, stats.entropies.data(),
                 stats.entropies.size(), where);
+  const StoredPromptStats::Decode& d = stats.decode;
+  if (d.empty()) return;
+  if (s.gen_len == 0 || !s.has_v)
+    throw std::logic_error(where +
+                           ": the full cache's decode results of a layer without values "
+                           "or decode steps");
+  const std::size_t G = s.gen_len, H = info_.num_heads, dim = info_.head_dim;
+  if (d.output.size() != G * H * dim || d.value_norm.size() != G * H || d.mass.size() != G * H)
+    throw std::logic_error(where + ": decode results not of shapes [G, H, d] and [G, H]");
+  H5Handle dg = h5_require_group(g.get(), "decode");
+  h5_write_3d(dg.get(), "output", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, d.output.data(), G, H, dim,
+              where);
+  h5_write_2d(dg.get(), "value_norm", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, d.value_norm.data(), G, H,
+              where);
+  h5_write_2d(dg.get(), "mass", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, d.mass.data(), G, H, where);
 }
 
 void TraceWriter::write_sample_matrix(const SampleInfo& s, const char* name, int rows, int cols,

@@ -64,6 +64,28 @@ void add_prompt_parts(const TraceInfo& trace, const SampleInfo& sample, int cont
   full = att.release_tensors();
 }
 
+// The full cache's results at the sample's decode steps (StoredPromptStats::Decode), as a
+// replay's LayerAttention computes them (the same code and products, so the same bytes). `full`
+// is moved through the computation and back; nothing without values or decode steps.
+void add_decode_results(const TraceInfo& trace, const SampleInfo& sample, LayerTensors& full,
+                        int threads, StoredPromptStats& stats) {
+  if (sample.gen_len == 0 || !full.has_v()) return;
+  LayerAttention att(trace, sample, std::move(full), AttentionNeeds{}, threads);
+  const std::size_t rows = static_cast<std::size_t>(sample.gen_len) * trace.num_heads;
+  StoredPromptStats::Decode& d = stats.decode;
+  d.prompt_len = sample.prompt_len;
+  d.kv_heads = trace.num_kv_heads;
+  d.output.assign(att.full_output(0, 0), att.full_output(0, 0) + rows * trace.head_dim);
+  d.value_norm.resize(rows);
+  d.mass.resize(rows);
+  for (int t = 0; t < sample.gen_len; ++t)
+    for (int h = 0; h < trace.num_heads; ++h) {
+      d.value_norm[static_cast<std::size_t>(t) * trace.num_heads + h] = att.full_value_norm(t, h);
+      d.mass[static_cast<std::size_t>(t) * trace.num_heads + h] = att.decode_mass(t, h);
+    }
+  full = att.release_tensors();
+}
+
 }  // namespace
 
 StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo& sample,
@@ -82,6 +104,8 @@ LayerTensors compact_layer(const TraceInfo& trace, const SampleInfo& compact, La
                            bool entropies, int threads) {
   auto stats = std::make_shared<StoredPromptStats>(
       prompt_stats_of_layer(trace, compact, full, entropies, threads));
+  stats->layer = full.layer;
+  add_decode_results(trace, compact, full, threads, *stats);
   const std::size_t first = static_cast<std::size_t>(compact.compact_first_row);
   LayerTensors out;
   out.layer = full.layer;

@@ -36,7 +36,8 @@ StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo
                                         LayerTensors& full, bool entropies, int threads);
 
 // The layer a compact trace stores: the query rows from compact.compact_first_row, the keys and
-// values, and the statistics. `compact` comes from compact_sample().
+// values, the statistics, and the full cache's results at the decode steps (with values and
+// decode steps). `compact` comes from compact_sample().
 LayerTensors compact_layer(const TraceInfo& trace, const SampleInfo& compact, LayerTensors full,
                            bool entropies, int threads);
 
