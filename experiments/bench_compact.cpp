@@ -88,8 +88,9 @@ fs::path compact_path(int prompt) {
 
 // The products a compaction computes, in GFLOP: the causal prompt logits in blocks of 64 rows,
 // with the context's last block again at the context's shape when the context (the prompt before
-// its question) ends inside a block, and (with the entropies) every prompt row against every
-// prompt key; for every query head and layer.
+// its question) ends inside a block, the decode steps' logits and full-cache outputs it stores,
+// and (with the entropies) every prompt row against every prompt key; for every query head and
+// layer.
 std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
   const auto& info = reader.info();
   double prompt = 0, entropies = 0;
@@ -98,19 +99,25 @@ std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
     const int question = kvsim::question_length(s);
     const double per_head = 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
     const double context = question > 0 ? s.prompt_len - question : 0;
-    prompt += (causal_prompt_logits(s.prompt_len) + std::fmod(context, 64.0) * context) * per_head;
+    const double decode = s.has_v ? 2.0 * s.gen_len * s.total_len() : 0.0;
+    prompt += (causal_prompt_logits(s.prompt_len) + std::fmod(context, 64.0) * context + decode) *
+              per_head;
     entropies += static_cast<double>(s.prompt_len) * s.prompt_len * per_head;
   }
   return {prompt, entropies};
 }
 
 // The products a replay of the compact copy computes, in GFLOP: the full replay's less the
-// prompt rows before the first it keeps (a 64-row window's block).
+// prompt rows before the first it keeps (a 64-row window's block) and the full-cache outputs of
+// the decode steps (stored).
 double compact_replay_gflop(const kvsim::TraceReader& reader) {
   const auto& info = reader.info();
   double skipped = 0;
-  for (const auto& name : reader.sample_names())
-    skipped += causal_prompt_logits(kvsim::compact_first_row(reader.read_sample(name), 64));
+  for (const auto& name : reader.sample_names()) {
+    const auto s = reader.read_sample(name);
+    skipped += causal_prompt_logits(kvsim::compact_first_row(s, 64));
+    if (s.has_v) skipped += static_cast<double>(s.gen_len) * s.total_len();
+  }
   return attention_gflop(reader) -
          skipped * 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
 }
