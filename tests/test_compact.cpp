@@ -390,9 +390,9 @@ TEST(CompactTrace, AnEarlierVersionsEntropiesAreRefusedTheRestRuns) {
 
 // The full cache's decode results are stored as a replay computes them, and read in place of
 // computing them only for the layer's own tensors in the trace's shape: a layer attending with
-// another layer's q/k, KV heads repeated per query head, or a prompt split before its question
-// (`question = append`) computes its own (shown by storing wrong numbers, which only the trace's
-// own shape then reads).
+// another layer's q/k, KV heads repeated per query head, or a prompt split before positions fed
+// after it (`question = append`; here one position) computes its own (shown by storing wrong
+// numbers, which only the trace's own shape then reads).
 TEST(CompactTrace, StoresTheFullCachesDecodeResultsAsAReplayComputesThem) {
   const std::string full = synthetic("compact_decode.h5", 4, 2);
   const std::string compact = compacted(full);
