@@ -467,7 +467,7 @@ TEST(CompactTrace, DecodeResultsAreOptionalAndValidated) {
   EXPECT_TRUE(TraceReader(bare)
                   .read_layer(TraceReader(bare).read_sample("000000"), 1)
                   .stored->decode.empty());
-  for (const std::string args :
+  for (const std::string& args :
        {std::string("-p h2o -p snapkv -p tova -p adakv:kvpress -p st3 --set st3.heredity=0:1-1 "
                     "-p meda --budget 25% -j 2"),
         std::string("-p h2o -p snapkv -p knorm --set snapkv.question=append "
