@@ -694,6 +694,125 @@ KERNELS = ("kvsim_simd", "openblas_core", "torch_cpu_capability")
 OTHER_KERNELS_FLIPS = 0.01
 
 
+class CountingItems(unittest.TestCase):
+    """The counting form's items and controls, on made-up labels, against the task's rule
+    restated: the answer is how many of the item's images are of the asked class."""
+
+    def test_items_hold_the_asked_class_one_to_five_times(self):
+        from kvsim.vlm import multi
+
+        labels = np.repeat(np.arange(10), 6)  # six images of each class
+        rng = np.random.default_rng(3)
+        items = multi._draw_items(rng, labels, 400, 8, kind="count")
+        counts = [sum(int(labels[i]) == target for i in idx) for target, idx in items]
+        self.assertEqual(sorted(set(counts)), [1, 2, 3, 4, 5])  # every count drawn
+        self.assertEqual(sorted(set(t for t, _ in items)), list(range(10)))
+        for target, idx in items:
+            self.assertEqual(len(idx), 8)
+        # the other boxes may repeat a class among themselves
+        self.assertTrue(any(len(set(labels[idx].tolist())) < 8 - counts[n] + 1
+                            for n, (_, idx) in enumerate(items)))
+        short = multi._draw_items(rng, labels, 200, 8, fewest=2, kind="count")
+        for target, idx in short:
+            self.assertTrue(1 <= sum(int(labels[i]) == target for i in idx) <= min(5, len(idx)))
+
+    def test_controls_change_the_count_by_one_or_keep_it(self):
+        from kvsim.vlm import multi
+
+        labels = np.repeat(np.arange(10), 6)
+        rng = np.random.default_rng(4)
+        items = multi._draw_items(rng, labels, 300, 8, kind="count")
+        swapped, shuffled = multi._controls(rng, items, labels, "count")
+        for (target, idx), (t2, s), (t3, sh) in zip(items, swapped, shuffled):
+            self.assertEqual((t2, t3), (target, target))
+            count = int(np.sum(labels[idx] == target))
+            changed = np.flatnonzero(s != idx)
+            self.assertEqual(len(changed), 1)  # one box's image replaced
+            self.assertEqual(int(np.sum(labels[s] == target)), count + 1 if count < 5 else 4)
+            self.assertEqual(sorted(sh.tolist()), sorted(idx.tolist()))  # the same images
+            self.assertEqual(int(np.sum(labels[sh] == target)), count)
+            self.assertFalse(np.array_equal(labels[sh], labels[idx]))  # a box changed class
+
+
+class SmallCountBuild(unittest.TestCase):
+    """The counting form's build on the CI setting: its prompts ask how many, its references are
+    counts, its controls and shared contexts follow the counting rule."""
+
+    @classmethod
+    def setUpClass(cls):
+        from kvsim.vlm import multi
+
+        cls.tmp = tempfile.mkdtemp()
+        cls.settings = dict(multi.MULTI_SMALL, task="count")
+        cls.dir = multi.build_multi(MODELS, cls.settings, out=os.path.join(cls.tmp, "c"),
+                                    log=lambda *_: None)
+        with open(os.path.join(cls.dir, "build.json")) as f:
+            cls.report = json.load(f)
+
+    def test_prompts_ask_how_many_and_the_references_count(self):
+        import h5py
+        from kvsim import prompts
+        from kvsim.vlm import data, multi
+
+        task = multi.MultiTask(prompts.Llama2cVocab(os.path.join(self.dir, "model")), 8, "count")
+        settings = dict(multi.MULTI_DEFAULTS, **self.settings)
+        test_y = data.read_fashion_mnist("test")[1]
+        pool = data.balanced_subset(test_y, settings["test_per_class"], settings["test_seed"])
+        items, swapped, _ = multi.held_out(settings, test_y[pool].astype(int))
+        with h5py.File(os.path.join(self.dir, "prompts.h5"), "r") as f, \
+                h5py.File(os.path.join(self.dir, "prompts_swapped.h5"), "r") as s:
+            names = sorted(f["samples"])
+            self.assertEqual(len(names), 16)
+            for name, (target, idx), (_, sw) in zip(names, items, swapped):
+                g = f["samples"][name]
+                word = g.attrs["task"].rsplit(" ", 1)[1]
+                self.assertEqual(word, data.CLASS_WORDS[target])
+                q = int(g.attrs["question_len"])
+                self.assertEqual(list(g["token_ids"][-q:]), task.questions[target])
+                count = int(np.sum(test_y[pool][idx] == target))
+                self.assertEqual(g.attrs["reference"], multi.COUNT_WORDS[count - 1])
+                rows, other = g["inputs_embeds"][:], s["samples"][name]["inputs_embeds"][:]
+                changed = sorted({i // 49 for i in np.flatnonzero(np.any(rows != other, 1))})
+                self.assertEqual(changed, np.flatnonzero(sw != idx).tolist())
+        self.assertIn("names_the_count_now", self.report["swapped"])
+        self.assertIn("by_count", self.report["full"])
+        self.assertEqual(self.report["settings"]["task"], "count")
+
+    def test_shared_contexts_ask_about_every_class_they_hold(self):
+        import h5py
+
+        with h5py.File(os.path.join(self.dir, "prompts_shared.h5"), "r") as sh:
+            by_context = {}
+            for n in sh["samples"]:
+                g = sh["samples"][n]
+                context, asked = n.split("_count_")
+                self.assertEqual(context, g.attrs["context_id"])
+                self.assertEqual(g.attrs["task"].rsplit(" ", 1)[1], asked)
+                by_context.setdefault(context, []).append(asked)
+            self.assertEqual(len(by_context), 2)  # 16 // 8 contexts
+            for asked in by_context.values():
+                self.assertEqual(len(asked), len(set(asked)))  # each class once
+
+    def test_weights_of_either_form_are_refused_for_the_other(self):
+        from kvsim.vlm import multi
+
+        weights = os.path.join(self.tmp, "lookup-weights")
+        os.makedirs(weights)
+        lookup = dict(multi.MULTI_DEFAULTS, **multi.MULTI_SMALL)
+        del lookup["task"]  # a record from before the setting existed: trained as a lookup
+        with open(os.path.join(weights, "training.json"), "w") as f:
+            json.dump({"settings": lookup, "losses": [1.0] * lookup["steps"]}, f)
+        with self.assertRaisesRegex(ValueError, "task='lookup', not 'count'"):
+            multi.build_multi(MODELS, self.settings, out=os.path.join(self.tmp, "x"),
+                              log=lambda *_: None, weights=weights)
+        with self.assertRaisesRegex(ValueError, "task = 'sum': one of lookup, count"):
+            multi.build_multi(MODELS, dict(self.settings, task="sum"),
+                              out=os.path.join(self.tmp, "y"), log=lambda *_: None)
+        # the lookup form's cache key is the one it had before the setting existed
+        self.assertNotIn("task", multi._keyed_settings(multi._settings(multi.MULTI_SMALL)))
+        self.assertIn("task", multi._keyed_settings(multi._settings(self.settings)))
+
+
 class CommittedMultiWeights(unittest.TestCase):
     """The committed eight-box weights: their files are the ones their records and SHA256SUMS
     name, and seed 0 built from them answers the held-out items as the committed build did."""

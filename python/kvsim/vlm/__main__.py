@@ -19,7 +19,8 @@ def _parser(kinds, cache_root):
                     "Fashion-MNIST; an assembled toy, not a production VLM), or find it in the "
                     "cache, and print its directory on the last line. `build` is the single-image "
                     "task with a frozen decoder; `build-multi` the eight-box task (a question about "
-                    "one of eight images), with the decoder fine-tuned; `train-multi` trains "
+                    "one of eight images; --set task=count: how many boxes hold a class), with "
+                    "the decoder fine-tuned; `train-multi` trains "
                     "the eight-box weights only and writes them to a folder `build-multi "
                     "--weights` reads.",
         epilog="examples:\n"
@@ -30,6 +31,7 @@ def _parser(kinds, cache_root):
                "  python -m kvsim.vlm build-multi --weights experiments/weights/vlm_multi/"
                "base-seed0\n"
                "  python -m kvsim.vlm train-multi --set seed=0 --set steps=4000 --out w/base-seed0\n"
+               "  python -m kvsim.vlm train-multi --set task=count --set steps=4000 --out w/count-seed0\n"
                "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
                "kvsim live), prompts.h5 and the controls' prompts_*.h5, projector.safetensors, "
                "build.json",

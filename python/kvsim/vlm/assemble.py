@@ -170,10 +170,11 @@ def _answer_word(vocab, ids):
     return text[:-1].strip() if text.endswith(".") else text
 
 
-def _accuracy(vocab, answers, labels):
+def _accuracy(vocab, answers, labels, choices=data.CLASS_WORDS):
+    """The answers' words, whether each is choices[label], and whether each is one of them."""
     words = [_answer_word(vocab, a) for a in answers]
-    right = np.array([w == data.CLASS_WORDS[c] for w, c in zip(words, labels)])
-    a_class = np.array([w in data.CLASS_WORDS for w in words])
+    right = np.array([w == choices[c] for w, c in zip(words, labels)])
+    a_class = np.array([w in choices for w in words])
     return words, right, a_class
 
 

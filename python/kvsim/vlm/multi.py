@@ -4,6 +4,11 @@ box three? Lily saw the" -> " coat."). The answer depends on one image
 that the question picks, so a policy must keep the right image when most of the 512-token prompt
 (392 of about 500 positions) is image tokens.
 
+Its counting form (setting task = "count"): the same boxes, one to five of them holding the class
+asked about, and a question about how many ("... How many boxes had a bag? Lily saw" -> " two."):
+every image counts, the asked class's and the others' alike (an image it misses changes the
+count if it is of the class, and nothing tells which ones are before the question is read).
+
 The single-image projector cannot teach a frozen 260K-parameter decoder to look an image up by
 its box number, so this build fine-tunes the decoder with the projector (both documented in
 build.json; the frozen-decoder single-image build is unchanged). The result is cached like the
@@ -14,10 +19,12 @@ single-image build, under a key of every setting, the parts' bytes and this pack
                        eight images as inputs_embeds, the question's length, the class word
     prompts_noimage.h5, prompts_swapped.h5, prompts_shuffled.h5   the controls, with the
                        original items' references: no images; the asked box's image replaced by
-                       one of a class not in the item; the images shuffled among the boxes (the
-                       answer must follow the image, not the box)
+                       one of a class not in the item (counting: one more box of the asked class,
+                       or one fewer where five hold it); the images shuffled among the boxes (the
+                       answer must follow the image, not the box; counting: the answer unchanged)
     prompts_shared.h5  several questions on one context: the first test_items / images held-out
-                       items' boxes, each asked about every box (context_id names the context)
+                       items' boxes, each asked about every box (context_id names the context;
+                       counting: about every class the context holds)
     build.json         settings, accuracies (full cache and controls; by box), losses, times
 """
 import contextlib
@@ -41,30 +48,58 @@ __all__ = ["MULTI_DEFAULTS", "MULTI_SMALL", "build_multi", "train_multi", "BOX_W
 MULTI_SOURCES = ("multi.py", "attention.py")
 
 BOX_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
+# The counting form's answers: how many boxes hold the asked class, one to five.
+COUNT_WORDS = BOX_WORDS[:5]
+TASKS = ("lookup", "count")
 # `seed` draws the training items, the projector's initial weights and the batches; `test_seed`
 # draws the held-out items (from the test split's images only).
 # Training items hold min_train_images..images boxes (shorter prompts train faster, and the count
-# varies); held-out items hold `images`.
+# varies); held-out items hold `images`. `task`: "lookup" (what was in box k) or "count" (how many
+# boxes had a class).
 MULTI_DEFAULTS = dict(images=8, min_train_images=2, train_per_class=300, test_per_class=40,
                       test_items=320, steps=1000, batch=16, lr=1e-3, decoder_lr=3e-4,
                       projector_hidden=256, seed=0, test_seed=1, threads=2, max_answer_tokens=8,
-                      device="cpu")
+                      device="cpu", task="lookup")
+# Settings added after weights were committed, at the value those weights were trained with: a
+# training record without one was trained at it, and a build's cache key leaves it out there.
+LATER_SETTINGS = {"task": "lookup"}
 MULTI_SMALL = dict(MULTI_DEFAULTS, train_per_class=20, test_per_class=4, test_items=16, steps=4,
                    batch=4)
 
 
 class MultiTask:
-    """Token ids of the prompt's text pieces under the decoder's vocabulary."""
+    """Token ids of the prompt's text pieces under the decoder's vocabulary. An item is (target,
+    image indices): the target is the asked box (lookup) or the asked class (count)."""
 
-    def __init__(self, vocab, images):
+    def __init__(self, vocab, images, kind="lookup"):
         if not 1 <= images <= len(BOX_WORDS):
             raise ValueError(f"images = {images}: between 1 and {len(BOX_WORDS)}")
-        self.vocab, self.images = vocab, images
+        if kind not in TASKS:
+            raise ValueError(f"task = {kind!r}: one of {', '.join(TASKS)}")
+        self.vocab, self.images, self.kind = vocab, images, kind
         self.before = [vocab.encode(f"Box {w}:") for w in BOX_WORDS[:images]]
         self.after = vocab.encode(".")
-        self.questions = [vocab.encode(f"What was in box {w}? {data.ANSWER_PREFIX}")
-                          for w in BOX_WORDS[:images]]
-        self.answers = [vocab.encode(f"{w}.") for w in data.CLASS_WORDS]
+        if kind == "lookup":
+            self.questions = [vocab.encode(f"What was in box {w}? {data.ANSWER_PREFIX}")
+                              for w in BOX_WORDS[:images]]
+            self.words = data.CLASS_WORDS
+        else:
+            self.questions = [vocab.encode(f"How many boxes had a {w}? Lily saw")
+                              for w in data.CLASS_WORDS]
+            self.words = COUNT_WORDS
+        self.answers = [vocab.encode(f"{w}.") for w in self.words]
+
+    def answer(self, target, idx, labels):
+        """The index in self.words of the item's answer, its images' classes being labels[idx]."""
+        if self.kind == "lookup":
+            return int(labels[idx[target]])
+        return int(np.sum(labels[idx] == target)) - 1
+
+    def describe(self, target):
+        """The `task` text of a held-out item in its prompt file."""
+        if self.kind == "lookup":
+            return f"fashion-mnist {self.images} boxes, box {target + 1}"
+        return f"fashion-mnist {self.images} boxes, count {data.CLASS_WORDS[target]}"
 
     def layout(self, target, count, with_images=True):
         """[(kind, value)] in prompt order of an item of `count` boxes: ("text", ids) or
@@ -140,17 +175,27 @@ def _forward(dec, x, pad, last=None):
     return dec(x, pad=pad if bool(pad.any()) else None, last=last)
 
 
-def _draw_items(rng, labels, count, images, fewest=None):
-    """(target slot, image indices) items over a pool of images with these `labels`: `images`
-    distinct images (or a uniform number from `fewest` to `images`), no class twice (so the
-    answer names exactly one box), the asked box uniform."""
+def _draw_items(rng, labels, count, images, fewest=None, kind="lookup"):
+    """(target, image indices) items over a pool of images with these `labels`, each of `images`
+    images (or a uniform number from `fewest` to `images`). Lookup: distinct classes (so the
+    answer names exactly one box), the asked box uniform. Count: the asked class uniform, held by
+    a uniform number of boxes from one to min(5, boxes), those boxes uniform, every other box of a
+    uniform other class (repeats allowed: only the asked class is counted)."""
     items = []
     by_class = [np.flatnonzero(labels == c) for c in range(10)]
     for _ in range(count):
         n = images if fewest is None else int(rng.integers(fewest, images + 1))
-        classes = rng.choice(10, size=n, replace=False)
-        idx = np.array([rng.choice(by_class[c]) for c in classes])
-        items.append((int(rng.integers(n)), idx))
+        if kind == "lookup":
+            classes = rng.choice(10, size=n, replace=False)
+            idx = np.array([rng.choice(by_class[c]) for c in classes])
+            items.append((int(rng.integers(n)), idx))
+            continue
+        target = int(rng.integers(10))
+        held = int(rng.integers(1, min(len(COUNT_WORDS), n) + 1))
+        others = [c for c in range(10) if c != target]
+        classes = np.array([others[i] for i in rng.integers(len(others), size=n)])
+        classes[rng.choice(n, size=held, replace=False)] = target
+        items.append((target, np.array([rng.choice(by_class[c]) for c in classes])))
     return items
 
 
@@ -199,8 +244,8 @@ def _train(settings, dec, task, feats, labels, log, milestone=None):
     started = time.time()
     for step in range(settings["steps"]):
         items = _draw_items(rng, labels, settings["batch"], task.images,
-                            settings["min_train_images"])
-        answers = [targets[int(labels[idx[t]])] for t, idx in items]
+                            settings["min_train_images"], task.kind)
+        answers = [targets[task.answer(t, idx, labels)] for t, idx in items]
         x, pad = _batch(dec, task, items, lambda idx: proj(feats[torch.from_numpy(idx).to(at)]),
                         [a[:-1] for a in answers])
         # The answer's tokens are predicted from the last len(answer) positions of each item.
@@ -248,7 +293,7 @@ def _greedy(dec, task, items, rows_of, max_tokens, batch=16):
 
 def _prompt_samples(task, items, references, rows, names, with_images=True, contexts=None):
     """kvprompt samples of the items: token ids (0 at image positions), modality, media ids (the
-    box), the question's length, the reference answer (class `references[n]`: the original
+    box), the question's length, the reference answer (task.words[references[n]]: the original
     item's, also for a control); rows [item][images, 49, hidden]; contexts: each item's
     context_id (items sharing one differ in their question only)."""
     out = {}
@@ -268,8 +313,8 @@ def _prompt_samples(task, items, references, rows, names, with_images=True, cont
         sample = {"token_ids": ids, "modality": modality, "media_id": media,
                   "segment": [0] + [1] * (len(ids) - 1),
                   "question_len": len(task.questions[target]),
-                  "reference_ids": task.answers[label], "reference": data.CLASS_WORDS[label],
-                  "task": f"fashion-mnist {task.images} boxes, box {target + 1}"}
+                  "reference_ids": task.answers[label], "reference": task.words[label],
+                  "task": task.describe(target)}
         if contexts is not None:
             sample["context_id"] = contexts[n]
         if with_images:
@@ -278,10 +323,15 @@ def _prompt_samples(task, items, references, rows, names, with_images=True, cont
     return out
 
 
-def _controls(rng, items, labels):
-    """The swapped control (the asked box's image replaced by one of a class not in the item) and
-    the shuffled one (the images permuted among the boxes so the asked box holds another image),
-    item by item; indices into the pool whose labels are `labels`."""
+def _controls(rng, items, labels, kind="lookup"):
+    """The swapped control and the shuffled one, item by item; indices into the pool whose labels
+    are `labels`. Lookup: the asked box's image replaced by one of a class not in the item; the
+    images permuted among the boxes so the asked box holds another image. Count: one box not of
+    the asked class given an image of it (one more), or where five boxes hold it, one of them an
+    image of another class (one fewer); the images permuted so at least one box changes class
+    (the count stays)."""
+    if kind == "count":
+        return _count_controls(rng, items, labels)
     swapped, shuffled = [], []
     for target, idx in items:
         present = set(int(labels[i]) for i in idx)
@@ -296,13 +346,40 @@ def _controls(rng, items, labels):
     return swapped, shuffled
 
 
+def _count_controls(rng, items, labels):
+    swapped, shuffled = [], []
+    for target, idx in items:
+        held = labels[idx] == target
+        more = int(held.sum()) < len(COUNT_WORDS)
+        # The box changed is drawn among those not holding the class (one more) or holding it.
+        box = int(rng.choice(np.flatnonzero(~held if more else held)))
+        pool = np.flatnonzero(labels == target if more else labels != target)
+        s = idx.copy()
+        s[box] = rng.choice(pool)
+        swapped.append((target, s))
+        perm = rng.permutation(len(idx))
+        while np.array_equal(labels[idx[perm]], labels[idx]):  # some box must change class
+            perm = rng.permutation(len(idx))
+        shuffled.append((target, idx[perm]))
+    return swapped, shuffled
+
+
 def _settings(settings):
     settings = dict(MULTI_DEFAULTS, **(settings or {}))
     unknown = set(settings) - set(MULTI_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown multi-image VLM setting(s) {sorted(unknown)}; known: "
                          f"{sorted(MULTI_DEFAULTS)}")
+    if settings["task"] not in TASKS:
+        raise ValueError(f"task = {settings['task']!r}: one of {', '.join(TASKS)}")
     return settings
+
+
+def _keyed_settings(settings):
+    """The settings a build's cache key holds: a later setting at its earlier value left out, so
+    the builds made before it keep their keys."""
+    return {k: v for k, v in settings.items()
+            if k not in LATER_SETTINGS or LATER_SETTINGS[k] != v}
 
 
 def _deterministic_cuda():
@@ -345,8 +422,8 @@ def setup(models, settings):
     if device.type == "cpu":
         dec.attention = "kvsim"  # kvsim's C++ attention kernels: several times faster here
     vocab = Llama2cVocab(dec_dir)
-    task = MultiTask(vocab, settings["images"])
-    longest = (max(task.prompt_len(t, task.images) for t in range(task.images)) +
+    task = MultiTask(vocab, settings["images"], settings["task"])
+    longest = (max(task.prompt_len(t, task.images) for t in range(len(task.questions))) +
                settings["max_answer_tokens"])
     limit = int(dec.config.get("max_position_embeddings", 0) or 0)
     if limit and longest > limit:
@@ -376,16 +453,21 @@ def image_pools(settings, encoder, log=print, train=True):
 def held_out(settings, test_labels):
     """The held-out items and their controls: (items, swapped, shuffled), drawn by test_seed."""
     rng = np.random.default_rng(settings["test_seed"])
-    items = _draw_items(rng, test_labels, settings["test_items"], settings["images"])
-    return (items, *_controls(rng, items, test_labels))
+    items = _draw_items(rng, test_labels, settings["test_items"], settings["images"],
+                        kind=settings["task"])
+    return (items, *_controls(rng, items, test_labels, settings["task"]))
 
 
-def shared_contexts(settings, items):
+def shared_contexts(settings, items, labels):
     """Several questions on one context: the boxes of the first test_items // images held-out
-    items, each asked about every box in turn. Returns (items, context ids)."""
+    items, each asked about every box in turn (counting: about every class its boxes hold, in
+    class order); `labels` are the held-out images' classes. Returns (items, context ids)."""
     count = max(1, settings["test_items"] // settings["images"])
-    shared = [(box, idx) for _, idx in items[:count] for box in range(len(idx))]
-    contexts = [f"context{c:04d}" for c, (_, idx) in enumerate(items[:count]) for _ in idx]
+    targets = ((lambda idx: range(len(idx))) if settings["task"] == "lookup" else
+               (lambda idx: sorted(set(int(c) for c in labels[idx]))))
+    shared = [(t, idx) for _, idx in items[:count] for t in targets(idx)]
+    contexts = [f"context{c:04d}" for c, (_, idx) in enumerate(items[:count])
+                for _ in targets(idx)]
     return shared, contexts
 
 
@@ -399,8 +481,8 @@ def evaluate(settings, dec, proj, vocab, task, test_f, test_labels):
     with torch.no_grad():
         test_rows = proj(torch.from_numpy(test_f).to(at))
     rows_of = lambda idx: test_rows[torch.as_tensor(idx, device=at)]  # noqa: E731
-    labels = np.array([test_labels[idx[t]] for t, idx in items])
-    shared, _ = shared_contexts(settings, items)
+    labels = np.array([task.answer(t, idx, test_labels) for t, idx in items])
+    shared, _ = shared_contexts(settings, items, test_labels)
     m = settings["max_answer_tokens"]
     runs = {"full": _greedy(dec, task, items, rows_of, m),
             "shared": _greedy(dec, task, shared, rows_of, m),
@@ -409,20 +491,27 @@ def evaluate(settings, dec, proj, vocab, task, test_f, test_labels):
             "shuffled": _greedy(dec, task, shuffled, rows_of, m)}
     report = {}
     for name, answers in runs.items():
-        truth = labels if name != "shared" else [test_labels[idx[t]] for t, idx in shared]
-        words, right, a_class = _accuracy(vocab, answers, np.asarray(truth))
+        truth = labels if name != "shared" else [task.answer(t, idx, test_labels)
+                                                 for t, idx in shared]
+        words, right, a_class = _accuracy(vocab, answers, np.asarray(truth), task.words)
         report[name] = {"accuracy": float(right.mean()),
                         "answers_a_class_word": float(a_class.mean())}
         if name == "full":
             report[name]["answers"] = words
-            targets = np.array([t for t, _ in items])
-            report[name]["by_box"] = {BOX_WORDS[b]: float(right[targets == b].mean())
-                                      for b in range(task.images) if (targets == b).any()}
+            if task.kind == "lookup":
+                targets = np.array([t for t, _ in items])
+                report[name]["by_box"] = {BOX_WORDS[b]: float(right[targets == b].mean())
+                                          for b in range(task.images) if (targets == b).any()}
+            else:
+                report[name]["by_count"] = {COUNT_WORDS[c]: float(right[labels == c].mean())
+                                            for c in range(len(COUNT_WORDS))
+                                            if (labels == c).any()}
         if name in ("swapped", "shuffled"):
-            now = np.array([test_labels[idx[t]] for t, idx in (swapped if name == "swapped"
-                                                                else shuffled)])
-            report[name]["names_the_class_now_in_the_box"] = float(np.mean(
-                [w == data.CLASS_WORDS[c] for w, c in zip(words, now)]))
+            now = [task.answer(t, idx, test_labels) for t, idx in (swapped if name == "swapped"
+                                                                   else shuffled)]
+            key = ("names_the_class_now_in_the_box" if task.kind == "lookup" else
+                   "names_the_count_now")
+            report[name][key] = float(np.mean([w == task.words[c] for w, c in zip(words, now)]))
     return report, items, swapped, shuffled, rows_of
 
 
@@ -465,7 +554,7 @@ def load_weights(directory, settings, dec, proj):
             record = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read the training record ({e})") from None
-    trained = record.get("settings", {})
+    trained = dict(LATER_SETTINGS, **record.get("settings", {}))
     differ = [f"{k}={trained.get(k)!r}, not {settings[k]!r}" for k in sorted(settings)
               if trained.get(k) != settings[k]]
     if differ:
@@ -548,7 +637,8 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     enc_dir, dec_dir = _parts(models)
     # The vector kernels' instruction set changes the attention's rounding, so it is in the key.
     out = out or os.path.join(cache_root(), "multi-" + _key(
-        dict(settings, kvsim_simd=_kvsim.simd()), enc_dir, dec_dir, SOURCES + MULTI_SOURCES))
+        dict(_keyed_settings(settings), kvsim_simd=_kvsim.simd()), enc_dir, dec_dir,
+        SOURCES + MULTI_SOURCES))
     if os.path.exists(os.path.join(out, "build.json")) and not force:
         log(f"multi-image VLM: cached in {out}")
         return out
@@ -564,7 +654,7 @@ def build_multi(models, settings=None, out=None, log=print, force=False, weights
     with cpu_threads(dec, settings["threads"]):
         report, items, swapped, shuffled, rows_of = evaluate(settings, dec, proj, vocab, task,
                                                              test_f, test_labels)
-    shared, contexts = shared_contexts(settings, items)
+    shared, contexts = shared_contexts(settings, items, test_labels)
     for name in ("full", "no_image", "swapped", "shuffled", "shared"):
         count = len(shared) if name == "shared" else len(items)
         log(f"{name}: accuracy {report[name]['accuracy']:.3f} over {count} held-out items")
@@ -615,8 +705,9 @@ def _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, 
     from kvsim.prompts import write as write_prompts
 
     names = [f"boxes{i:04d}" for i in range(len(items))]
-    labels = np.array([test_labels[idx[t]] for t, idx in items])
-    model_name = "assembled VLM, eight boxes (MobileNetV2 + projector + fine-tuned stories260K)"
+    labels = np.array([task.answer(t, idx, test_labels) for t, idx in items])
+    model_name = ("assembled VLM, eight boxes" + (", counting" if task.kind == "count" else "") +
+                  " (MobileNetV2 + projector + fine-tuned stories260K)")
     for suffix, chosen, with_images in (("", items, True), ("_noimage", items, False),
                                         ("_swapped", swapped, True),
                                         ("_shuffled", shuffled, True)):
@@ -625,10 +716,16 @@ def _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, 
                       _prompt_samples(task, chosen, labels, rows, names, with_images),
                       model=model_name)
     write_prompts(os.path.join(tmp, "prompts_shared.h5"),
-                  _prompt_samples(task, shared, [test_labels[idx[t]] for t, idx in shared],
+                  _prompt_samples(task, shared, [task.answer(t, idx, test_labels)
+                                                 for t, idx in shared],
                                   [rows_of(idx).cpu().numpy() for _, idx in shared],
-                                  [f"{c}_box{t + 1}" for c, (t, _) in zip(contexts, shared)],
+                                  [f"{c}_{_asked(task, t)}" for c, (t, _) in zip(contexts, shared)],
                                   contexts=contexts), model=model_name)
+
+
+def _asked(task, target):
+    """What a shared context's question asks, in its sample's name: box3, or count_bag."""
+    return f"box{target + 1}" if task.kind == "lookup" else f"count_{data.CLASS_WORDS[target]}"
 
 
 def _device_name(device):
