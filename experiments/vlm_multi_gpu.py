@@ -58,7 +58,7 @@ def validation(settings, encoder, task, count, rng_seed=12345):
         chosen += list(rng.choice(outside, size=settings["test_per_class"], replace=False))
     chosen = np.array(sorted(chosen))
     labels = train_y[chosen].astype(int)
-    items = multi._draw_items(rng, labels, count, task.images)
+    items = multi._draw_items(rng, labels, count, task.images, kind=task.kind)
     return image_tokens(encoder, train_x[chosen]), labels, items
 
 
@@ -70,7 +70,7 @@ def run_one(args):
 
     # multi.setup makes a CUDA run deterministic (cuBLAS workspace, deterministic algorithms,
     # no TF32): two runs of one recipe and seed on one GPU give the same weights.
-    settings = dict(recipe, seed=seed, device=opts["device"], threads=1,
+    settings = dict(recipe, seed=seed, device=opts["device"], threads=opts["threads"],
                     steps=opts["milestones"][-1])
     settings, encoder, dec, vocab, task, _ = multi.setup(opts["models"], settings)
     log_path = os.path.join(opts["work"], f"{name}-seed{seed}.log")
@@ -100,8 +100,8 @@ def run_one(args):
             rows = proj(val_t)
         answers = multi._greedy(dec, task, val_items, lambda idx: rows[torch.as_tensor(
             idx, device=at)], settings["max_answer_tokens"], batch=64)
-        truth = np.array([val_labels[idx[t]] for t, idx in val_items])
-        _, right, _ = multi._accuracy(vocab, answers, truth)
+        truth = np.array([task.answer(t, idx, val_labels) for t, idx in val_items])
+        _, right, _ = multi._accuracy(vocab, answers, truth, task.words)
         seconds = time.time() - start
         entry = {"step": step, "val_accuracy": float(right.mean()), "seconds": round(seconds, 1)}
         record["milestones"].append(entry)
@@ -139,6 +139,8 @@ def main():
     ap.add_argument("--val-items", type=int, default=200)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads of each process (on the "
+                    "CPU: a single seed can take every core)")
     a = ap.parse_args()
     lo, _, hi = a.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
@@ -146,6 +148,7 @@ def main():
     work = os.path.join(a.out, "work") if a.device == "cpu" else "/tmp/vlm_multi_work"
     os.makedirs(work, exist_ok=True)
     opts = {"models": a.models, "work": work, "device": a.device, "seconds": a.seconds,
+            "threads": a.threads,
             "val_items": a.val_items, "milestones": [int(m) for m in a.milestones.split(",")]}
     jobs = [(name, seed, recipe, opts) for name, recipe in recipes for seed in seeds]
     t0 = time.time()

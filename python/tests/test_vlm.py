@@ -733,6 +733,22 @@ class CountingItems(unittest.TestCase):
             self.assertEqual(int(np.sum(labels[sh] == target)), count)
             self.assertFalse(np.array_equal(labels[sh], labels[idx]))  # a box changed class
 
+    def test_items_of_three_boxes_count_to_three_and_their_controls_end(self):
+        from kvsim.vlm import multi
+
+        labels = np.repeat(np.arange(10), 6)
+        rng = np.random.default_rng(5)
+        items = multi._draw_items(rng, labels, 200, 3, kind="count")
+        swapped, shuffled = multi._controls(rng, items, labels, "count")
+        counts = [int(np.sum(labels[idx] == t)) for t, idx in items]
+        self.assertEqual(sorted(set(counts)), [1, 2, 3])
+        for (target, idx), count, (_, s), (_, sh) in zip(items, counts, swapped, shuffled):
+            self.assertEqual(int(np.sum(labels[s] == target)), count + 1 if count < 3 else 2)
+            if count == 3:  # every box the asked class: the shuffled control is the item
+                self.assertTrue(np.array_equal(sh, idx))
+            else:
+                self.assertFalse(np.array_equal(labels[sh], labels[idx]))
+
 
 class SmallCountBuild(unittest.TestCase):
     """The counting form's build on the CI setting: its prompts ask how many, its references are

@@ -327,9 +327,9 @@ def _controls(rng, items, labels, kind="lookup"):
     """The swapped control and the shuffled one, item by item; indices into the pool whose labels
     are `labels`. Lookup: the asked box's image replaced by one of a class not in the item; the
     images permuted among the boxes so the asked box holds another image. Count: one box not of
-    the asked class given an image of it (one more), or where five boxes hold it, one of them an
-    image of another class (one fewer); the images permuted so at least one box changes class
-    (the count stays)."""
+    the asked class given an image of it (one more), or where five boxes (or all) hold it, one of
+    them an image of another class (one fewer); the images permuted so at least one box changes
+    class (the count stays; an item whose boxes all hold the class is left as it is)."""
     if kind == "count":
         return _count_controls(rng, items, labels)
     swapped, shuffled = [], []
@@ -350,13 +350,17 @@ def _count_controls(rng, items, labels):
     swapped, shuffled = [], []
     for target, idx in items:
         held = labels[idx] == target
-        more = int(held.sum()) < len(COUNT_WORDS)
+        # One more unless five boxes, or every box, already hold the class.
+        more = int(held.sum()) < min(len(COUNT_WORDS), len(idx))
         # The box changed is drawn among those not holding the class (one more) or holding it.
         box = int(rng.choice(np.flatnonzero(~held if more else held)))
         pool = np.flatnonzero(labels == target if more else labels != target)
         s = idx.copy()
         s[box] = rng.choice(pool)
         swapped.append((target, s))
+        if held.all():  # every box of one class: no order changes a box's class
+            shuffled.append((target, idx.copy()))
+            continue
         perm = rng.permutation(len(idx))
         while np.array_equal(labels[idx[perm]], labels[idx]):  # some box must change class
             perm = rng.permutation(len(idx))
