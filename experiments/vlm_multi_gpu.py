@@ -29,7 +29,9 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+# The source tree's package only where no built one is importable (on the CPU the attention
+# needs the built C++ module: PYTHONPATH=build/python).
+sys.path.append(os.path.join(HERE, "..", "python"))
 
 
 def parse_recipe(text, defaults):
@@ -114,7 +116,9 @@ def run_one(args):
             raise Stop()
 
     try:
-        multi._train(settings, dec, task, train_f, train_labels, log, milestone=milestone)
+        # On the CPU: OpenBLAS on the threads, PyTorch on one (no effect on a GPU).
+        with multi.cpu_threads(dec, settings["threads"]):
+            multi._train(settings, dec, task, train_f, train_labels, log, milestone=milestone)
     except Stop:
         pass
     record["train_log"] = log_path
