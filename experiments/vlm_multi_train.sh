@@ -2,9 +2,9 @@
 # Trains the eight-box VLM's weights (the projector and the fine-tuned stories260K decoder) for
 # every seed on this machine's CPU, as the committed ones in experiments/weights/vlm_multi/ were
 # made: `python -m kvsim.vlm train-multi --set seed=K --set steps=4000` into OUT_DIR/base-seedK
-# (with VLM_MULTI_TASK=count the counting form, --set task=count, into OUT_DIR/count-seedK)
 # (decoder.safetensors, projector.safetensors, training.json with the settings, every step's
-# loss, the machine, the libraries and the git commit), then OUT_DIR/SHA256SUMS. A seed whose
+# loss, the machine, the libraries and the git commit), then OUT_DIR/SHA256SUMS; with
+# VLM_MULTI_TASK=count the counting form's (--set task=count) into OUT_DIR/count-seedK. A seed whose
 # folder exists is kept (a rerun resumes; an interrupted seed starts again). About 15 minutes a
 # seed on 2 cores (0.23 s a step); the bytes equal the committed ones only on a machine whose
 # kernels match (training.json's "machine"), see experiments/weights/vlm_multi/README.md.

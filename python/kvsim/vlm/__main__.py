@@ -31,7 +31,8 @@ def _parser(kinds, cache_root):
                "  python -m kvsim.vlm build-multi --weights experiments/weights/vlm_multi/"
                "base-seed0\n"
                "  python -m kvsim.vlm train-multi --set seed=0 --set steps=4000 --out w/base-seed0\n"
-               "  python -m kvsim.vlm train-multi --set task=count --set steps=4000 --out w/count-seed0\n"
+               "  python -m kvsim.vlm train-multi --set task=count --set steps=4000 "
+               "--out w/count-seed0\n"
                "outputs (in the directory printed): model/ (a LlamaForCausalLM checkpoint for "
                "kvsim live), prompts.h5 and the controls' prompts_*.h5, projector.safetensors, "
                "build.json",
