@@ -133,12 +133,14 @@ std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& t
   if (needs.sample_entropies && !trace.compact_entropies)
     return "the prompt entropies of every layer, which this compact trace was written without "
            "(--no-entropies): compact the full trace again without it";
-  if (needs.sample_entropies && trace.compact_version < 2) {
+  if (needs.sample_entropies && trace.compact_version < 3) {
     const std::string stored =
         "this compact trace (version " + std::to_string(trace.compact_version) + ")";
+    const std::string how = trace.compact_version == 1
+                                ? "from products shaped otherwise, equal to about 1e-9"
+                                : "with scalar exponentials, equal to about 1e-15";
     return "the prompt entropies of every layer as this kvsim computes them; " + stored +
-           " stores them from products shaped otherwise, equal to about 1e-9 and not byte for "
-           "byte: compact the full trace again";
+           " stores them " + how + " and not byte for byte: compact the full trace again";
   }
   int window = needs.prefill_window;
   for (int w : needs.sample_window_sums) window = std::max(window, w);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/kernels/kernels.hpp"
 #include "core/parallel.hpp"
 
 namespace kvsim {
@@ -98,16 +99,16 @@ class RowAccumulator {
   bool cm_valid_ = false, cm_all_valid_ = false;
 };
 
-// RowAccumulator's arithmetic, operation for operation (the same bytes), with the work its masks
-// skip left out: the cross-modal softmaxes run over the list of the other modality's keys (most
-// rows of a media prompt have a few dozen), the full one over the causal keys only, the maxima
-// taken over floats (scale > 0 and rounding are monotone: max scale·x = scale·max x), and each
-// probability added to the head sum as it is divided. The exponentials, in double, remain: they
-// and the products are the pass's cost.
+// RowAccumulator's statement with the work its masks skip left out: the cross-modal softmaxes run
+// over the list of the other modality's keys (most rows of a media prompt have a few dozen), the
+// full one over the causal keys only, the maxima taken over floats (scale > 0 and rounding are
+// monotone: max scale·x = scale·max x). Each softmax is the vector kernel softmax_entropy (vector
+// exponentials and lane sums in float64): equal to the plain statement to rounding, and the same
+// bytes for any thread count on one machine (each row is one thread's).
 class FastRowAccumulator {
  public:
   FastRowAccumulator(int P, const std::vector<std::uint8_t>& modality)
-      : modality_(modality), cm_(P, 0.0), cm_all_(P, 0.0), full_(P, 0.0), tmp_(P) {
+      : modality_(modality), cm_(P, 0.0), cm_all_(P, 0.0), full_(P, 0.0), tmp_(P), gathered_(P) {
     for (int j = 0; j < P; ++j) (modality[j] == 0 ? text_ : media_).push_back(j);
   }
   void start(int i) {
@@ -153,37 +154,17 @@ class FastRowAccumulator {
     std::fill(full_.begin(), full_.begin() + i_ + 1, 0.0);
     for (int j : *other_) cm_[j] = cm_all_[j] = 0.0;
   }
-  // masked_softmax over the keys keys[0..n) (ascending), each probability added to sum; the
-  // row's entropy.
+  // masked_softmax over the keys keys[0..n) (ascending), gathered, each probability added to
+  // sum; the row's entropy.
   double listed_softmax(const float* x, const int* keys, int n, double scale, double* sum) {
-    float top = x[keys[0]];
-    for (int m = 1; m < n; ++m) top = std::max(top, x[keys[m]]);
-    const double mx = scale * top;
-    double z = 0, zy = 0;
-    for (int m = 0; m < n; ++m) {
-      const double y = scale * x[keys[m]] - mx;
-      tmp_[m] = std::exp(y);
-      z += tmp_[m];
-      zy += tmp_[m] * y;
-    }
-    for (int m = 0; m < n; ++m) sum[keys[m]] += tmp_[m] / z;
-    return std::log(z) - zy / z;
+    for (int m = 0; m < n; ++m) gathered_[m] = x[keys[m]];
+    const double h = kernels_.softmax_entropy(gathered_.data(), n, scale, tmp_.data(), nullptr);
+    for (int m = 0; m < n; ++m) sum[keys[m]] += tmp_[m];
+    return h;
   }
   // The same over keys 0..n-1.
   double causal_softmax(const float* x, int n, double scale, double* sum) {
-    float top = x[0];
-    for (int j = 1; j < n; ++j) top = std::max(top, x[j]);
-    const double mx = scale * top;
-    for (int j = 0; j < n; ++j) tmp_[j] = scale * x[j] - mx;
-    double z = 0, zy = 0;
-    for (int j = 0; j < n; ++j) {
-      const double y = tmp_[j];
-      tmp_[j] = std::exp(y);
-      z += tmp_[j];
-      zy += tmp_[j] * y;
-    }
-    for (int j = 0; j < n; ++j) sum[j] += tmp_[j] / z;
-    return std::log(z) - zy / z;
+    return kernels_.softmax_entropy(x, n, scale, tmp_.data(), sum);
   }
   double listed_entropy(const double* p, int n) const {
     double h = 0;
@@ -199,6 +180,8 @@ class FastRowAccumulator {
   const std::vector<int>* other_ = nullptr;
   int causal_other_ = 0;  // how many of *other_ are <= i
   std::vector<double> cm_, cm_all_, full_, tmp_;
+  std::vector<float> gathered_;  // the listed keys' logits
+  const kernels::Table& kernels_ = kernels::active();
   int i_ = 0, heads_ = 0;
   double cm_heads_ = 0, cm_all_heads_ = 0, full_heads_ = 0;
   bool cm_valid_ = false, cm_all_valid_ = false;

@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "core/layer_attention.hpp"
 #include "policies/policy.hpp"
@@ -333,9 +335,9 @@ TEST(CompactTrace, ValidatesItsOwnParts) {
     return copy;
   };
   std::string p = fresh("bad_version.h5");
-  set_int_attr(p, "/", "kvtrace_compact", 3);
-  EXPECT_NE(error_of(p).find("kvtrace_compact is 3; this kvsim reads compact traces of versions 1 "
-                             "to 2"),
+  set_int_attr(p, "/", "kvtrace_compact", 4);
+  EXPECT_NE(error_of(p).find("kvtrace_compact is 4; this kvsim reads compact traces of versions 1 "
+                             "to 3"),
             std::string::npos)
       << error_of(p);
   p = fresh("bad_context.h5");
@@ -369,23 +371,30 @@ TEST(CompactTrace, ValidatesItsOwnParts) {
 }
 
 TEST(CompactTrace, AnEarlierVersionsEntropiesAreRefusedTheRestRuns) {
-  // A version-1 compact trace stores entropies from products shaped otherwise (equal to about
-  // 1e-9): MEDA is refused with how to remake it; the other statistics are today's, H2O runs.
+  // Compact traces of versions 1 and 2 store entropies from products shaped otherwise (equal to
+  // about 1e-9) and from scalar exponentials (about 1e-15): MEDA is refused with how to remake
+  // it; the other statistics are today's, H2O runs.
   const std::string full = synthetic("compact_v1.h5", 4, 2);
-  const std::string version1 = compacted(full);
-  set_int_attr(version1, "/", "kvtrace_compact", 1);
-  CliRun run = kvsim("replay " + version1 + " -p meda");
-  EXPECT_NE(run.code, 0);
-  EXPECT_NE(run.output.find("meda: " + version1 +
-                            " is a compact trace, and the policy needs the prompt entropies of "
-                            "every layer as this kvsim computes them; this compact trace "
-                            "(version 1) stores them from products shaped otherwise, equal to "
-                            "about 1e-9 and not byte for byte: compact the full trace again"),
-            std::string::npos)
-      << run.output;
-  EXPECT_EQ(kvsim("replay " + version1 + " -p h2o").code, 0);
-  set_int_attr(version1, "/", "kvtrace_compact", 2);
-  EXPECT_EQ(kvsim("replay " + version1 + " -p meda").code, 0);
+  const std::string earlier = compacted(full);
+  const std::string refused = "meda: " + earlier +
+                              " is a compact trace, and the policy needs the prompt entropies of "
+                              "every layer as this kvsim computes them; this compact trace ";
+  const std::pair<int, std::string> versions[] = {
+      {1,
+       "(version 1) stores them from products shaped otherwise, equal to about 1e-9 and not "
+       "byte for byte: compact the full trace again"},
+      {2,
+       "(version 2) stores them with scalar exponentials, equal to about 1e-15 and not byte "
+       "for byte: compact the full trace again"}};
+  for (const auto& [version, why] : versions) {
+    set_int_attr(earlier, "/", "kvtrace_compact", version);
+    CliRun run = kvsim("replay " + earlier + " -p meda");
+    EXPECT_NE(run.code, 0);
+    EXPECT_NE(run.output.find(refused + why), std::string::npos) << run.output;
+    EXPECT_EQ(kvsim("replay " + earlier + " -p h2o").code, 0);
+  }
+  set_int_attr(earlier, "/", "kvtrace_compact", 3);
+  EXPECT_EQ(kvsim("replay " + earlier + " -p meda").code, 0);
 }
 
 // The full cache's decode results are stored as a replay computes them, and read in place of

@@ -69,6 +69,50 @@ TEST(Kernels, SoftmaxOfTwoLogitsByHand) {
   }
 }
 
+TEST(Kernels, SoftmaxEntropyFollowsItsScalarContract) {
+  // Float64 throughout: each set within a few units in the last place of the plain loop, lengths
+  // around every lane count; logits spread over 60 units so that some exponentials underflow far
+  // below the largest.
+  for (const kernels::Table* t : kernels::supported())
+    for (int n : kLengths) {
+      SCOPED_TRACE(std::string(t->name) + ", n = " + std::to_string(n));
+      const auto x = random_values(n, 400 + n, 20.0f);
+      const double scale = 0.3;
+      float top = x[0];
+      for (float v : x) top = std::max(top, v);
+      double z = 0, zy = 0;
+      std::vector<double> e(n);
+      for (int j = 0; j < n; ++j) {
+        const double y = scale * x[j] - scale * top;
+        e[j] = std::exp(y);
+        z += e[j];
+        zy += e[j] * y;
+      }
+      const double entropy = std::log(z) - zy / z;
+      std::vector<double> scratch(n), sum(n, 0.5);
+      EXPECT_NEAR(t->softmax_entropy(x.data(), n, scale, scratch.data(), sum.data()), entropy,
+                  1e-14 * (1 + entropy));
+      for (int j = 0; j < n; ++j) EXPECT_NEAR(sum[j], 0.5 + e[j] / z, 1e-15) << j;
+      std::vector<double> p(n);
+      EXPECT_NEAR(t->softmax_entropy(x.data(), n, scale, p.data(), nullptr), entropy,
+                  1e-14 * (1 + entropy));
+      for (int j = 0; j < n; ++j) EXPECT_NEAR(p[j], e[j] / z, 1e-15 * (1 + e[j] / z)) << j;
+    }
+}
+
+TEST(Kernels, SoftmaxEntropyOfThreeLogitsByHand) {
+  // logits 4, 0, 0 at scale 0.5: y = 0, -2, -2; z = 1 + 2e^-2 = 1.270671; p = 0.786986,
+  // 0.106507, 0.106507; entropy log z - 2·(-2)e^-2 / z = 0.239545 + 0.426028 = 0.665573.
+  for (const kernels::Table* t : kernels::supported()) {
+    const float x[3] = {4.0f, 0.0f, 0.0f};
+    double p[3], sum[3] = {1, 1, 1};
+    EXPECT_NEAR(t->softmax_entropy(x, 3, 0.5, p, sum), 0.665573, 1e-6) << t->name;
+    EXPECT_NEAR(sum[0], 1.786986, 1e-6) << t->name;
+    EXPECT_NEAR(sum[1], 1.106507, 1e-6) << t->name;
+    EXPECT_NEAR(sum[2], 1.106507, 1e-6) << t->name;
+  }
+}
+
 // One attention row by its contract, in double: the scores, p, out, lse; and the backward's dq,
 // dkt and dvt increments.
 struct AttentionRowReference {

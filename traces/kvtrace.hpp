@@ -22,7 +22,7 @@ std::size_t dtype_bytes(DType t);
 
 // File-level attributes.
 // The version of the compact section this kvsim writes (kvtrace-v1.md, "Compact traces").
-constexpr int kCompactTraceVersion = 2;
+constexpr int kCompactTraceVersion = 3;
 
 struct TraceInfo {
   std::string model;
@@ -44,7 +44,8 @@ struct TraceInfo {
   int compact_window = 0;
   bool compact_entropies = false;  // whether it stores every layer's prompt entropies
   // The section's version (kvtrace_compact): 1 stored entropies from products shaped otherwise
-  // than this kvsim's (equal to about 1e-9, not byte for byte); 2 as this kvsim computes them.
+  // than this kvsim's (equal to about 1e-9, not byte for byte), 2 from scalar exponentials (about
+  // 1e-15); 3 as this kvsim computes them.
   int compact_version = 0;
   bool compact() const { return compact_window > 0; }
   int group_size() const { return num_heads / num_kv_heads; }

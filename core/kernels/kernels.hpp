@@ -35,6 +35,11 @@ struct Table {
   void (*attention_row_backward)(const float* q, const float* dout, float row_dot, float lse,
                                  const float* kt, const float* vt, int stride, int dim, int n,
                                  float scale, float* ds, float* dq, float* dkt, float* dvt);
+
+  // A row's softmax and entropy in float64 (the prompt entropies): y_j = scale·x_j − scale·max x,
+  // e_j = exp(y_j), z = Σ_j e_j; e_j / z added to sum[j], or written to e[j] when sum is null
+  // (e: scratch of n doubles); returns log z − Σ_j e_j·y_j / z. n ≥ 1, scale > 0.
+  double (*softmax_entropy)(const float* x, int n, double scale, double* e, double* sum);
 };
 
 // The lane count every Table's attention rows may read and write past n (the widest set's).

@@ -12,8 +12,9 @@
 namespace kvsim::kernels {
 namespace {
 
+// max x[0..n) (-inf when n = 0).
 template <class Arch>
-float softmax_inplace(float* x, int n, float scale) {
+float max_of(const float* x, int n) {
   using batch = xsimd::batch<float, Arch>;
   constexpr int W = static_cast<int>(batch::size);
   float mx = -INFINITY;
@@ -26,6 +27,15 @@ float softmax_inplace(float* x, int n, float scale) {
     for (float v : lanes) mx = mx < v ? v : mx;
   }
   for (; i < n; ++i) mx = mx < x[i] ? x[i] : mx;
+  return mx;
+}
+
+template <class Arch>
+float softmax_inplace(float* x, int n, float scale) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(batch::size);
+  const float mx = max_of<Arch>(x, n);
+  int i = 0;
   const batch bs(scale), bm(scale * mx);
   batch acc(0.0f);
   for (i = 0; i + W <= n; i += W) {
@@ -163,6 +173,46 @@ void attention_row_backward(const float* q, const float* dout, float row_dot, fl
   }
 }
 
+// The row softmax of the prompt entropies (core/sample_stats.cpp), in float64: y_j = scale·x_j −
+// scale·max x, e_j = exp(y_j), z = Σ e_j; the probabilities e_j / z added to sum[j] (or, with sum
+// null, written over e); returns the row's entropy log z − Σ e_j·y_j / z. Vector exponentials:
+// glibc's scalar exp was a third of the compaction with entropies.
+template <class Arch>
+double softmax_entropy(const float* x, int n, double scale, double* e, double* sum) {
+  using dbatch = xsimd::batch<double, Arch>;
+  constexpr int D = static_cast<int>(dbatch::size);
+  const double mx = scale * max_of<Arch>(x, n);  // scale > 0: the largest y is 0
+  int j = 0;
+  const dbatch bs(scale), bm(mx);
+  dbatch bz(0.0), bzy(0.0);
+  for (j = 0; j + D <= n; j += D) {
+    const dbatch y = dbatch::load_unaligned(x + j) * bs - bm;
+    const dbatch ey = xsimd::exp(y);
+    ey.store_unaligned(e + j);
+    bz += ey;
+    bzy += ey * y;
+  }
+  double z = xsimd::hadd(bz), zy = xsimd::hadd(bzy);
+  for (; j < n; ++j) {
+    const double y = scale * x[j] - mx;
+    e[j] = std::exp(y);
+    z += e[j];
+    zy += e[j] * y;
+  }
+  const double inv = 1.0 / z;
+  const dbatch binv(inv);
+  if (sum == nullptr) {
+    for (j = 0; j + D <= n; j += D) (dbatch::load_unaligned(e + j) * binv).store_unaligned(e + j);
+    for (; j < n; ++j) e[j] *= inv;
+  } else {
+    for (j = 0; j + D <= n; j += D)
+      (dbatch::load_unaligned(sum + j) + dbatch::load_unaligned(e + j) * binv)
+          .store_unaligned(sum + j);
+    for (; j < n; ++j) sum[j] += e[j] * inv;
+  }
+  return std::log(z) - zy * inv;
+}
+
 template <class Arch>
 Table make_table(const char* name) {
   static_assert(xsimd::batch<float, Arch>::size <= kAttentionLanes);
@@ -172,7 +222,8 @@ Table make_table(const char* name) {
           &axpy<Arch>,
           &sum_of_squares<Arch>,
           &attention_row<Arch>,
-          &attention_row_backward<Arch>};
+          &attention_row_backward<Arch>,
+          &softmax_entropy<Arch>};
 }
 
 }  // namespace
