@@ -8,7 +8,10 @@
 // each beside the GEMM floor of its own products.
 //
 //   kvsim_bench_compact [--prompts 2048,8192,32768] [--dir DIR] [google-benchmark flags]
-//   kvsim_bench_compact --floors FULL_TRACE     the GEMM floors of FULL_TRACE's stages, as CSV
+//   kvsim_bench_compact --floors FULL_TRACE [--compact COMPACT_TRACE]
+//                                    the GEMM floors of FULL_TRACE's stages, as CSV; the compact
+//                                    replay's of COMPACT_TRACE (whether it stores the decode
+//                                    results), else of a compact trace this kvsim writes
 //
 // Traces are written to DIR (default: a fresh temporary directory, removed at the end) and kept
 // there between runs when DIR is given. Prints, per prompt length, both replay times, the
@@ -24,6 +27,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -108,18 +112,29 @@ std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
 }
 
 // The products a replay of the compact copy computes, in GFLOP: the full replay's less the
-// prompt rows before the first it keeps (a 64-row window's block) and the full-cache outputs of
-// the decode steps (stored).
-double compact_replay_gflop(const kvsim::TraceReader& reader) {
+// prompt rows before the first it keeps (a 64-row window's block) and, when the compact trace
+// stores them (`stores_decode`), the full-cache outputs of the decode steps.
+double compact_replay_gflop(const kvsim::TraceReader& reader, bool stores_decode) {
   const auto& info = reader.info();
   double skipped = 0;
   for (const auto& name : reader.sample_names()) {
     const auto s = reader.read_sample(name);
     skipped += causal_prompt_logits(kvsim::compact_first_row(s, 64));
-    if (s.has_v) skipped += static_cast<double>(s.gen_len) * s.total_len();
+    if (s.has_v && stores_decode) skipped += static_cast<double>(s.gen_len) * s.total_len();
   }
   return attention_gflop(reader) -
          skipped * 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
+}
+
+// Whether a compact trace stores the full cache's decode results (its first sample's first layer
+// does; compact traces written before they were stored do not).
+bool stores_decode_results(const fs::path& compact) {
+  const kvsim::TraceReader reader(compact);
+  if (!reader.info().compact())
+    throw std::runtime_error(compact.string() + " is not a compact trace");
+  kvsim::LayerTensors t;
+  reader.read_layer_into(reader.read_sample(reader.sample_names().front()), 0, t);
+  return t.stored && !t.stored->decode.empty();
 }
 
 double seconds_to_compact(int prompt, bool entropies, const fs::path& out) {
@@ -186,8 +201,9 @@ class Collector : public benchmark::ConsoleReporter {
   }
 };
 
-// --floors: each stage's products over the GEMM rate measured here with the trace's key count.
-int print_floors(const fs::path& trace) {
+// --floors: each stage's products over the GEMM rate measured here with the trace's key count;
+// the compact replay's as of `compact` when given, else of a compact trace this kvsim writes.
+int print_floors(const fs::path& trace, const fs::path& compact) {
   const kvsim::TraceReader reader(trace);
   const int keys = reader.read_sample(reader.sample_names().front()).prompt_len;
   register_gemm_rate(keys, 2.0);
@@ -197,12 +213,13 @@ int print_floors(const fs::path& trace) {
   const auto [compaction, entropies] = compaction_gflop(reader);
   std::printf("stage,gflop,gemm_gflops_per_s,floor_seconds\n");
   const auto row = [rate](const char* stage, double gflop) {
-    std::printf("%s,%.1f,%.1f,%.2f\n", stage, gflop, rate, gflop / rate);
+    std::printf("%s,%.4f,%.1f,%.4f\n", stage, gflop, rate, gflop / rate);
   };
   row("full_replay", attention_gflop(reader));
   row("compaction", compaction);
   row("compaction_with_entropies", compaction + entropies);
-  row("compact_replay", compact_replay_gflop(reader));
+  row("compact_replay",
+      compact_replay_gflop(reader, compact.empty() || stores_decode_results(compact)));
   return 0;
 }
 
@@ -222,10 +239,12 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::vector<char*> rest = {argv[0]};
   bool keep = false;
-  fs::path floors_of;
+  fs::path floors_of, compact_of;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--floors") && i + 1 < argc) {
       floors_of = argv[++i];
+    } else if (!std::strcmp(argv[i], "--compact") && i + 1 < argc) {
+      compact_of = argv[++i];
     } else if (!std::strcmp(argv[i], "--prompts") && i + 1 < argc) {
       prompts = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
@@ -239,7 +258,7 @@ int main(int argc, char** argv) {
     int rest_argc = static_cast<int>(rest.size());
     benchmark::Initialize(&rest_argc, rest.data());
     try {
-      return print_floors(floors_of);
+      return print_floors(floors_of, compact_of);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kvsim_bench_compact: --floors %s: %s\n", floors_of.c_str(), e.what());
       return 1;

@@ -1,0 +1,43 @@
+"""kvsim_bench_compact --floors FULL --compact COMPACT: the compact replay's floor counts the
+full-cache decode outputs only where the compact trace does not store them (one written before
+they were stored recomputes them). Worked out here: the outputs' product is 2·d per query head,
+layer, decode step and key, G steps over T = P + G keys.
+Usage: check_compact_floor.py KVSIM KVSIM_BENCH_COMPACT WORK_DIR"""
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+
+kvsim, bench, work = sys.argv[1:4]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+full, compact, old = (os.path.join(work, n) for n in ("full.h5", "compact.h5", "old.h5"))
+L, H, Hkv, d, G = 2, 4, 2, 16, 8
+subprocess.run([kvsim, "synth", "-o", full, "--layers", str(L), "--heads", str(H), "--kv-heads",
+                str(Hkv), "--head-dim", str(d), "--media-count", "2", "--media-tokens", "100",
+                "--gen", str(G)], check=True, capture_output=True)
+subprocess.run([kvsim, "compact", full, compact], check=True, capture_output=True)
+shutil.copy(compact, old)
+with h5py.File(old, "r+") as f:  # a compact trace from before the decode results were stored
+    for name in f["samples"]:
+        P = int(f["samples"][name].attrs["prompt_len"])
+        for layer in f["samples"][name]["layers"].values():
+            del layer["stats/decode"]
+
+
+def compact_floor(*extra):
+    run = subprocess.run([bench, "--floors", full, *extra], check=True, capture_output=True,
+                         text=True)
+    rows = dict(line.split(",", 1) for line in run.stdout.splitlines() if "," in line)
+    return float(rows["compact_replay"].split(",")[0])
+
+
+stored, recomputed, default = compact_floor("--compact", compact), \
+    compact_floor("--compact", old), compact_floor()
+outputs = 2.0 * d * H * L * G * (P + G) / 1e9
+assert default == stored, (default, stored)
+assert abs(recomputed - stored - outputs) < 2e-4, (recomputed, stored, outputs)
+print(f"compact replay floor: {stored:.4f} GFLOP stored, {recomputed:.4f} without the decode "
+      f"results (+{outputs:.4f}, the outputs' product)")
