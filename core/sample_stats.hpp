@@ -49,7 +49,7 @@ struct SampleStats {
 std::vector<double> window_column_sums(const LayerAttention& att, int window);
 
 // The prompt rows of one block of layer_entropies: every head's logits of a block are held at
-// once, at most 64 MiB of floats, and at most 64 rows.
+// once, at most 2^26 floats (256 MiB, per thread), and at most 64 rows.
 int entropy_block_rows(int heads, int prompt_len);
 
 // One layer's entropies, computed with blocked GEMMs, the heads of each KV group in one product
