@@ -176,7 +176,7 @@ void attention_row_backward(const float* q, const float* dout, float row_dot, fl
 // The row softmax of the prompt entropies (core/sample_stats.cpp), in float64: y_j = scale·x_j −
 // scale·max x, e_j = exp(y_j), z = Σ e_j; the probabilities e_j / z added to sum[j] (or, with sum
 // null, written over e); returns the row's entropy log z − Σ e_j·y_j / z. Vector exponentials:
-// glibc's scalar exp was a third of the compaction with entropies.
+// glibc's scalar exp was about a third of the compaction with entropies.
 template <class Arch>
 double softmax_entropy(const float* x, int n, double scale, double* e, double* sum) {
   using dbatch = xsimd::batch<double, Arch>;
