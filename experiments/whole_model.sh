@@ -106,7 +106,8 @@ if [ "$replay_full" = 1 ]; then
   done
 fi
 echo "measuring the GEMM rate for the floors ..."
-"$bench" --floors "$full" --compact "$compact" 2> "$out/floors.log" | grep -E '^[a-z_]+,' > "$out/floors.csv"
+"$bench" --floors "$full" --compact "$compact" 2> "$out/floors.log" |
+  grep -E '^[a-z_]+,' > "$out/floors.csv"
 
 floor_of() { awk -F, -v s="$1" '$1 == s { print $2 "," $4 }' "$out/floors.csv"; }
 {

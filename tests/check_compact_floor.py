@@ -14,17 +14,17 @@ kvsim, bench, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 full, compact, old = (os.path.join(work, n) for n in ("full.h5", "compact.h5", "old.h5"))
-L, H, Hkv, d, G = 2, 4, 2, 16, 8
+L, H, Hkv, d, G = 2, 4, 2, 32, 32
 subprocess.run([kvsim, "synth", "-o", full, "--layers", str(L), "--heads", str(H), "--kv-heads",
                 str(Hkv), "--head-dim", str(d), "--media-count", "2", "--media-tokens", "100",
                 "--gen", str(G)], check=True, capture_output=True)
 subprocess.run([kvsim, "compact", full, compact], check=True, capture_output=True)
 shutil.copy(compact, old)
 with h5py.File(old, "r+") as f:  # a compact trace from before the decode results were stored
-    for name in f["samples"]:
-        P = int(f["samples"][name].attrs["prompt_len"])
-        for layer in f["samples"][name]["layers"].values():
-            del layer["stats/decode"]
+    (sample,) = f["samples"].values()
+    P = int(sample.attrs["prompt_len"])
+    for layer in sample["layers"].values():
+        del layer["stats/decode"]
 
 
 def compact_floor(*extra):
@@ -38,6 +38,7 @@ stored, recomputed, default = compact_floor("--compact", compact), \
     compact_floor("--compact", old), compact_floor()
 outputs = 2.0 * d * H * L * G * (P + G) / 1e9
 assert default == stored, (default, stored)
-assert abs(recomputed - stored - outputs) < 2e-4, (recomputed, stored, outputs)
+# Each floor is printed to 4 decimals: the difference is exact to 1e-4 (the outputs: ~0.005).
+assert abs(recomputed - stored - outputs) <= 1.0001e-4, (recomputed, stored, outputs)
 print(f"compact replay floor: {stored:.4f} GFLOP stored, {recomputed:.4f} without the decode "
       f"results (+{outputs:.4f}, the outputs' product)")
