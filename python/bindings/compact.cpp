@@ -40,7 +40,7 @@ py::array_t<float> array_of(const std::vector<float>& v, std::size_t rows, std::
 // float16 file).
 py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::handle& modality,
                            int question_len, double scale, bool entropies, int window,
-                           const std::string& dtype) {
+                           const std::string& dtype, int threads) {
   if (dtype != "float16" && dtype != "float32")
     throw py::value_error("kvsim.prompt_statistics: dtype '" + dtype +
                           "': expected float16 or float32");
@@ -72,7 +72,7 @@ py::dict prompt_statistics(const py::handle& q, const py::handle& k, const py::h
   {
     BlasThreadsRestored blas;  // PyTorch in this process keeps its OpenBLAS threads
     py::gil_scoped_release release;
-    stats = prompt_stats_of_layer(info, s, t, entropies, 1);
+    stats = prompt_stats_of_layer(info, s, t, entropies, thread_count(threads));
   }
   const std::size_t H = info.num_heads;
   auto part = [&](int len) {
@@ -109,11 +109,10 @@ void bind_compact(py::module_& m) {
         check_outputs_py({{out, "out", "trace"}}, {{trace, "trace"}}, force);
         BlasThreadsRestored blas;
         py::gil_scoped_release release;
-        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        write_compact_trace(reader, out,
-                            CompactOptions{.window = window,
-                                           .entropies = entropies,
-                                           .threads = threads > 0 ? threads : cores});
+        write_compact_trace(
+            reader, out,
+            CompactOptions{
+                .window = window, .entropies = entropies, .threads = thread_count(threads)});
       },
       py::arg("trace"), py::arg("out"), py::arg("window") = 64, py::arg("entropies") = true,
       py::arg("threads") = 0, py::arg("force") = false,
@@ -124,13 +123,14 @@ depend on it). Replay of it gives the full trace's results. An existing trace at
 only with force=True; `out` is never `trace` (FileExistsError).)doc");
   m.def("prompt_statistics", &prompt_statistics, py::arg("q"), py::arg("k"), py::arg("modality"),
         py::arg("question_len") = -1, py::arg("scale") = 0.0, py::arg("entropies") = true,
-        py::arg("window") = 64, py::arg("dtype") = "float16",
+        py::arg("window") = 64, py::arg("dtype") = "float16", py::arg("threads") = 0,
         R"doc(One layer's compact-trace statistics from its prompt rows: q [P, H, d] and k
 [P, Hkv, d] (as the file stores them: rounded to float16 first for a float16 file), modality [P],
 question_len (-1: the tokens after the last image or video token), the scale on q·k (0:
 1/sqrt(d)), the file's dtype (whose rounding the rounded column sums apply). Returns
 {"prompt": {...}, "context": {...} (with a question), "entropies", "context_len", "first_row"},
-the arrays named as the file's stats/ datasets.)doc");
+the arrays named as the file's stats/ datasets. threads: 0 uses every core (the values do not
+depend on it, as with `kvsim compact -j`).)doc");
 }
 
 }  // namespace kvsim::python

@@ -121,6 +121,15 @@ def metadata(P, G, images=(2, 6)):
 
 
 class CaptureTest(unittest.TestCase):
+    def kvsim_module(self, needed):
+        """kvsim, or the test skipped when its C++ module (`needed` from it) is not built."""
+        try:
+            import kvsim
+            getattr(kvsim, needed)
+        except (ImportError, AttributeError):
+            self.skipTest("the kvsim C++ module is not built")
+        return kvsim
+
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.model = TinyDecoder().eval()
@@ -165,11 +174,7 @@ class CaptureTest(unittest.TestCase):
                 np.testing.assert_array_equal(g["media_id"][()], metadata(P, 5)[2])
 
     def test_kvsim_reads_and_replays_the_capture(self):
-        try:
-            import kvsim
-            kvsim.Trace
-        except (ImportError, AttributeError):
-            self.skipTest("the kvsim C++ module is not built")
+        kvsim = self.kvsim_module("Trace")
         rec, tokens = self.run_capture([[3, 14, 15, 9, 26, 5, 35, 8, 9, 11, 12]], gen=4)
         path = os.path.join(self.dir.name, "t16.h5")
         rec.write(path, model="tiny", dtype="float16", progress=False)
@@ -186,11 +191,7 @@ class CaptureTest(unittest.TestCase):
         self.assertTrue(np.all(res["mass_recall"][~full] <= 1))
 
     def test_compact_capture_equals_compacting_the_full_capture(self):
-        try:
-            import kvsim
-            kvsim.compact_trace
-        except (ImportError, AttributeError):
-            self.skipTest("the kvsim C++ module is not built")
+        kvsim = self.kvsim_module("compact_trace")
         prompt = [(7 * i + 3) % VOCAB for i in range(150)]
         modality, segment, media = metadata(150, 5, images=(2, 120))  # a 30-token question
         full_path, direct_path, converted_path = (
@@ -227,12 +228,27 @@ class CaptureTest(unittest.TestCase):
         with self.assertRaisesRegex(capture.CaptureError, "write it as that, not float32"):
             rec.write(os.path.join(self.dir.name, "x.h5"), dtype="float32")
 
+    def test_host_statistics_do_not_depend_on_the_thread_count(self):
+        kvsim = self.kvsim_module("prompt_statistics")
+        rng = np.random.default_rng(5)
+        P, H, Hkv, d = 300, 6, 2, 16  # GQA, more heads than threads; a 40-token question
+        modality = np.zeros(P, np.uint8)
+        modality[20:260] = 1
+        q = rng.standard_normal((P, H, d)).astype(np.float16).astype(np.float32)
+        k = rng.standard_normal((P, Hkv, d)).astype(np.float16).astype(np.float32)
+        one, two, three = (kvsim.prompt_statistics(q, k, modality, scale=0.4, threads=n)
+                           for n in (1, 2, 3))
+        self.assertEqual(one["context_len"], 260)
+        for other in (two, three):
+            np.testing.assert_array_equal(one["entropies"], other["entropies"])
+            for part in ("prompt", "context"):
+                for name, want in one[part].items():
+                    np.testing.assert_array_equal(other[part][name], want, err_msg=f"{part} {name}")
+        with self.assertRaisesRegex(ValueError, "compact threads -1"):
+            capture.Recorder().compact(threads=-1)
+
     def test_device_statistics_equal_the_host_ones_to_float32_rounding(self):
-        try:
-            import kvsim
-            kvsim.prompt_statistics
-        except (ImportError, AttributeError):
-            self.skipTest("the kvsim C++ module is not built")
+        kvsim = self.kvsim_module("prompt_statistics")
         from kvsim.capture import device_stats
 
         rng = np.random.default_rng(3)
@@ -261,11 +277,7 @@ class CaptureTest(unittest.TestCase):
                                                    err_msg=f"{dtype} {part} {name} {block}")
 
     def test_compact_capture_with_device_statistics(self):
-        try:
-            import kvsim
-            kvsim.compact_trace
-        except (ImportError, AttributeError):
-            self.skipTest("the kvsim C++ module is not built")
+        kvsim = self.kvsim_module("compact_trace")
         prompt = [(5 * i + 1) % VOCAB for i in range(150)]
         modality, segment, media = metadata(150, 4, images=(2, 120))
         paths = {}

@@ -83,7 +83,7 @@ class Recorder:
         self._compact = None  # compact(): {"window", "dtype", "entropies"}
         self._current = None
 
-    def compact(self, window=64, dtype="float16", entropies=True, on_device=False):
+    def compact(self, window=64, dtype="float16", entropies=True, on_device=False, threads=0):
         """Records a compact trace (kvtrace-v1.md, "Compact traces"): at each layer's prefill the
         prompt's statistics are computed (by kvsim's C++ code, from q and k rounded to `dtype`, as
         the file stores them) and only the query rows that windows of up to `window` rows read
@@ -91,7 +91,9 @@ class Recorder:
         capture. entropies=False leaves out MEDA's entropies (a pass over all P² logits).
         on_device=True computes the statistics with torch where the model runs (a GPU), without
         moving the prompt's queries to the host (kvsim.capture.device_stats): equal to float32
-        rounding, not bit for bit, and without entropies."""
+        rounding, not bit for bit, and without entropies. threads: the host's threads for the
+        statistics (0, the default: every core, as `kvsim compact`; the values do not depend on
+        it)."""
         if dtype not in ("float16", "float32"):
             raise ValueError(f"capture: dtype '{dtype}': expected float16 or float32")
         if int(window) < 1:
@@ -99,8 +101,10 @@ class Recorder:
         if on_device and entropies:
             raise ValueError("capture: statistics on the device leave out the entropies; pass "
                              "entropies=False")
+        if int(threads) < 0:
+            raise ValueError(f"capture: compact threads {threads}: 0 (every core) or more")
         self._compact = {"window": int(window), "dtype": dtype, "entropies": bool(entropies),
-                         "on_device": bool(on_device)}
+                         "on_device": bool(on_device), "threads": int(threads)}
 
     @contextlib.contextmanager
     def sample(self, name, *, modality, segment, media_id=None, token_ids=None, task=None,
@@ -204,7 +208,8 @@ class Recorder:
 
         stored_q, stored_k = (x[:P].astype(dtype).astype(np.float32) for x in (rows(query), k))
         return prompt_statistics(stored_q, stored_k, meta["modality"][:P], scale=scale,
-                                 entropies=self._compact["entropies"], window=window, dtype=dtype)
+                                 entropies=self._compact["entropies"], window=window, dtype=dtype,
+                                 threads=self._compact["threads"])
 
     def _finish(self, cur):
         name, meta, layers = cur["name"], cur["meta"], cur["layers"]

@@ -110,6 +110,9 @@ def _parser():
                     help="with --compact: compute the statistics with torch on --device (a GPU), "
                          "the prompt's queries never copied to the host; equal to float32 "
                          "rounding, not bit for bit; implies --no-entropies")
+    ap.add_argument("-j", "--threads", type=int, default=0, metavar="N",
+                    help="with --compact: host threads for the statistics (default 0: every "
+                         "core, as kvsim compact; the file does not depend on it)")
     return ap
 
 
@@ -118,6 +121,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.stats_on_device and not a.compact:
         ap.error("--stats-on-device needs --compact WINDOW")
+    if a.threads < 0:
+        ap.error(f"--threads {a.threads}: 0 (every core) or more")
     missing = missing_modules(("torch", "transformers"))
     if missing:
         sys.exit(f"python -m kvsim.capture needs {' and '.join(missing)}, which this interpreter "
@@ -138,7 +143,7 @@ def main(argv=None):
     capture_pretrained(model, processor, prompts, a.out, gen=a.gen, dtype=a.dtype,
                        prompts_out=a.prompts_out, compact_window=a.compact or None,
                        compact_entropies=not (a.no_entropies or a.stats_on_device),
-                       compact_on_device=a.stats_on_device,
+                       compact_on_device=a.stats_on_device, compact_threads=a.threads,
                        reference_field=a.reference_field, force=a.force,
                        progress=lambda i, n: print(f"\rcapture: {i}/{n} prompts", end="",
                                                    file=sys.stderr))

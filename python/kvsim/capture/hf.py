@@ -281,7 +281,7 @@ def prompt_sample(name, token_ids, modality, media_id, embeds, position_ids, tas
 
 def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", model_name=None,
                        progress=None, prompts_out=None, compact_window=None,
-                       compact_entropies=True, compact_on_device=False,
+                       compact_entropies=True, compact_on_device=False, compact_threads=0,
                        reference_field="reference", force=False):
     """Greedy generation with a full cache for each prompt (batch 1), recording every decoder
     layer's q (after the rotary embedding), k and v at every position, written to `out` as a
@@ -295,7 +295,8 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
     evaluate` scores the answers and ΔNLL against. With `compact_window`, writes a compact trace (Recorder.compact): each layer's
     prompt statistics computed as the model runs, only the query rows windows of up to that many
     rows read kept (compact_on_device: computed with torch where the model runs, without the
-    entropies; Recorder.compact). Before any generation, `out` and `prompts_out` are checked as
+    entropies; Recorder.compact; compact_threads: the host's threads for them, 0 every core).
+    Before any generation, `out` and `prompts_out` are checked as
     every kvsim output is: an existing trace (prompt file) there is replaced only with force=True;
     neither may be the other. Returns the Recorder."""
     from kvsim._kvsim import check_outputs
@@ -304,7 +305,8 @@ def capture_pretrained(model, processor, prompts, out, gen=32, dtype="float16", 
                   force=force)
     recorder = Recorder()
     if compact_window:
-        recorder.compact(compact_window, dtype, compact_entropies, on_device=compact_on_device)
+        recorder.compact(compact_window, dtype, compact_entropies, on_device=compact_on_device,
+                         threads=compact_threads)
     use_attention(model, register(recorder))
     model.eval()
     config = model.config
