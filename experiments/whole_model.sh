@@ -18,7 +18,7 @@
 # rewritten (the table then gives the time its own run kept, or none). At 32k and 28 layers the
 # traces take about 9 GB and 2.3 GB. --compact-only leaves out the full trace's replay (and so the
 # byte comparison of the two replays): it recomputes the compaction's statistics, so at 32k on
-# 2 cores it would add about as long as writing and compacting take (75 minutes).
+# 2 cores it would add about as long as writing and compacting take (46 minutes on one machine).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 replay_full=1
@@ -95,10 +95,12 @@ if [ "$replay_full" = 1 ]; then
   echo "replaying the full trace (${#policies[@]} policies) ..."
   timed[replay_full]=$(measure replay_full "$kvsim" replay "$full" "${replay_args[@]}" \
     --out "$out/full_results.csv" --summary "$out/full_summary.csv")
+  echo "${timed[replay_full]}" > "$out/replay_full.time"
 fi
 echo "replaying the compact trace (${#policies[@]} policies) ..."
 timed[replay_compact]=$(measure replay_compact "$kvsim" replay "$compact" "${replay_args[@]}" \
   --out "$out/compact_results.csv" --summary "$out/compact_summary.csv")
+echo "${timed[replay_compact]}" > "$out/replay_compact.time"
 if [ "$replay_full" = 1 ]; then
   for f in results.csv results.policies.csv summary.csv; do
     cmp -s "$out/full_$f" "$out/compact_$f" ||
