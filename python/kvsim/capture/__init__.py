@@ -80,7 +80,7 @@ class Recorder:
         # the model's config); None: the trace does not say.
         self.rope_theta = None
         self.mrope_section = None
-        self._compact = None  # compact(): {"window", "dtype", "entropies"}
+        self._compact = None  # compact(): {"window", "dtype", "entropies", "on_device", "threads"}
         self._current = None
 
     def compact(self, window=64, dtype="float16", entropies=True, on_device=False, threads=0):
