@@ -169,14 +169,20 @@ class LayerAttention {
   LayerAttention(Shape, const TraceInfo& trace, const SampleInfo& sample, LayerTensors tensors,
                  const AttentionNeeds& needs);
   void allocate(const AttentionNeeds& needs, bool decode);
-  void compute_prefill(int h, int block_rows);
-  // Adds a softmaxed causal row of n entries to the column sums given (null: not wanted);
-  // `half_row` (n floats) when the rounded sums round through float16.
-  void add_prefill_row(const float* row, int n, float* colsum, float* rounded,
-                       float* half_row) const;
+  // The prompt's causal rows (their column sums, window rows, sparsity) of every head, on
+  // `threads`; of query heads [first_head, last_head), one KV group's, in blocks of block_rows.
+  void compute_prefill_heads(int threads);
+  struct KeyRows {  // one KV head's key rows: row j at rows + j * stride
+    const float* rows;
+    int stride;
+  };
+  void compute_prefill(int first_head, int last_head, int block_rows, KeyRows k);
+  // Softmaxes a causal row of n logits in place and adds it to the column sums given (null: not
+  // wanted); the rounded sums add each entry rounded to the trace's dtype.
+  void softmax_prefill_row(float* row, int n, float* colsum, float* rounded) const;
   // The prefix's sums of head h, once the prompt's sums hold every row before i0: theirs, plus
   // rows [i0, prefix) at the prefix's own shape; `logits` is a free buffer of a block's logits.
-  void take_prefix_sums(int h, int i0, float* logits, float* half_row);
+  void take_prefix_sums(int h, int i0, KeyRows k, float* logits);
   // A compact trace's statistics in place of those of the prompt rows it does not hold.
   void take_stored(const AttentionNeeds& needs);
   // The full cache's decode results a compact trace stores for exactly this layer and shape, or

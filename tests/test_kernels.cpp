@@ -43,6 +43,13 @@ TEST(Kernels, EverySupportedSetFollowsItsScalarContract) {
         total += p[i];
       }
       EXPECT_NEAR(total, 1.0, 1e-5);
+      // softmax_accumulate: the same probabilities and lse, each added to the sums, to the bit.
+      std::vector<float> q = x, sums = random_values(n, 500 + n, 1.0f), sums0 = sums;
+      EXPECT_EQ(t->softmax_accumulate(q.data(), n, scale, sums.data()), lse);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(q[i], p[i]);
+        EXPECT_EQ(sums[i], sums0[i] + p[i]);
+      }
       // accumulate is exact whatever the lane count; axpy within one rounding of the fused form.
       auto acc = random_values(n, 100 + n, 1.0f), y = random_values(n, 200 + n, 1.0f);
       const auto add = random_values(n, 300 + n, 1.0f);

@@ -96,6 +96,17 @@ __attribute__((target("f16c,avx2"))) void float_to_half_f16c(const float* in, st
   for (; i < n; ++i) out[i] = float_to_half_scalar(in[i]);
 }
 
+// acc[i] += in[i] rounded to binary16 and back, the rounding in registers.
+__attribute__((target("f16c,avx2"))) void add_through_half_f16c(float* acc, const float* in,
+                                                                std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_cvtph_ps(h)));
+  }
+  for (; i < n; ++i) acc[i] += half_to_float_scalar(float_to_half_scalar(in[i]));
+}
+
 // CPUID rather than __builtin_cpu_supports, which clang 14 does not accept for "f16c": F16C
 // (leaf 1, ECX bit 29) and AVX2 (leaf 7, EBX bit 5), with the OS saving the AVX state (OSXSAVE,
 // then XCR0 bits 1 and 2).
@@ -151,6 +162,11 @@ void round_through_half(const float* in, float* out, std::size_t n) {
     float_to_half(in + i, half, m);
     half_to_float(half, out + i, m);
   }
+}
+
+void add_through_half(float* acc, const float* in, std::size_t n) {
+  if (cpu_has_f16c()) return add_through_half_f16c(acc, in, n);
+  for (std::size_t i = 0; i < n; ++i) acc[i] += half_to_float_scalar(float_to_half_scalar(in[i]));
 }
 
 }  // namespace kvsim

@@ -20,6 +20,9 @@ void float_to_half(const float* in, std::uint16_t* out, std::size_t n);
 // allowed.
 void round_through_half(const float* in, float* out, std::size_t n);
 
+// acc[i] += in[i] rounded to binary16 and back: round_through_half, then the sums, in one pass.
+void add_through_half(float* acc, const float* in, std::size_t n);
+
 // Scalar versions, used by tests and the fallbacks.
 float half_to_float_scalar(std::uint16_t h);
 std::uint16_t float_to_half_scalar(float f);

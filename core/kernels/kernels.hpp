@@ -15,6 +15,8 @@ struct Table {
   const char* name;  // "baseline", "avx2", "avx512"
   // x[i] = exp(scale·x[i] - m) / Σ, m = scale·max x; returns log Σ_i exp(scale·x[i]).
   float (*softmax_inplace)(float* x, int n, float scale);
+  // softmax_inplace, then sum[i] += x[i]: the same bytes, the row read once less.
+  float (*softmax_accumulate)(float* x, int n, float scale, float* sum);
   // acc[i] += x[i]
   void (*accumulate)(float* acc, const float* x, int n);
   // y[i] += a·x[i]

@@ -30,8 +30,10 @@ float max_of(const float* x, int n) {
   return mx;
 }
 
+// softmax_inplace, and with `sum` each probability also added to sum[i] in the pass that writes
+// it (softmax_accumulate).
 template <class Arch>
-float softmax_inplace(float* x, int n, float scale) {
+float softmax_into(float* x, int n, float scale, float* sum) {
   using batch = xsimd::batch<float, Arch>;
   constexpr int W = static_cast<int>(batch::size);
   const float mx = max_of<Arch>(x, n);
@@ -43,13 +45,32 @@ float softmax_inplace(float* x, int n, float scale) {
     e.store_unaligned(x + i);
     acc += e;
   }
-  double sum = xsimd::hadd(acc);
-  for (; i < n; ++i) sum += x[i] = std::exp(x[i] * scale - scale * mx);
-  const float inv = static_cast<float>(1.0 / sum);
+  double total = xsimd::hadd(acc);
+  for (; i < n; ++i) total += x[i] = std::exp(x[i] * scale - scale * mx);
+  const float inv = static_cast<float>(1.0 / total);
   const batch binv(inv);
-  for (i = 0; i + W <= n; i += W) (batch::load_unaligned(x + i) * binv).store_unaligned(x + i);
-  for (; i < n; ++i) x[i] *= inv;
-  return static_cast<float>(scale * mx + std::log(sum));
+  if (sum == nullptr) {
+    for (i = 0; i + W <= n; i += W) (batch::load_unaligned(x + i) * binv).store_unaligned(x + i);
+    for (; i < n; ++i) x[i] *= inv;
+  } else {
+    for (i = 0; i + W <= n; i += W) {
+      const batch p = batch::load_unaligned(x + i) * binv;
+      p.store_unaligned(x + i);
+      (batch::load_unaligned(sum + i) + p).store_unaligned(sum + i);
+    }
+    for (; i < n; ++i) sum[i] += x[i] *= inv;
+  }
+  return static_cast<float>(scale * mx + std::log(total));
+}
+
+template <class Arch>
+float softmax_inplace(float* x, int n, float scale) {
+  return softmax_into<Arch>(x, n, scale, nullptr);
+}
+
+template <class Arch>
+float softmax_accumulate(float* x, int n, float scale, float* sum) {
+  return softmax_into<Arch>(x, n, scale, sum);
 }
 
 template <class Arch>
@@ -218,6 +239,7 @@ Table make_table(const char* name) {
   static_assert(xsimd::batch<float, Arch>::size <= kAttentionLanes);
   return {name,
           &softmax_inplace<Arch>,
+          &softmax_accumulate<Arch>,
           &accumulate<Arch>,
           &axpy<Arch>,
           &sum_of_squares<Arch>,
