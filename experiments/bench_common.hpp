@@ -50,11 +50,12 @@ inline double attention_gflop(const TraceReader& reader) {
 }
 
 // Single-precision GEMM throughput on every core with the shape of a block of prompt rows against
-// `keys` keys (64 x keys x 128, each thread its own product, as the engine runs them), reported
-// as the counter "GFLOPs".
-inline void measure_gemm_rate(benchmark::State& state, int keys) {
+// `keys` keys (rows x keys x 128, each thread its own product, as the engine runs them; 64 rows
+// the prompt's blocks, a KV group's heads of a block together the entropies'), reported as the
+// counter "GFLOPs".
+inline void measure_gemm_rate(benchmark::State& state, int keys, int rows = 64) {
   const int threads = hardware_threads();
-  const int m = 64, n = keys, k = 128;
+  const int m = rows, n = keys, k = 128;
   std::vector<std::vector<float>> a(threads, std::vector<float>(m * k, 0.5f)),
       b(threads, std::vector<float>(static_cast<std::size_t>(n) * k, 0.25f)),
       c(threads, std::vector<float>(static_cast<std::size_t>(m) * n));

@@ -26,11 +26,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
 
+#include "core/sample_stats.hpp"
 #include "experiments/bench_common.hpp"
 #include "sim/replay/engine.hpp"
 #include "sim/run/compact_trace.hpp"
@@ -39,24 +41,61 @@
 namespace {
 
 namespace fs = std::filesystem;
-using kvsim::bench::attention_gflop;
 using kvsim::bench::causal_prompt_logits;
 using kvsim::bench::hardware_threads;
 using kvsim::bench::measure_gemm_rate;
 
 constexpr int kFrameTokens = 256;
 
+// GFLOP of products by their key count: the floors weigh each at the GEMM rate measured with (or
+// interpolated to) its keys, since the rate falls as a product's keys outgrow the caches (on a
+// 2-core Xeon a full replay ran 6-16% under a floor that took every causal block at the rate of
+// the whole prompt's keys, its blocks having P / 2 keys on average).
+using Products = std::map<int, double>;
+
+double total_gflop(const Products& products) {
+  double sum = 0;
+  for (const auto& [keys, gflop] : products) sum += gflop;
+  return sum;
+}
+
 std::vector<int> prompts = {2048, 8192, 32768};
 fs::path dir;
 
 struct Measured {
-  double full_s = 0, compact_s = 0, compaction_s = 0, floor_gflop = 0;
-  double entropies_s = 0, compaction_gflop = 0, entropies_gflop = 0;  // compaction with entropies
+  double full_s = 0, compact_s = 0, compaction_s = 0, entropies_s = 0;  // entropies: with them
+  Products full, compaction, entropies;  // the products of the full replay and the compactions
   std::uintmax_t full_bytes = 0, compact_bytes = 0;
   int prompt_len = 0;
 };
 std::map<int, Measured> measured;   // by requested prompt length
-std::map<int, double> gemm_gflops;  // by key count of the product
+std::map<int, double> gemm_gflops;  // by key count of the product, 64 rows
+std::map<int, double> tall_gflops;  // by key count, a KV group's entropy block of rows
+std::set<int> registered_rates;     // key counts whose rate is measured
+
+// The GEMM rate at `keys` keys: measured, or interpolated linearly in log(keys) between the
+// nearest key counts measured (the nearest one's beyond them); 0 when none was measured.
+double rate_at(int keys, const std::map<int, double>& rates = gemm_gflops) {
+  if (rates.empty()) return 0;
+  const auto above = rates.lower_bound(keys);
+  if (above == rates.end()) return std::prev(above)->second;
+  if (above->first == keys || above == rates.begin()) return above->second;
+  const auto below = std::prev(above);
+  const double t = std::log(static_cast<double>(keys) / below->first) /
+                   std::log(static_cast<double>(above->first) / below->first);
+  return below->second + t * (above->second - below->second);
+}
+
+// Seconds of `products` at the rates measured (of 64-row products, or `rates`); 0 when none was.
+double floor_seconds(const Products& products, const std::map<int, double>& rates = gemm_gflops) {
+  double s = 0;
+  for (const auto& [keys, gflop] : products) {
+    const double rate = rate_at(keys, rates);
+    if (rate <= 0) return 0;
+    s += gflop / rate;
+  }
+  return s;
+}
 
 std::vector<kvsim::PolicyConfig> policies() {
   std::vector<kvsim::PolicyConfig> p{kvsim::make_policy_config("full", {})};
@@ -90,40 +129,45 @@ fs::path compact_path(int prompt) {
   return dir / ("video_" + std::to_string(prompt) + ".compact.h5");
 }
 
-// The products a compaction computes, in GFLOP: the causal prompt logits in blocks of 64 rows,
-// with the context's last block again at the context's shape when the context (the prompt before
-// its question) ends inside a block, the decode steps' logits and full-cache outputs it stores,
-// and (with the entropies) every prompt row against every prompt key; for every query head and
-// layer.
-std::pair<double, double> compaction_gflop(const kvsim::TraceReader& reader) {
-  const auto& info = reader.info();
-  double prompt = 0, entropies = 0;
-  for (const auto& name : reader.sample_names()) {
-    const auto s = reader.read_sample(name);
-    const int question = kvsim::question_length(s);
-    const double per_head = 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
-    const double context = question > 0 ? s.prompt_len - question : 0;
-    const double decode = s.has_v ? 2.0 * s.gen_len * s.total_len() : 0.0;
-    prompt += (causal_prompt_logits(s.prompt_len) + std::fmod(context, 64.0) * context + decode) *
-              per_head;
-    entropies += static_cast<double>(s.prompt_len) * s.prompt_len * per_head;
+// The causal prompt logits from row `first_row` (a multiple of 64) on, in blocks of 64 rows, each
+// against the keys up to its last row (LayerAttention's prefill blocks); `flop_per_logit` counts
+// every head and layer.
+void add_causal_prompt(Products& out, int P, int first_row, double flop_per_logit) {
+  for (int i0 = first_row; i0 < P; i0 += 64) {
+    const int keys = std::min(i0 + 64, P);
+    out[keys] += static_cast<double>(std::min(64, P - i0)) * keys * flop_per_logit / 1e9;
   }
-  return {prompt, entropies};
 }
 
-// The products a replay of the compact copy computes, in GFLOP: the full replay's less the
-// prompt rows before the first it keeps (a 64-row window's block) and, when the compact trace
-// stores them (`stores_decode`), the full-cache outputs of the decode steps.
-double compact_replay_gflop(const kvsim::TraceReader& reader, bool stores_decode) {
+// What a stage of the benchmark computes.
+enum class Stage { kFullReplay, kCompaction, kEntropies, kCompactReplay };
+
+// The products of `stage` on every sample of `reader`, per query head and layer: the causal
+// prompt logits in blocks of 64 rows (all of them, or from the compact trace's first kept row);
+// the compaction's context block again at the context's shape when the context (the prompt
+// before its question) ends inside a block; the decode steps' logits and full-cache outputs over
+// the T keys (the compact replay's outputs only when the compact trace does not store them,
+// `stores_decode`); the entropies' every prompt row against every prompt key.
+Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_decode = true) {
   const auto& info = reader.info();
-  double skipped = 0;
+  const double flop = 2.0 * info.head_dim * info.num_heads * info.num_layers;  // per logit
+  Products out;
   for (const auto& name : reader.sample_names()) {
     const auto s = reader.read_sample(name);
-    skipped += causal_prompt_logits(kvsim::compact_first_row(s, 64));
-    if (s.has_v && stores_decode) skipped += static_cast<double>(s.gen_len) * s.total_len();
+    const int P = s.prompt_len, T = s.total_len();
+    if (stage == Stage::kEntropies) {
+      out[P] += static_cast<double>(P) * P * flop / 1e9;
+      continue;
+    }
+    add_causal_prompt(out, P, stage == Stage::kCompactReplay ? kvsim::compact_first_row(s, 64) : 0,
+                      flop);
+    const int question = kvsim::question_length(s), context = question > 0 ? P - question : 0;
+    if (stage == Stage::kCompaction && context % 64 != 0)
+      out[context] += static_cast<double>(context % 64) * context * flop / 1e9;
+    const bool outputs = s.has_v && (stage != Stage::kCompactReplay || !stores_decode);
+    out[T] += (outputs ? 2.0 : 1.0) * s.gen_len * T * flop / 1e9;  // logits (and outputs)
   }
-  return attention_gflop(reader) -
-         skipped * 2.0 * info.head_dim * info.num_heads * info.num_layers / 1e9;
+  return out;
 }
 
 // Whether a compact trace stores the full cache's decode results (its first sample's first layer
@@ -151,8 +195,10 @@ void make_traces(int prompt) {
   const fs::path with_entropies = dir / ("video_" + std::to_string(prompt) + ".entropies.h5");
   m.entropies_s = seconds_to_compact(prompt, true, with_entropies);
   fs::remove(with_entropies);
-  std::tie(m.compaction_gflop, m.entropies_gflop) =
-      compaction_gflop(kvsim::TraceReader(full_path(prompt)));
+  const kvsim::TraceReader reader(full_path(prompt));
+  m.full = products_of(reader, Stage::kFullReplay);
+  m.compaction = products_of(reader, Stage::kCompaction);
+  m.entropies = products_of(reader, Stage::kEntropies);
   m.full_bytes = fs::file_size(full_path(prompt));
   m.compact_bytes = fs::file_size(compact_path(prompt));
 }
@@ -176,15 +222,34 @@ void BM_GemmRate(benchmark::State& state) {
   measure_gemm_rate(state, static_cast<int>(state.range(0)));
 }
 
-// BM_GemmRate with `keys` keys: the median of five runs of at least `seconds` each (a single
-// one-second run moved by ±15% between runs, and every floor with it).
-void register_gemm_rate(int keys, double seconds) {
-  benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)
-      ->Arg(keys)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->MinTime(seconds)
-      ->Repetitions(5);
+// The rate of the entropies' products: a KV group's query heads of a block of rows stacked
+// (arguments: keys, rows).
+void BM_GemmRateTall(benchmark::State& state) {
+  measure_gemm_rate(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+}
+
+// BM_GemmRate with `keys` keys (and BM_GemmRateTall with `rows` rows when given): the median of
+// five runs of at least `seconds` each (a single one-second run moved by ±15% between runs, and
+// every floor with it).
+void register_gemm_rate(int keys, double seconds, int rows = 0) {
+  auto* b =
+      rows > 0
+          ? benchmark::RegisterBenchmark("BM_GemmRateTall", BM_GemmRateTall)->Args({keys, rows})
+          : benchmark::RegisterBenchmark("BM_GemmRate", BM_GemmRate)->Arg(keys);
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(seconds)->Repetitions(5);
+}
+
+// The rates the floors of a sample read: with P, P / 2, P / 4 and P / 8 keys (its causal blocks
+// have from 64 to P keys; those under P / 8 hold 1.6% of the products), and the entropies'
+// stacked rows against P keys.
+void register_gemm_rates(const kvsim::TraceInfo& info, int P) {
+  for (int keys : {P, P / 2, P / 4, P / 8})
+    if (keys >= 64 && !registered_rates.count(keys)) {
+      registered_rates.insert(keys);
+      register_gemm_rate(keys, 1.0);
+    }
+  const int group = info.num_heads / info.num_kv_heads;
+  register_gemm_rate(P, 1.0, group * kvsim::entropy_block_rows(info.num_heads, P));
 }
 
 class Collector : public benchmark::ConsoleReporter {
@@ -198,30 +263,37 @@ class Collector : public benchmark::ConsoleReporter {
       const int arg = std::atoi(name.substr(name.find('/') + 1).c_str());
       if (name.rfind("BM_ReplayFull", 0) == 0) measured[arg].full_s = s;
       if (name.rfind("BM_ReplayCompact", 0) == 0) measured[arg].compact_s = s;
-      if (name.rfind("BM_GemmRate", 0) == 0) gemm_gflops[arg] = r.counters.at("GFLOPs");
+      if (name.rfind("BM_GemmRateTall", 0) == 0)
+        tall_gflops[arg] = r.counters.at("GFLOPs");
+      else if (name.rfind("BM_GemmRate", 0) == 0)
+        gemm_gflops[arg] = r.counters.at("GFLOPs");
     }
   }
 };
 
-// --floors: each stage's products over the GEMM rate measured here with the trace's key count;
-// the compact replay's as of `compact` when given, else of a compact trace this kvsim writes.
+// --floors: each stage's products at the GEMM rates measured here (rate_at their key counts),
+// with the rate they come to on average; the compact replay's as of `compact` when given, else
+// of a compact trace this kvsim writes.
 int print_floors(const fs::path& trace, const fs::path& compact) {
   const kvsim::TraceReader reader(trace);
-  const int keys = reader.read_sample(reader.sample_names().front()).prompt_len;
-  register_gemm_rate(keys, 1.0);
+  register_gemm_rates(reader.info(), reader.read_sample(reader.sample_names().front()).prompt_len);
   Collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  const double rate = gemm_gflops.at(keys);
-  const auto [compaction, entropies] = compaction_gflop(reader);
   std::printf("stage,gflop,gemm_gflops_per_s,floor_seconds\n");
-  const auto row = [rate](const char* stage, double gflop) {
-    std::printf("%s,%.4f,%.1f,%.4f\n", stage, gflop, rate, gflop / rate);
+  const auto row = [](const char* stage, double gflop, double seconds) {
+    std::printf("%s,%.4f,%.1f,%.4f\n", stage, gflop, seconds > 0 ? gflop / seconds : 0, seconds);
   };
-  row("full_replay", attention_gflop(reader));
-  row("compaction", compaction);
-  row("compaction_with_entropies", compaction + entropies);
-  row("compact_replay",
-      compact_replay_gflop(reader, compact.empty() || stores_decode_results(compact)));
+  const auto products_row = [&row](const char* stage, const Products& products) {
+    row(stage, total_gflop(products), floor_seconds(products));
+  };
+  const Products compaction = products_of(reader, Stage::kCompaction),
+                 entropies = products_of(reader, Stage::kEntropies);
+  products_row("full_replay", products_of(reader, Stage::kFullReplay));
+  products_row("compaction", compaction);
+  row("compaction_with_entropies", total_gflop(compaction) + total_gflop(entropies),
+      floor_seconds(compaction) + floor_seconds(entropies, tall_gflops));
+  products_row("compact_replay", products_of(reader, Stage::kCompactReplay,
+                                             compact.empty() || stores_decode_results(compact)));
   return 0;
 }
 
@@ -280,8 +352,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "writing the %d-token traces in %s ...\n", p, dir.c_str());
     make_traces(p);
     measured[p].prompt_len = kvsim::TraceReader(full_path(p)).read_sample("000000").prompt_len;
-    measured[p].floor_gflop = attention_gflop(kvsim::TraceReader(full_path(p)));
-    register_gemm_rate(measured[p].prompt_len, 1.0);
+    register_gemm_rates(kvsim::TraceReader(full_path(p)).info(), measured[p].prompt_len);
     benchmark::RegisterBenchmark("BM_ReplayFull", BM_ReplayFull)
         ->Arg(p)
         ->Unit(benchmark::kMillisecond)
@@ -299,23 +370,24 @@ int main(int argc, char** argv) {
               "speed-up", "floor s", "full/floor", "compact. s", "full MiB", "comp. MiB", "size");
   for (int p : prompts) {
     const Measured& m = measured[p];
-    const double rate = gemm_gflops.count(m.prompt_len) ? gemm_gflops[m.prompt_len] : 0;
-    const double floor = rate > 0 ? m.floor_gflop / rate : 0;
+    const double floor = floor_seconds(m.full);
     std::printf("%8d %10.3f %10.3f %8.1fx %10.3f %10.2fx %11.2f %10.1f %10.1f %8.3f\n",
                 m.prompt_len, m.full_s, m.compact_s, m.compact_s > 0 ? m.full_s / m.compact_s : 0,
                 floor, floor > 0 ? m.full_s / floor : 0, m.compaction_s, m.full_bytes / 1048576.0,
                 m.compact_bytes / 1048576.0,
                 m.full_bytes ? static_cast<double>(m.compact_bytes) / m.full_bytes : 0);
   }
-  std::printf("(floor: %s GEMM rate on %d threads, measured above with each prompt's key count)\n",
-              "single-precision", hardware_threads());
+  std::printf(
+      "(floor: each product at the single-precision GEMM rate on %d threads measured above "
+      "with its key count, interpolated between P / 8, P / 4, P / 2 and P keys)\n",
+      hardware_threads());
   std::printf("\n%8s %12s %10s %11s %14s %10s %11s\n", "P", "compaction s", "floor s",
               "comp./floor", "+entropies s", "floor s", "+ent./floor");
   for (int p : prompts) {
     const Measured& m = measured[p];
-    const double rate = gemm_gflops.count(m.prompt_len) ? gemm_gflops[m.prompt_len] : 0;
-    const double floor = rate > 0 ? m.compaction_gflop / rate : 0;
-    const double with = rate > 0 ? (m.compaction_gflop + m.entropies_gflop) / rate : 0;
+    const double floor = floor_seconds(m.compaction);
+    const double entropies = floor_seconds(m.entropies, tall_gflops);
+    const double with = floor > 0 && entropies > 0 ? floor + entropies : 0;
     std::printf("%8d %12.2f %10.2f %10.2fx %14.2f %10.2f %10.2fx\n", m.prompt_len, m.compaction_s,
                 floor, floor > 0 ? m.compaction_s / floor : 0, m.entropies_s, with,
                 with > 0 ? m.entropies_s / with : 0);
