@@ -281,7 +281,10 @@ int print_floors(const fs::path& trace, const fs::path& compact) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("stage,gflop,gemm_gflops_per_s,floor_seconds\n");
   const auto row = [](const char* stage, double gflop, double seconds) {
-    std::printf("%s,%.4f,%.1f,%.4f\n", stage, gflop, seconds > 0 ? gflop / seconds : 0, seconds);
+    if (seconds > 0)
+      std::printf("%s,%.4f,%.1f,%.4f\n", stage, gflop, gflop / seconds, seconds);
+    else  // no rate measured (a --benchmark_filter left them out): the products alone
+      std::printf("%s,%.4f,,\n", stage, gflop);
   };
   const auto products_row = [&row](const char* stage, const Products& products) {
     row(stage, total_gflop(products), floor_seconds(products));

@@ -4,7 +4,8 @@
 # frames of 256 tokens, 64 generated tokens) written as a full trace, compacted (with the
 # entropies, the default), and replayed from both files with the floors, the baselines and the
 # five methods at equal memory (20%). Each stage's wall time and peak memory, each file's size,
-# beside the GEMM floor of the stage's products at the rate measured here in the same run.
+# beside the GEMM floor of the stage's products at the rates measured here in the same run (each
+# product at the rate of its key count: kvsim_bench_compact --floors).
 #
 #   experiments/whole_model.sh [--compact-only] OUT_DIR [PROMPT=32768] [LAYERS=28] [THREADS=$(nproc)]
 #   experiments/whole_model.sh wm 2048 4        # the same steps, small (about 15 seconds)

@@ -27,15 +27,26 @@ with h5py.File(old, "r+") as f:  # a compact trace from before the decode result
         del layer["stats/decode"]
 
 
-def compact_floor(*extra):
-    run = subprocess.run([bench, "--floors", full, *extra], check=True, capture_output=True,
-                         text=True)
+def floors(*extra):
+    # The products alone: the filter leaves the GEMM rates unmeasured (their floors empty).
+    run = subprocess.run([bench, "--floors", full, *extra, "--benchmark_filter=^$"], check=True,
+                         capture_output=True, text=True)
     rows = dict(line.split(",", 1) for line in run.stdout.splitlines() if "," in line)
-    return float(rows["compact_replay"].split(",")[0])
+    assert all(row.endswith(",,") for stage, row in rows.items() if stage != "stage"), rows
+    return {stage: float(row.split(",")[0]) for stage, row in rows.items() if stage != "stage"}
 
 
-stored, recomputed, default = compact_floor("--compact", compact), \
-    compact_floor("--compact", old), compact_floor()
+table = floors("--compact", compact)
+stored, recomputed, default = table["compact_replay"], \
+    floors("--compact", old)["compact_replay"], floors()["compact_replay"]
+# The full replay's products worked out: the causal prompt logits in blocks of 64 rows, each
+# against the keys up to its last row, and per decode step the logits and outputs over T keys;
+# the entropies every prompt row against every prompt key.
+causal = sum(min(64, P - i0) * min(i0 + 64, P) for i0 in range(0, P, 64))
+per_logit = 2.0 * d * H * L / 1e9
+assert abs(table["full_replay"] - (causal + 2 * G * (P + G)) * per_logit) <= 1.0001e-4, table
+assert abs(table["compaction_with_entropies"] - table["compaction"] - P * P * per_logit) \
+    <= 2.0001e-4, table
 outputs = 2.0 * d * H * L * G * (P + G) / 1e9
 assert default == stored, (default, stored)
 # Each floor is printed to 4 decimals: the difference is exact to 1e-4 (the outputs: ~0.005).
