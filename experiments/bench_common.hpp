@@ -26,11 +26,18 @@ inline double peak_rss_mib() {
   return u.ru_maxrss / 1024.0;
 }
 
-// The logits of a causal prompt of P rows computed in blocks of 64 rows, each block against the
-// keys up to its last row (LayerAttention's prefill blocks), per head.
-inline double causal_prompt_logits(double P) {
+// The blocks of a causal prompt of P rows from row `first_row` (a multiple of 64) on, 64 rows
+// each, each against the keys up to its last row (LayerAttention's prefill blocks):
+// block(rows, keys) for each.
+template <class Block>
+void for_each_prompt_block(int P, int first_row, Block block) {
+  for (int i0 = first_row; i0 < P; i0 += 64) block(std::min(64, P - i0), std::min(i0 + 64, P));
+}
+
+// The logits of those blocks from row 0, per head.
+inline double causal_prompt_logits(int P) {
   double n = 0;
-  for (double i0 = 0; i0 < P; i0 += 64) n += std::min(64.0, P - i0) * std::min(i0 + 64, P);
+  for_each_prompt_block(P, 0, [&n](int rows, int keys) { n += static_cast<double>(rows) * keys; });
   return n;
 }
 

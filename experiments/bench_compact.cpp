@@ -29,7 +29,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "core/sample_stats.hpp"
@@ -41,7 +40,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-using kvsim::bench::causal_prompt_logits;
+using kvsim::bench::for_each_prompt_block;
 using kvsim::bench::hardware_threads;
 using kvsim::bench::measure_gemm_rate;
 
@@ -129,16 +128,6 @@ fs::path compact_path(int prompt) {
   return dir / ("video_" + std::to_string(prompt) + ".compact.h5");
 }
 
-// The causal prompt logits from row `first_row` (a multiple of 64) on, in blocks of 64 rows, each
-// against the keys up to its last row (LayerAttention's prefill blocks); `flop_per_logit` counts
-// every head and layer.
-void add_causal_prompt(Products& out, int P, int first_row, double flop_per_logit) {
-  for (int i0 = first_row; i0 < P; i0 += 64) {
-    const int keys = std::min(i0 + 64, P);
-    out[keys] += static_cast<double>(std::min(64, P - i0)) * keys * flop_per_logit / 1e9;
-  }
-}
-
 // What a stage of the benchmark computes.
 enum class Stage { kFullReplay, kCompaction, kEntropies, kCompactReplay };
 
@@ -159,8 +148,9 @@ Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_
       out[P] += static_cast<double>(P) * P * flop / 1e9;
       continue;
     }
-    add_causal_prompt(out, P, stage == Stage::kCompactReplay ? kvsim::compact_first_row(s, 64) : 0,
-                      flop);
+    for_each_prompt_block(
+        P, stage == Stage::kCompactReplay ? kvsim::compact_first_row(s, 64) : 0,
+        [&](int rows, int keys) { out[keys] += static_cast<double>(rows) * keys * flop / 1e9; });
     const int question = kvsim::question_length(s), context = question > 0 ? P - question : 0;
     if (stage == Stage::kCompaction && context % 64 != 0)
       out[context] += static_cast<double>(context % 64) * context * flop / 1e9;
