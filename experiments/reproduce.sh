@@ -14,7 +14,7 @@
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
 #                   compress order at 10%)
 #   --from-results  the page's reports, tables and figures from the results committed under
-#                   experiments/results/ (no model; about 15 minutes on 2 cores), against the
+#                   experiments/results/ (no model; about 5 minutes on 2 cores), against the
 #                   page
 #   OUT_DIR         default demo/reproduce/PAGE
 # The page's numbers were produced on the machine its text names; on another CPU they are equal
@@ -139,7 +139,7 @@ transfer() {  # the declared prediction test across tasks (experiments/predictio
 
 case "$mode" in
   results)
-    say "expected time: about 15 minutes on 2 cores (the reports from experiments/results/," \
+    say "expected time: about 5 minutes on 2 cores (the reports from experiments/results/," \
       "no model)"
     say "stories: the table and the prediction card from the committed results"
     stories_from_results

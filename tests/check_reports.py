@@ -292,6 +292,93 @@ class Card(unittest.TestCase):
         self.assertAlmostEqual(c["left_out"]["policy family"]["mae"], 0.6 / 12, places=12)
 
 
+class RankInterval(unittest.TestCase):
+    @staticmethod
+    def restated(rows, metric, outcome, budget, rng, resamples):
+        """The within-budget intervals as their definition reads: per resample, the drawn
+        families' rows (a family drawn twice twice, under another name) at the drawn images (an
+        image drawn k times k times), pandas' means per (seed, policy) and then per policy."""
+        rows = rows[rows["budget"] == budget]
+
+        def stats(sub):
+            p = card.configurations(sub, metric, outcome).groupby("policy", as_index=False).mean(
+                numeric_only=True)
+            x, loss = np.round(p["x"], 12), np.round(p["full"] - p["y"], 12)
+            return card.spearman(x.tolist(), loss.tolist()), card.kendall(x, loss)
+
+        images = rows["sample"].unique()
+        families = rows["policy"].map(card.family_of).unique()
+        draws = []
+        for _ in range(resamples):
+            pick_images = rng.choice(images, len(images))
+            pick_families = rng.choice(families, len(families))
+            parts = []
+            for k, f in enumerate(pick_families):
+                part = rows[rows["policy"].map(card.family_of) == f].copy()
+                part["policy"] = part["policy"] + f"#{k}"
+                parts.append(part)
+            sub = pd.concat(parts, ignore_index=True)
+            counts = pd.Series(pick_images).value_counts()
+            sub = sub[sub["sample"].isin(counts.index)].reset_index(drop=True)
+            sub = sub.iloc[np.repeat(np.arange(len(sub)), sub["sample"].map(counts).to_numpy())]
+            draws.append(stats(sub))
+        d = np.array(draws, dtype=float)
+        with np.errstate(all="ignore"):
+            return np.nanpercentile(d, 2.5, axis=0), np.nanpercentile(d, 97.5, axis=0)
+
+    def test_kendall_tau_b_by_hand(self):
+        # x 1 2 3 4, y 1 3 2 2: pairs 12 13 14 concordant, 23 24 discordant, 34 tied in y only:
+        # (3 − 2) / √((3 + 2 + 0)(3 + 2 + 1)) = 1 / √30.
+        self.assertAlmostEqual(card.kendall([1, 2, 3, 4], [1, 3, 2, 2]), 1 / np.sqrt(30))
+
+    def test_equal_accuracies_summed_in_another_order_tie(self):
+        # Three seeds of ten images: a answers 1, 2, 9 right, b 1, 9, 2 (both 0.4 over seeds:
+        # (0.1 + 0.2 + 0.9) / 3 and (0.1 + 0.9 + 0.2) / 3 differ in the last bit as floats), c 5
+        # each. Loss 0.6, 0.6, 0.5 against errors 0.1, 0.2, 0.3: a-b tied in the loss only, a-c
+        # and b-c discordant: τ-b = −2 / √(2 · 3); Spearman of ranks (1, 2, 3) and (2.5, 2.5, 1):
+        # −1.5 / √(2 · 1.5).
+        rows = []
+        for policy, right, error in (("a", (1, 2, 9), 0.1), ("b", (1, 9, 2), 0.2),
+                                     ("c", (5, 5, 5), 0.3)):
+            for seed, k in enumerate(right):
+                for i in range(10):
+                    rows.append({"seed": seed, "budget": "20", "policy": policy,
+                                 "sample": f"s{i}", "contains": float(i < k), "full": 1.0,
+                                 "err": error, "kv_fraction": 0.2})
+        rho, _, tau, _ = card.rank_interval(pd.DataFrame(rows), "err", "contains", "20", True,
+                                            np.random.default_rng(0), 5)
+        self.assertAlmostEqual(tau, -2 / np.sqrt(6))
+        self.assertAlmostEqual(rho, -1.5 / np.sqrt(3))
+        # The same means as a resample's arrays sum them, seed by seed in each policy's order.
+        y = [(0.1 + 0.2 + 0.9) / 3, (0.1 + 0.9 + 0.2) / 3, (0.5 + 0.5 + 0.5) / 3]
+        self.assertNotEqual(y[0], y[1])
+        rho, tau = card.rank_stats([0.1, 0.2, 0.3], y, [1.0] * 3, True)
+        self.assertAlmostEqual(tau, -2 / np.sqrt(6))
+        self.assertAlmostEqual(rho, -1.5 / np.sqrt(3))
+
+    def test_intervals_equal_their_definition(self):
+        # Five policies of three families (snapkv with its twin pyramidkv, h2o with a preset),
+        # two seeds, twelve images; one seed lacks an image for one policy and one metric value
+        # is missing: the arrays' weighted means give what pandas gives on the drawn rows.
+        rng = np.random.default_rng(7)
+        rows = []
+        for policy in ("snapkv", "pyramidkv", "h2o", "h2o:kvpress", "tova"):
+            for seed in (0, 1):
+                for i in range(12):
+                    if policy == "tova" and seed == 1 and i == 3:
+                        continue
+                    rows.append({"seed": seed, "budget": "10", "policy": policy,
+                                 "sample": f"s{i:02d}", "contains": float(rng.random() < 0.5),
+                                 "full": 1.0, "err": float(rng.random()), "kv_fraction": 0.1})
+        rows = pd.DataFrame(rows)
+        rows.loc[5, "err"] = np.nan
+        rho, rci, tau, tci = card.rank_interval(rows, "err", "contains", "10", True,
+                                                np.random.default_rng(3), 200)
+        low, high = self.restated(rows, "err", "contains", "10", np.random.default_rng(3), 200)
+        np.testing.assert_allclose([rci[0], tci[0]], low, rtol=0, atol=1e-12)
+        np.testing.assert_allclose([rci[1], tci[1]], high, rtol=0, atol=1e-12)
+
+
 class AtChance(unittest.TestCase):
     @staticmethod
     def rows(right_by_seed):

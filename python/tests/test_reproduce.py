@@ -36,7 +36,7 @@ class Reproduce(unittest.TestCase):
         out = tempfile.mkdtemp()
         r = self.run_script("--from-results", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("expected time: about 15 minutes on 2 cores", r.stdout)
+        self.assertIn("expected time: about 5 minutes on 2 cores", r.stdout)
         self.assertIn("(vlm_eval:vlm_eval.md | held-out images, | until=): equal", r.stdout)
         self.assertIn("(vlm_eval:card/card.md | **Prediction card: | until=): equal", r.stdout)
         for region in ("compress/vlm_eval.md | **Accuracy at equal memory**",

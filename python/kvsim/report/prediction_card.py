@@ -45,6 +45,7 @@ from .figure_style import new_figure, policy_style, save
 from .replay_vs_live import spearman
 
 RESAMPLES = 1000
+TIE_DECIMALS = 12  # rank statistics: means equal to this many decimals tie
 
 
 def full_cache_reading(rows, chance):
@@ -123,25 +124,20 @@ def predict(knots, x):
 
 
 def kendall(x, y):
-    """Kendall's τ-b."""
+    """Kendall's τ-b: over the pairs i < j, (concordant − discordant) / √((n₀ − tx)(n₀ − ty))
+    written as √((c + d + tx)(c + d + ty)), tx (ty) the pairs tied in x only (y only); pairs tied
+    in both count nowhere."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     n = len(x)
     if n < 3:
         return float("nan")
-    concordant = discordant = tx = ty = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-            if a == 0 and b == 0:
-                continue
-            if a == 0:
-                tx += 1
-            elif b == 0:
-                ty += 1
-            elif a == b:
-                concordant += 1
-            else:
-                discordant += 1
+    upper = np.triu_indices(n, 1)
+    a = np.sign(x[:, None] - x[None, :])[upper]
+    b = np.sign(y[:, None] - y[None, :])[upper]
+    concordant = int(((a != 0) & (a == b)).sum())
+    discordant = int(((a != 0) & (b != 0) & (a != b)).sum())
+    tx = int(((a == 0) & (b != 0)).sum())
+    ty = int(((a != 0) & (b == 0)).sum())
     denominator = np.sqrt((concordant + discordant + tx) * (concordant + discordant + ty))
     return (concordant - discordant) / denominator if denominator else float("nan")
 
@@ -212,35 +208,78 @@ def out_of_image_error(rows, metric, outcome, feature, increasing):
     return float(np.mean(np.concatenate(errors)))
 
 
+class _PolicyCube:
+    """One budget's rows as arrays [policy, seed, image] of the metric, the outcome and the full
+    cache's outcome, with the number of rows in each cell (0 where a policy has no row): a
+    resample's per-configuration means are sums weighted by how often each image was drawn."""
+
+    def __init__(self, rows, metric, outcome, images):
+        self.policies = np.array(sorted(rows["policy"].unique()))
+        seeds = np.array(sorted(rows["seed"].unique()))
+        shape = (len(self.policies), len(seeds), len(images))
+        cell = (np.searchsorted(self.policies, rows["policy"].to_numpy()),
+                np.searchsorted(seeds, rows["seed"].to_numpy()),
+                pd.Index(images).get_indexer(rows["sample"]))
+        self.rows = np.zeros(shape)
+        np.add.at(self.rows, cell, 1.0)
+        self.sums, self.counts = [], []  # per column: the sum and the number of values (not NaN)
+        for column in (metric, outcome, "full"):
+            values = rows[column].to_numpy(float)
+            total, count = np.zeros(shape), np.zeros(shape)
+            np.add.at(total, cell, np.nan_to_num(values))
+            np.add.at(count, cell, (~np.isnan(values)).astype(float))
+            self.sums.append(total)
+            self.counts.append(count)
+
+    def means(self, picked, weights):
+        """x, y and full per picked policy (indices into self.policies; repeats count again), as
+        pandas' means of the resampled rows give them: each seed's mean over the images drawn
+        (`weights`: how often each was drawn; NaN values skipped), then the mean over the seeds
+        with a value; policies with no row drawn are dropped."""
+        keep = (self.rows[picked] * weights).sum(axis=-1).sum(axis=1) > 0
+        out = []
+        for total, count in zip(self.sums, self.counts):
+            n = (count[picked] * weights).sum(axis=-1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_seed = np.where(n > 0, (total[picked] * weights).sum(axis=-1) / n, 0.0)
+                seeds = (n > 0).sum(axis=1)
+                out.append((per_seed.sum(axis=1) / np.where(seeds > 0, seeds, np.nan))[keep])
+        return out
+
+
+def rank_stats(x, y, full, higher_is_better):
+    """Spearman and Kendall of the metric with the loss over the policies. Means equal as
+    rationals (accuracies k/n summed over seeds in another order) can differ in the last bit:
+    both sides are compared at TIE_DECIMALS decimals, so they tie whatever the order of summing."""
+    x = np.round(np.asarray(x, float), TIE_DECIMALS)
+    loss = np.round(np.asarray(full, float) - y if higher_is_better else np.asarray(y, float),
+                    TIE_DECIMALS)
+    return spearman(list(x), list(loss)), kendall(x, loss)
+
+
 def rank_interval(rows, metric, outcome, budget, higher_is_better, rng, resamples):
     """Within one budget: Spearman and Kendall of the metric with the loss over the policies
-    (seeds averaged), and 95% intervals resampling images and policy families together."""
+    (seeds averaged), and 95% intervals resampling images and policy families together (a family
+    drawn twice counts twice)."""
     rows = rows[rows["budget"] == budget]
 
-    def stats(sub):
-        p = configurations(sub, metric, outcome).groupby("policy", as_index=False).mean(
-            numeric_only=True)
-        loss = loss_of(p, higher_is_better)
-        return spearman(p["x"].tolist(), loss.tolist()), kendall(p["x"], loss)
-
-    rho, tau = stats(rows)
+    p = configurations(rows, metric, outcome).groupby("policy", as_index=False).mean(
+        numeric_only=True)
+    rho, tau = rank_stats(p["x"].to_numpy(), p["y"].to_numpy(), p["full"].to_numpy(),
+                          higher_is_better)
     images = rows["sample"].unique()
     families = rows["policy"].map(family_of).unique()
-    by_family = {f: rows[rows["policy"].map(family_of) == f] for f in families}
+    cube = _PolicyCube(rows, metric, outcome, images)
+    cube_families = np.array([family_of(q) for q in cube.policies])
+    members = {f: np.flatnonzero(cube_families == f) for f in families}
     draws = []
     for _ in range(resamples):
-        pick_images = rng.choice(images, len(images))
+        # Drawn as rng.choice(images, n) draws them (the same stream), by index.
+        pick_images = rng.choice(len(images), len(images))
         pick_families = rng.choice(families, len(families))
-        parts = []
-        for k, f in enumerate(pick_families):
-            part = by_family[f].copy()
-            part["policy"] = part["policy"] + f"#{k}"  # a family drawn twice counts twice
-            parts.append(part)
-        sub = pd.concat(parts, ignore_index=True)
-        counts = pd.Series(pick_images).value_counts()
-        sub = sub[sub["sample"].isin(counts.index)].reset_index(drop=True)
-        sub = sub.iloc[np.repeat(np.arange(len(sub)), sub["sample"].map(counts).to_numpy())]
-        draws.append(stats(sub))
+        weights = np.bincount(pick_images, minlength=len(images)).astype(float)
+        picked = np.concatenate([members[f] for f in pick_families])
+        draws.append(rank_stats(*cube.means(picked, weights), higher_is_better))
     d = np.array(draws, dtype=float)
     with np.errstate(all="ignore"):
         lo = np.nanpercentile(d, 2.5, axis=0)
