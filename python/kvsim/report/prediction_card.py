@@ -6,8 +6,9 @@ experiments/stories_eval.sh writes by_image.csv), the card gives:
 
 - the rank correlation (Spearman, Kendall) of a replay metric with the live loss within each
   budget, with 95% intervals that resample both the images and the policy families (two-level
-  percentile bootstrap), and pooled over budgets beside what the budget alone and the memory held
-  alone give;
+  percentile bootstrap; policy means equal to 12 decimals count as ties, so accuracies equal as
+  fractions tie whatever order their seeds were summed in), and pooled over budgets beside what
+  the budget alone and the memory held alone give;
 - a monotone map from the replay metric to the live outcome (isotonic regression, pool adjacent
   violators, one point per configuration = seed, budget and policy), and its mean absolute error
   out of sample: with each policy family (a mechanism: family_of) left out of the fit, each
