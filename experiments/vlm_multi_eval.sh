@@ -44,7 +44,9 @@
 #   without them, the orders are not compared: reproduce.sh --quick); VLM_MULTI_SMALL=1 builds
 #   the small CI model and evaluates one seed and two budgets (tests); VLM_MULTI_DOCS=FILE writes
 #   the run's tables into the marked regions of FILE (docs/real_model.md:
-#   experiments/reports/docs_tables.py).
+#   experiments/reports/docs_tables.py); VLM_MULTI_TASK=count runs the counting form ("How many
+#   boxes had a bag?", `--set task=count`: weights DIR/count-seedK, its own controls, chance one
+#   count in five) instead of the lookup (the default, VLM_MULTI_TASK=lookup).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 reports=$repo/experiments/reports  # the experiments' own reports
@@ -61,6 +63,12 @@ draws=${VLM_MULTI_DRAWS:-3}
 shared_budget=${VLM_MULTI_SHARED:-20}
 orders=${VLM_MULTI_ORDERS:-compress tail1 tailq append}
 extras=${VLM_MULTI_EXTRAS:-1}
+task=${VLM_MULTI_TASK:-lookup}
+case $task in
+  lookup) weights_prefix=base task_set="" chance=0.1 ;;  # a guess: one of ten classes
+  count) weights_prefix=count task_set="--set task=count" chance=0.2 ;;  # one of five counts
+  *) echo "vlm_multi_eval: unknown task '$task' (lookup or count)" >&2; exit 2 ;;
+esac
 runs_order() { case " $orders " in *" $1 "*) return 0 ;; esac; return 1; }
 for order in $orders; do
   case $order in
@@ -71,6 +79,17 @@ done
 small=""
 if [ "${VLM_MULTI_SMALL:-0}" = 1 ]; then
   small=--small; budgets=${VLM_MULTI_BUDGETS:-20 60}; seeds=${VLM_MULTI_SEEDS:-0}; draws=2
+fi
+# Every seed's weights before any work (none for the counting form are committed).
+if [ -z "$small" ] && [ -n "$weights" ]; then
+  for s in $seeds; do
+    [ -d "$weights/$weights_prefix-seed$s" ] || {
+      echo "vlm_multi_eval: no $task weights for seed $s: $weights/$weights_prefix-seed$s is" \
+        "not there (train them: VLM_MULTI_TASK=$task experiments/vlm_multi_train.sh DIR, then" \
+        "VLM_MULTI_WEIGHTS=DIR; or VLM_MULTI_WEIGHTS= to train each seed here)" >&2
+      exit 2
+    }
+  done
 fi
 mkdir -p "$out"
 # Runs quietly unless it fails; a step whose output exists is done (a rerun resumes).
@@ -101,12 +120,16 @@ set -- --set '*.question=append' --set '*.decode=grow' --set '*.compress=prefill
   --set h2o.mode=oneshot --set '*.budget_rounding=ceil'
 runs_c="" runs_a="" runs_tail1="" runs_tailq=""
 for s in $seeds; do
+  # shellcheck disable=SC2086
   if [ -n "$small" ]; then
-    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" --quiet)
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --small --set seed="$s" $task_set \
+      --quiet)
   elif [ -n "$weights" ]; then
-    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --weights "$weights/base-seed$s" --quiet)
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" \
+      --weights "$weights/$weights_prefix-seed$s" --quiet)
   else
-    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --set seed="$s" --set steps=4000 --quiet)
+    vlm=$("$py" -m kvsim.vlm build-multi --models "$models" --set seed="$s" --set steps=4000 \
+      $task_set --quiet)
   fi
   model="$vlm/model"
   c="$out/compress/seed$s" a="$out/append/seed$s" q="$out/shared/seed$s"
@@ -192,10 +215,10 @@ for order in $orders; do
     tailq) set -- $runs_tailq ;;
   esac
   "$py" "$reports/vlm_eval_report.py" --budgets $budgets --seed "$@" --unit item \
-    --order "$order" --out "$out/$order"
+    --order "$order" --chance $chance --out "$out/$order"
   "$py" -m kvsim.report.prediction_card --by-image "$out/$order/vlm_eval_by_image.csv" \
-    --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 --chance 0.1 \
-    --out "$out/$order/card"
+    --outcome contains --name "eight-box VLM, question $order" --targets 0.05,0.8,0.02 \
+    --chance $chance --out "$out/$order/card"
 done
 # The three orders of one reading taken apart: one change at a time.
 if runs_order compress && runs_order tail1 && runs_order tailq; then

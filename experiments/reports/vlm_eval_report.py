@@ -59,6 +59,23 @@ CONTROLS = {"image": (("noimage", "no image tokens"), ("swapped", "another image
             "item": (("noimage", "no image tokens"),
                      ("swapped", "the asked box's image of another class"),
                      ("shuffled", "the images shuffled among the boxes"))}
+# The eight-box task's counting form (build.json settings.task = "count"): its controls change
+# the count by one (one box given another class's image) or keep it (the images shuffled).
+COUNT_CONTROLS = (("noimage", "no image tokens"),
+                  ("swapped", "one box changed so the count moves by one"),
+                  ("shuffled", "the images shuffled among the boxes (the count stays)"))
+
+
+def task_of(build):
+    """The task a build.json was made for: "lookup" where its settings predate the setting."""
+    return build.get("settings", {}).get("task", "lookup")
+
+
+def controls_of(unit, build):
+    """The control prompts (file stem, what it is) of a seed folder's build."""
+    return COUNT_CONTROLS if unit == "item" and task_of(build) == "count" else CONTROLS[unit]
+
+
 FLOORS = ("random", "random@window", "downsample")
 # The floors every policy is tested against, left out of "best" and of the rank statistics.
 RANDOM_FLOORS = ("random", "random@window")  # unprotected, and with a recent window
@@ -218,14 +235,17 @@ def load(seeds, budgets, unit="image"):
                 r[k] = r["policy"].map(lambda p: kept.get(p, {}).get(k, np.nan))
             replay.append(r)
             images.append(replay_by_image(directory, seed, b))
-        for c, name in CONTROLS[unit]:
+        with open(os.path.join(directory, "build.json"), encoding="utf-8") as f:
+            builds[seed] = json.load(f)
+        for c, name in controls_of(unit, builds[seed]):
             t = read(os.path.join(directory, f"control_{c}.csv"))
             t = t[t["sample"] != "all"]
             controls.append(pd.DataFrame({"seed": seed, "control": name, "sample": t["sample"],
                                           "contains": t["full_answer_contains"],
                                           "exact": t["full_answer_exact"]}))
-        with open(os.path.join(directory, "build.json"), encoding="utf-8") as f:
-            builds[seed] = json.load(f)
+    if len({task_of(b) for b in builds.values()}) > 1:
+        fail("the seed directories hold builds of different tasks (lookup and count): report "
+             "each task on its own")
     live = pd.concat(live, ignore_index=True)
     drawn = [set(g["sample"]) for _, g in live.groupby("seed")]
     if any(s != drawn[0] for s in drawn):
@@ -799,7 +819,12 @@ BUILD_FORMS = (("full", "the image", "the images"),
                ("swapped", "another image's tokens (a fixed derangement)",
                 "the asked box's image swapped for one of another class"),
                ("shuffled", None, "the images shuffled among the boxes"))
-NAMES_THE_NEW_CLASS = ("names_the_swapped_in_class", "names_the_class_now_in_the_box")
+NAMES_THE_NEW_CLASS = ("names_the_swapped_in_class", "names_the_class_now_in_the_box",
+                       "names_the_count_now")
+# The counting form's labels where they differ from the lookup's (the same build.json keys).
+COUNT_FORMS = {"swapped": dict(COUNT_CONTROLS)["swapped"],
+               "shuffled": dict(COUNT_CONTROLS)["shuffled"],
+               "shared": "several questions on one context (each class it holds asked)"}
 
 
 def spread(values, listed=False):
@@ -823,9 +848,12 @@ def builds_report(builds, unit="image"):
     which = (f"{seeds_word} {seeds[0]}" if len(seeds) == 1 else
              f"{len(seeds)} {seeds_word}s: {', '.join(map(str, seeds))}; mean ± SD over seeds, "
              "each seed's accuracy in brackets")
+    count = unit == "item" and task_of(first) == "count"
     rows = []
     for key, single, multi in BUILD_FORMS:
         label = single if unit == "image" else multi
+        if count and key in COUNT_FORMS:
+            label = COUNT_FORMS[key]
         if label is None or any(key not in builds[s] for s in seeds):
             continue
         measured = [builds[s][key] for s in seeds]
@@ -833,9 +861,12 @@ def builds_report(builds, unit="image"):
         rows.append(f"| {label} | {spread([m['accuracy'] for m in measured], listed=True)} | "
                     f"{spread([m['answers_a_class_word'] for m in measured])} | "
                     f"{spread([m[named] for m in measured]) if named else '–'} |")
+    columns = (("answers with some count word", "names the count the changed item holds") if count
+               else ("answers with some class word",
+                     "names the class of the image now in the asked place"))
     return (f"**Does it read the image?** Greedy answers with the full cache on the {items} {word}"
-            f", as each build measured them ({which}):\n\n| prompt | accuracy | answers with some class word | names the class "
-            "of the image now in the asked place |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+            f", as each build measured them ({which}):\n\n| prompt | accuracy | {columns[0]} | "
+            f"{columns[1]} |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 def _accuracy_bars(ax, x, g, **style):
@@ -962,8 +993,9 @@ def _parse(argv):
                          "tailq (all but its last token or its question, fed after: "
                          "--prompt-tail), append (the question appended, kvpress's order)")
     ap.add_argument("--chance", type=float, default=0.1,
-                    help="the accuracy of a guess (0.1: one of the ten class words); a full "
-                         "cache not above it gets no tests, ranks or marks")
+                    help="the accuracy of a guess (0.1: one of the ten class words; 0.2 for "
+                         "the counting form, one of five counts); a full cache not above it gets "
+                         "no tests, ranks or marks")
     return ap.parse_args(argv)
 
 

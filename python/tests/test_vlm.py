@@ -752,7 +752,7 @@ class CountingItems(unittest.TestCase):
 
 class SmallCountBuild(unittest.TestCase):
     """The counting form's build on the CI setting: its prompts ask how many, its references are
-    counts, its controls and shared contexts follow the counting rule."""
+    counts, its controls and shared contexts follow the counting rule; the experiment runs it."""
 
     @classmethod
     def setUpClass(cls):
@@ -827,6 +827,39 @@ class SmallCountBuild(unittest.TestCase):
         # the lookup form's cache key is the one it had before the setting existed
         self.assertNotIn("task", multi._keyed_settings(multi._settings(multi.MULTI_SMALL)))
         self.assertIn("task", multi._keyed_settings(multi._settings(self.settings)))
+
+    def test_the_experiment_runs_the_counting_form(self):
+        # experiments/vlm_multi_eval.sh with VLM_MULTI_TASK=count: the counting form's build,
+        # its controls named as what they do to the count, chance one count in five; a task it
+        # does not know, and counting weights that are not there, refused before any work.
+        out = os.path.join(self.tmp, "count_eval")
+        env = dict(os.environ, VLM_MULTI_SMALL="1", VLM_MULTI_TASK="count", KVSIM_MODELS=MODELS,
+                   KVSIM_CACHE=os.path.join(self.tmp, "cache"), VLM_MULTI_BUDGETS="20",
+                   VLM_MULTI_ORDERS="compress", VLM_MULTI_EXTRAS="0")
+        build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
+        script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
+        r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "compress", "seed0", "build.json")) as f:
+            self.assertEqual(json.load(f)["settings"]["task"], "count")
+        with open(os.path.join(out, "compress", "vlm_builds.md"), encoding="utf-8") as f:
+            builds = f.read()
+        self.assertIn("| names the count the changed item holds |", builds)
+        with open(os.path.join(out, "compress", "vlm_eval.md"), encoding="utf-8") as f:
+            report = f.read()
+        for control in ("one box changed so the count moves by one",
+                        "the images shuffled among the boxes (the count stays)"):
+            self.assertIn(f"| {control} (control prompt) |", report)
+        if "No comparison can be made" in report:  # the CI model has not learnt to count
+            self.assertIn("not above chance (0.200)", report)
+        for task_env, message in ((dict(VLM_MULTI_TASK="sum"), "unknown task 'sum'"),
+                                  (dict(VLM_MULTI_SMALL="0"), "no count weights for seed 0")):
+            gone = os.path.join(self.tmp, "refused")
+            r = subprocess.run([script, gone, MODELS, build], capture_output=True, text=True,
+                               env=dict(env, **task_env))
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(message, r.stderr)
+            self.assertFalse(os.path.exists(gone))
 
 
 class CommittedMultiWeights(unittest.TestCase):
