@@ -12,7 +12,8 @@ single-image task's report (experiments/vlm_eval.sh), and writes:
 - the policies' rank correlation between the orders and, at the budgets both tasks ran, between
   the single-image task and the eight-box task (compress order: the same protocol), the floors
   left out;
-- which image stays: the asked image's entries kept against the other images', per order;
+- which image stays: the asked image's entries kept against the other images', per order (the
+  counting form: the images of the asked class, those counted, against the others);
 - several questions on one compressed context: each policy's accuracy over the contexts' questions
   with a 95% interval over contexts (the questions of one context are not independent), and the
   share of contexts whose every question is answered right.
@@ -28,11 +29,13 @@ the runs).
 Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy),
 OUT/vlm_orders_coverage.csv (per order, budget and policy: the asked image's entries kept, the
 other images', and how often a layer's KV head keeps none of the asked image, from replay's
-dumped decisions) and, as PNG and PDF, OUT/vlm_orders (accuracy in each order, with intervals).
+dumped decisions; the counting form: the counted images' in the asked image's columns) and, as PNG and PDF, OUT/vlm_orders (accuracy in each order, with intervals).
 """
 import argparse
 import glob
+import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -40,7 +43,16 @@ import pandas as pd
 
 from kvsim.report.figure_style import new_figure, policy_style, save
 from kvsim.report.replay_vs_live import spearman
-from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head  # a sibling
+from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head, task_of  # a sibling
+
+# The task the report is of (the builds' setting, vlm_eval_report.task_of) names what an answer
+# depends on: the lookup's wording is the one docs/real_model.md quotes.
+WORDING = {"lookup": {"task": "eight-box task", "answer": "the class word",
+                      "questions": "asked about each of its boxes"},
+           "count": {"task": "eight-box counting task", "answer": "the count word",
+                     "questions": "asked how many boxes hold each class it holds"}}
+# A shared context's sample is the context's name and what its question asks (multi._asked).
+QUESTION_SUFFIX = r"_(?:box\d+|count_[a-z]+)$"
 
 
 def fail(message):
@@ -111,7 +123,7 @@ def shared_accuracy(directory, budget):
     if not frames:
         fail(f"{directory}: no seed*/live_{budget}.csv (run experiments/vlm_multi_eval.sh)")
     t = pd.concat(frames, ignore_index=True)
-    t["context"] = t["sample"].str.replace(r"_box\d+$", "", regex=True)
+    t["context"] = t["sample"].str.replace(QUESTION_SUFFIX, "", regex=True)
     item = t.groupby(["policy", "context", "sample"], as_index=False)[["contains", "full"]].mean()
     full = item.drop_duplicates("sample").assign(policy="full", contains=lambda x: x["full"])
     item = pd.concat([item, full], ignore_index=True)
@@ -128,18 +140,37 @@ def shared_accuracy(directory, budget):
     return s, len(frames)
 
 
+def asked_boxes(task):
+    """The boxes (from 0) an item's answer depends on, from its prompt's task text
+    (multi.MultiTask.describe): the asked box ("..., box 3"), or the boxes holding the asked
+    class ("..., count bag in boxes 2, 5, 7"); None for another text."""
+    lookup = re.search(r", box (\d+)$", task)
+    if lookup:
+        return [int(lookup.group(1)) - 1]
+    count = re.search(r", count [a-z]+ in boxes (\d+(?:, \d+)*)$", task)
+    return [int(b) - 1 for b in count.group(1).split(", ")] if count else None
+
+
 def _asked_kept_one(job):
     """One seed's run of one order: {(budget, label): [asked kept, asked, other kept, other,
-    (item, layer, KV head) keeping none of the asked image, (item, layer, KV head)]}."""
+    (item, layer, KV head) keeping none of the asked image, (item, layer, KV head)]}; the asked
+    image is every box the answer depends on (asked_boxes)."""
     import h5py
 
     seed_dir, budgets = job
-    with h5py.File(os.path.join(seed_dir, "trace.h5"), "r") as f:
+    path = os.path.join(seed_dir, "trace.h5")
+    with h5py.File(path, "r") as f:
         layout = {}
         for name, g in f["samples"].items():
-            box = int(str(g.attrs["task"]).rsplit(" ", 1)[1]) - 1
+            boxes = asked_boxes(str(g.attrs.get("task", "")))
+            if boxes is None:
+                raise ValueError(f"{path}: sample {name}: task {str(g.attrs.get('task', ''))!r} "
+                                 "names no asked box (\"..., box K\", or \"..., count C in boxes "
+                                 "K, ...\": a counting build made before its prompts named the "
+                                 "boxes; build it again)")
             media = g["media_id"][: int(g.attrs["prompt_len"])]
-            layout[name] = (media == box, (media >= 0) & (media != box))
+            asked = np.isin(media, boxes)
+            layout[name] = (asked, (media >= 0) & ~asked)
     sums = {}
     for b in budgets:
         path = os.path.join(seed_dir, f"decisions_{b}.h5")
@@ -166,13 +197,30 @@ def asked_image_kept(directories, budgets, processes=2):
 
     jobs = [(d, s) for d in directories for s in sorted(glob.glob(os.path.join(d, "seed*")))]
     with Pool(processes) as pool:
-        parts = pool.map(_asked_kept_one, [(s, budgets) for _, s in jobs])
+        try:
+            parts = pool.map(_asked_kept_one, [(s, budgets) for _, s in jobs])
+        except ValueError as e:
+            fail(str(e))
     sums = {}
     for (d, _), part in zip(jobs, parts):
         for (b, p), v in part.items():
             sums[(d, b, p)] = sums.get((d, b, p), 0) + v
     return {k: (v[0] / max(v[1], 1), v[2] / max(v[3], 1), v[4] / max(v[5], 1))
             for k, v in sums.items()}
+
+
+def report_task(directory):
+    """The task ("lookup" or "count") of a vlm_eval_report.py OUT, from its results/builds.json."""
+    path = os.path.join(directory, "results", "builds.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            builds = json.load(f)["builds"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{path}: cannot read the report's builds ({e}); run vlm_eval_report.py again")
+    tasks = {task_of(b) for b in builds.values()}
+    if len(tasks) != 1:
+        fail(f"{path}: builds of {len(tasks)} tasks ({', '.join(sorted(tasks))}): one task a report")
+    return tasks.pop()
 
 
 def ranking_agreement(left, right, budgets):
@@ -198,6 +246,10 @@ def main(argv):
                                        "traces and decisions")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    task = report_task(a.compress)
+    if report_task(a.append) != task:
+        fail(f"{a.compress} reports the {task} task, {a.append} the {report_task(a.append)} "
+             "task: the orders compared must be of one task")
     tables = {o: members(read(os.path.join(getattr(a, o), "vlm_eval.csv")))
               for o in ("compress", "append")}
     by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
@@ -242,16 +294,16 @@ def main(argv):
     coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
                     float_format="%.17g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
-          shared, shared_seeds, a.shared_budget, tables, coverage)
-    figure(result, budgets, a.out)
+          shared, shared_seeds, a.shared_budget, coverage, WORDING[task])
+    figure(result, budgets, a.out, WORDING[task])
     print(open(os.path.join(a.out, "vlm_orders.md"), encoding="utf-8").read())
     return 0
 
 
-def _write_orders(f, result, budgets, orders):
+def _write_orders(f, result, budgets, orders, words):
     """Each policy's accuracy in both orders, the append − compress effect, rank agreement."""
     arrow = {"better": " ▲", "worse": " ▼"}
-    f.write("**The question before or after compression** (eight-box task; accuracy, mean over "
+    f.write(f"**The question before or after compression** ({words['task']}; accuracy, mean over "
             "seeds [95% interval over seeds and items]; ▲/▼ against `random` in that order; "
             "the effect of appending the question after compression, append − compress, "
             "paired over the same seeds and items, 95% interval over both (crossed "
@@ -281,10 +333,10 @@ def _write_orders(f, result, budgets, orders):
             + ".\n\n")
 
 
-def _write_single(f, single, verdicts):
+def _write_single(f, single, verdicts, words):
     """Short single-image prompts against the eight-box task: rank agreement and verdicts."""
     agreement, single_verdicts, common = single
-    f.write("**Short single-image prompts against the eight-box task** (both with the "
+    f.write(f"**Short single-image prompts against the {words['task']}** (both with the "
             "question compressed with the prompt, every policy at equal memory). Rank "
             "agreement of the policies' accuracy (Spearman ρ, the floors left out): " + ", ".join(
                 f"{b}%: {fmt(rho, '+.2f')} ({n} policies)"
@@ -304,13 +356,22 @@ def _write_single(f, single, verdicts):
     f.write("\n")
 
 
-def _write_coverage(f, coverage):
+def _write_coverage(f, coverage, words):
     """Which image stays: the asked image's entries kept against the others', per order."""
-    f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
-            "items): the share of the asked image's entries kept, of the other images' "
-            "entries, and the share of (item, layer, KV head) that keep none of the asked "
-            "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
-            "asked image kept | other images kept | asked image dropped |\n|---|---|---|---|---|\n")
+    if words is WORDING["lookup"]:
+        f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
+                "items): the share of the asked image's entries kept, of the other images' "
+                "entries, and the share of (item, layer, KV head) that keep none of the asked "
+                "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
+                "asked image kept | other images kept | asked image dropped |\n"
+                "|---|---|---|---|---|\n")
+    else:
+        f.write("**Which images stay** (replay's decisions on the captured traces, every seed's "
+                "items): the share of the counted images' entries kept (the boxes holding the "
+                "asked class), of the other images' entries, and the share of (item, layer, KV "
+                "head) that keep none of the counted images' entries (merged entries count as "
+                "gone), compress / append:\n\n| budget | policy | counted images kept | other "
+                "images kept | counted images all dropped |\n|---|---|---|---|---|\n")
     for (b, p), g in coverage.groupby(["budget", "policy"]):
         cells = []
         for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):
@@ -321,11 +382,11 @@ def _write_coverage(f, coverage):
     f.write("\n")
 
 
-def _write_shared(f, shared, shared_seeds, shared_budget):
+def _write_shared(f, shared, shared_seeds, shared_budget, words):
     """Several questions on one compressed context: accuracy over questions and contexts."""
     f.write(f"**Several questions on one compressed context** ({shared_budget}%, the question "
-            "appended after compression; each context compressed once and asked about each "
-            f"of its boxes; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
+            "appended after compression; each context compressed once and "
+            f"{words['questions']}; seeds: {shared_seeds}). Accuracy over the questions with a 95% "
             "interval over contexts, and the share of contexts whose every question is "
             "answered right:\n\n| policy | contexts | questions | accuracy | every question "
             "right |\n|---|---|---|---|---|\n")
@@ -339,16 +400,16 @@ def _write_shared(f, shared, shared_seeds, shared_budget):
 
 
 def write(path, result, budgets, orders, single, verdicts, shared, shared_seeds, shared_budget,
-          tables, coverage):
+          coverage, words):
     with open(path, "w", encoding="utf-8") as f:
-        _write_orders(f, result, budgets, orders)
+        _write_orders(f, result, budgets, orders, words)
         if single is not None:
-            _write_single(f, single, verdicts)
-        _write_coverage(f, coverage)
-        _write_shared(f, shared, shared_seeds, shared_budget)
+            _write_single(f, single, verdicts, words)
+        _write_coverage(f, coverage, words)
+        _write_shared(f, shared, shared_seeds, shared_budget, words)
 
 
-def figure(result, budgets, out):
+def figure(result, budgets, out, words):
     fig, axes = new_figure(1, len(budgets), figsize=(4.2 * len(budgets), 4), squeeze=False)
     for ax, b in zip(axes[0], budgets):
         g = result[result["budget"] == b].sort_values("policy")
@@ -363,7 +424,7 @@ def figure(result, budgets, out):
         ax.set_xticks(range(len(g)))
         ax.set_xticklabels(g["policy"], rotation=60, ha="right", fontsize=7)
         ax.set(title=f"budget {b}% of the prompt (compress) / context (append)",
-               ylabel="accuracy (answer contains the class word)", ylim=(0, 1))
+               ylabel=f"accuracy (answer contains {words['answer']})", ylim=(0, 1))
         ax.legend(fontsize=7, title="question", title_fontsize=7)
     save(fig, out, "vlm_orders", [])
 

@@ -781,11 +781,15 @@ class SmallCountBuild(unittest.TestCase):
             self.assertEqual(len(names), 16)
             for name, (target, idx), (_, sw) in zip(names, items, swapped):
                 g = f["samples"][name]
-                word = g.attrs["task"].rsplit(" ", 1)[1]
-                self.assertEqual(word, data.CLASS_WORDS[target])
+                # the task text names the asked class and the boxes (from one) that hold it
+                held = [b + 1 for b in range(8) if test_y[pool][idx][b] == target]
+                self.assertEqual(g.attrs["task"], f"fashion-mnist 8 boxes, count "
+                                 f"{data.CLASS_WORDS[target]} in boxes "
+                                 f"{', '.join(map(str, held))}")
                 q = int(g.attrs["question_len"])
                 self.assertEqual(list(g["token_ids"][-q:]), task.questions[target])
                 count = int(np.sum(test_y[pool][idx] == target))
+                self.assertEqual(count, len(held))
                 self.assertEqual(g.attrs["reference"], multi.COUNT_WORDS[count - 1])
                 rows, other = g["inputs_embeds"][:], s["samples"][name]["inputs_embeds"][:]
                 changed = sorted({i // 49 for i in np.flatnonzero(np.any(rows != other, 1))})
@@ -803,7 +807,7 @@ class SmallCountBuild(unittest.TestCase):
                 g = sh["samples"][n]
                 context, asked = n.split("_count_")
                 self.assertEqual(context, g.attrs["context_id"])
-                self.assertEqual(g.attrs["task"].rsplit(" ", 1)[1], asked)
+                self.assertIn(f", count {asked} in boxes ", g.attrs["task"])
                 by_context.setdefault(context, []).append(asked)
             self.assertEqual(len(by_context), 2)  # 16 // 8 contexts
             for asked in by_context.values():
@@ -830,12 +834,13 @@ class SmallCountBuild(unittest.TestCase):
 
     def test_the_experiment_runs_the_counting_form(self):
         # experiments/vlm_multi_eval.sh with VLM_MULTI_TASK=count: the counting form's build,
-        # its controls named as what they do to the count, chance one count in five; a task it
-        # does not know, and counting weights that are not there, refused before any work.
+        # its controls named as what they do to the count, chance one count in five, the two
+        # orders compared with the counting form's wording; a task it does not know, and
+        # counting weights that are not there, refused before any work.
         out = os.path.join(self.tmp, "count_eval")
         env = dict(os.environ, VLM_MULTI_SMALL="1", VLM_MULTI_TASK="count", KVSIM_MODELS=MODELS,
                    KVSIM_CACHE=os.path.join(self.tmp, "cache"), VLM_MULTI_BUDGETS="20",
-                   VLM_MULTI_ORDERS="compress", VLM_MULTI_EXTRAS="0")
+                   VLM_MULTI_ORDERS="compress append", VLM_MULTI_EXTRAS="1")
         build = os.path.dirname(BINARY) if os.path.isabs(BINARY) else os.path.join(REPO, "build")
         script = os.path.join(REPO, "experiments", "vlm_multi_eval.sh")
         r = subprocess.run([script, out, MODELS, build], capture_output=True, text=True, env=env)
@@ -852,6 +857,7 @@ class SmallCountBuild(unittest.TestCase):
             self.assertIn(f"| {control} (control prompt) |", report)
         if "No comparison can be made" in report:  # the CI model has not learnt to count
             self.assertIn("not above chance (0.200)", report)
+        self.check_the_orders_compared(out)
         for task_env, message in ((dict(VLM_MULTI_TASK="sum"), "unknown task 'sum'"),
                                   (dict(VLM_MULTI_SMALL="0"), "no count weights for seed 0")):
             gone = os.path.join(self.tmp, "refused")
@@ -860,6 +866,49 @@ class SmallCountBuild(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn(message, r.stderr)
             self.assertFalse(os.path.exists(gone))
+
+
+    def check_the_orders_compared(self, out):
+        # vlm_orders.py on the counting form: the images that count are the boxes holding the
+        # asked class, and a shared context's questions (one per class it holds) are one context.
+        with open(os.path.join(out, "vlm_orders.md"), encoding="utf-8") as f:
+            md = f.read()
+        self.assertIn("(eight-box counting task;", md)
+        self.assertIn("| counted images kept | other images kept | counted images all dropped |",
+                      md)
+        self.assertIn("asked how many boxes hold each class it holds", md)
+        full = [line for line in md.split("\n") if line.startswith("| `full` |")]
+        self.assertEqual(len(full), 1)
+        contexts, questions = (int(c) for c in full[0].split(" | ")[1:3])
+        self.assertEqual(contexts, 2)  # 16 // 8 contexts
+        self.assertGreater(questions, contexts)
+        coverage = read_rows(out, "vlm_orders_coverage.csv")
+        self.assertEqual({row["order"] for row in coverage}, {"compress", "append"})
+        for row in coverage:
+            for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):
+                self.assertTrue(0 <= float(row[column]) <= 1, row)
+
+
+class OrdersReadTheAskedBoxes(unittest.TestCase):
+    """vlm_orders.py's reading of a prompt's task text and of a shared context's samples."""
+
+    def test_the_boxes_an_answer_depends_on(self):
+        import re
+
+        import vlm_orders
+
+        self.assertEqual(vlm_orders.asked_boxes("fashion-mnist 8 boxes, box 3"), [2])
+        self.assertEqual(vlm_orders.asked_boxes("fashion-mnist 8 boxes, count bag in boxes 1, 8"),
+                         [0, 7])
+        self.assertEqual(vlm_orders.asked_boxes("fashion-mnist 8 boxes, count tee in boxes 4"),
+                         [3])
+        # a counting prompt from before its text named the boxes, and another text: not read
+        self.assertIsNone(vlm_orders.asked_boxes("fashion-mnist 8 boxes, count bag"))
+        self.assertIsNone(vlm_orders.asked_boxes("fashion-mnist test image"))
+        for sample, context in (("context0003_box5", "context0003"),
+                                ("context0003_count_sneaker", "context0003"),
+                                ("boxes0001", "boxes0001")):
+            self.assertEqual(re.sub(vlm_orders.QUESTION_SUFFIX, "", sample), context)
 
 
 class CommittedMultiWeights(unittest.TestCase):

@@ -253,8 +253,8 @@ def rank_stats(x, y, full, higher_is_better):
     rationals (accuracies k/n summed over seeds in another order) can differ in the last bit:
     both sides are compared at TIE_DECIMALS decimals, so they tie whatever the order of summing."""
     x = np.round(np.asarray(x, float), TIE_DECIMALS)
-    loss = np.round(np.asarray(full, float) - y if higher_is_better else np.asarray(y, float),
-                    TIE_DECIMALS)
+    loss = np.round(loss_of({"full": np.asarray(full, float), "y": np.asarray(y, float)},
+                            higher_is_better), TIE_DECIMALS)
     return spearman(list(x), list(loss)), kendall(x, loss)
 
 

@@ -95,11 +95,14 @@ class MultiTask:
             return int(labels[idx[target]])
         return int(np.sum(labels[idx] == target)) - 1
 
-    def describe(self, target):
-        """The `task` text of a held-out item in its prompt file."""
+    def describe(self, target, classes):
+        """The `task` text of a held-out item in its prompt file, its boxes holding `classes`:
+        the asked box; counting, the asked class and the boxes holding it (numbered from one),
+        which a report needs to tell the images that count from the others."""
         if self.kind == "lookup":
             return f"fashion-mnist {self.images} boxes, box {target + 1}"
-        return f"fashion-mnist {self.images} boxes, count {data.CLASS_WORDS[target]}"
+        held = ", ".join(str(b + 1) for b in np.flatnonzero(np.asarray(classes) == target))
+        return f"fashion-mnist {self.images} boxes, count {data.CLASS_WORDS[target]} in boxes {held}"
 
     def layout(self, target, count, with_images=True):
         """[(kind, value)] in prompt order of an item of `count` boxes: ("text", ids) or
@@ -291,11 +294,13 @@ def _greedy(dec, task, items, rows_of, max_tokens, batch=16):
     return out
 
 
-def _prompt_samples(task, items, references, rows, names, with_images=True, contexts=None):
+def _prompt_samples(task, items, references, rows, names, labels, with_images=True,
+                    contexts=None):
     """kvprompt samples of the items: token ids (0 at image positions), modality, media ids (the
     box), the question's length, the reference answer (task.words[references[n]]: the original
-    item's, also for a control); rows [item][images, 49, hidden]; contexts: each item's
-    context_id (items sharing one differ in their question only)."""
+    item's, also for a control), the task text (task.describe; `labels`: the classes of the
+    images the items index); rows [item][images, 49, hidden]; contexts: each item's context_id
+    (items sharing one differ in their question only)."""
     out = {}
     for n, (name, (target, idx)) in enumerate(zip(names, items)):
         ids, modality, media, embeds = [], [], [], []
@@ -314,7 +319,7 @@ def _prompt_samples(task, items, references, rows, names, with_images=True, cont
                   "segment": [0] + [1] * (len(ids) - 1),
                   "question_len": len(task.questions[target]),
                   "reference_ids": task.answers[label], "reference": task.words[label],
-                  "task": task.describe(target)}
+                  "task": task.describe(target, labels[idx])}
         if contexts is not None:
             sample["context_id"] = contexts[n]
         if with_images:
@@ -709,7 +714,7 @@ def _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, 
     from kvsim.prompts import write as write_prompts
 
     names = [f"boxes{i:04d}" for i in range(len(items))]
-    labels = np.array([task.answer(t, idx, test_labels) for t, idx in items])
+    references = np.array([task.answer(t, idx, test_labels) for t, idx in items])
     model_name = ("assembled VLM, eight boxes" + (", counting" if task.kind == "count" else "") +
                   " (MobileNetV2 + projector + fine-tuned stories260K)")
     for suffix, chosen, with_images in (("", items, True), ("_noimage", items, False),
@@ -717,14 +722,15 @@ def _write_multi_prompts(tmp, task, items, swapped, shuffled, shared, contexts, 
                                         ("_shuffled", shuffled, True)):
         rows = [rows_of(idx).cpu().numpy() for _, idx in chosen] if with_images else None
         write_prompts(os.path.join(tmp, f"prompts{suffix}.h5"),
-                      _prompt_samples(task, chosen, labels, rows, names, with_images),
+                      _prompt_samples(task, chosen, references, rows, names, test_labels,
+                                      with_images),
                       model=model_name)
     write_prompts(os.path.join(tmp, "prompts_shared.h5"),
                   _prompt_samples(task, shared, [task.answer(t, idx, test_labels)
                                                  for t, idx in shared],
                                   [rows_of(idx).cpu().numpy() for _, idx in shared],
                                   [f"{c}_{_asked(task, t)}" for c, (t, _) in zip(contexts, shared)],
-                                  contexts=contexts), model=model_name)
+                                  test_labels, contexts=contexts), model=model_name)
 
 
 def _asked(task, target):
