@@ -139,15 +139,20 @@ class JoinedResults(unittest.TestCase):
         self.assertEqual(seed_group("random@window"), "random@window")
         self.assertEqual(seed_group("h2o"), "h2o")
         live = pd.DataFrame({"seed": [0, 0], "budget": ["10", "10"], "label": ["h2o", "tova"],
-                             "sample": ["x", "x"]})
+                             "sample": ["x", "x"], "contains": [1.0, float("nan")],
+                             "dnll": [0.5, 0.25]})
         more = pd.DataFrame({"seed": [0], "budget": ["10"], "label": ["random@window-seed0"],
-                             "sample": ["x"]})
+                             "sample": ["x"], "contains": [0.0], "dnll": [1.0]})
         key = vlm_eval_report.RESULT_KEYS[0]
         self.assertEqual(len(vlm_eval_report.joined(live, more, "live", key, "B")), 3)
-        with self.assertRaises(SystemExit) as e:
-            vlm_eval_report.joined(live, live.iloc[:1], "live", key, "B")
-        self.assertIn("B: its live results repeat an earlier folder's (seed 0, budget 10, label "
-                      "h2o, sample x)", str(e.exception))
+        # A cell measured again, the same row (a missing value included): kept once.
+        again = vlm_eval_report.joined(live, pd.concat([live.iloc[1:], more]), "live", key, "B")
+        self.assertEqual(len(again), 3)
+        self.assertEqual(sorted(again["label"]), ["h2o", "random@window-seed0", "tova"])
+        with self.assertRaises(SystemExit) as e:  # measured again, another value: refused
+            vlm_eval_report.joined(live, live.iloc[:1].assign(dnll=0.5000001), "live", key, "B")
+        self.assertIn("B: its live results differ from an earlier folder's for one cell (seed 0, "
+                      "budget 10, label h2o, sample x: dnll)", str(e.exception))
         controls = pd.DataFrame({"seed": [0], "control": ["noimage"], "sample": ["x"],
                                  "contains": [1.0]})
         key = vlm_eval_report.RESULT_KEYS[3]

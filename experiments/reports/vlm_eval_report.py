@@ -22,7 +22,8 @@ images in each), and reports, per policy and budget at equal memory:
     vlm_eval_report.py --budgets 10 20 40 60 --seed 0=DIR0 1=DIR1 ... --out OUT
     vlm_eval_report.py --budgets 10 20 40 --seed ... --unit item [--order append] --out OUT
     vlm_eval_report.py --from-results RUN/results --out OUT          (the same report again)
-    vlm_eval_report.py --from-results A/results B/results --out OUT  (their seeds joined)
+    vlm_eval_report.py --from-results A/results B/results --out OUT  (their seeds, policies
+                       and budgets joined; a cell both hold must be the same row)
 
 (--unit item: the multi-image task's held-out items, experiments/vlm_multi_eval.sh; --order
 append: the question fed after compression, every policy compressing the context once to the
@@ -302,32 +303,36 @@ def load_results(directory):
 
 
 def joined(table, more, name, key, directory):
-    """`table` and `more` (one of RESULTS) as one; controls both folders hold are kept once if
-    equal, any other row the two share refused."""
-    both = pd.concat([table, more], ignore_index=True)
-    if name == "controls":
-        both = both.drop_duplicates()
+    """`table` and `more` (one of RESULTS) as one. A row both folders hold is kept once where the
+    two are equal in every column (a cell run again beside new ones: the floors and the controls
+    every run of the experiment repeats, which so shows it reproduced), and refused where they
+    differ (two measurements of one cell: another machine's arithmetic, or another model)."""
+    both = pd.concat([table, more], ignore_index=True).drop_duplicates()
     twice = both[both.duplicated(list(key), keep=False)]
     if not twice.empty:
         r = twice.iloc[0]
-        fail(f"--from-results {directory}: its {name} results repeat an earlier folder's (" +
-             ", ".join(f"{k} {r[k]}" for k in key) + ")")
+        rows = twice[(twice[list(key)] == r[list(key)]).all(axis=1)]
+        differ = [c for c in rows.columns if c not in key and
+                  rows[c].astype(str).nunique(dropna=False) > 1]
+        fail(f"--from-results {directory}: its {name} results differ from an earlier folder's "
+             "for one cell (" + ", ".join(f"{k} {r[k]}" for k in key) + f": {', '.join(differ)}"
+             "); a cell measured twice must give the same row to be joined")
     return both
 
 
 def merge_results(loaded, directories):
     """Several results/ folders (load_results each) as one: the tables' rows joined, the builds
-    and seeds together. Their budgets, unit and order must agree; a seed may be in two folders
-    (other policies run on the same trained model, whose build must be the same) but no result
-    may be (a row of one seed, budget, policy and item; the full cache's controls of a seed,
-    when both hold them, must be equal). The machine of each folder is kept with its seeds
-    ("machines") where they differ."""
+    and seeds together. Their unit and order must agree; their budgets are joined, and every seed
+    must then have run at every budget. A seed may be in two folders (other policies or budgets
+    run on the same trained model, whose build must be the same); a result both hold (a row of
+    one seed, budget, policy and item, or a control) must be the same row (joined). The machine
+    of each folder is kept with its seeds ("machines") where they differ."""
     if len(loaded) == 1:
         return loaded[0]
     tables, builds, settings = list(loaded[0][0]), dict(loaded[0][1]), loaded[0][2]
     machines = [dict(settings.get("machine", {}), seeds=list(settings["seeds"]))]
     for (more_tables, more_builds, more), directory in zip(loaded[1:], directories[1:]):
-        for key in ("budgets", "unit", "order"):
+        for key in ("unit", "order"):
             if more.get(key) != settings.get(key):
                 fail(f"--from-results {directory}: its {key} {more.get(key)} differs from "
                      f"{directories[0]}'s {settings.get(key)}")
@@ -339,7 +344,14 @@ def merge_results(loaded, directories):
                   zip(tables, more_tables, RESULTS, RESULT_KEYS)]
         builds.update(more_builds)
         machines.append(dict(more.get("machine", {}), seeds=list(more["seeds"])))
-        settings = dict(settings, seeds=sorted(set(settings["seeds"]) | set(more["seeds"])))
+        settings = dict(settings, seeds=sorted(set(settings["seeds"]) | set(more["seeds"])),
+                        budgets=sorted(set(settings["budgets"]) | set(more["budgets"]), key=float))
+    ran = tables[0].groupby("budget")["seed"].unique()
+    for b in settings["budgets"]:
+        missing = sorted(set(settings["seeds"]) - set(ran.get(b, [])))
+        if missing:
+            fail(f"--from-results: budget {b}% has no results for seed(s) "
+                 f"{', '.join(map(str, missing))}: every seed must run at every budget joined")
     settings.pop("machine", None)
     if all({k: v for k, v in m.items() if k != "seeds"} ==
            {k: v for k, v in machines[0].items() if k != "seeds"} for m in machines):

@@ -284,10 +284,38 @@ class SmallBuild(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         assert_same_files(self, out, joined + "_halves", ("vlm_eval.md", "vlm_eval.csv",
                                                           "vlm_comparisons.csv"))
-        r = subprocess.run(report + [parts[0], parts[0], "--out", joined + "2"],
+        # A folder given twice: every row the same, kept once (the report of the folder alone).
+        r = subprocess.run(report + [parts[0], "--out", joined + "_one"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run(report + [parts[0], parts[0], "--out", joined + "_twice"],
                            capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        assert_same_files(self, joined + "_one", joined + "_twice", ("vlm_eval.md", "vlm_eval.csv",
+                                                                     "vlm_comparisons.csv"))
+        # A cell measured twice with another value is refused, named; a budget one seed lacks too.
+        other = os.path.join(self.tmp, "seed0_other")
+        live = tables[0][tables[0]["seed"] == settings["seeds"][0]]
+        vlm_eval_report.save_results(other, [live.assign(dnll=live["dnll"] + 1e-9)] +
+                                     [t[t["seed"] == settings["seeds"][0]] for t in tables[1:]],
+                                     {settings["seeds"][0]: builds[settings["seeds"][0]]},
+                                     dict(settings, seeds=[settings["seeds"][0]]))
+        r = subprocess.run(report + [parts[0], os.path.join(other, "results"), "--out",
+                                     joined + "2"], capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("its live results repeat an earlier folder's (seed 0, budget ", r.stderr)
+        self.assertIn("its live results differ from an earlier folder's for one cell (seed 0, "
+                      "budget ", r.stderr)
+        first = settings["budgets"][0]
+        fewer = os.path.join(self.tmp, "fewer_budgets")
+        vlm_eval_report.save_results(
+            fewer, [t[t["budget"] != first] if "budget" in t else t for t in tables], builds,
+            dict(settings, budgets=settings["budgets"][1:]))
+        r = subprocess.run(report + [os.path.join(fewer, "results"), parts[0], "--out",
+                                     joined + "3"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        missing = sorted(settings["seeds"])[1:]
+        self.assertIn(f"budget {first}% has no results for seed(s) "
+                      f"{', '.join(map(str, missing))}", r.stderr)
 
     def check_the_docs_take_the_run(self, out, md):
         # The docs' single-image report, card and figures are the run's
