@@ -161,6 +161,32 @@ class JoinedResults(unittest.TestCase):
             vlm_eval_report.joined(controls, controls.assign(contains=0.0), "controls", key, "B")
 
 
+    def test_folders_of_other_budgets_on_one_build(self):
+        # Seed 0 at 10% in one folder, at 60% in another (the same build, found again: only its
+        # time differs); the floor's control both hold, equal. Joined: both budgets.
+        def folder(budget, seconds, accuracy=0.8):
+            live = pd.DataFrame({"seed": [0], "budget": [budget], "label": ["h2o"],
+                                 "sample": ["x"], "contains": [1.0]})
+            replay = pd.DataFrame({"seed": [0], "budget": [budget], "policy": ["h2o"]})
+            by_image = replay.assign(sample="x")
+            controls = pd.DataFrame({"seed": [0], "control": ["noimage"], "sample": ["x"],
+                                     "contains": [0.0]})
+            build = {"full": {"accuracy": accuracy}, "seconds": {"total": seconds}}
+            settings = {"budgets": [budget], "seeds": [0], "unit": "image", "order": "tail1"}
+            return [live, replay, by_image, controls], {0: build}, settings
+
+        tables, builds, settings = vlm_eval_report.merge_results(
+            [folder("60", 270.0), folder("10", 179.0)], ["A", "B"])
+        self.assertEqual(settings["budgets"], ["10", "60"])
+        self.assertEqual(sorted(tables[0]["budget"]), ["10", "60"])
+        self.assertEqual(len(tables[3]), 1)
+        self.assertEqual(builds[0]["seconds"], {"total": 270.0})  # the first folder's
+        with self.assertRaises(SystemExit) as e:  # another trained model
+            vlm_eval_report.merge_results([folder("60", 270.0), folder("10", 179.0, 0.7)],
+                                          ["A", "B"])
+        self.assertIn("B: seed 0's build differs from an earlier folder's", str(e.exception))
+
+
 class Builds(unittest.TestCase):
     def test_the_builds_measurement_as_a_table(self):
         # Two seeds, worked by hand: accuracies 0.8 and 0.9 -> mean 0.850, SD

@@ -320,6 +320,12 @@ def joined(table, more, name, key, directory):
     return both
 
 
+def _model_of(build):
+    """What a build.json says of the trained model: all but the time its steps took (the
+    machine's, not the model's: a build found again elsewhere takes another)."""
+    return {k: v for k, v in build.items() if k != "seconds"}
+
+
 def merge_results(loaded, directories):
     """Several results/ folders (load_results each) as one: the tables' rows joined, the builds
     and seeds together. Their unit and order must agree; their budgets are joined, and every seed
@@ -337,12 +343,12 @@ def merge_results(loaded, directories):
                 fail(f"--from-results {directory}: its {key} {more.get(key)} differs from "
                      f"{directories[0]}'s {settings.get(key)}")
         for seed in set(more_builds) & set(builds):
-            if more_builds[seed] != builds[seed]:
+            if _model_of(more_builds[seed]) != _model_of(builds[seed]):
                 fail(f"--from-results {directory}: seed {seed}'s build differs from an earlier "
                      "folder's (another trained model)")
         tables = [joined(t, m, name, key, directory) for t, m, name, key in
                   zip(tables, more_tables, RESULTS, RESULT_KEYS)]
-        builds.update(more_builds)
+        builds.update({k: v for k, v in more_builds.items() if k not in builds})  # the first kept
         machines.append(dict(more.get("machine", {}), seeds=list(more["seeds"])))
         settings = dict(settings, seeds=sorted(set(settings["seeds"]) | set(more["seeds"])),
                         budgets=sorted(set(settings["budgets"]) | set(more["budgets"]), key=float))
