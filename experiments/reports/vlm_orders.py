@@ -29,7 +29,8 @@ the runs).
 Writes OUT/vlm_orders.md, OUT/vlm_orders.csv (one row per budget and policy),
 OUT/vlm_orders_coverage.csv (per order, budget and policy: the asked image's entries kept, the
 other images', and how often a layer's KV head keeps none of the asked image, from replay's
-dumped decisions; the counting form: the counted images' in the asked image's columns) and, as PNG and PDF, OUT/vlm_orders (accuracy in each order, with intervals).
+dumped decisions; the counting form: the counted images' in the asked image's columns) and, as
+PNG and PDF, OUT/vlm_orders (accuracy in each order, with intervals).
 """
 import argparse
 import glob
@@ -47,10 +48,24 @@ from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head, task_
 
 # The task the report is of (the builds' setting, vlm_eval_report.task_of) names what an answer
 # depends on: the lookup's wording is the one docs/real_model.md quotes.
-WORDING = {"lookup": {"task": "eight-box task", "answer": "the class word",
-                      "questions": "asked about each of its boxes"},
-           "count": {"task": "eight-box counting task", "answer": "the count word",
-                     "questions": "asked how many boxes hold each class it holds"}}
+WORDING = {
+    "lookup": {"task": "eight-box task", "answer": "the class word",
+               "questions": "asked about each of its boxes",
+               "coverage": "**Which image stays** (replay's decisions on the captured traces, "
+                           "every seed's items): the share of the asked image's entries kept, of "
+                           "the other images' entries, and the share of (item, layer, KV head) "
+                           "that keep none of the asked image (merged entries count as gone), "
+                           "compress / append:\n\n| budget | policy | asked image kept | other "
+                           "images kept | asked image dropped |\n"},
+    "count": {"task": "eight-box counting task", "answer": "the count word",
+              "questions": "asked how many boxes hold each class it holds",
+              "coverage": "**Which images stay** (replay's decisions on the captured traces, "
+                          "every seed's items): the share of the counted images' entries kept "
+                          "(the boxes holding the asked class), of the other images' entries, "
+                          "and the share of (item, layer, KV head) that keep none of the counted "
+                          "images' entries (merged entries count as gone), compress / append:"
+                          "\n\n| budget | policy | counted images kept | other images kept | "
+                          "counted images all dropped |\n"}}
 # A shared context's sample is the context's name and what its question asks (multi._asked).
 QUESTION_SUFFIX = r"_(?:box\d+|count_[a-z]+)$"
 
@@ -219,7 +234,8 @@ def report_task(directory):
         fail(f"{path}: cannot read the report's builds ({e}); run vlm_eval_report.py again")
     tasks = {task_of(b) for b in builds.values()}
     if len(tasks) != 1:
-        fail(f"{path}: builds of {len(tasks)} tasks ({', '.join(sorted(tasks))}): one task a report")
+        fail(f"{path}: builds of {len(tasks)} tasks ({', '.join(sorted(tasks))}): one task a "
+             "report")
     return tasks.pop()
 
 
@@ -358,20 +374,7 @@ def _write_single(f, single, verdicts, words):
 
 def _write_coverage(f, coverage, words):
     """Which image stays: the asked image's entries kept against the others', per order."""
-    if words is WORDING["lookup"]:
-        f.write("**Which image stays** (replay's decisions on the captured traces, every seed's "
-                "items): the share of the asked image's entries kept, of the other images' "
-                "entries, and the share of (item, layer, KV head) that keep none of the asked "
-                "image (merged entries count as gone), compress / append:\n\n| budget | policy | "
-                "asked image kept | other images kept | asked image dropped |\n"
-                "|---|---|---|---|---|\n")
-    else:
-        f.write("**Which images stay** (replay's decisions on the captured traces, every seed's "
-                "items): the share of the counted images' entries kept (the boxes holding the "
-                "asked class), of the other images' entries, and the share of (item, layer, KV "
-                "head) that keep none of the counted images' entries (merged entries count as "
-                "gone), compress / append:\n\n| budget | policy | counted images kept | other "
-                "images kept | counted images all dropped |\n|---|---|---|---|---|\n")
+    f.write(words["coverage"] + "|---|---|---|---|---|\n")
     for (b, p), g in coverage.groupby(["budget", "policy"]):
         cells = []
         for column in ("asked_image_kept", "other_images_kept", "asked_image_dropped"):

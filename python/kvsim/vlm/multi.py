@@ -102,7 +102,8 @@ class MultiTask:
         if self.kind == "lookup":
             return f"fashion-mnist {self.images} boxes, box {target + 1}"
         held = ", ".join(str(b + 1) for b in np.flatnonzero(np.asarray(classes) == target))
-        return f"fashion-mnist {self.images} boxes, count {data.CLASS_WORDS[target]} in boxes {held}"
+        return (f"fashion-mnist {self.images} boxes, count {data.CLASS_WORDS[target]} in boxes "
+                f"{held}")
 
     def layout(self, target, count, with_images=True):
         """[(kind, value)] in prompt order of an item of `count` boxes: ("text", ids) or
