@@ -166,7 +166,7 @@ class JoinedResults(unittest.TestCase):
         # time differs); the floor's control both hold, equal. Joined: both budgets.
         def folder(budget, seconds, accuracy=0.8):
             live = pd.DataFrame({"seed": [0], "budget": [budget], "label": ["h2o"],
-                                 "sample": ["x"], "contains": [1.0]})
+                                 "policy": ["h2o"], "sample": ["x"], "contains": [1.0]})
             replay = pd.DataFrame({"seed": [0], "budget": [budget], "policy": ["h2o"]})
             by_image = replay.assign(sample="x")
             controls = pd.DataFrame({"seed": [0], "control": ["noimage"], "sample": ["x"],
@@ -185,6 +185,15 @@ class JoinedResults(unittest.TestCase):
             vlm_eval_report.merge_results([folder("60", 270.0), folder("10", 179.0, 0.7)],
                                           ["A", "B"])
         self.assertIn("B: seed 0's build differs from an earlier folder's", str(e.exception))
+        # A policy on one seed of two at a budget: refused (averaged over other models).
+        tables, builds, settings = folder("10", 179.0)
+        live = tables[0]
+        tables[0] = pd.concat([live, live.assign(seed=1, label="tova", policy="tova")])
+        two = (tables, {0: builds[0], 1: builds[0]}, dict(settings, seeds=[0, 1]))
+        with self.assertRaises(SystemExit) as e:
+            vlm_eval_report.merge_results([folder("60", 270.0), two], ["A", "B"])
+        self.assertIn("budget 10%: `h2o` has no results for seed(s) 1: every policy joined",
+                      str(e.exception))
 
 
 class Builds(unittest.TestCase):

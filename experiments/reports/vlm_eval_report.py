@@ -328,11 +328,12 @@ def _model_of(build):
 
 def merge_results(loaded, directories):
     """Several results/ folders (load_results each) as one: the tables' rows joined, the builds
-    and seeds together. Their unit and order must agree; their budgets are joined, and every seed
-    must then have run at every budget. A seed may be in two folders (other policies or budgets
-    run on the same trained model, whose build must be the same); a result both hold (a row of
-    one seed, budget, policy and item, or a control) must be the same row (joined). The machine
-    of each folder is kept with its seeds ("machines") where they differ."""
+    and seeds together. Their unit and order must agree; their budgets are joined, and every
+    policy must then have run on every seed at each budget it ran. A seed may be in two folders
+    (other policies or budgets run on the same trained model, whose build must be the same); a
+    result both hold (a row of one seed, budget, policy and item, or a control) must be the same
+    row (joined). The machine of each folder is kept with its seeds ("machines") where they
+    differ."""
     if len(loaded) == 1:
         return loaded[0]
     tables, builds, settings = list(loaded[0][0]), dict(loaded[0][1]), loaded[0][2]
@@ -352,12 +353,16 @@ def merge_results(loaded, directories):
         machines.append(dict(more.get("machine", {}), seeds=list(more["seeds"])))
         settings = dict(settings, seeds=sorted(set(settings["seeds"]) | set(more["seeds"])),
                         budgets=sorted(set(settings["budgets"]) | set(more["budgets"]), key=float))
-    ran = tables[0].groupby("budget")["seed"].unique()
-    for b in settings["budgets"]:
-        missing = sorted(set(settings["seeds"]) - set(ran.get(b, [])))
-        if missing:
-            fail(f"--from-results: budget {b}% has no results for seed(s) "
-                 f"{', '.join(map(str, missing))}: every seed must run at every budget joined")
+    # A policy of fewer seeds than the others would be averaged over other models than its
+    # neighbours in the tables: every policy joined runs on every seed at each budget.
+    live = tables[0]
+    for b in sorted(set(settings["budgets"]) | set(live["budget"]), key=lambda b: (b == SELF, b)):
+        for p, g in live[live["budget"] == b].groupby("policy"):
+            missing = sorted(set(settings["seeds"]) - set(g["seed"]))
+            if missing:
+                fail(f"--from-results: budget {b}%: `{p}` has no results for seed(s) "
+                     f"{', '.join(map(str, missing))}: every policy joined must run on every "
+                     "seed at each budget")
     settings.pop("machine", None)
     if all({k: v for k, v in m.items() if k != "seeds"} ==
            {k: v for k, v in machines[0].items() if k != "seeds"} for m in machines):

@@ -314,8 +314,8 @@ class SmallBuild(unittest.TestCase):
                                      joined + "3"], capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
         missing = sorted(settings["seeds"])[1:]
-        self.assertIn(f"budget {first}% has no results for seed(s) "
-                      f"{', '.join(map(str, missing))}", r.stderr)
+        self.assertRegex(r.stderr, f"budget {first}%: `[^`]+` has no results for seed\\(s\\) "
+                         f"{', '.join(map(str, missing))}: every policy joined")
 
     def check_the_docs_take_the_run(self, out, md):
         # The docs' single-image report, card and figures are the run's
