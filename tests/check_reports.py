@@ -95,6 +95,29 @@ class Factorial(unittest.TestCase):
         self.assertEqual(vlm_factorial.count_words([15, 15, 13]), "15, 15 and 13")
         self.assertEqual(vlm_factorial.count_words([0, 0, 0]), "none")
 
+    def test_policies_alike_in_every_order_are_one_row(self):
+        # `a` and its preset `a:kv` answer alike everywhere: one policy "a, a:kv". `c` equals
+        # `a` in compress and tail1 only: kept apart. Holm's family at the budget is then three
+        # (with `b` and `c`), not four: the smallest p, 2/10001, times 3.
+        accuracy = {"a": {"compress": 1.0, "tail1": 0.75, "tailq": 0.25},
+                    "a:kv": {"compress": 1.0, "tail1": 0.75, "tailq": 0.25},
+                    "b": {"compress": 0.5, "tail1": 0.5, "tailq": 0.5},
+                    "c": {"compress": 1.0, "tail1": 0.75, "tailq": 0.5}}
+        by_image = {o: pd.DataFrame([{"seed": s, "budget": "10", "policy": p, "sample": f"i{i}",
+                                      "contains": accuracy[p][o], "exact": 0.0, "dnll": 0.1}
+                                     for p in accuracy for s in range(2) for i in range(4)])
+                    for o in vlm_factorial.ORDERS}
+        tables = {o: pd.DataFrame({"budget": "10", "policy": list(accuracy)})
+                  for o in vlm_factorial.ORDERS}
+        merged, merged_tables, policies = vlm_factorial.merge_identical(by_image, tables,
+                                                                        set(accuracy))
+        self.assertEqual(policies, {"a, a:kv", "b", "c"})
+        for o in vlm_factorial.ORDERS:
+            self.assertEqual(sorted(merged_tables[o]["policy"]), ["a, a:kv", "b", "c"])
+            self.assertEqual(len(merged[o]), 3 * 8)
+        e = vlm_factorial.effects(merged).set_index(["effect", "policy"])
+        self.assertAlmostEqual(e.loc[("free first token", "a, a:kv"), "p_holm"], 2 * 3 / 10001)
+
     def test_the_reports_must_be_the_orders_they_are_given_as(self):
         tmp = tempfile.mkdtemp()
 

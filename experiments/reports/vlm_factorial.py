@@ -22,7 +22,9 @@ three paired effects:
 
 each over the same seeds and items (each cell's random draws averaged), its 95% interval and p
 from the crossed bootstrap over seeds and items at once (kvsim.compare_seeds), Holm over the
-budget's policies for each effect.
+budget's policies for each effect. Policies whose answers are the same on every seed, budget and
+item in all three orders (presets that become their policy at equal memory) are one row, their
+names joined as the reports join them: one comparison in Holm's family, one policy in the counts.
 
     vlm_factorial.py --compress DIR --tail1 DIR --tailq DIR --out OUT
 
@@ -88,6 +90,33 @@ def sample_words(by_image, samples):
     kind = "projector" if samples == "images" else "training"
     return (f"{kind} seed{'s' if len(seeds) > 1 else ''} {named}, {each} {samples}"
             f"{' each' if len(seeds) > 1 else ''}")
+
+
+def merge_identical(by_image, tables, policies):
+    """by_image and tables with each group of `policies` that answer alike everywhere (contains,
+    exact and ΔNLL of every seed, budget and item in every order) as one policy named "a, b"
+    (the policy before its presets, as vlm_eval_report.merge_identical names them)."""
+    groups = {}
+    for p in sorted(policies):
+        signature = []
+        for o in ORDERS:
+            g = by_image[o][by_image[o]["policy"] == p].sort_values(["seed", "budget", "sample"])
+            signature.append(tuple(map(tuple, g[["seed", "budget", "sample"]].astype(str).values)))
+            signature.append(tuple(g[["contains", "exact", "dnll"]].fillna(-1).values.ravel()))
+        groups.setdefault(tuple(signature), []).append(p)
+    rename, dropped = {}, set()
+    for group in groups.values():
+        group = sorted(group, key=lambda n: (":" in n, n))
+        rename.update({p: ", ".join(group) for p in group})
+        dropped.update(group[1:])
+
+    def merged(t):
+        t = t[~t["policy"].isin(dropped)].copy()
+        t["policy"] = t["policy"].map(lambda p: rename.get(p, p))
+        return t
+
+    return ({o: merged(t) for o, t in by_image.items()}, {o: merged(t) for o, t in tables.items()},
+            {rename.get(p, p) for p in policies if p not in dropped})
 
 
 def effects(by_image):
@@ -212,8 +241,9 @@ def main(argv):
     by_image = {o: members(read(os.path.join(getattr(a, o), "vlm_eval_by_image.csv")))
                 for o in ORDERS}
     sample = sample_words(by_image, samples)
-    result = effects(by_image)
     common = set.intersection(*(set(t["policy"]) for t in by_image.values()))
+    by_image, tables, common = merge_identical(by_image, tables, common)
+    result = effects(by_image)
     result = result[result["policy"].isin(common)]
     budgets = sorted(set(result["budget"]), key=lambda b: (b == "self", float(b)
                                                             if b != "self" else 0))
