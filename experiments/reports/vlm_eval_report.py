@@ -356,7 +356,8 @@ def merge_results(loaded, directories):
     # A policy of fewer seeds than the others would be averaged over other models than its
     # neighbours in the tables: every policy joined runs on every seed at each budget.
     live = tables[0]
-    for b in sorted(set(settings["budgets"]) | set(live["budget"]), key=lambda b: (b == SELF, b)):
+    ran = set(settings["budgets"]) | set(live["budget"])
+    for b in sorted(ran, key=lambda b: (b == SELF, float(b) if b != SELF else 0)):
         for p, g in live[live["budget"] == b].groupby("policy"):
             missing = sorted(set(settings["seeds"]) - set(g["seed"]))
             if missing:
