@@ -380,8 +380,15 @@ def merge_identical(live):
     signature = {p: tuple(g["contains"].fillna(-1)) + tuple(g["exact"].fillna(-1)) +
                  tuple(g["dnll"].round(9).fillna(-1))
                  for p, g in key[~is_draw(key["label"])].groupby("policy")}
+    rename, dropped = alike_names(signature)
+    return under_joined_names(live, rename, dropped), rename
+
+
+def alike_names(signatures):
+    """{policy: signature} -> (rename, dropped): the policies of one signature under one name,
+    "a, b" (the policy before its presets), all but its first member dropped."""
     names = {}
-    for p, sig in signature.items():
+    for p, sig in signatures.items():
         names.setdefault(sig, []).append(p)
     rename, dropped = {}, set()
     for group in names.values():
@@ -389,9 +396,14 @@ def merge_identical(live):
             group = sorted(group, key=lambda n: (":" in n, n))
             rename.update({p: ", ".join(group) for p in group})
             dropped.update(group[1:])
-    out = live[~live["policy"].isin(dropped)].copy()
+    return rename, dropped
+
+
+def under_joined_names(table, rename, dropped):
+    """A table's rows of the policies alike_names kept, under their joined names."""
+    out = table[~table["policy"].isin(dropped)].copy()
     out["policy"] = out["policy"].map(lambda p: rename.get(p, p))
-    return out, rename
+    return out
 
 
 def renamed(table, rename):

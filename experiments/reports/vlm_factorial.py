@@ -37,7 +37,8 @@ import sys
 
 import pandas as pd
 
-from vlm_eval_report import fmt, p_text  # a sibling: experiments/reports/ is the script's folder
+# siblings: experiments/reports/ is the script's folder
+from vlm_eval_report import alike_names, fmt, p_text, under_joined_names
 from vlm_orders import members, order_effects, read
 
 ORDERS = ("compress", "tail1", "tailq")
@@ -96,26 +97,17 @@ def merge_identical(by_image, tables, policies):
     """by_image and tables with each group of `policies` that answer alike everywhere (contains,
     exact and ΔNLL of every seed, budget and item in every order) as one policy named "a, b"
     (the policy before its presets, as vlm_eval_report.merge_identical names them)."""
-    groups = {}
+    signatures = {}
     for p in sorted(policies):
         signature = []
         for o in ORDERS:
             g = by_image[o][by_image[o]["policy"] == p].sort_values(["seed", "budget", "sample"])
             signature.append(tuple(map(tuple, g[["seed", "budget", "sample"]].astype(str).values)))
             signature.append(tuple(g[["contains", "exact", "dnll"]].fillna(-1).values.ravel()))
-        groups.setdefault(tuple(signature), []).append(p)
-    rename, dropped = {}, set()
-    for group in groups.values():
-        group = sorted(group, key=lambda n: (":" in n, n))
-        rename.update({p: ", ".join(group) for p in group})
-        dropped.update(group[1:])
-
-    def merged(t):
-        t = t[~t["policy"].isin(dropped)].copy()
-        t["policy"] = t["policy"].map(lambda p: rename.get(p, p))
-        return t
-
-    return ({o: merged(t) for o, t in by_image.items()}, {o: merged(t) for o, t in tables.items()},
+        signatures[p] = tuple(signature)
+    rename, dropped = alike_names(signatures)
+    return ({o: under_joined_names(t, rename, dropped) for o, t in by_image.items()},
+            {o: under_joined_names(t, rename, dropped) for o, t in tables.items()},
             {rename.get(p, p) for p in policies if p not in dropped})
 
 
