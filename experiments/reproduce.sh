@@ -41,9 +41,13 @@ say() { echo "reproduce [$(( $(date +%s) - started ))s]: $*"; }
 mkdir -p "$out"
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 
+tables_from_results() {  # NAME [--no-figures]: a committed experiment's report, in OUT/NAME
+  "$py" "$reports/vlm_eval_report.py" --from-results "$results/$1" --out "$out/$1" ${2:+"$2"} \
+    >"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
+}
+
 report_from_results() {  # NAME [CARD]: a committed experiment's report, regenerated in OUT/NAME
-  "$py" "$reports/vlm_eval_report.py" --from-results "$results/$1" \
-    --out "$out/$1" >"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
+  tables_from_results "$1"
   "$py" -m kvsim.report.prediction_card --by-image "$out/$1/vlm_eval_by_image.csv" \
     --outcome contains --name "${2:-assembled VLM}" --targets 0.05,0.8,0.02 --chance 0.1 \
     --out "$out/$1/card" >>"$out/$1.log" 2>&1 || { cat "$out/$1.log" >&2; exit 1; }
@@ -76,8 +80,8 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, the o
     >"$o/orders.log" 2>&1 || { cat "$o/orders.log" >&2; exit 1; }
   f="$o/factorial"
   mkdir -p "$f"
-  for order in compress tail1 tailq; do
-    report_from_results "vlm_multi/factorial/$order" "eight-box VLM, question $order"
+  for order in compress tail1 tailq; do  # read by the factorial: no figures or card
+    tables_from_results "vlm_multi/factorial/$order" --no-figures
   done
   factorial "$f"
 }
@@ -85,7 +89,7 @@ multi_from_results() {  # the eight boxes: both orders' reports and cards, the o
 image_factorial_from_results() {  # the single image's factorial (its own run: factorial/ORDER)
   mkdir -p "$out/vlm_eval/factorial"
   for order in compress tail1 tailq; do
-    report_from_results "vlm_eval/factorial/$order" "assembled VLM, question $order"
+    tables_from_results "vlm_eval/factorial/$order" --no-figures
   done
   factorial "$out/vlm_eval/factorial"
 }

@@ -1019,8 +1019,9 @@ def _parse(argv):
     ap.add_argument("--seed", nargs="+", help="SEED=DIRECTORY of each seed's run")
     ap.add_argument("--from-results", metavar="DIR", nargs="+",
                     help="a report's results/ folder instead of the runs (budgets, unit and "
-                         "order as saved there); several: their seeds joined (the same budgets, "
-                         "unit and order; no seed twice)")
+                         "order as saved there); several: joined (their seeds and budgets "
+                         "united, the same unit and order; a cell two folders hold is kept once "
+                         "where their rows are equal and refused where not)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--unit", choices=("image", "item"), default="image",
                     help="what a sample is: a single-image prompt, or a multi-image task's item")
@@ -1028,6 +1029,9 @@ def _parse(argv):
                     help="how the prompt met the compression: compress (all of it), tail1 and "
                          "tailq (all but its last token or its question, fed after: "
                          "--prompt-tail), append (the question appended, kvpress's order)")
+    ap.add_argument("--no-figures", action="store_true",
+                    help="the tables and the report only (a report that another reads, as "
+                         "vlm_factorial.py reads each order's)")
     ap.add_argument("--chance", type=float, default=0.1,
                     help="the accuracy of a guess (0.1: one of the ten class words; 0.2 for "
                          "the counting form, one of five counts); a full cache not above it gets "
@@ -1111,7 +1115,8 @@ def main(argv):
                  a.unit, a.order, full_cache_reading(live, a.chance))
     with open(os.path.join(a.out, "vlm_builds.md"), "w", encoding="utf-8") as f:
         f.write(builds_report(builds, a.unit))
-    figures(table, live, budgets, a.out, a.unit)
+    if not a.no_figures:
+        figures(table, live, budgets, a.out, a.unit)
     print(open(os.path.join(a.out, "vlm_eval.md"), encoding="utf-8").read())
     return 0
 

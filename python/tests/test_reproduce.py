@@ -58,6 +58,13 @@ class Reproduce(unittest.TestCase):
                       r.stdout)
         self.assertNotIn("not checked", r.stdout)
         self.assertIn("every checked region of", r.stdout)
+        # The factorial's orders are read by the factorial only: their reports draw no figures.
+        figure = "vlm_accuracy_vs_memory.png"
+        self.assertTrue(os.path.exists(os.path.join(out, "vlm_eval", figure)))
+        for order in ("compress", "tail1", "tailq"):
+            for factorial in ("vlm_eval/factorial", "vlm_multi/factorial"):
+                self.assertTrue(os.path.exists(os.path.join(out, factorial, order, "vlm_eval.md")))
+                self.assertFalse(os.path.exists(os.path.join(out, factorial, order, figure)))
 
     def test_quick_on_the_small_setting(self):
         out, results = tempfile.mkdtemp(), tempfile.mkdtemp()
