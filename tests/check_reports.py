@@ -25,6 +25,7 @@ import docs_tables  # noqa: E402
 import prediction_transfer  # noqa: E402
 import vlm_eval_report  # noqa: E402
 import vlm_factorial  # noqa: E402
+import vlm_orders  # noqa: E402
 from vlm_eval_report import kendall_w, stability  # noqa: E402
 
 
@@ -117,6 +118,22 @@ class Factorial(unittest.TestCase):
             self.assertEqual(len(merged[o]), 3 * 8)
         e = vlm_factorial.effects(merged).set_index(["effect", "policy"])
         self.assertAlmostEqual(e.loc[("free first token", "a, a:kv"), "p_holm"], 2 * 3 / 10001)
+
+    def test_the_orders_compared_join_policies_alike_in_both(self):
+        # compress against append: `a` and its preset `a:kv` alike in both (one name, the preset
+        # last); `c` alike with them in compress only, `d` in append only: kept apart.
+        answers = {"a": {"compress": 1.0, "append": 0.5}, "a:kv": {"compress": 1.0, "append": 0.5},
+                   "c": {"compress": 1.0, "append": 0.25}, "d": {"compress": 0.0, "append": 0.5}}
+        by_image = {o: pd.DataFrame([{"seed": s, "budget": "20", "policy": p, "sample": f"i{i}",
+                                      "contains": answers[p][o], "exact": 0.0, "dnll": 0.1}
+                                     for p in answers for s in range(2) for i in range(3)])
+                    for o in ("compress", "append")}
+        rename, dropped = vlm_orders.alike_everywhere(by_image, set(answers))
+        self.assertEqual(rename, {"a": "a, a:kv", "a:kv": "a, a:kv"})
+        self.assertEqual(dropped, {"a:kv"})
+        # One cell of the exact match apart is enough to keep two policies apart.
+        by_image["append"].loc[(by_image["append"]["policy"] == "a:kv").idxmax(), "exact"] = 1.0
+        self.assertEqual(vlm_orders.alike_everywhere(by_image, set(answers)), ({}, set()))
 
     def test_the_reports_must_be_the_orders_they_are_given_as(self):
         tmp = tempfile.mkdtemp()

@@ -38,8 +38,8 @@ import sys
 import pandas as pd
 
 # siblings: experiments/reports/ is the script's folder
-from vlm_eval_report import alike_names, fmt, p_text, under_joined_names
-from vlm_orders import members, order_effects, read
+from vlm_eval_report import fmt, p_text
+from vlm_orders import members, merge_identical, order_effects, read
 
 ORDERS = ("compress", "tail1", "tailq")
 # (name, formula, the order without the feature, the order with it): effect = with − without.
@@ -91,24 +91,6 @@ def sample_words(by_image, samples):
     kind = "projector" if samples == "images" else "training"
     return (f"{kind} seed{'s' if len(seeds) > 1 else ''} {named}, {each} {samples}"
             f"{' each' if len(seeds) > 1 else ''}")
-
-
-def merge_identical(by_image, tables, policies):
-    """by_image and tables with each group of `policies` that answer alike everywhere (contains,
-    exact and ΔNLL of every seed, budget and item in every order) as one policy named "a, b"
-    (the policy before its presets, as vlm_eval_report.merge_identical names them)."""
-    signatures = {}
-    for p in sorted(policies):
-        signature = []
-        for o in ORDERS:
-            g = by_image[o][by_image[o]["policy"] == p].sort_values(["seed", "budget", "sample"])
-            signature.append(tuple(map(tuple, g[["seed", "budget", "sample"]].astype(str).values)))
-            signature.append(tuple(g[["contains", "exact", "dnll"]].fillna(-1).values.ravel()))
-        signatures[p] = tuple(signature)
-    rename, dropped = alike_names(signatures)
-    return ({o: under_joined_names(t, rename, dropped) for o, t in by_image.items()},
-            {o: under_joined_names(t, rename, dropped) for o, t in tables.items()},
-            {rename.get(p, p) for p in policies if p not in dropped})
 
 
 def effects(by_image):

@@ -8,7 +8,8 @@ single-image task's report (experiments/vlm_eval.sh), and writes:
   appending the question after compression (append − compress, paired over the same seeds and
   held-out items, resampled together by the crossed bootstrap, each cell averaged over the random
   floor's draws; Holm over each budget's policies); the verdicts against the random floor in each
-  order;
+  order; policies that answer alike in both orders (every seed, budget and item) are one row and
+  one comparison, "a, b";
 - the policies' rank correlation between the orders and, at the budgets both tasks ran, between
   the single-image task and the eight-box task (compress order: the same protocol), the floors
   left out;
@@ -44,7 +45,8 @@ import pandas as pd
 
 from kvsim.report.figure_style import new_figure, policy_style, save
 from kvsim.report.replay_vs_live import spearman
-from vlm_eval_report import TESTED_FLOORS, fmt, group_of, removed_by_head, task_of  # a sibling
+from vlm_eval_report import (TESTED_FLOORS, alike_names, fmt, group_of,  # a sibling
+                             removed_by_head, task_of, under_joined_names)
 
 # The task the report is of (the builds' setting, vlm_eval_report.task_of) names what an answer
 # depends on: the lookup's wording is the one docs/real_model.md quotes.
@@ -89,6 +91,30 @@ def members(table):
         for name in str(r["policy"]).split(", "):
             rows.append(dict(r, policy=name))
     return pd.DataFrame(rows)
+
+
+def alike_everywhere(by_image, policies):
+    """(rename, dropped) of the `policies` that answer alike in every order given (contains,
+    exact and ΔNLL of every seed, budget and item): one name "a, b" (the policy before its
+    presets, as vlm_eval_report.merge_identical names them), all but the first member dropped."""
+    signatures = {}
+    for p in sorted(policies):
+        signature = []
+        for t in by_image.values():
+            g = t[t["policy"] == p].sort_values(["seed", "budget", "sample"])
+            signature.append(tuple(map(tuple, g[["seed", "budget", "sample"]].astype(str).values)))
+            signature.append(tuple(g[["contains", "exact", "dnll"]].fillna(-1).values.ravel()))
+        signatures[p] = tuple(signature)
+    return alike_names(signatures)
+
+
+def merge_identical(by_image, tables, policies):
+    """by_image and tables ({order: table}) with each group of `policies` alike in every order
+    as one policy (alike_everywhere), and the policies' names after it: one comparison each."""
+    rename, dropped = alike_everywhere(by_image, policies)
+    return ({o: under_joined_names(t, rename, dropped) for o, t in by_image.items()},
+            {o: under_joined_names(t, rename, dropped) for o, t in tables.items()},
+            {rename.get(p, p) for p in policies if p not in dropped})
 
 
 def order_effects(before, after):
@@ -272,6 +298,12 @@ def main(argv):
                 for o in ("compress", "append")}
     verdicts = {o: random_verdicts(getattr(a, o)) for o in ("compress", "append")}
     budgets = sorted(set(tables["append"]["budget"]) - {"self"}, key=float)
+    # Policies alike in both orders are one row and one comparison (the reports join only
+    # those alike within their order).
+    in_both = set(by_image["compress"]["policy"]) & set(by_image["append"]["policy"])
+    rename, dropped = alike_everywhere(by_image, in_both)
+    by_image, tables = ({o: under_joined_names(t, rename, dropped) for o, t in d.items()}
+                        for d in (by_image, tables))
     effects = order_effects(by_image["compress"], by_image["append"])
     rows = []
     for _, e in effects.iterrows():
@@ -282,7 +314,8 @@ def main(argv):
                      **{f"accuracy_{o}": acc[o]["contains"] for o in acc},
                      **{f"accuracy_{o}_ci_low": acc[o]["contains_ci_low"] for o in acc},
                      **{f"accuracy_{o}_ci_high": acc[o]["contains_ci_high"] for o in acc},
-                     **{f"vs_random_{o}": verdicts[o].get((b, p), "") for o in acc},
+                     **{f"vs_random_{o}": verdicts[o].get((b, p.split(", ")[0]), "")
+                        for o in acc},
                      **{f"held_{o}": acc[o]["kv_fraction"] for o in acc},
                      "append_minus_compress": e["mean"], "ci_low": e["ci_low"],
                      "ci_high": e["ci_high"], "p_holm": e["p_holm"], "verdict": e["verdict"]})
@@ -306,11 +339,13 @@ def main(argv):
                                   "budget": b, "policy": p, "asked_image_kept": v[0],
                                   "other_images_kept": v[1], "asked_image_dropped": v[2]}
                                  for (d, b, p), v in kept.items()])
-    # Every digit: the report regenerated from this file (--coverage) prints the same table.
+    # Every digit: the report regenerated from this file (--coverage) prints the same table
+    # (kept under each policy's own name; printed under the joined names).
     coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
                     float_format="%.17g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
-          shared, shared_seeds, a.shared_budget, coverage, WORDING[task])
+          shared, shared_seeds, a.shared_budget, under_joined_names(coverage, rename, dropped),
+          WORDING[task])
     figure(result, budgets, a.out, WORDING[task])
     print(open(os.path.join(a.out, "vlm_orders.md"), encoding="utf-8").read())
     return 0
