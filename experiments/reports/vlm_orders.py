@@ -302,6 +302,7 @@ def main(argv):
     # those alike within their order).
     in_both = set(by_image["compress"]["policy"]) & set(by_image["append"]["policy"])
     rename, dropped = alike_everywhere(by_image, in_both)
+    own_names = tables  # the single-image task compares each policy under its own name
     by_image, tables = ({o: under_joined_names(t, rename, dropped) for o, t in d.items()}
                         for d in (by_image, tables))
     effects = order_effects(by_image["compress"], by_image["append"])
@@ -328,7 +329,7 @@ def main(argv):
         single_table = members(read(os.path.join(a.single, "vlm_eval.csv")))
         common = sorted(set(single_table["budget"]) & set(tables["compress"]["budget"]) - {"self"},
                         key=float)
-        single = (ranking_agreement(single_table, tables["compress"], common),
+        single = (ranking_agreement(single_table, own_names["compress"], common),
                   random_verdicts(a.single), common)
     shared, shared_seeds = shared_accuracy(a.shared, a.shared_budget)
     if a.coverage:
