@@ -110,8 +110,8 @@ class Factorial(unittest.TestCase):
                     for o in vlm_factorial.ORDERS}
         tables = {o: pd.DataFrame({"budget": "10", "policy": list(accuracy)})
                   for o in vlm_factorial.ORDERS}
-        merged, merged_tables, policies = vlm_factorial.merge_identical(by_image, tables,
-                                                                        set(accuracy))
+        merged, merged_tables, policies, _ = vlm_factorial.merge_identical(by_image, tables,
+                                                                           set(accuracy))
         self.assertEqual(policies, {"a, a:kv", "b", "c"})
         for o in vlm_factorial.ORDERS:
             self.assertEqual(sorted(merged_tables[o]["policy"]), ["a, a:kv", "b", "c"])

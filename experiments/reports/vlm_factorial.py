@@ -216,7 +216,7 @@ def main(argv):
                 for o in ORDERS}
     sample = sample_words(by_image, samples)
     common = set.intersection(*(set(t["policy"]) for t in by_image.values()))
-    by_image, tables, common = merge_identical(by_image, tables, common)
+    by_image, tables, common, _ = merge_identical(by_image, tables, common)
     result = effects(by_image)
     result = result[result["policy"].isin(common)]
     budgets = sorted(set(result["budget"]), key=lambda b: (b == "self", float(b)

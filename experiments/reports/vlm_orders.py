@@ -110,11 +110,15 @@ def alike_everywhere(by_image, policies):
 
 def merge_identical(by_image, tables, policies):
     """by_image and tables ({order: table}) with each group of `policies` alike in every order
-    as one policy (alike_everywhere), and the policies' names after it: one comparison each."""
+    as one policy (alike_everywhere), the policies' names after it (one comparison each), and
+    the function that puts any other table under those names."""
     rename, dropped = alike_everywhere(by_image, policies)
-    return ({o: under_joined_names(t, rename, dropped) for o, t in by_image.items()},
-            {o: under_joined_names(t, rename, dropped) for o, t in tables.items()},
-            {rename.get(p, p) for p in policies if p not in dropped})
+
+    def join(table):
+        return under_joined_names(table, rename, dropped)
+
+    return ({o: join(t) for o, t in by_image.items()}, {o: join(t) for o, t in tables.items()},
+            {rename.get(p, p) for p in policies if p not in dropped}, join)
 
 
 def order_effects(before, after):
@@ -301,10 +305,8 @@ def main(argv):
     # Policies alike in both orders are one row and one comparison (the reports join only
     # those alike within their order).
     in_both = set(by_image["compress"]["policy"]) & set(by_image["append"]["policy"])
-    rename, dropped = alike_everywhere(by_image, in_both)
     own_names = tables  # the single-image task compares each policy under its own name
-    by_image, tables = ({o: under_joined_names(t, rename, dropped) for o, t in d.items()}
-                        for d in (by_image, tables))
+    by_image, tables, _, join = merge_identical(by_image, tables, in_both)
     effects = order_effects(by_image["compress"], by_image["append"])
     rows = []
     for _, e in effects.iterrows():
@@ -345,7 +347,7 @@ def main(argv):
     coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
                     float_format="%.17g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
-          shared, shared_seeds, a.shared_budget, under_joined_names(coverage, rename, dropped),
+          shared, shared_seeds, a.shared_budget, join(coverage),
           WORDING[task])
     figure(result, budgets, a.out, WORDING[task])
     print(open(os.path.join(a.out, "vlm_orders.md"), encoding="utf-8").read())
