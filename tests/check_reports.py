@@ -5,7 +5,8 @@ families and its rank correlations (kvsim.report.prediction_card), the transfer 
 (prediction_transfer.py), the order factorial's effects (vlm_factorial.py) and the joining of
 results folders, on constructed data worked out by hand; and the at-chance rule (a full cache not
 above chance gets no card); the builds' own measurement as a table, and the docs' hand-written
-numbers checked against their generated regions (docs_tables.py)."""
+numbers checked against their generated regions (docs_tables.py); the reports' CSV writer
+(kvsim.report.csv_table) against the text worked out by hand and pandas' own."""
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import kvsim.report.prediction_card as card
+from kvsim.report.csv_table import write_csv
 from kvsim.report.figure_style import seed_group
 
 # The experiments' reports (kvsim on the path: the build's, as ctest sets it).
@@ -56,6 +58,28 @@ class KendallW(unittest.TestCase):
         self.assertAlmostEqual(w_all, 348 / 540)
         self.assertAlmostEqual(w_top, 6 / 54)
         self.assertEqual((n_all, n_top), (4, 2))
+
+
+class CsvTable(unittest.TestCase):
+    def test_floats_in_the_format_and_the_rest_as_pandas_writes_them(self):
+        table = pd.DataFrame({"policy": ["a, b", "c", "d"], "x": [0.1234567, -0.0, 1.234e-7],
+                              "y": [np.nan, np.inf, 2.0], "n": [3, 4, 5],
+                              "h": np.array([0.5, 0.25, 1 / 3], np.float32)})
+        out = tempfile.mkdtemp()
+        write_csv(table, os.path.join(out, "a.csv"))
+        with open(os.path.join(out, "a.csv"), encoding="utf-8") as f:
+            text = f.read()
+        # The float32 third: 0.3333333432674408 as a double, 0.333333 at six digits.
+        self.assertEqual(text, 'policy,x,y,n,h\n"a, b",0.123457,,3,0.5\nc,-0,inf,4,0.25\n'
+                               'd,1.234e-07,2,5,0.333333\n')
+        table.to_csv(os.path.join(out, "b.csv"), index=False, float_format="%.6g")
+        with open(os.path.join(out, "b.csv"), encoding="utf-8") as f:
+            self.assertEqual(text, f.read())
+        # Every digit, and a name repeated: in place, in order.
+        repeated = pd.DataFrame([[0.1, 0.2, "z"]], columns=["v", "v", "w"])
+        write_csv(repeated, os.path.join(out, "c.csv"), float_format="%.17g")
+        with open(os.path.join(out, "c.csv"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), "v,v,w\n0.10000000000000001,0.20000000000000001,z\n")
 
 
 class Factorial(unittest.TestCase):

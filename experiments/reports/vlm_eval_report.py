@@ -51,6 +51,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from kvsim.report.csv_table import write_csv
 from kvsim.report.figure_style import new_figure, policy_style, save, seed_group
 from kvsim.report.prediction_card import at_chance_text, full_cache_reading
 from kvsim.report.replay_vs_live import ranks, spearman
@@ -1076,18 +1077,18 @@ def _replay_correlations(table, budgets):
 def _write_tables(out, table, comps, live, replay, replay_images):
     """The report's CSV tables: per policy, per seed, the comparisons, and per image."""
     os.makedirs(out, exist_ok=True)
-    table.to_csv(os.path.join(out, "vlm_eval.csv"), index=False, float_format="%.6g")
+    write_csv(table, os.path.join(out, "vlm_eval.csv"))
     by_seed = per_seed(live, "contains").merge(per_seed(live, "exact"), on=["seed", "budget", "policy"])
     by_seed = by_seed.merge(per_seed(live.assign(full=live["full_contains"]), "full"),
                             on=["seed", "budget", "policy"])
     by_seed = by_seed.merge(replay.drop(columns=["replay_held"]), on=["seed", "budget", "policy"],
                             how="left")
-    by_seed.to_csv(os.path.join(out, "vlm_eval_by_seed.csv"), index=False, float_format="%.6g")
-    comps.to_csv(os.path.join(out, "vlm_comparisons.csv"), index=False, float_format="%.6g")
+    write_csv(by_seed, os.path.join(out, "vlm_eval_by_seed.csv"))
+    write_csv(comps, os.path.join(out, "vlm_comparisons.csv"))
     by_image = live.groupby(["seed", "budget", "policy", "sample"], as_index=False)[
         ["contains", "exact", "full_contains", "dnll", "kv_fraction", "mean_kl"]].mean()
     by_image = by_image.merge(replay_images, on=["seed", "budget", "policy", "sample"], how="left")
-    by_image.to_csv(os.path.join(out, "vlm_eval_by_image.csv"), index=False, float_format="%.6g")
+    write_csv(by_image, os.path.join(out, "vlm_eval_by_image.csv"))
 
 
 def main(argv):

@@ -37,6 +37,8 @@ import sys
 
 import pandas as pd
 
+from kvsim.report.csv_table import write_csv
+
 # siblings: experiments/reports/ is the script's folder
 from vlm_eval_report import fmt, p_text
 from vlm_orders import members, merge_identical, order_effects, read
@@ -222,7 +224,7 @@ def main(argv):
     budgets = sorted(set(result["budget"]), key=lambda b: (b == "self", float(b)
                                                             if b != "self" else 0))
     os.makedirs(a.out, exist_ok=True)
-    result.to_csv(os.path.join(a.out, "vlm_factorial.csv"), index=False, float_format="%.6g")
+    write_csv(result, os.path.join(a.out, "vlm_factorial.csv"))
     write(os.path.join(a.out, "vlm_factorial.md"), result, accuracies(tables), budgets, task,
           sample, samples)
     print(open(os.path.join(a.out, "vlm_factorial.md"), encoding="utf-8").read())

@@ -43,6 +43,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from kvsim.report.csv_table import write_csv
 from kvsim.report.figure_style import new_figure, policy_style, save
 from kvsim.report.replay_vs_live import spearman
 from vlm_eval_report import (TESTED_FLOORS, alike_names, fmt, group_of,  # a sibling
@@ -324,7 +325,7 @@ def main(argv):
                      "ci_high": e["ci_high"], "p_holm": e["p_holm"], "verdict": e["verdict"]})
     result = pd.DataFrame(rows)
     os.makedirs(a.out, exist_ok=True)
-    result.to_csv(os.path.join(a.out, "vlm_orders.csv"), index=False, float_format="%.6g")
+    write_csv(result, os.path.join(a.out, "vlm_orders.csv"))
     orders = ranking_agreement(tables["compress"], tables["append"], budgets)
     single = None
     if a.single:
@@ -344,8 +345,7 @@ def main(argv):
                                  for (d, b, p), v in kept.items()])
     # Every digit: the report regenerated from this file (--coverage) prints the same table
     # (kept under each policy's own name; printed under the joined names).
-    coverage.to_csv(os.path.join(a.out, "vlm_orders_coverage.csv"), index=False,
-                    float_format="%.17g")
+    write_csv(coverage, os.path.join(a.out, "vlm_orders_coverage.csv"), float_format="%.17g")
     write(os.path.join(a.out, "vlm_orders.md"), result, budgets, orders, single, verdicts,
           shared, shared_seeds, a.shared_budget, join(coverage),
           WORDING[task])

@@ -25,6 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .csv_table import write_csv
 from .figure_style import new_figure, policy_style, save
 
 REPLAY_METRICS = [("mean_mass_recall", "replay mass recall", -1),
@@ -246,8 +247,8 @@ def main(argv):
         sys.exit("replay_vs_live: no (policy, budget) is in both the replay and the live files")
     os.makedirs(a.out, exist_ok=True)
     _write_csv(rows, a.out)
-    by_image(parse_pairs(a.replay, "--replay"), parse_pairs(a.live, "--live")).to_csv(
-        os.path.join(a.out, "by_image.csv"), index=False, float_format="%.6g")
+    write_csv(by_image(parse_pairs(a.replay, "--replay"), parse_pairs(a.live, "--live")),
+              os.path.join(a.out, "by_image.csv"))
     evicting = [r for r in rows if r["policy"] != "full"]
     inc = [r["ppl_increase"] for r in evicting]
     rho = {m: spearman([r[m] for r in evicting], inc) for m, _, _ in REPLAY_METRICS}
