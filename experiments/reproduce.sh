@@ -6,10 +6,10 @@
 #   PAGE            real_model (docs/real_model.md)
 #   (no option)     every experiment of the page, from the models (python3 -m kvsim.models fetch):
 #                   the stories (about 1 min on 2 cores), the single image (ten seeds, about an
-#                   hour, and its factorial of three orders, about 2 h) and the eight boxes from
+#                   hour, and its factorial of three orders, about 6 h) and the eight boxes from
 #                   the committed weights in four orders (about 70 min a seed, their reports
 #                   about 2 h; VLM_MULTI_WEIGHTS names others, VLM_MULTI_WEIGHTS= trains them
-#                   here first); about 12 hours in all
+#                   here first); about 16 hours in all
 #   --quick         one seed of each task, its rows against the committed per-seed results: the
 #                   stories, the single image (about 8 min) and the eight boxes (seed 0, the
 #                   compress order at 10%)
@@ -189,15 +189,15 @@ print(m.get("kvsim_simd") or "")' "$results/vlm_multi/compress/builds.json")
     say "the eight-box regions quote five seeds and both orders: not compared with one"
     runs="stories=$out/stories" ;;
   full)
-    say "expected time: about 12 hours on 2 cores (stories 1 min, the single image an hour" \
-      "for ten seeds and 2 h for its factorial, the eight boxes about 70 min a seed in four" \
+    say "expected time: about 16 hours on 2 cores (stories 1 min, the single image an hour" \
+      "for ten seeds and 6 h for its factorial, the eight boxes about 70 min a seed in four" \
       "orders and 2 h of reports)"
     say "stories: experiments/stories_eval.sh"
     "$repo/experiments/stories_eval.sh" "$out/stories" "$models/stories260K" "$build" \
       >"$out/stories.log" 2>&1 || { cat "$out/stories.log" >&2; exit 1; }
     say "single image: experiments/vlm_eval.sh, ten seeds (progress below)"
     "$repo/experiments/vlm_eval.sh" "$out/vlm_eval" "$models" "$build" >/dev/null
-    say "single image: the three orders of one reading, ten seeds each (about 2 h)"
+    say "single image: the three orders of one reading, ten seeds each (about 6 h)"
     image_factorial_run
     runs="stories=$out/stories vlm_eval=$out/vlm_eval image_factorial=$out/vlm_eval/factorial"
     say "eight boxes: experiments/vlm_multi_eval.sh, five seeds, with the weights in" \
