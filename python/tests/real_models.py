@@ -1,8 +1,11 @@
 """Shared by the suites that run real models (test_models.py, test_stories260k.py, test_vlm.py):
 where the models are (kvsim.models.default_models(): $KVSIM_MODELS, else the checkout's models/
 folder, where `python -m kvsim.models fetch` puts them; never committed), the kvsim binary under
-test, and the skip (exit code 77, with the reason) when the models are absent."""
+test, the skip (exit code 77, with the reason) when the models are absent, and what a suite run
+as several ctest entries needs to check that they name every test."""
+import inspect
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -17,6 +20,23 @@ MODELS = default_models()
 # machine): under another, their comparison is printed, not required (kvsim.report.tolerance).
 COMMITTED_KERNELS = "avx512"
 BINARY = os.environ.get("KVSIM_BINARY", "kvsim")
+
+
+def ctest_names(script):
+    """The classes and Class.method names CMakeLists.txt's ctest entries pass to `script`."""
+    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+        cmake = f.read()
+    named = set()
+    for args in re.findall(re.escape(script) + r" -v\s+([A-Za-z_. \n]+?)\)", cmake):
+        named.update(args.split())
+    return named
+
+
+def own_tests(module):
+    """{class name: its test methods' names} of the TestCase classes `module` defines."""
+    return {name: unittest.TestLoader().getTestCaseNames(c)
+            for name, c in inspect.getmembers(sys.modules[module], inspect.isclass)
+            if issubclass(c, unittest.TestCase) and c.__module__ == module}
 
 
 def kvsim_cli(*args):

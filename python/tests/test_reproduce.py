@@ -8,11 +8,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
-from real_models import BINARY, MODELS, REPO, main_or_skip
+from real_models import BINARY, MODELS, REPO, ctest_names, main_or_skip, own_tests
 
 SCRIPT = os.path.join(REPO, "experiments", "reproduce.sh")
 
@@ -100,18 +99,8 @@ class CtestRunsEveryTest(unittest.TestCase):
     def test_the_ctest_entries_name_every_test(self):
         # ctest runs this file as two entries, each naming classes or Class.method: a test added
         # here and named in neither would never run.
-        import inspect
-        import re
-
-        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-            cmake = f.read()
-        named = set()
-        for args in re.findall(r"test_reproduce\.py -v\s+([A-Za-z_. \n]+?)\)", cmake):
-            named.update(args.split())
-        tests = {f"{name}.{method}" for name, c in inspect.getmembers(sys.modules[__name__],
-                                                                        inspect.isclass)
-                 if issubclass(c, unittest.TestCase) and c.__module__ == __name__
-                 for method in unittest.TestLoader().getTestCaseNames(c)}
+        named = ctest_names("test_reproduce.py")
+        tests = {f"{c}.{m}" for c, methods in own_tests(__name__).items() for m in methods}
         self.assertEqual({t for t in tests if t in named or t.split(".")[0] in named}, tests)
         self.assertLessEqual(named, tests | {t.split(".")[0] for t in tests})
 

@@ -19,7 +19,8 @@ import unittest
 import numpy as np
 
 import kvsim
-from real_models import BINARY, COMMITTED_KERNELS, MODELS, REPO, kvsim_cli, main_or_skip
+from real_models import (BINARY, COMMITTED_KERNELS, MODELS, REPO, ctest_names, kvsim_cli,
+                         main_or_skip, own_tests)
 
 
 class Encoder(unittest.TestCase):
@@ -1017,17 +1018,7 @@ class CtestRunsEveryClass(unittest.TestCase):
     def test_the_ctest_entries_name_every_test_class(self):
         # ctest runs this file as two entries, each naming its classes: a class added here and
         # not there would never run.
-        import inspect
-        import re
-
-        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-            cmake = f.read()
-        named = set()
-        for args in re.findall(r"test_vlm\.py -v\s+([A-Za-z \n]+?)\)", cmake):
-            named.update(args.split())
-        classes = {name for name, c in inspect.getmembers(sys.modules[__name__], inspect.isclass)
-                   if issubclass(c, unittest.TestCase) and c.__module__ == __name__}
-        self.assertEqual(classes, named)
+        self.assertEqual(set(own_tests(__name__)), ctest_names("test_vlm.py"))
 
 
 if __name__ == "__main__":
