@@ -1,8 +1,8 @@
-"""Shared by the suites that run real models (test_models.py, test_stories260k.py, test_vlm.py):
-where the models are (kvsim.models.default_models(): $KVSIM_MODELS, else the checkout's models/
-folder, where `python -m kvsim.models fetch` puts them; never committed), the kvsim binary under
-test, the skip (exit code 77, with the reason) when the models are absent, and what a suite run
-as several ctest entries needs to check that they name every test."""
+"""Shared by the suites that run real models (test_models.py, test_stories260k.py, test_vlm.py,
+test_reproduce.py): where the models are (kvsim.models.default_models(): $KVSIM_MODELS, else the
+checkout's models/ folder, where `python -m kvsim.models fetch` puts them; never committed), the
+kvsim binary under test, the skip (exit code 77, with the reason) when the models are absent, and
+what a suite run as several ctest entries needs to check that they name every test."""
 import inspect
 import os
 import re
