@@ -28,6 +28,12 @@ void AttentionNeeds::merge(const AttentionNeeds& o) {
   if (o.sparsity_epsilon > 0) sparsity_epsilon = o.sparsity_epsilon;
   key_ranking |= o.key_ranking;
   prefill_window = std::max(prefill_window, o.prefill_window);
+  std::vector<int> widths = window_group_sums;
+  widths.insert(widths.end(), o.window_group_sums.begin(), o.window_group_sums.end());
+  std::sort(widths.begin(), widths.end());
+  widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+  window_group_sums = std::move(widths);
+  last_row_head_mean |= o.last_row_head_mean;
   prefill_column_sums_rounded |= o.prefill_column_sums_rounded;
   prompt_queries |= o.prompt_queries;
 }
@@ -87,6 +93,8 @@ const std::vector<NeedField>& need_fields() {
   static const std::vector<NeedField> fields = {
       {"prefill_column_sums", [](N& n, S k, S v) { n.prefill_column_sums = need_flag(k, v); }},
       {"prefill_window", [](N& n, S k, S v) { n.prefill_window = need_count(k, v); }},
+      {"window_group_sums", [](N& n, S k, S v) { n.window_group_sums = need_windows(k, v); }},
+      {"last_row_head_mean", [](N& n, S k, S v) { n.last_row_head_mean = need_flag(k, v); }},
       {"text_query_layers", [](N& n, S k, S v) { n.text_query_layers = need_count(k, v); }},
       {"sample_entropies", [](N& n, S k, S v) { n.sample_entropies = need_flag(k, v); }},
       {"sample_window_sums", [](N& n, S k, S v) { n.sample_window_sums = need_windows(k, v); }},
@@ -144,6 +152,9 @@ std::string missing_from_compact(const AttentionNeeds& needs, const TraceInfo& t
   }
   int window = needs.prefill_window;
   for (int w : needs.sample_window_sums) window = std::max(window, w);
+  const std::vector<int>& stored = trace.compact_window_widths;
+  for (int w : needs.window_group_sums)  // a width the trace stores needs no rows
+    if (!std::binary_search(stored.begin(), stored.end(), w)) window = std::max(window, w);
   if (window > compact_window)
     return "the attention of the last " + std::to_string(window) + " prompt rows; " + keeps +
            ": compact the full trace again with --window " + std::to_string(window);
@@ -187,6 +198,13 @@ void ascending_row_sums(const float* rows, std::size_t stride, int count, int fi
   }
 }
 
+// The prompt rows a layer's window statistics are taken from.
+int rows_needed(const AttentionNeeds& needs) {
+  int rows = std::max(needs.prefill_window, needs.last_row_head_mean ? 1 : 0);
+  for (int w : needs.window_group_sums) rows = std::max(rows, w);
+  return rows;
+}
+
 }  // namespace
 
 LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const SampleInfo& sample,
@@ -200,7 +218,7 @@ LayerAttention::LayerAttention(Shape shape, const TraceInfo& trace, const Sample
       H_(trace.num_heads),
       Hkv_(trace.num_kv_heads),
       d_(trace.head_dim),
-      window_(std::min(needs.prefill_window, sample.prompt_len)),
+      window_(std::min(rows_needed(needs), sample.prompt_len)),
       scale_(static_cast<float>(trace.scale)),
       rope_theta_(trace.rope_theta),
       mrope_section_(trace.mrope_section),
@@ -222,7 +240,7 @@ LayerAttention::LayerAttention(const TraceInfo& trace, const SampleInfo& sample,
     compute_text_query_stats(threads);
   const StoredPromptStats::Decode* known = stored_decode();
   if (G_ > 0 && tensors_.has_v() && !known) compute_value_norms(threads);
-  if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill_heads(threads);
+  prefill(needs, threads);
   if (G_ > 0) {
     // A KV head's query heads in one product (each key packed once, not once per head), split
     // into as many parts as keep the threads busy when there are fewer KV heads than threads.
@@ -266,7 +284,47 @@ LayerAttention::LayerAttention(PromptOnly prompt_only, const TraceInfo& trace,
     take_stored(needs);
   else if (tensors_.layer < needs.text_query_layers)
     compute_text_query_stats(threads);
-  if (want_colsums_ || want_rounded_colsums_ || window_ > 0) compute_prefill_heads(threads);
+  prefill(needs, threads);
+}
+
+void LayerAttention::prefill(const AttentionNeeds& needs, int threads) {
+  // A compact trace holds the column sums; its window rows wait for a reader when it also holds
+  // every window statistic the run reads (the products of the window's blocks are the most of
+  // what replaying a compact trace costs: docs/performance.md).
+  const bool sums = (want_colsums_ || want_rounded_colsums_) && !tensors_.stored;
+  window_deferred_ = window_ > 0 && stored_serves_window(needs);
+  if (sums || (window_ > 0 && !window_deferred_)) compute_prefill_heads(threads);
+}
+
+const StoredPromptStats::Prompt* LayerAttention::stored_prompt() const {
+  if (!tensors_.stored) return nullptr;
+  const auto& parts = tensors_.stored->by_prompt_len;
+  const auto it = parts.find(P_);
+  return it == parts.end() ? nullptr : &it->second;
+}
+
+bool LayerAttention::stored_serves_window(const AttentionNeeds& needs) const {
+  const StoredPromptStats::Prompt* p = stored_prompt();
+  if (!p || needs.prefill_window > 0) return false;
+  if (needs.last_row_head_mean && p->last_row_head_mean.size() != static_cast<std::size_t>(P_))
+    return false;
+  for (int w : needs.window_group_sums) {
+    const auto it = p->window_group_sums.find(w);  // the last w rows: all of them when w > P
+    if (it == p->window_group_sums.end() ||
+        it->second.size() != static_cast<std::size_t>(Hkv_) * P_)
+      return false;
+  }
+  return true;
+}
+
+void LayerAttention::ensure_window_rows() const {
+  std::call_once(*window_once_, [this] {
+    if (tensors_.k.size() == 0)
+      throw std::logic_error("window rows read after the layer's tensors were released");
+    // The rows the constructor deferred, computed as it would have (the same products): a cache
+    // of its results, hence const.
+    const_cast<LayerAttention*>(this)->compute_prefill_heads(1);
+  });
 }
 
 void LayerAttention::take_stored(const AttentionNeeds& needs) {
@@ -303,14 +361,6 @@ void LayerAttention::set_token_row(int position, const float* q, const float* k,
 void LayerAttention::allocate(const AttentionNeeds& needs, bool decode) {
   if (want_colsums_) colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
   if (want_rounded_colsums_) rounded_colsums_.assign(static_cast<std::size_t>(H_) * P_, 0.0f);
-  // Window row r is query P - window + r: its causal part is written by whoever computes the
-  // prefill, so only the masked tail is zeroed here (the block is touched once, not twice).
-  window_rows_ = take_pooled_block(static_cast<std::size_t>(H_) * window_ * P_);
-  for (int h = 0; h < H_; ++h)
-    for (int r = 0; r < window_; ++r) {
-      float* row = &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
-      std::fill(row + P_ - window_ + r + 1, row + P_, 0.0f);
-    }
   if (!decode) return;
   // Every element is written by compute_decode (or the reference replay): left uninitialised,
   // the [H, G, T] block is touched once, not zeroed first.
@@ -385,7 +435,19 @@ const float* LayerAttention::text_query_column_max() const {
   return text_colmax_.data();
 }
 
+void LayerAttention::allocate_window_rows() {
+  // Window row r is query P - window + r: its causal part is written by whoever computes the
+  // prefill, so only the masked tail is zeroed here (the block is touched once, not twice).
+  window_rows_ = take_pooled_block(static_cast<std::size_t>(H_) * window_ * P_);
+  for (int h = 0; h < H_; ++h)
+    for (int r = 0; r < window_; ++r) {
+      float* row = &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
+      std::fill(row + P_ - window_ + r + 1, row + P_, 0.0f);
+    }
+}
+
 void LayerAttention::compute_prefill_heads(int threads) {
+  if (window_ > 0) allocate_window_rows();
   // Every prompt row's product packs the keys it sees (OpenBLAS copies them into its panel
   // layout for each product): read from a contiguous copy of the group's keys rather than in
   // place, at a stride of every KV head's row, that copying is faster (the products 11-24% faster
@@ -415,15 +477,17 @@ void LayerAttention::compute_prefill_heads(int threads) {
 }
 
 void LayerAttention::compute_prefill(int first_head, int last_head, int block_rows, KeyRows k) {
-  const int first_row = want_colsums_ || want_rounded_colsums_ ? 0 : P_ - window_;
-  std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
-  // A compact trace stores the sums: only the window's rows are computed, in the blocks a full
-  // trace computes them in (the same products, so the same bytes).
+  // A compact trace stores the sums: only the window's rows are computed, and always in the
+  // blocks of block_rows counted from position 0 that a pass over every row uses (the same
+  // products, so the same bytes, whatever else the run computes: a BLAS may round a row
+  // differently in a product of another row count).
   const bool stored = tensors_.stored != nullptr;
+  const bool every_row = (want_colsums_ || want_rounded_colsums_) && !stored;
+  const int first_row = every_row ? 0 : (P_ - window_) / block_rows * block_rows;
+  std::vector<float> logits(static_cast<std::size_t>(block_rows) * P_);
   for (int i0 = first_row; i0 < P_; i0 += block_rows) {
     const int rows = std::min(block_rows, P_ - i0);
     const int keys = i0 + rows;  // causal: this block sees keys [0, keys)
-    if (stored && keys <= P_ - window_) continue;
     for (int h = first_head; h < last_head; ++h) {
       float* colsum =
           want_colsums_ && !stored ? &colsums_[static_cast<std::size_t>(h) * P_] : nullptr;
@@ -435,6 +499,7 @@ void LayerAttention::compute_prefill(int first_head, int last_head, int block_ro
                   tensors_.query(i0, h), H_ * d_, k.rows, k.stride, 0.0f, logits.data(), keys);
       for (int r = 0; r < rows; ++r) {
         const int i = i0 + r;
+        if (!every_row && i < P_ - window_) continue;  // a window block's rows before the window
         float* row = &logits[static_cast<std::size_t>(r) * keys];
         softmax_prefill_row(row, i + 1, colsum, rounded);
         if (epsilon_ > 0) count_sparse(h, row, i);
@@ -630,7 +695,43 @@ const float* LayerAttention::prefill_column_sums_rounded(int h) const {
 
 const float* LayerAttention::prefill_window_row(int h, int r) const {
   if (r < 0 || r >= window_) throw std::logic_error("prefill window row out of range");
+  if (window_deferred_) ensure_window_rows();
   return &window_rows_[(static_cast<std::size_t>(h) * window_ + r) * P_];
+}
+
+std::vector<double> LayerAttention::window_group_sums(int g, int width) const {
+  if (const StoredPromptStats::Prompt* p = stored_prompt()) {
+    const auto it = p->window_group_sums.find(width);  // all P rows when width > P, as below
+    if (it != p->window_group_sums.end() &&
+        it->second.size() == static_cast<std::size_t>(Hkv_) * P_)
+      return {it->second.begin() + static_cast<std::ptrdiff_t>(g) * P_,
+              it->second.begin() + static_cast<std::ptrdiff_t>(g + 1) * P_};
+  }
+  width = std::min(width, P_);
+  if (width > window_)
+    throw std::logic_error("window group sums of " + std::to_string(width) +
+                           " rows where the layer keeps " + std::to_string(window_));
+  const int group = group_size();
+  std::vector<double> sum(P_, 0.0);
+  for (int r = 0; r < group; ++r)
+    for (int w = window_ - width; w < window_; ++w) {
+      const float* row = prefill_window_row(g * group + r, w);
+      for (int j = 0; j < P_; ++j) sum[j] += row[j];
+    }
+  return sum;
+}
+
+std::vector<double> LayerAttention::last_row_head_mean() const {
+  if (const StoredPromptStats::Prompt* p = stored_prompt();
+      p && p->last_row_head_mean.size() == static_cast<std::size_t>(P_))
+    return p->last_row_head_mean;
+  if (window_ < 1) throw std::logic_error("the last prompt row was not requested");
+  std::vector<double> mean(P_, 0.0);
+  for (int h = 0; h < H_; ++h) {
+    const float* row = prefill_window_row(h, window_ - 1);
+    for (int j = 0; j < P_; ++j) mean[j] += row[j] / H_;  // float / int: each term in float
+  }
+  return mean;
 }
 
 }  // namespace kvsim

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@ namespace kvsim {
 struct AttentionNeeds {
   bool prefill_column_sums = false;  // Σ over all causal prompt rows of p_ij, per query head
   int prefill_window = 0;            // keep the last `prefill_window` prompt rows' probabilities
+  // Widths W read through LayerAttention::window_group_sums (a KV group's last W prompt rows
+  // summed: SnapKV's votes, MadaKV's proxy); a compact trace may store them, and then the rows
+  // themselves are not computed. Sorted, unique.
+  std::vector<int> window_group_sums;
+  // LayerAttention::last_row_head_mean: the last prompt row's attention averaged over the heads
+  // (TOVA's, FastV's, A-VL's and ST3's scores); stored by a compact trace like the sums above.
+  bool last_row_head_mean = false;
   // For layers below this: column sum and column max, over the prompt's text queries, of the
   // attention averaged over all query heads: how much text attends each entry (defined as HAE's
   // Dual-Attention Pruning reads it, Eq. 1 and 3; also read by `kvsim stats` and replay --bounds).
@@ -110,8 +118,18 @@ class LayerAttention {
   // (prefill_column_sums_rounded).
   const float* prefill_column_sums_rounded(int h) const;
   int prefill_window() const { return window_; }
-  // [P]: probabilities of prompt query P - window + r (r < window) for query head h.
+  // [P]: probabilities of prompt query P - window + r (r < window) for query head h. A compact
+  // trace's layer that stores every window statistic its needs name computes the rows only when
+  // one is first read (any thread; the others wait).
   const float* prefill_window_row(int h, int r) const;
+  // [P]: Σ over the group's query heads r (outer) and the last `width` prompt rows (inner, in row
+  // order) of p_ij, in double from 0: the sum SnapKV's votes and MadaKV's proxy importance add.
+  // Stored by a compact trace for the widths it lists, else added from the rows.
+  std::vector<double> window_group_sums(int kv_head, int width) const;
+  // [P]: Σ over query heads h in order of p_{P-1,j} / H (each term in float), in double from 0.
+  std::vector<double> last_row_head_mean() const;
+  // Whether the window rows are held (computed, or not deferred); unsynchronised: for tests.
+  bool holds_window_rows() const { return window_rows_ != nullptr; }
   bool has_text_query_stats() const { return !text_colsum_.empty(); }
   bool has_key_ranking() const { return !ranking_.empty(); }
   // Positions 0..P+t ranked by the group-mean full-cache attention of step t, KV head g (best
@@ -177,6 +195,16 @@ class LayerAttention {
     int stride;
   };
   void compute_prefill(int first_head, int last_head, int block_rows, KeyRows k);
+  // The prompt's rows the layer needs (compute_prefill_heads), or the window's deferred.
+  void prefill(const AttentionNeeds& needs, int threads);
+  void allocate_window_rows();
+  // Whether the stored statistics serve every window statistic `needs` names, so that the window
+  // rows wait until one is read (ensure_window_rows).
+  bool stored_serves_window(const AttentionNeeds& needs) const;
+  // The window rows of a layer that deferred them: computed once, on the calling thread.
+  void ensure_window_rows() const;
+  // The stored statistics of this prompt length, or null (a full trace).
+  const StoredPromptStats::Prompt* stored_prompt() const;
   // Softmaxes a causal row of n logits in place and adds it to the column sums given (null: not
   // wanted); the rounded sums add each entry rounded to the trace's dtype.
   void softmax_prefill_row(float* row, int n, float* colsum, float* rounded) const;
@@ -207,8 +235,11 @@ class LayerAttention {
   bool want_colsums_;
   std::vector<float> colsums_;  // [H, P]
   bool want_rounded_colsums_;
-  std::vector<float> rounded_colsums_;     // [H, P]
-  PooledBlock window_rows_;                // [H, window, P]: rows written before they are read
+  std::vector<float> rounded_colsums_;  // [H, P]
+  PooledBlock window_rows_;             // [H, window, P]: rows written before they are read
+  // Window rows left to the first reader (stored_serves_window): computed under the flag.
+  bool window_deferred_ = false;
+  std::unique_ptr<std::once_flag> window_once_ = std::make_unique<std::once_flag>();  // movable
   PooledBlock decode_probs_;               // [H, G, T]: a KV head's rows contiguous
   std::vector<float> decode_lse_;          // [G, H]
   std::vector<double> decode_mass_;        // [G, H]

@@ -34,6 +34,7 @@ LayerAttention::LayerAttention(Naive, const TraceInfo& trace, const SampleInfo& 
     : LayerAttention(Shape{}, trace, sample, std::move(tensors), needs) {
   if (tensors_.stored)
     throw std::logic_error("the plain reference needs every prompt query, not a compact trace");
+  if (window_ > 0) allocate_window_rows();
   if (tensors_.layer < needs.text_query_layers) {
     text_colsum_.assign(P_, 0.0f);
     text_colmax_.assign(P_, 0.0f);

@@ -20,6 +20,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -136,8 +137,12 @@ enum class Stage { kFullReplay, kCompaction, kEntropies, kCompactReplay };
 // the compaction's context block again at the context's shape when the context (the prompt
 // before its question) ends inside a block; the decode steps' logits and full-cache outputs over
 // the T keys (the compact replay's outputs only when the compact trace does not store them,
-// `stores_decode`); the entropies' every prompt row against every prompt key.
-Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_decode = true) {
+// `stores_decode`); the entropies' every prompt row against every prompt key. The compaction's
+// window statistics take the blocks of the prompt's and the context's last 64 rows again; the
+// compact replay computes window blocks only when the trace does not store the window
+// statistics its policies read (`stores_window`).
+Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_decode = true,
+                     bool stores_window = true) {
   const auto& info = reader.info();
   const double flop = 2.0 * info.head_dim * info.num_heads * info.num_layers;  // per logit
   Products out;
@@ -148,16 +153,28 @@ Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_
       out[P] += static_cast<double>(P) * P * flop / 1e9;
       continue;
     }
-    for_each_prompt_block(
-        P, stage == Stage::kCompactReplay ? kvsim::compact_first_row(s, 64) : 0,
-        [&](int rows, int keys) { out[keys] += static_cast<double>(rows) * keys * flop / 1e9; });
+    const auto add = [&](int rows, int keys) {
+      out[keys] += static_cast<double>(rows) * keys * flop / 1e9;
+    };
+    if (stage != Stage::kCompactReplay || !stores_window)
+      for_each_prompt_block(P, stage == Stage::kCompactReplay ? kvsim::compact_first_row(s, 64) : 0,
+                            add);
     const int question = kvsim::question_length(s), context = question > 0 ? P - question : 0;
-    if (stage == Stage::kCompaction && context % 64 != 0)
-      out[context] += static_cast<double>(context % 64) * context * flop / 1e9;
+    if (stage == Stage::kCompaction && context % 64 != 0) add(context % 64, context);
+    if (stage == Stage::kCompaction)  // the window statistics, of the prompt and the context
+      for (int len : {P, context})
+        if (len > 0) for_each_prompt_block(len, std::max(0, len - 64) / 64 * 64, add);
     const bool outputs = s.has_v && (stage != Stage::kCompactReplay || !stores_decode);
     out[T] += (outputs ? 2.0 : 1.0) * s.gen_len * T * flop / 1e9;  // logits (and outputs)
   }
   return out;
+}
+
+// Whether a compact trace stores the window statistics the benchmark's policies read (SnapKV's
+// votes of 32 rows, TOVA's last row): compact traces written before them do not.
+bool stores_window_statistics(const fs::path& compact) {
+  const std::vector<int> widths = kvsim::TraceReader(compact).info().compact_window_widths;
+  return std::binary_search(widths.begin(), widths.end(), 32);
 }
 
 // Whether a compact trace stores the full cache's decode results (its first sample's first layer
@@ -174,7 +191,10 @@ bool stores_decode_results(const fs::path& compact) {
 double seconds_to_compact(int prompt, bool entropies, const fs::path& out) {
   const auto start = std::chrono::steady_clock::now();
   kvsim::write_compact_trace(kvsim::TraceReader(full_path(prompt)), out,
-                             {.window = 64, .entropies = entropies, .threads = hardware_threads()});
+                             {.window = 64,
+                              .entropies = entropies,
+                              .window_widths = kvsim::default_window_widths(64),
+                              .threads = hardware_threads()});
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -286,7 +306,8 @@ int print_floors(const fs::path& trace, const fs::path& compact) {
   row("compaction_with_entropies", total_gflop(compaction) + total_gflop(entropies),
       floor_seconds(compaction) + floor_seconds(entropies, tall_gflops));
   products_row("compact_replay", products_of(reader, Stage::kCompactReplay,
-                                             compact.empty() || stores_decode_results(compact)));
+                                             compact.empty() || stores_decode_results(compact),
+                                             compact.empty() || stores_window_statistics(compact)));
   return 0;
 }
 

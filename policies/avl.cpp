@@ -209,7 +209,7 @@ const PolicyRegistration reg({
                 "llava/eval/model_vqa_loader.py default); sizes the text window with "
                 "text_window = limit",
                 1, 1e9}},
-    .needs = {.prefill_column_sums = true, .prefill_window = 1},
+    .needs = {.prefill_column_sums = true, .last_row_head_mean = true},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Avl>(p, s);
     },

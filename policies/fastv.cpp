@@ -53,7 +53,7 @@ const PolicyRegistration reg({
     .provenance = "Chen et al. 2024, FastV, Sec. 4 (K = 2, R = 50%)",
     .params = {{"K", ParamType::kInt, "2", "first layer without the dropped tokens", 1, 1e9},
                {"R", ParamType::kFloat, "50", "share of image tokens dropped, %", 0, 100}},
-    .needs = {.prefill_column_sums = false, .prefill_window = 1},
+    .needs = {.prefill_column_sums = false, .last_row_head_mean = true},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<FastV>(p, s);
     },

@@ -271,13 +271,7 @@ class MadaKV final : public Policy {
       }
       return psi;
     }
-    const int rows = std::min(proxy_, view.prefill_window());
-    for (int r = 0; r < group; ++r)
-      for (int w = view.prefill_window() - rows; w < view.prefill_window(); ++w) {
-        const float* row = view.prefill_window_row(g * group + r, w);
-        for (int j = 0; j < P; ++j) psi[j] += row[j];
-      }
-    return psi;
+    return view.window_group_sums(g, proxy_);
   }
 
   static double sum_of(const std::vector<double>& psi, const std::vector<int>& idx) {
@@ -356,7 +350,7 @@ const PolicyRegistration reg({
           const int proxy = static_cast<int>(p.get_int("proxy"));
           if (p.get_bool("hcc") && p.get_string("hcc_reading") == "scaled")
             return AttentionNeeds{.sample_window_sums = {proxy}};
-          return AttentionNeeds{.prefill_column_sums = false, .prefill_window = proxy};
+          return AttentionNeeds{.window_group_sums = {proxy}};
         },
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<MadaKV>(p, s);

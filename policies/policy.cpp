@@ -271,6 +271,22 @@ PolicyConfig make_policy_config(const NamedPolicy& named,
   return c;
 }
 
+AttentionNeeds default_policy_needs() {
+  AttentionNeeds needs;
+  for (const std::string& name : PolicyRegistry::instance().names())
+    if (name.rfind("test_", 0) != 0) needs.merge(make_policy_config(name, {}).needs());
+  for (const PolicyPreset& preset : policy_presets())
+    needs.merge(make_policy_config(preset.name, {}).needs());
+  return needs;
+}
+
+std::vector<int> default_window_widths(int window) {
+  std::vector<int> widths;
+  for (int w : default_policy_needs().window_group_sums)
+    if (w <= window) widths.push_back(w);
+  return widths;
+}
+
 PolicyConfig make_policy_config(const std::string& name,
                                 const std::map<std::string, std::string>& overrides) {
   return make_policy_config(resolve_policy_name(name), overrides);

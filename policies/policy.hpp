@@ -113,6 +113,11 @@ class LayerView {
   DType dtype() const { return att_.sample().dtype; }  // the trace's (float32 in a live model)
   int prefill_window() const { return att_.prefill_window(); }
   const float* prefill_window_row(int h, int r) const { return att_.prefill_window_row(h, r); }
+  // The window statistics (AttentionNeeds::window_group_sums, last_row_head_mean).
+  std::vector<double> window_group_sums(int g, int width) const {
+    return att_.window_group_sums(g, width);
+  }
+  std::vector<double> last_row_head_mean() const { return att_.last_row_head_mean(); }
   const float* text_query_column_sums() const { return att_.text_query_column_sums(); }
   const float* text_query_column_max() const { return att_.text_query_column_max(); }
   // Full-cache probabilities of decode step t (t <= the current step unless lookahead).
@@ -322,6 +327,13 @@ NamedPolicy resolve_policy_name(const std::string& name);
 PolicyConfig make_policy_config(const NamedPolicy& named,
                                 const std::map<std::string, std::string>& overrides,
                                 const std::string& label = "");
+
+// What every registered policy and preset reads at its defaults (the test_ policies the tests
+// register left out): what a compact trace keeps by default.
+AttentionNeeds default_policy_needs();
+// Its window group sums' widths up to `window`: what a compact trace stores by default
+// (CompactOptions::window_widths).
+std::vector<int> default_window_widths(int window);
 
 // Whether the policy or preset `name` declares the parameter `param`.
 bool policy_declares(const std::string& name, const std::string& param);

@@ -43,27 +43,35 @@ SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, 
 }
 
 AttentionNeeds snapkv_needs(const ParamSet& p) {
-  return AttentionNeeds{.prefill_column_sums = false,
-                        .prefill_window = static_cast<int>(p.get_int("window"))};
+  const int window = static_cast<int>(p.get_int("window"));
+  // The mean's votes are one running sum over the group's rows (window_group_sums); the max needs
+  // each head's.
+  if (p.get_string("group_reduce") == "max") return AttentionNeeds{.prefill_window = window};
+  return AttentionNeeds{.window_group_sums = {window}};
 }
 
 std::vector<double> snapkv_scores(const LayerView& view, int g, const SnapKVScoring& s) {
-  const int group = view.group_size(), prefix = view.prompt_len() - s.window;
-  // One running sum over (query head, window row) for the mean; the max needs each head's votes.
-  std::vector<double> score(std::max(prefix, 0), 0.0), votes(s.group_max ? score.size() : 0);
-  for (int r = 0; r < group; ++r) {
-    std::vector<double>& sum = s.group_max ? votes : score;
-    if (s.group_max) std::fill(votes.begin(), votes.end(), 0.0);
-    for (int w = 0; w < s.window; ++w) {
-      const float* row =
-          view.prefill_window_row(g * group + r, view.prefill_window() - s.window + w);
-      for (int j = 0; j < prefix; ++j) sum[j] += row[j];
-    }
-    if (s.group_max)
-      for (int j = 0; j < prefix; ++j) score[j] = std::max(score[j], votes[j]);
-  }
-  if (!s.group_max)
+  const int group = view.group_size(), prefix = std::max(view.prompt_len() - s.window, 0);
+  std::vector<double> score;
+  if (!s.group_max) {
+    // One running sum over (query head, window row), then the mean.
+    score = view.window_group_sums(g, s.window);
+    score.resize(prefix);
     for (auto& x : score) x /= group;
+  } else {
+    // Each head's votes, then their maximum.
+    score.assign(prefix, 0.0);
+    std::vector<double> votes(prefix);
+    for (int r = 0; r < group; ++r) {
+      std::fill(votes.begin(), votes.end(), 0.0);
+      for (int w = 0; w < s.window; ++w) {
+        const float* row =
+            view.prefill_window_row(g * group + r, view.prefill_window() - s.window + w);
+        for (int j = 0; j < prefix; ++j) votes[j] += row[j];
+      }
+      for (int j = 0; j < prefix; ++j) score[j] = std::max(score[j], votes[j]);
+    }
+  }
   return s.max_pool ? pool_max(score, s.kernel) : pool_avg(score, s.kernel);
 }
 
@@ -100,12 +108,7 @@ std::vector<double> key_norm_scores(const LayerView& view, int g) {
 }
 
 std::vector<double> last_token_attention(const LayerView& view) {
-  std::vector<double> s(view.prompt_len(), 0.0);
-  for (int h = 0; h < view.num_heads(); ++h) {
-    const float* row = view.prefill_window_row(h, view.prefill_window() - 1);
-    for (int j = 0; j < view.prompt_len(); ++j) s[j] += row[j] / view.num_heads();
-  }
-  return s;
+  return view.last_row_head_mean();
 }
 
 }  // namespace kvsim

@@ -27,13 +27,13 @@ std::vector<ParamSpec> snapkv_scoring_params();
 // n_kept newest when they are all in the window; `clamped` then says so.
 SnapKVScoring read_snapkv_scoring(const ParamSet& p, const std::string& policy, int budget,
                                   int prompt_len);
-// The statistics SnapKV scoring needs: the last `window` prompt rows.
+// The statistics SnapKV scoring needs: the window group sums of `window` rows for the mean, the
+// last `window` prompt rows themselves for the max.
 AttentionNeeds snapkv_needs(const ParamSet& p);
 
 // SnapKV (Li et al. 2024, Sec. 4.2): for prompt positions j < P - window, the mean (or, with
 // group_max, the max) over the KV head's query heads of Σ over the last `window` prompt queries
-// of p_ij, pooled along positions.
-// Needs AttentionNeeds::prefill_window >= window.
+// of p_ij, pooled along positions. Needs snapkv_needs.
 std::vector<double> snapkv_scores(const LayerView& view, int kv_head, const SnapKVScoring& s);
 // snapkv_scores of every KV head over the whole prompt, the window's entries kUnscored (kept by
 // every selection): the prompt scores of the SnapKV family.
@@ -72,7 +72,7 @@ std::vector<std::vector<double>> expected_attention_scores(const LayerView& view
                                                            const std::string& policy);
 
 // The last prompt token's attention averaged over every query head of the layer (FastV, TOVA,
-// A-VL, ST3). Needs AttentionNeeds::prefill_window >= 1.
+// A-VL, ST3). Needs AttentionNeeds::last_row_head_mean.
 std::vector<double> last_token_attention(const LayerView& view);
 
 }  // namespace kvsim

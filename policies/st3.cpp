@@ -244,7 +244,7 @@ const PolicyRegistration reg({
                 {"pruning", "own"}},
                {"heredity", ParamType::kString, "",
                 "QK heredity (Eq. 6): SOURCE:FIRST-LAST[,...], e.g. 7:8-10; empty: off"}},
-    .needs = {.prefill_column_sums = false, .prefill_window = 1},
+    .needs = {.prefill_column_sums = false, .last_row_head_mean = true},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<St3>(p, s);
     },

@@ -60,7 +60,7 @@ const PolicyRegistration reg({
     .provenance = "Oren et al. 2024, TOVA, Sec. 4",
     .params = {budget_param(), budget_rounding_param(false)},
     .switches = {.compress = true, .question = true},
-    .needs = {.prefill_column_sums = false, .prefill_window = 1},
+    .needs = {.prefill_column_sums = false, .last_row_head_mean = true},
     .create = [](const ParamSet& p, const SampleInfo& s) -> std::unique_ptr<Policy> {
       return std::make_unique<Tova>(p, s);
     },

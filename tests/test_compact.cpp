@@ -3,8 +3,11 @@
 // statistic; the format is validated like the full one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -41,9 +44,21 @@ std::string synthetic(const std::string& name, int heads, int kv_heads, int user
   return path;
 }
 
-std::string compacted(const std::string& full, int window = 64) {
+// A compact trace as `kvsim compact` writes it at its defaults (the window statistics of the
+// widths every policy and preset reads at its defaults), or with `window` rows.
+std::string compacted(const std::string& full, int window = 0) {
   const std::string out = full + ".compact.h5";
-  write_compact_trace(TraceReader(full), out, CompactOptions{.window = window, .threads = 2});
+  const CliRun run = kvsim("compact " + full + " " + out + " --force -j 2" +
+                           (window > 0 ? " --window " + std::to_string(window) : ""));
+  EXPECT_EQ(run.code, 0) << run.output;
+  return out;
+}
+
+// The same without window statistics, as compact traces were written before them: a replay
+// computes the window rows from the kept queries.
+std::string compacted_without_window_stats(const std::string& full) {
+  const std::string out = full + ".rows.compact.h5";
+  write_compact_trace(TraceReader(full), out, CompactOptions{.window = 64, .threads = 2});
   return out;
 }
 
@@ -193,7 +208,8 @@ TEST(CompactTrace, ContextStatisticsFromThePromptsPassAreATwoPassesBytes) {
 }
 
 // Each policy and preset alone (its own window alignment) on MHA and GQA traces, with and
-// without a question, float16 and float32: the same bytes from the compact trace.
+// without a question, float16 and float32: the same bytes from the compact trace, with its window
+// statistics and without them.
 TEST(CompactTrace, EveryPolicyAndPresetReplaysByteForByte) {
   struct Case {
     std::string name;
@@ -206,17 +222,47 @@ TEST(CompactTrace, EveryPolicyAndPresetReplaysByteForByte) {
     const std::string full =
         synthetic("compact_" + k.name + ".h5", k.heads, k.kv_heads, k.user_tokens, k.dtype);
     const std::string compact = compacted(full);
+    const std::string rows = compacted_without_window_stats(full);
     int compared = 0;
     for (const std::string& name : every_name()) {
       if (reads_every_prompt_query(name)) continue;
       const std::string args = "-p " + name + " --seeds 2 -j 2";
-      ASSERT_EQ(replay_outputs(full, args, k.name + "_f"),
-                replay_outputs(compact, args, k.name + "_c"))
-          << k.name << ": " << name;
+      const std::string from_full = replay_outputs(full, args, k.name + "_f");
+      ASSERT_EQ(from_full, replay_outputs(compact, args, k.name + "_c")) << k.name << ": " << name;
+      ASSERT_EQ(from_full, replay_outputs(rows, args, k.name + "_r")) << k.name << ": " << name;
       ++compared;
     }
     EXPECT_GE(compared, 40) << k.name;
   }
+}
+
+// The per-step rows of `label` in a replay of `trace` with `args`.
+std::string rows_of(const std::string& trace, const std::string& args, const std::string& label) {
+  const std::string out = temp_path("compact_rows_of.csv");
+  const CliRun run = kvsim("replay " + trace + " " + args + " -j 2 --out " + out);
+  EXPECT_EQ(run.code, 0) << run.output;
+  std::string rows, line;
+  std::istringstream in(slurp(out));
+  while (std::getline(in, line))
+    if (line.rfind(label + ",", 0) == 0) rows += line + "\n";
+  return rows;
+}
+
+// A policy's window rows come from the blocks of 64 rows counted from position 0 whatever else
+// the run computes (a BLAS may round a row differently in a product of another row count: with
+// the column sums of H2O beside it, or alone with a window of one row or of 32), so its results
+// do not depend on the policies beside it, from a full trace or a compact one.
+TEST(CompactTrace, APolicysResultsDoNotDependOnThePoliciesBesideIt) {
+  const std::string full = synthetic("compact_beside.h5", 4, 2);
+  for (const std::string& trace : {full, compacted(full), compacted_without_window_stats(full)})
+    for (const std::string policy : {"snapkv", "tova", "fastv", "snapkv:kvpress"}) {
+      const std::string alone = rows_of(trace, "-p " + policy, policy);
+      EXPECT_FALSE(alone.empty()) << policy;
+      EXPECT_EQ(alone, rows_of(trace, "-p " + policy + " -p h2o", policy))
+          << trace << " " << policy;
+      EXPECT_EQ(alone, rows_of(trace, "-p " + policy + " -p madakv --set madakv.proxy=40", policy))
+          << trace << " " << policy;
+    }
 }
 
 // The demo's settings, every policy in one run (one shared computation, column sums wanted: the
@@ -240,6 +286,47 @@ TEST(CompactTrace, DemoSettingsReplayByteForByte) {
         threads;
     EXPECT_EQ(replay_outputs(full, equal, "equal_f"), replay_outputs(compact, equal, "equal_c"));
   }
+}
+
+// The window statistics a compact trace stores are the sums a re-statement adds from the full
+// trace's rows (the group's query heads outer, the window's rows inner, in double from 0; the last
+// row over every head, each term p / H in float), and a layer that reads only them computes no
+// rows; a width it does not store (SnapKV's window clamped to a small budget) is added from rows
+// computed when first read.
+TEST(CompactTrace, StoresWindowStatisticsAsTheRowsAddThem) {
+  const std::string full = synthetic("compact_window_stats.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const TraceReader f(full), c(compact);
+  const std::vector<int>& widths = c.info().compact_window_widths;
+  ASSERT_TRUE(std::binary_search(widths.begin(), widths.end(), 32));  // snapkv's default window
+  const auto added = [](const LayerAttention& rows, int g, int width) {
+    std::vector<double> sum(rows.prompt_len(), 0.0);
+    for (int r = 0; r < rows.group_size(); ++r)
+      for (int w = rows.prefill_window() - width; w < rows.prefill_window(); ++w)
+        for (int j = 0; j < rows.prompt_len(); ++j)
+          sum[j] += rows.prefill_window_row(g * rows.group_size() + r, w)[j];
+    return sum;
+  };
+  for (const std::string& name : f.sample_names())
+    for (int l = 0; l < f.info().num_layers; ++l) {
+      const SampleInfo fs = f.read_sample(name), cs = c.read_sample(name);
+      const LayerAttention rows(f.info(), fs, f.read_layer(fs, l),
+                                AttentionNeeds{.prefill_window = 32}, 1);
+      const LayerAttention stored(
+          c.info(), cs, c.read_layer(cs, l),
+          AttentionNeeds{.window_group_sums = {32}, .last_row_head_mean = true}, 2);
+      EXPECT_FALSE(stored.holds_window_rows());
+      for (int g = 0; g < f.info().num_kv_heads; ++g)
+        EXPECT_EQ(stored.window_group_sums(g, 32), added(rows, g, 32)) << name << " " << l;
+      std::vector<double> mean(fs.prompt_len, 0.0);
+      for (int h = 0; h < f.info().num_heads; ++h)
+        for (int j = 0; j < fs.prompt_len; ++j)
+          mean[j] += static_cast<float>(rows.prefill_window_row(h, 31)[j] / f.info().num_heads);
+      EXPECT_EQ(stored.last_row_head_mean(), mean);
+      EXPECT_FALSE(stored.holds_window_rows());
+      EXPECT_EQ(stored.window_group_sums(1, 5), added(rows, 1, 5));
+      EXPECT_TRUE(stored.holds_window_rows());
+    }
 }
 
 TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
@@ -271,6 +358,17 @@ TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
   run = kvsim("stats " + compact + " --out " + temp_path("compact_stats.h5"));
   EXPECT_NE(run.code, 0);
   EXPECT_NE(run.output.find(compact + " is a compact trace: the attention statistics"),
+            std::string::npos)
+      << run.output;
+  // Widths of the window sums: positive, and within the window.
+  run = kvsim("compact " + full + " " + temp_path("compact_sums.h5") + " --window-sums 8,x");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("--window-sums: 'x' is not a width of 1 or more rows"),
+            std::string::npos)
+      << run.output;
+  run = kvsim("compact " + full + " " + temp_path("compact_sums.h5") + " --window-sums 100");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("--window-sums: widths must ascend from 1 to --window 64, not 100"),
             std::string::npos)
       << run.output;
   // Within the window it keeps, the same policy runs.
@@ -328,46 +426,48 @@ std::string error_of(const std::string& path, int layer = 0) {
 
 TEST(CompactTrace, ValidatesItsOwnParts) {
   const std::string full = synthetic("compact_bad.h5", 4, 2);
-  auto fresh = [&](const std::string& name) {
-    const std::string path = compacted(full);
-    const std::string copy = temp_path(name);
-    std::rename(path.c_str(), copy.c_str());
-    return copy;
+  // Each case: a fresh compact copy spoilt one way, and what the reader's error reading layer
+  // `layer` of sample 000000 names.
+  struct Case {
+    std::string name;
+    std::function<void(const std::string&)> spoil;
+    std::string error;
+    int layer = 0;
   };
-  std::string p = fresh("bad_version.h5");
-  set_int_attr(p, "/", "kvtrace_compact", 4);
-  EXPECT_NE(error_of(p).find("kvtrace_compact is 4; this kvsim reads compact traces of versions 1 "
-                             "to 3"),
-            std::string::npos)
-      << error_of(p);
-  p = fresh("bad_context.h5");
-  set_int_attr(p, "/samples/000000", "compact_context_len", 150);
-  EXPECT_NE(error_of(p).find("sample '000000': attribute 'compact_context_len' = 150 but the "
-                             "sample's context is 197 positions"),
-            std::string::npos)
-      << error_of(p);
-  p = fresh("bad_first.h5");
-  set_int_attr(p, "/samples/000000", "compact_first_row", 198);
-  EXPECT_NE(error_of(p).find("attribute 'compact_first_row' = 198 drops queries"),
-            std::string::npos)
-      << error_of(p);
-  p = fresh("bad_rows.h5");
-  set_int_attr(p, "/samples/000000", "compact_first_row", 64);
-  // T = 219: rows 128..218 are stored (91), the attribute now declares 64..218 (155).
-  EXPECT_NE(error_of(p).find("dataset 'layers/0/q_rows': shape [91, 4, 16] does not match "
-                             "[T - compact_first_row, H, d] = [155, 4, 16]"),
-            std::string::npos)
-      << error_of(p);
-  p = fresh("bad_missing.h5");
-  remove_object(p, "/samples/000000/layers/1/stats/context/column_sums_rounded");
-  EXPECT_NE(error_of(p, 1).find("sample '000000', dataset "
-                                "'layers/1/stats/context/column_sums_rounded': missing dataset"),
-            std::string::npos)
-      << error_of(p, 1);
-  p = fresh("bad_q.h5");
-  remove_object(p, "/samples/000000/layers/1/q_rows");
-  EXPECT_NE(error_of(p).find("dataset 'layers/1/q_rows': missing dataset"), std::string::npos)
-      << error_of(p);
+  const auto set = [](const char* object, const char* attribute, int value) {
+    return [=](const std::string& p) { set_int_attr(p, object, attribute, value); };
+  };
+  const auto remove = [](const char* object) {
+    return [=](const std::string& p) { remove_object(p, object); };
+  };
+  const std::vector<Case> cases = {
+      {"bad_version.h5", set("/", "kvtrace_compact", 4),
+       "kvtrace_compact is 4; this kvsim reads compact traces of versions 1 to 3"},
+      {"bad_context.h5", set("/samples/000000", "compact_context_len", 150),
+       "sample '000000': attribute 'compact_context_len' = 150 but the sample's context is 197 "
+       "positions"},
+      {"bad_first.h5", set("/samples/000000", "compact_first_row", 198),
+       "attribute 'compact_first_row' = 198 drops queries"},
+      // T = 219: rows 128..218 are stored (91), the attribute now declares 64..218 (155).
+      {"bad_rows.h5", set("/samples/000000", "compact_first_row", 64),
+       "dataset 'layers/0/q_rows': shape [91, 4, 16] does not match [T - compact_first_row, H, d] "
+       "= [155, 4, 16]"},
+      {"bad_missing.h5", remove("/samples/000000/layers/1/stats/context/column_sums_rounded"),
+       "sample '000000', dataset 'layers/1/stats/context/column_sums_rounded': missing dataset", 1},
+      {"bad_widths.h5", set("/", "compact_window_widths", 65),
+       "file attribute 'compact_window_widths' must be ascending widths of 1 to compact_window = "
+       "64 rows"},
+      {"bad_window_sums.h5", remove("/samples/000000/layers/1/stats/prompt/window_group_sums"),
+       "dataset 'layers/1/stats/prompt/window_group_sums': missing dataset", 1},
+      {"bad_q.h5", remove("/samples/000000/layers/1/q_rows"),
+       "dataset 'layers/1/q_rows': missing dataset"},
+  };
+  for (const Case& c : cases) {
+    const std::string p = temp_path(c.name);
+    std::rename(compacted(full).c_str(), p.c_str());
+    c.spoil(p);
+    EXPECT_NE(error_of(p, c.layer).find(c.error), std::string::npos) << error_of(p, c.layer);
+  }
 }
 
 TEST(CompactTrace, AnEarlierVersionsEntropiesAreRefusedTheRestRuns) {

@@ -1071,10 +1071,13 @@ TEST_F(LiveFixture, CompactCaptureEqualsCompactingTheFullCapture) {
   co.dtype = DType::kFloat16;
   live::capture(engine, reader, reader.sample_names(), full, co);
   co.compact_window = 64;
+  co.compact_window_widths = {8, 32, 64};  // and the window statistics
   live::capture(engine, reader, reader.sample_names(), direct, co);
-  write_compact_trace(TraceReader(full), converted, CompactOptions{.window = 64});
+  write_compact_trace(TraceReader(full), converted,
+                      CompactOptions{.window = 64, .window_widths = {8, 32, 64}});
   const TraceReader d(direct);
   ASSERT_EQ(d.info().compact_window, 64);
+  ASSERT_EQ(d.info().compact_window_widths, (std::vector<int>{8, 32, 64}));
   const SampleInfo s = d.read_sample(prompt.info.name);
   EXPECT_EQ(s.compact_context_len, 224);
   EXPECT_EQ(s.compact_first_row, 128);  // the block of 64 rows holding row 224 - 64 = 160

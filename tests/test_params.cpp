@@ -39,7 +39,7 @@ TEST(Params, DefaultsAndOverrides) {
   EXPECT_EQ(c.params.str(),
             "budget=20%,budget_rounding=ceil,caches=kv_head,decode=grow,group_reduce=mean,kernel=7,"
             "merge=none,pooling=max,question=compress,window=8");
-  EXPECT_EQ(c.needs().prefill_window, 8);
+  EXPECT_EQ(c.needs().window_group_sums, std::vector<int>{8});  // the mean: the group's sums
 }
 
 TEST(Params, ErrorsNameThePolicyTheKeyAndTheRule) {
@@ -222,7 +222,7 @@ TEST(Presets, PinAReferenceReading) {
   EXPECT_EQ(c.params.str(),
             "budget=20%,budget_rounding=kvpress,caches=kv_head,decode=grow,group_reduce=mean,"
             "kernel=5,merge=none,pooling=avg,question=append,window=64");
-  EXPECT_EQ(c.needs().prefill_window, 64);
+  EXPECT_EQ(c.needs().window_group_sums, std::vector<int>{64});
   // User overrides apply on top of the preset.
   EXPECT_EQ(make_policy_config("snapkv:kvpress", {{"window", "16"}}).params.get_int("window"), 16);
   EXPECT_EQ(make_policy_config("pyramidkv:kvcache-factory", {}).params.get_string("rounding"),

@@ -251,11 +251,30 @@ void TraceReader::read_file_attrs() {
     info_.compact_version = static_cast<int>(*compact);
     info_.compact_window = require_positive_int(root, "compact_window", path_, false);
     info_.compact_entropies = require_positive_int(root, "compact_entropies", path_, true) != 0;
+    read_compact_window_widths();
   }
   read_mrope_section();
   if (!h5_path_exists(root, "samples")) throw TraceError(path_ + ": missing group '/samples'");
   samples_ = h5_group_members(root, "samples");
   if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
+}
+
+void TraceReader::read_compact_window_widths() {
+  std::optional<std::vector<std::int64_t>> widths;
+  try {
+    widths = h5_read_int_array_attr(file_.get(), "compact_window_widths", 1 << 16);
+  } catch (const TraceError& e) {
+    throw TraceError(path_ + ": file " + e.what());
+  }
+  if (!widths) return;
+  for (std::size_t i = 0; i < widths->size(); ++i)
+    if ((*widths)[i] < 1 || (*widths)[i] > info_.compact_window ||
+        (i > 0 && (*widths)[i] <= (*widths)[i - 1]))
+      throw TraceError(path_ +
+                       ": file attribute 'compact_window_widths' must be ascending widths of 1 "
+                       "to compact_window = " +
+                       std::to_string(info_.compact_window) + " rows");
+  info_.compact_window_widths.assign(widths->begin(), widths->end());
 }
 
 void TraceReader::read_mrope_section() {

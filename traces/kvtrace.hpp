@@ -47,6 +47,9 @@ struct TraceInfo {
   // than this kvsim's (equal to about 1e-9, not byte for byte), 2 from scalar exponentials (about
   // 1e-15); 3 as this kvsim computes them.
   int compact_version = 0;
+  // The widths W whose window group sums a compact trace's layers store (with the last prompt
+  // row's head mean), ascending; empty when they store none (traces written before them).
+  std::vector<int> compact_window_widths;
   bool compact() const { return compact_window > 0; }
   int group_size() const { return num_heads / num_kv_heads; }
 };
@@ -114,6 +117,10 @@ struct StoredPromptStats {
     std::vector<float> column_sums_rounded;  // [H, P]: the same of p_ij rounded to the dtype
     std::vector<float> text_column_sums;     // [P]: over text queries, head-averaged
     std::vector<float> text_column_max;      // [P]
+    // Window statistics (TraceInfo::compact_window_widths; empty when not stored), as
+    // LayerAttention::window_group_sums and last_row_head_mean compute them:
+    std::map<int, std::vector<double>> window_group_sums;  // width -> [Hkv, P]
+    std::vector<double> last_row_head_mean;                // [P]
   };
   // Keyed by prompt length: the whole prompt, and the context alone when the sample has a
   // question (what a policy that appends the question sees).
@@ -193,6 +200,7 @@ class TraceReader {
                    xt::xtensor<float, 3>& out) const;
   void read_compact_sample_attrs(hid_t group, SampleInfo& s) const;
   void read_mrope_section();
+  void read_compact_window_widths();
   void read_position_ids(hid_t group, SampleInfo& s) const;
   // read_sample's steps: the sample's attributes, its per-position datasets (checked), and the
   // layers' q (or q_rows), k and v datasets (present in every layer), with the tensors' dtype.

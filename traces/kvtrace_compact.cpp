@@ -93,6 +93,16 @@ std::shared_ptr<const StoredPromptStats> TraceReader::read_stored_stats(const Sa
     read_floats(s.name, base + part + "/column_sums_rounded", {H, P}, p.column_sums_rounded.data());
     read_floats(s.name, base + part + "/text_column_sums", {P}, p.text_column_sums.data());
     read_floats(s.name, base + part + "/text_column_max", {P}, p.text_column_max.data());
+    const std::vector<int>& widths = info_.compact_window_widths;
+    if (widths.empty()) return;
+    const hsize_t n = widths.size(), Hkv = static_cast<hsize_t>(info_.num_kv_heads);
+    std::vector<double> sums(n * Hkv * P);
+    read_floats(s.name, base + part + "/window_group_sums", {n, Hkv, P}, sums.data());
+    for (hsize_t i = 0; i < n; ++i)
+      p.window_group_sums[widths[i]].assign(sums.begin() + i * Hkv * P,
+                                            sums.begin() + (i + 1) * Hkv * P);
+    p.last_row_head_mean.resize(P);
+    read_floats(s.name, base + part + "/last_row_head_mean", {P}, p.last_row_head_mean.data());
   };
   read_prompt("prompt", s.prompt_len);
   if (s.compact_context_len > 0) read_prompt("context", s.compact_context_len);

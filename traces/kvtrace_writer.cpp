@@ -30,6 +30,10 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info,
     h5_write_int_attr(root, "kvtrace_compact", kCompactTraceVersion);
     h5_write_int_attr(root, "compact_window", info.compact_window);
     h5_write_int_attr(root, "compact_entropies", info.compact_entropies ? 1 : 0);
+    if (!info.compact_window_widths.empty())
+      h5_write_int_array_attr(
+          root, "compact_window_widths",
+          {info.compact_window_widths.begin(), info.compact_window_widths.end()});
   }
   h5_require_group(root, "samples");
 }
@@ -118,6 +122,23 @@ void TraceWriter::write_stored_stats(hid_t layer_group, const SampleInfo& s,
                 where);
     h5_write_1d(pg.get(), "text_column_max", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p.text_column_max,
                 where);
+    const std::vector<int>& widths = info_.compact_window_widths;
+    if (widths.empty()) return;
+    const std::size_t Hkv = info_.num_kv_heads;
+    std::vector<double> sums;
+    for (int w : widths) {
+      const auto it = p.window_group_sums.find(w);
+      if (it == p.window_group_sums.end() || it->second.size() != Hkv * P)
+        throw std::logic_error(where + ": no window group sums of width " + std::to_string(w) +
+                               " of shape [Hkv, P] for a trace declaring them");
+      sums.insert(sums.end(), it->second.begin(), it->second.end());
+    }
+    if (p.last_row_head_mean.size() != P)
+      throw std::logic_error(where + ": no last-row head mean of shape [P]");
+    h5_write_3d(pg.get(), "window_group_sums", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sums.data(),
+                widths.size(), Hkv, P, where);
+    h5_write_1d(pg.get(), "last_row_head_mean", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                p.last_row_head_mean.data(), P, where);
   };
   write_prompt("prompt", s.prompt_len);
   if (s.compact_context_len > 0) write_prompt("context", s.compact_context_len);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "policies/policy.hpp"
 #include "python/bindings/common.hpp"
 #include "sim/run/compact_trace.hpp"
 #include "traces/kvtrace.hpp"
@@ -109,16 +110,18 @@ void bind_compact(py::module_& m) {
         check_outputs_py({{out, "out", "trace"}}, {{trace, "trace"}}, force);
         BlasThreadsRestored blas;
         py::gil_scoped_release release;
-        write_compact_trace(
-            reader, out,
-            CompactOptions{
-                .window = window, .entropies = entropies, .threads = thread_count(threads)});
+        write_compact_trace(reader, out,
+                            CompactOptions{.window = window,
+                                           .entropies = entropies,
+                                           .window_widths = default_window_widths(window),
+                                           .threads = thread_count(threads)});
       },
       py::arg("trace"), py::arg("out"), py::arg("window") = 64, py::arg("entropies") = true,
       py::arg("threads") = 0, py::arg("force") = false,
       R"doc(Writes a compact copy of a kvtrace file (as `kvsim compact`): the prompt statistics
 replay computes in place of the prompt queries, which it keeps only for windows up to `window`
-rows; entropies=False leaves out MEDA's entropies; threads=0 uses every core (the file does not
+rows, and the window statistics of the widths the policies and presets read at their defaults;
+entropies=False leaves out MEDA's entropies; threads=0 uses every core (the file does not
 depend on it). Replay of it gives the full trace's results. An existing trace at `out` is replaced
 only with force=True; `out` is never `trace` (FileExistsError).)doc");
   m.def("prompt_statistics", &prompt_statistics, py::arg("q"), py::arg("k"), py::arg("modality"),

@@ -195,6 +195,25 @@ void bind_view_handle(py::module_& m) {
           },
           py::arg("head"), "float32 [window, P]: the last prompt rows' probabilities")
       .def(
+          "window_group_sums",
+          [](const ViewHandle& v, int g, int width) {
+            in_range(g, v.view().num_kv_heads(), "kv head");
+            if (width < 1) throw std::invalid_argument("window width must be at least 1");
+            const std::vector<double> s = v.view().window_group_sums(g, width);
+            return py::array_t<double>(static_cast<py::ssize_t>(s.size()), s.data());
+          },
+          py::arg("kv_head"), py::arg("width"),
+          "float64 [P]: Σ over the KV head's query heads and its last `width` prompt rows of p_ij "
+          "(needs window_group_sums)")
+      .def(
+          "last_row_head_mean",
+          [](const ViewHandle& v) {
+            const std::vector<double> s = v.view().last_row_head_mean();
+            return py::array_t<double>(static_cast<py::ssize_t>(s.size()), s.data());
+          },
+          "float64 [P]: the last prompt row's attention averaged over the query heads (needs "
+          "last_row_head_mean)")
+      .def(
           "text_query_column_sums",
           [](const ViewHandle& v) {
             return view(v.view().text_query_column_sums(), {v.view().prompt_len()}, {4});

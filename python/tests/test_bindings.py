@@ -253,7 +253,7 @@ class PythonPolicyTest(Fixture):
             kvsim.replay(self.trace, {"misspelt": Misspelt()}, samples=["000000"])
         self.assertIn("Python policy 'misspelt': unknown need 'prefil_window' (did you mean "
                       "'prefill_window'?) (known: prefill_column_sums, prefill_window, "
-                      "text_query_layers, sample_entropies, sample_window_sums, "
+                      "window_group_sums, last_row_head_mean, text_query_layers, sample_entropies, sample_window_sums, "
                       "sparsity_epsilon, key_ranking, prefill_column_sums_rounded, "
                       "prompt_queries)", str(e.exception))
 
@@ -271,7 +271,8 @@ class PythonPolicyTest(Fixture):
         seen = {}
 
         class Probe(kvsim.Policy):
-            needs = {"prefill_column_sums": True, "prefill_window": 2}
+            needs = {"prefill_column_sums": True, "prefill_window": 2, "window_group_sums": [2],
+                     "last_row_head_mean": True}
 
             def start(self, sample):
                 seen.setdefault("samples", []).append(sample["name"])
@@ -281,6 +282,10 @@ class PythonPolicyTest(Fixture):
                     seen["view"] = view
                     seen["sums"] = view.prefill_column_sums(0).copy()
                     seen["window"] = view.prefill_window(0).copy()
+                    seen["windows"] = [view.prefill_window(h).copy()
+                                       for h in range(view.num_kv_heads * view.group_size)]
+                    seen["group_sums"] = view.window_group_sums(1, 2)
+                    seen["head_mean"] = view.last_row_head_mean()
                     seen["keys"] = view.keys(1).copy()
                     seen["positions"] = cache.positions(0).copy()
 
@@ -303,6 +308,17 @@ class PythonPolicyTest(Fixture):
         p /= p.sum()
         np.testing.assert_allclose(seen["window"][1], p, rtol=1e-4, atol=1e-6)
         self.assertAlmostEqual(seen["sums"].sum(), P, places=2)  # each row sums to 1
+        # The window statistics, added as their definitions say: KV head 1's query heads 2 and 3
+        # (outer) and their last two rows (inner), in float64 from 0; the last row over every
+        # head, each term p / H in float32.
+        group_sums, head_mean = np.zeros(P), np.zeros(P)
+        for h in (2, 3):
+            for row in seen["windows"][h][-2:]:
+                group_sums += row.astype(np.float64)
+        for window in seen["windows"]:
+            head_mean += (window[-1] / np.float32(len(seen["windows"]))).astype(np.float64)
+        np.testing.assert_array_equal(seen["group_sums"], group_sums)
+        np.testing.assert_array_equal(seen["head_mean"], head_mean)
         # A policy reads only the tokens that exist: the prompt at the prefill, P + t + 1 rows at
         # decode step t.
         np.testing.assert_array_equal(seen["keys"], layer["k"][:P, 1])

@@ -300,8 +300,10 @@ int run_capture(const RunArgs& a, const World& world) {
   o.dtype = a.dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
   o.logits = a.logits;
   o.model_name = std::filesystem::path(a.model).filename().string();
-  if (a.compact)
+  if (a.compact) {
     o.compact_window = a.compact_window > 0 ? a.compact_window : default_compact_window();
+    o.compact_window_widths = default_window_widths(o.compact_window);
+  }
   o.compact_entropies = !a.no_entropies;
   if (!a.compact && (a.compact_window > 0 || a.no_entropies))
     throw std::invalid_argument("--window and --no-entropies apply to --compact only");

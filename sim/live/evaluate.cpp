@@ -72,6 +72,7 @@ TraceInfo capture_trace_info(LiveEngine& engine, const CaptureOptions& o) {
   info.mrope_section = c.mrope_section;
   info.compact_window = o.compact_window;
   info.compact_entropies = o.compact_window > 0 && o.compact_entropies;
+  if (o.compact_window > 0) info.compact_window_widths = o.compact_window_widths;
   return info;
 }
 

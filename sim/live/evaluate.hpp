@@ -30,7 +30,8 @@ struct CaptureOptions {
   // the stored dtype), and its other prompt queries never reach the disk.
   int compact_window = 0;
   bool compact_entropies = true;
-  std::function<void()> on_sample;  // called after each sample (progress)
+  std::vector<int> compact_window_widths;  // CompactOptions::window_widths
+  std::function<void()> on_sample;         // called after each sample (progress)
   // Identity of the model and prompts (the CLI: the checkpoint's and prompt file's fingerprints,
   // the backend). Finished samples are kept in `<out>.parts/` under it and these options, so a
   // rerun after an interruption captures only the rest (sim/live/pieces.hpp).

@@ -27,12 +27,44 @@ SampleInfo compact_sample(SampleInfo sample, int window) {
 
 namespace {
 
+// The window statistics of the widths `trace` lists (LayerAttention::window_group_sums and
+// last_row_head_mean, its own code and products) of `att`'s prompt, into `part`.
+void take_window_stats(const TraceInfo& trace, const LayerAttention& att,
+                       StoredPromptStats::Prompt& part) {
+  const std::vector<int>& widths = trace.compact_window_widths;
+  if (widths.empty()) return;
+  for (int w : widths) {
+    std::vector<double>& sums = part.window_group_sums[w];
+    for (int g = 0; g < trace.num_kv_heads; ++g) {
+      const std::vector<double> one = att.window_group_sums(g, w);
+      sums.insert(sums.end(), one.begin(), one.end());
+    }
+  }
+  part.last_row_head_mean = att.last_row_head_mean();
+}
+
+// The same of the context (the sample's first `context` positions taken as the prompt): its
+// window's blocks against its own keys. `full` is moved through the computation and back.
+void add_context_window_stats(const TraceInfo& trace, const SampleInfo& sample, int context,
+                              LayerTensors& full, int threads, StoredPromptStats::Prompt& part) {
+  if (trace.compact_window_widths.empty() || context == 0) return;
+  const AttentionNeeds needs{.window_group_sums = trace.compact_window_widths,
+                             .last_row_head_mean = true};
+  LayerAttention att(LayerAttention::PromptOnly{}, trace,
+                     context_only(sample, sample.prompt_len - context), std::move(full), needs,
+                     threads);
+  take_window_stats(trace, att, part);
+  full = att.release_tensors();
+}
+
 // The statistics LayerAttention keeps of the sample's prompt and, when `context` > 0, of its
 // first `context` positions (the context before its question), from one pass over the prompt:
 // the same bytes as a LayerAttention of each. `full` is moved through the computation and back.
 void add_prompt_parts(const TraceInfo& trace, const SampleInfo& sample, int context,
                       LayerTensors& full, int threads, StoredPromptStats& stats) {
   const AttentionNeeds needs{.prefill_column_sums = true,
+                             .window_group_sums = trace.compact_window_widths,
+                             .last_row_head_mean = !trace.compact_window_widths.empty(),
                              .text_query_layers = trace.num_layers,
                              .prefill_column_sums_rounded = true};
   LayerAttention att(LayerAttention::PromptOnly{.prefix = context}, trace, sample, std::move(full),
@@ -56,6 +88,7 @@ void add_prompt_parts(const TraceInfo& trace, const SampleInfo& sample, int cont
       sample.prompt_len, [&](int h) { return att.prefill_column_sums(h); },
       [&](int h) { return att.prefill_column_sums_rounded(h); }, att.text_query_column_sums(),
       att.text_query_column_max());
+  take_window_stats(trace, att, stats.by_prompt_len[sample.prompt_len]);
   if (context > 0)
     stats.by_prompt_len[context] = part(
         context, [&](int h) { return att.prefix_column_sums(h); },
@@ -95,6 +128,9 @@ StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo
   const int question = question_length(sample);
   add_prompt_parts(trace, sample, question > 0 ? sample.prompt_len - question : 0, full, threads,
                    stats);
+  if (question > 0)
+    add_context_window_stats(trace, sample, sample.prompt_len - question, full, threads,
+                             stats.by_prompt_len[sample.prompt_len - question]);
   stats.has_entropies = entropies;
   if (entropies) stats.entropies = entropy_array(layer_entropies(trace, sample, full, threads));
   return stats;
@@ -124,8 +160,15 @@ void write_compact_trace(const TraceReader& in, const std::string& out_path,
   if (options.window < 1)
     throw std::invalid_argument("--window " + std::to_string(options.window) +
                                 ": must be at least 1");
+  for (std::size_t i = 0; i < options.window_widths.size(); ++i) {
+    const int w = options.window_widths[i];
+    if (w < 1 || w > options.window || (i > 0 && w <= options.window_widths[i - 1]))
+      throw std::invalid_argument("--window-sums: widths must ascend from 1 to --window " +
+                                  std::to_string(options.window) + ", not " + std::to_string(w));
+  }
   TraceInfo info = in.info();
   info.compact_window = options.window;
+  info.compact_window_widths = options.window_widths;
   info.compact_entropies = options.entropies;
   const std::vector<std::string>& names = in.sample_names();
   const DType dtype = in.read_sample(names.front()).dtype;

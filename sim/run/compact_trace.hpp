@@ -18,6 +18,10 @@ struct CompactOptions {
   // every head, unmasked, which costs several replays of the prompt; without them a policy that
   // needs them is refused on the compact trace.
   bool entropies = true;
+  // Widths W of the window group sums to store, with the last prompt row's head mean (the window
+  // statistics of LayerAttention): a replay whose policies read only these computes no window
+  // rows. Ascending, each at most `window`; empty: none stored (the rows are computed).
+  std::vector<int> window_widths;
   int threads = 1;
 };
 
@@ -31,7 +35,8 @@ SampleInfo compact_sample(SampleInfo sample, int window);
 
 // One layer's stored statistics, computed from its full tensors: column sums (plain and rounded to
 // the dtype) and text-query statistics of the prompt, and of the context when the sample has a
-// question, and (with `entropies`) the layer's entropies. `full` is returned unchanged.
+// question, their window statistics when `trace` lists widths (compact_window_widths), and (with
+// `entropies`) the layer's entropies. `full` is returned unchanged.
 StoredPromptStats prompt_stats_of_layer(const TraceInfo& trace, const SampleInfo& sample,
                                         LayerTensors& full, bool entropies, int threads);
 
