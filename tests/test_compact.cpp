@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/layer_attention.hpp"
@@ -327,6 +328,32 @@ TEST(CompactTrace, StoresWindowStatisticsAsTheRowsAddThem) {
       EXPECT_EQ(stored.window_group_sums(1, 5), added(rows, 1, 5));
       EXPECT_TRUE(stored.holds_window_rows());
     }
+}
+
+// Deferred window rows first read by several threads at once (policies replay side by side) are
+// computed once, and every thread reads the rows a layer computing them at once holds.
+TEST(CompactTrace, DeferredWindowRowsReadFromSeveralThreads) {
+  const std::string full = synthetic("compact_window_threads.h5", 4, 2);
+  const std::string compact = compacted(full);
+  const TraceReader c(compact);
+  const SampleInfo s = c.read_sample(c.sample_names().front());
+  const LayerAttention eager(c.info(), s, c.read_layer(s, 1), AttentionNeeds{.prefill_window = 32},
+                             1);
+  const LayerAttention deferred(c.info(), s, c.read_layer(s, 1),
+                                AttentionNeeds{.window_group_sums = {32}}, 1);
+  ASSERT_FALSE(deferred.holds_window_rows());
+  std::vector<std::vector<double>> read(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] { read[t] = deferred.window_group_sums(t % 2, 5 + t % 3); });
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(read[t], eager.window_group_sums(t % 2, 5 + t % 3)) << t;
+  for (int h = 0; h < c.info().num_heads; ++h)
+    for (int r = 0; r < 32; ++r)
+      ASSERT_EQ(std::memcmp(deferred.prefill_window_row(h, r), eager.prefill_window_row(h, r),
+                            sizeof(float) * s.prompt_len),
+                0)
+          << h << " " << r;
 }
 
 TEST(CompactTrace, RefusesWhatItDoesNotHoldNamingPolicyAndStatistic) {
