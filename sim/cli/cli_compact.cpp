@@ -51,8 +51,9 @@ Runner add_compact(CLI::App& app) {
   app.description(
       "Write a compact copy of a kvtrace file: of each prompt's queries it keeps only the last "
       "rows that attention windows read, and stores instead the statistics replay computes from "
-      "the others (column sums, their dtype-rounded twin, text-query sums and maxima, entropies; "
-      "also for the context before the question). Keys, values and decode queries are kept. "
+      "the others (column sums, their dtype-rounded twin, text-query sums and maxima, entropies, "
+      "the window sums SnapKV, MadaKV and TOVA read; also for the context before the question). "
+      "Keys, values and decode queries are kept. "
       "Replay of the compact trace gives the full trace's results byte for byte for every policy "
       "whose needs it holds, and names the policy and the statistic for any other. Format: "
       "traces/kvtrace-v1.md, \"Compact traces\".");
