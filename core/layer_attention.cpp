@@ -308,13 +308,19 @@ bool LayerAttention::stored_serves_window(const AttentionNeeds& needs) const {
   if (!p || needs.prefill_window > 0) return false;
   if (needs.last_row_head_mean && p->last_row_head_mean.size() != static_cast<std::size_t>(P_))
     return false;
-  for (int w : needs.window_group_sums) {
-    const auto it = p->window_group_sums.find(w);  // the last w rows: all of them when w > P
-    if (it == p->window_group_sums.end() ||
-        it->second.size() != static_cast<std::size_t>(Hkv_) * P_)
-      return false;
-  }
+  for (int w : needs.window_group_sums)
+    if (!stored_group_sums(w)) return false;
   return true;
+}
+
+const std::vector<double>* LayerAttention::stored_group_sums(int width) const {
+  const StoredPromptStats::Prompt* p = stored_prompt();
+  if (!p) return nullptr;
+  const auto it = p->window_group_sums.find(width);  // the last `width` rows: all when width > P
+  // [Hkv, P] of the trace's KV heads: not of a layer whose KV heads are repeated per query head
+  const bool fits =
+      it != p->window_group_sums.end() && it->second.size() == static_cast<std::size_t>(Hkv_) * P_;
+  return fits ? &it->second : nullptr;
 }
 
 void LayerAttention::ensure_window_rows() const {
@@ -700,13 +706,9 @@ const float* LayerAttention::prefill_window_row(int h, int r) const {
 }
 
 std::vector<double> LayerAttention::window_group_sums(int g, int width) const {
-  if (const StoredPromptStats::Prompt* p = stored_prompt()) {
-    const auto it = p->window_group_sums.find(width);  // all P rows when width > P, as below
-    if (it != p->window_group_sums.end() &&
-        it->second.size() == static_cast<std::size_t>(Hkv_) * P_)
-      return {it->second.begin() + static_cast<std::ptrdiff_t>(g) * P_,
-              it->second.begin() + static_cast<std::ptrdiff_t>(g + 1) * P_};
-  }
+  if (const std::vector<double>* stored = stored_group_sums(width))
+    return {stored->begin() + static_cast<std::ptrdiff_t>(g) * P_,
+            stored->begin() + static_cast<std::ptrdiff_t>(g + 1) * P_};
   width = std::min(width, P_);
   if (width > window_)
     throw std::logic_error("window group sums of " + std::to_string(width) +

@@ -205,6 +205,8 @@ class LayerAttention {
   void ensure_window_rows() const;
   // The stored statistics of this prompt length, or null (a full trace).
   const StoredPromptStats::Prompt* stored_prompt() const;
+  // The stored window group sums of `width` rows ([Hkv, P]), or null.
+  const std::vector<double>* stored_group_sums(int width) const;
   // Softmaxes a causal row of n logits in place and adds it to the column sums given (null: not
   // wanted); the rounded sums add each entry rounded to the trace's dtype.
   void softmax_prefill_row(float* row, int n, float* colsum, float* rounded) const;

@@ -170,11 +170,16 @@ Products products_of(const kvsim::TraceReader& reader, Stage stage, bool stores_
   return out;
 }
 
-// Whether a compact trace stores the window statistics the benchmark's policies read (SnapKV's
-// votes of 32 rows, TOVA's last row): compact traces written before them do not.
+// Whether a compact trace stores every window statistic the benchmark's policies read (SnapKV's
+// votes, TOVA's last row), so that its replay computes no window rows: compact traces written
+// before them do not.
 bool stores_window_statistics(const fs::path& compact) {
   const std::vector<int> widths = kvsim::TraceReader(compact).info().compact_window_widths;
-  return std::binary_search(widths.begin(), widths.end(), 32);
+  kvsim::AttentionNeeds needs;
+  for (const auto& p : policies()) needs.merge(p.needs());
+  return needs.prefill_window == 0 && (!needs.last_row_head_mean || !widths.empty()) &&
+         std::includes(widths.begin(), widths.end(), needs.window_group_sums.begin(),
+                       needs.window_group_sums.end());
 }
 
 // Whether a compact trace stores the full cache's decode results (its first sample's first layer

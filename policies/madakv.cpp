@@ -262,16 +262,14 @@ class MadaKV final : public Policy {
   // Eq. 7, per KV head of layer l: attention from the proxy rows, summed over its query heads —
   // from the layer's view, or from the sample statistics (every layer) under `scaled`.
   std::vector<double> proxy_importance(const LayerView& view, int l, int g) const {
+    if (!reads_sample_stats()) return view.window_group_sums(g, proxy_);
     const int P = view.prompt_len(), group = view.group_size();
     std::vector<double> psi(P, 0.0);
-    if (reads_sample_stats()) {
-      for (int r = 0; r < group; ++r) {
-        const double* sums = view.sample_stats().window_column_sums(proxy_, l, g * group + r, P);
-        for (int j = 0; j < P; ++j) psi[j] += sums[j];
-      }
-      return psi;
+    for (int r = 0; r < group; ++r) {
+      const double* sums = view.sample_stats().window_column_sums(proxy_, l, g * group + r, P);
+      for (int j = 0; j < P; ++j) psi[j] += sums[j];
     }
-    return view.window_group_sums(g, proxy_);
+    return psi;
   }
 
   static double sum_of(const std::vector<double>& psi, const std::vector<int>& idx) {

@@ -259,13 +259,17 @@ void TraceReader::read_file_attrs() {
   if (samples_.empty()) throw TraceError(path_ + ": '/samples' holds no sample");
 }
 
-void TraceReader::read_compact_window_widths() {
-  std::optional<std::vector<std::int64_t>> widths;
+std::optional<std::vector<std::int64_t>> TraceReader::file_int_array_attr(const char* name,
+                                                                          std::size_t most) const {
   try {
-    widths = h5_read_int_array_attr(file_.get(), "compact_window_widths", 1 << 16);
+    return h5_read_int_array_attr(file_.get(), name, most);
   } catch (const TraceError& e) {
     throw TraceError(path_ + ": file " + e.what());
   }
+}
+
+void TraceReader::read_compact_window_widths() {
+  const auto widths = file_int_array_attr("compact_window_widths", 1 << 16);
   if (!widths) return;
   for (std::size_t i = 0; i < widths->size(); ++i)
     if ((*widths)[i] < 1 || (*widths)[i] > info_.compact_window ||
@@ -278,12 +282,7 @@ void TraceReader::read_compact_window_widths() {
 }
 
 void TraceReader::read_mrope_section() {
-  std::optional<std::vector<std::int64_t>> section;
-  try {
-    section = h5_read_int_array_attr(file_.get(), "mrope_section", 3);
-  } catch (const TraceError& e) {
-    throw TraceError(path_ + ": file " + e.what());
-  }
+  const auto section = file_int_array_attr("mrope_section", 3);
   if (!section) return;
   std::int64_t sum = 0;
   for (std::int64_t v : *section) sum += v;

@@ -199,6 +199,9 @@ class TraceReader {
   void read_tensor(const SampleInfo& s, int layer, const char* name, int rows, int heads,
                    xt::xtensor<float, 3>& out) const;
   void read_compact_sample_attrs(hid_t group, SampleInfo& s) const;
+  // A file attribute of 1 to `most` integers, or nullopt; TraceError naming the file otherwise.
+  std::optional<std::vector<std::int64_t>> file_int_array_attr(const char* name,
+                                                               std::size_t most) const;
   void read_mrope_section();
   void read_compact_window_widths();
   void read_position_ids(hid_t group, SampleInfo& s) const;

@@ -253,8 +253,8 @@ class PythonPolicyTest(Fixture):
             kvsim.replay(self.trace, {"misspelt": Misspelt()}, samples=["000000"])
         self.assertIn("Python policy 'misspelt': unknown need 'prefil_window' (did you mean "
                       "'prefill_window'?) (known: prefill_column_sums, prefill_window, "
-                      "window_group_sums, last_row_head_mean, text_query_layers, sample_entropies, sample_window_sums, "
-                      "sparsity_epsilon, key_ranking, prefill_column_sums_rounded, "
+                      "window_group_sums, last_row_head_mean, text_query_layers, "
+                      "sample_entropies, sample_window_sums, sparsity_epsilon, key_ranking, prefill_column_sums_rounded, "
                       "prompt_queries)", str(e.exception))
 
         class Negative(kvsim.Policy):
